@@ -1,0 +1,38 @@
+"""The three kinds of failure the core distinguishes.
+
+A caller error (bad configuration or arguments) is the caller's to fix and changes nothing. A
+protocol error is a peer or client sending something malformed or out of order; it is rejected and
+changes nothing. An invariant violation is a bug in shardgrid itself: the core crashes on it rather
+than limp on with state it can no longer trust (TigerBeetle's habit). ``invariant`` is a function,
+not an ``assert``, so that it still fires under ``python -O``.
+"""
+
+from __future__ import annotations
+
+
+class ShardgridError(Exception):
+    """Base class of every error shardgrid raises on purpose."""
+
+
+class ConfigError(ShardgridError, ValueError):
+    """A caller passed a value outside what shardgrid accepts; nothing was changed."""
+
+
+class ProtocolError(ShardgridError):
+    """A peer or client sent a malformed or out-of-order message; it was rejected."""
+
+
+class InvariantViolation(ShardgridError, AssertionError):
+    """shardgrid broke one of its own invariants: a bug, never a user's mistake."""
+
+
+def invariant(condition: bool, message: str) -> None:
+    """Crash with ``InvariantViolation`` when ``condition`` is false, even under ``python -O``."""
+    if not condition:
+        raise InvariantViolation(message)
+
+
+def require(condition: bool, message: str) -> None:
+    """Reject a caller's input with ``ConfigError`` when ``condition`` is false."""
+    if not condition:
+        raise ConfigError(message)

@@ -1,0 +1,34 @@
+"""How the core names a member.
+
+A replica slot of the partition table holds a ``Replica``: the member's uuid and address, as
+Hazelcast's PartitionReplica does. The uuid makes a member that restarts on the same address a
+different replica (its data is gone), and the address lets a table be read without the member
+list. Whether a member is lite is a property of the member, not of a replica, so it lives in
+``MemberInfo`` and never in the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Replica:
+    """A member as the partition table names it; ordered by uuid so sorting is deterministic."""
+
+    uuid: str
+    address: str
+
+    def __str__(self) -> str:
+        return f"{self.address}/{self.uuid[:8]}"
+
+
+@dataclass(frozen=True, slots=True)
+class MemberInfo:
+    """A cluster member as repartitioning sees it.
+
+    ``lite`` members take part in the cluster but own no partition replicas (seed 001, seed 002).
+    """
+
+    replica: Replica
+    lite: bool = False

@@ -1,0 +1,27 @@
+"""Every bound of the core as a named constant with its unit.
+
+Bounds live in one place so that a reader can see the resource envelope of the whole system at a
+glance, and so that hitting one is a deliberate, documented event rather than an accident.
+"""
+
+from typing import Final
+
+# Partitioning (seed 001: 271 partitions by default; seed 003 benchmarks 20,000).
+DEFAULT_PARTITION_COUNT: Final = 271
+MAX_PARTITION_COUNT: Final = 100_000
+
+# Replicas (seed 000: at most 7 replicas, indexes 0..6; index 0 is the owner).
+MAX_REPLICA_COUNT: Final = 7
+MAX_BACKUP_COUNT: Final = MAX_REPLICA_COUNT - 1
+DEFAULT_BACKUP_COUNT: Final = 1
+
+# Migrations (seed 003: hazelcast.partition.max.parallel.migrations, default 10).
+DEFAULT_MAX_PARALLEL_MIGRATIONS: Final = 10
+MAX_PARALLEL_MIGRATIONS_LIMIT: Final = 1_000
+
+# Members: a cluster larger than this is outside what the core is designed and tested for.
+MAX_MEMBER_COUNT: Final = 1_000
+
+# The planner walks at most this many links when it looks for an enabling migration at a colder
+# index; the chain can never be longer than the replica array, so hitting it is a planner bug.
+MAX_PLANNER_CHAIN_STEPS: Final = MAX_REPLICA_COUNT

@@ -1,0 +1,122 @@
+"""The partition table: who holds each replica of each partition, and at which version.
+
+The table is an immutable value. The master derives a new table for every change and publishes
+it; members replace theirs only partition by partition, where the received per-partition version
+is newer (seed 003, section 1.2). Immutability is what lets the master prepare a committed copy
+for a migration destination without touching its own state (seed 000, section 2.1, step 1).
+
+The stamp (seed 003, section 1.3) is computed once per table and carried with it, so comparing two
+tables for equality costs one integer comparison.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from shardgrid.core.errors import invariant, require
+from shardgrid.core.hashing import table_stamp
+from shardgrid.core.identity import Replica
+from shardgrid.core.limits import MAX_PARTITION_COUNT, MAX_REPLICA_COUNT
+
+ReplicaSlots = tuple[Replica | None, ...]
+"""Exactly ``MAX_REPLICA_COUNT`` slots; slot 0 is the owner, ``None`` an empty slot."""
+
+EMPTY_SLOTS: ReplicaSlots = (None,) * MAX_REPLICA_COUNT
+MAX_PARTITION_VERSION = 2**31 - 1  # versions travel and are stamped as 32-bit signed ints
+
+
+def normalize_slots(replicas: Sequence[Replica | None]) -> ReplicaSlots:
+    """Pad a replica list to ``MAX_REPLICA_COUNT`` slots and check no member appears twice."""
+    require(len(replicas) <= MAX_REPLICA_COUNT, f"at most {MAX_REPLICA_COUNT} replicas, got {len(replicas)}")
+    slots = tuple(replicas) + (None,) * (MAX_REPLICA_COUNT - len(replicas))
+    present = [r for r in slots if r is not None]
+    require(len(set(present)) == len(present), f"a member holds two replicas of one partition: {slots}")
+    return slots
+
+
+def replica_index(slots: Sequence[Replica | None], replica: Replica | None) -> int:
+    """The index of ``replica`` in ``slots``, or -1 (Hazelcast's convention for 'none')."""
+    if replica is None:
+        return -1
+    for index, held in enumerate(slots):
+        if held == replica:
+            return index
+    return -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionTable:
+    """Replica slots and a version for every partition; immutable, stamp cached."""
+
+    replicas: tuple[ReplicaSlots, ...]
+    versions: tuple[int, ...]
+    stamp: int = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        count = len(self.replicas)
+        require(0 < count <= MAX_PARTITION_COUNT, f"partition count must be 1..{MAX_PARTITION_COUNT}, got {count}")
+        require(len(self.versions) == count, "one version per partition is required")
+        for slots in self.replicas:
+            invariant(len(slots) == MAX_REPLICA_COUNT, f"replica slots must have length {MAX_REPLICA_COUNT}")
+        for version in self.versions:
+            require(0 <= version <= MAX_PARTITION_VERSION, f"partition version out of range: {version}")
+        object.__setattr__(self, "stamp", table_stamp(self.versions))
+
+    @classmethod
+    def empty(cls, partition_count: int) -> PartitionTable:
+        """A table with no replica assigned anywhere, every version 0."""
+        require(
+            0 < partition_count <= MAX_PARTITION_COUNT,
+            f"partition count must be 1..{MAX_PARTITION_COUNT}, got {partition_count}",
+        )
+        return cls((EMPTY_SLOTS,) * partition_count, (0,) * partition_count)
+
+    @classmethod
+    def from_lists(
+        cls, replicas: Iterable[Sequence[Replica | None]], versions: Iterable[int] | None = None
+    ) -> PartitionTable:
+        """Build a table from plain replica lists (shorter lists are padded with empty slots)."""
+        slots = tuple(normalize_slots(r) for r in replicas)
+        return cls(slots, tuple(versions) if versions is not None else (0,) * len(slots))
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.replicas)
+
+    def owner(self, partition_id: int) -> Replica | None:
+        return self.replicas[partition_id][0]
+
+    def members(self) -> list[Replica]:
+        """Every replica named anywhere in the table, sorted (deterministic)."""
+        return sorted({r for slots in self.replicas for r in slots if r is not None})
+
+    def with_partitions(self, updates: Mapping[int, tuple[ReplicaSlots, int]]) -> PartitionTable:
+        """A copy with some partitions' slots and versions replaced (one copy for many changes)."""
+        replicas = list(self.replicas)
+        versions = list(self.versions)
+        for partition_id, (slots, version) in updates.items():
+            require(0 <= partition_id < len(replicas), f"no partition {partition_id}")
+            replicas[partition_id] = normalize_slots(slots)
+            versions[partition_id] = version
+        return PartitionTable(tuple(replicas), tuple(versions))
+
+    def apply_if_newer(self, received: PartitionTable) -> tuple[PartitionTable, tuple[int, ...]]:
+        """Take every partition of ``received`` whose version is greater than ours.
+
+        Returns the resulting table and the ids of the partitions taken, in ascending order. A
+        partition whose version is equal or older is kept as it is, even if its replicas differ:
+        only the master changes the table, and it always bumps the version when it does.
+        """
+        require(
+            received.partition_count == self.partition_count,
+            f"partition count differs: ours {self.partition_count}, received {received.partition_count}",
+        )
+        changed = tuple(
+            pid
+            for pid, (ours, theirs) in enumerate(zip(self.versions, received.versions, strict=True))
+            if theirs > ours
+        )
+        if not changed:
+            return self, ()
+        return self.with_partitions({pid: (received.replicas[pid], received.versions[pid]) for pid in changed}), changed
