@@ -1,0 +1,107 @@
+"""One planned change to one partition's replica slots, in Hazelcast's six-index form.
+
+The six fields are those of Hazelcast's PartitionMigrationEvent and MigrationInfo, with -1 for
+'none', so that anyone who has read seed 000 can read a plan. Applying a migration to a replica
+array is defined once, here, and the planner, its tests, the master and the simulator all use it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shardgrid.core.errors import invariant
+from shardgrid.core.identity import Replica
+from shardgrid.core.limits import MAX_REPLICA_COUNT
+
+NO_INDEX = -1
+
+
+class MigrationKind(enum.Enum):
+    """Seed 000, section 3.1, plus CLEAR for a slot the target leaves empty."""
+
+    MOVE = "move"  # a replica index changes hands to a member that held no replica
+    COPY = "copy"  # an empty slot is filled by a member that held no replica
+    SHIFT_UP = "shift-up"  # a member moves to a hotter index (displacing the holder, if any)
+    SHIFT_DOWN = "shift-down"  # the holder moves to a colder empty index, a new member takes its slot
+    CLEAR = "clear"  # the slot is emptied; nobody receives it
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """A replica change of one partition; ``-1`` means 'none' for every index field."""
+
+    source: Replica | None
+    source_current_index: int
+    source_new_index: int
+    destination: Replica | None
+    destination_current_index: int
+    destination_new_index: int
+
+    def __post_init__(self) -> None:
+        for value in (
+            self.source_current_index,
+            self.source_new_index,
+            self.destination_current_index,
+            self.destination_new_index,
+        ):
+            invariant(NO_INDEX <= value < MAX_REPLICA_COUNT, f"replica index out of range in {self}")
+        invariant(self.source is not None or self.destination is not None, "a migration needs a participant")
+        invariant(
+            (self.source is None) == (self.source_current_index == NO_INDEX),
+            f"source and its current index go together: {self}",
+        )
+        invariant(
+            (self.destination is None) == (self.destination_new_index == NO_INDEX),
+            f"destination and its new index go together: {self}",
+        )
+        invariant(self.source != self.destination, f"source and destination must differ: {self}")
+
+    @property
+    def kind(self) -> MigrationKind:
+        if self.destination is None:
+            return MigrationKind.CLEAR
+        if self.destination_current_index != NO_INDEX:
+            return MigrationKind.SHIFT_UP
+        if self.source is None:
+            return MigrationKind.COPY
+        if self.source_new_index != NO_INDEX:
+            return MigrationKind.SHIFT_DOWN
+        return MigrationKind.MOVE
+
+    @property
+    def participants(self) -> tuple[Replica, ...]:
+        """Source and destination, those that exist (the data sender may also be the owner)."""
+        return tuple(r for r in (self.source, self.destination) if r is not None)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.kind.value}(src={self.source} {self.source_current_index}->{self.source_new_index}, "
+            f"dst={self.destination} {self.destination_current_index}->{self.destination_new_index})"
+        )
+
+
+def apply_migration(slots: Sequence[Replica | None], migration: Migration) -> list[Replica | None]:
+    """The replica array after ``migration``: clear both current indexes, then place both members.
+
+    The migration must match ``slots`` (the source and destination really sit where it says);
+    anything else is a planner or protocol bug and fails loudly.
+    """
+    result = list(slots)
+    m = migration
+    if m.source_current_index != NO_INDEX:
+        invariant(result[m.source_current_index] == m.source, f"{m} does not match slots {slots}")
+        result[m.source_current_index] = None
+    if m.destination_current_index != NO_INDEX:
+        invariant(result[m.destination_current_index] == m.destination, f"{m} does not match slots {slots}")
+        result[m.destination_current_index] = None
+    elif m.destination is not None:
+        invariant(m.destination not in result, f"{m}: destination already holds a replica in {slots}")
+    if m.destination_new_index != NO_INDEX:
+        invariant(result[m.destination_new_index] is None, f"{m} overwrites a replica in {slots}")
+        result[m.destination_new_index] = m.destination
+    if m.source_new_index != NO_INDEX:
+        invariant(result[m.source_new_index] is None, f"{m} overwrites a replica in {slots}")
+        result[m.source_new_index] = m.source
+    return result
