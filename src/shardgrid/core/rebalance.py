@@ -1,0 +1,54 @@
+"""From a membership to a plan: repartition, eliminate cycles, plan and prioritize every partition.
+
+This is the stateless step of seed 000, section 3.2 that the master runs after every membership
+change (and reruns from scratch when anything changes while it executes). ``shardgrid plan``
+runs the very same function, so what it prints is what a cluster would do.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from shardgrid.core.identity import MemberInfo, Replica
+from shardgrid.core.migration import Migration
+from shardgrid.core.placement import arrange
+from shardgrid.core.planner import eliminate_cycles, plan_migrations, prioritize_copies_and_shift_ups
+from shardgrid.core.table import PartitionTable
+
+
+@dataclass(frozen=True, slots=True)
+class RebalancePlan:
+    """The cycle-free target and, per partition that changes, its migrations in run order."""
+
+    current: PartitionTable
+    target: PartitionTable
+    migrations: Mapping[int, tuple[Migration, ...]]
+
+    @property
+    def migration_count(self) -> int:
+        return sum(len(queue) for queue in self.migrations.values())
+
+
+def plan_rebalance(
+    members: Sequence[MemberInfo],
+    current: PartitionTable,
+    rng: random.Random,
+    groups: Mapping[Replica, str] | None = None,
+    *,
+    backup_count: int,
+) -> RebalancePlan:
+    """Repartition ``current`` over ``members`` and plan the migrations, ascending partition id."""
+    arranged = arrange(members, current, rng, groups, backup_count=backup_count)
+    targets = list(arranged.replicas)
+    migrations: dict[int, tuple[Migration, ...]] = {}
+    for pid, (held, wanted) in enumerate(zip(current.replicas, arranged.replicas, strict=True)):
+        if held == wanted:
+            continue
+        targets[pid] = eliminate_cycles(held, wanted)
+        planned = prioritize_copies_and_shift_ups(plan_migrations(held, targets[pid]))
+        if planned:
+            migrations[pid] = tuple(planned)
+    target = PartitionTable(tuple(targets), current.versions)
+    return RebalancePlan(current, target, migrations)

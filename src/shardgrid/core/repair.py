@@ -1,0 +1,48 @@
+"""The master's repair of the table when members leave without handing their replicas over.
+
+Seed 000, section 1.1: only the master changes the table. When members crash it empties their
+slots and, for every partition whose owner is gone, promotes the hottest surviving backup to
+owner (it already holds the data). A partition with no surviving replica is lost: it keeps no
+owner here, and repartitioning assigns it a new, empty one. Every changed partition's version
+goes up by one so that members apply the repair over what they hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from shardgrid.core.identity import Replica
+from shardgrid.core.migration import NO_INDEX, Migration
+from shardgrid.core.table import PartitionTable, ReplicaSlots
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """The repaired table, the promotions it made, and the partitions that lost every replica."""
+
+    table: PartitionTable
+    promotions: tuple[tuple[int, Migration], ...]
+    lost_partitions: tuple[int, ...]
+
+
+def remove_members(table: PartitionTable, departed: Collection[Replica]) -> Repair:
+    """Empty the departed members' slots and promote the hottest surviving backup of each lost owner."""
+    gone = frozenset(departed)
+    updates: dict[int, tuple[ReplicaSlots, int]] = {}
+    promotions: list[tuple[int, Migration]] = []
+    lost: list[int] = []
+    for pid, slots in enumerate(table.replicas):
+        if not any(r in gone for r in slots if r is not None):
+            continue
+        repaired = [None if r in gone else r for r in slots]
+        if slots[0] is not None and repaired[0] is None:
+            survivor = next((i for i, r in enumerate(repaired) if r is not None), NO_INDEX)
+            if survivor == NO_INDEX:
+                lost.append(pid)
+            else:
+                promoted = repaired[survivor]
+                promotions.append((pid, Migration(None, NO_INDEX, NO_INDEX, promoted, survivor, 0)))
+                repaired[0], repaired[survivor] = promoted, None
+        updates[pid] = (tuple(repaired), table.versions[pid] + 1)
+    return Repair(table.with_partitions(updates), tuple(promotions), tuple(lost))
