@@ -1,0 +1,1 @@
+"""The ``shardgrid`` command line: one command, subcommands per task."""

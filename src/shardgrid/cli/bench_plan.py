@@ -1,0 +1,64 @@
+"""``shardgrid bench plan``: how long repartition + plan + schedule take at seed 003's scales.
+
+Each case builds a settled cluster (not timed), applies one membership change, and times the
+master's work for it: repair (for a crash), repartition, planning with cycle elimination and
+prioritization, and the parallel schedule. The best of a few repeats is reported, as the least
+disturbed by whatever else the machine runs.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+from typing import Any
+
+from shardgrid.cli.scenario import ScenarioSpec, run_scenario
+
+SCALES: tuple[tuple[int, int], ...] = ((271, 3), (20_000, 10), (20_000, 200))
+CHANGES: tuple[str, ...] = ("add", "remove", "crash")
+TARGET_MS = 1000.0
+TARGET_SCALE = (20_000, 200)
+
+
+def run_plan_bench(repeats: int = 3, seed: int = 1) -> dict[str, Any]:
+    cases = []
+    for partitions, members in SCALES:
+        for change in CHANGES:
+            spec = ScenarioSpec(members=members, partitions=partitions, backups=1, seed=seed, **{change: 1})
+            totals, plans, schedules = [], [], []
+            result = None
+            for _ in range(repeats):
+                result = run_scenario(spec)
+                plans.append(result.plan_ms)
+                schedules.append(result.schedule_ms)
+                totals.append(result.plan_ms + result.schedule_ms)
+            assert result is not None
+            cases.append(
+                {
+                    "partitions": partitions,
+                    "members": members,
+                    "backups": 1,
+                    "change": change,
+                    "migrations": result.plan.migration_count,
+                    "rounds": len(result.rounds),
+                    "best_total_ms": round(min(totals), 2),
+                    "median_total_ms": round(statistics.median(totals), 2),
+                    "best_plan_ms": round(min(plans), 2),
+                    "best_schedule_ms": round(min(schedules), 2),
+                }
+            )
+    at_target = [c for c in cases if (c["partitions"], c["members"]) == TARGET_SCALE]
+    worst = max(c["best_total_ms"] for c in at_target)
+    return {
+        "benchmark": "plan",
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "repeats": repeats,
+        "cases": cases,
+        "target": {
+            "what": f"repartition + plan + schedule under {TARGET_MS:.0f} ms at "
+            f"{TARGET_SCALE[0]} partitions / {TARGET_SCALE[1]} members, every change",
+            "worst_best_total_ms": worst,
+            "met": worst < TARGET_MS,
+        },
+    }
