@@ -25,3 +25,12 @@ MAX_MEMBER_COUNT: Final = 1_000
 # The planner walks at most this many links when it looks for an enabling migration at a colder
 # index; the chain can never be longer than the replica array, so hitting it is a planner bug.
 MAX_PLANNER_CHAIN_STEPS: Final = MAX_REPLICA_COUNT
+
+# Wire: the largest frame a member sends or accepts (a migration chunk is far below it).
+MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+
+# Data: bounds on what one request may carry.
+MAX_KEY_BYTES: Final = 64 * 1024
+MAX_VALUE_BYTES: Final = 4 * 1024 * 1024
+MAX_OPERATIONS_PER_REQUEST: Final = 10_000
+MAX_MAP_NAME_CHARS: Final = 256

@@ -1,0 +1,75 @@
+"""What goes into a member (events) and what comes out (effects); the runtime moves only these.
+
+The member never sends, sleeps or reads a clock: it returns ``Send`` and ``SetTimer`` effects and
+is told the time with every event. The simulator and the asyncio runtime both execute these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shardgrid.core.identity import Replica
+
+# --- events in -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """The member process started: begin joining through the seed addresses."""
+
+
+@dataclass(frozen=True, slots=True)
+class Receive:
+    """A message arrived from ``sender_address``; ``target_uuid`` is who the sender meant."""
+
+    sender_address: str
+    sender: Replica | None  # None for clients
+    target_uuid: str | None
+    message: Any
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    name: str
+
+
+# --- effects out ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send ``message`` to the member ``target`` (at its address, meant for its uuid)."""
+
+    target: Replica
+    message: Any
+
+
+@dataclass(frozen=True, slots=True)
+class SendToAddress:
+    """Send to an address whose member is not known yet (join through a seed address)."""
+
+    address: str
+    message: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyToClient:
+    client_address: str
+    message: Any
+
+
+@dataclass(frozen=True, slots=True)
+class SetTimer:
+    name: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Something a user or operator wants to know happened (see ``events.py``)."""
+
+    event: Any
+
+
+Effect = Send | SendToAddress | ReplyToClient | SetTimer | Emit

@@ -1,0 +1,71 @@
+"""Per-partition record stores: maps of byte keys to byte values, with a replica sequence.
+
+The sequence counts the writes the owner applied to the partition; backups apply writes in that
+order and a migration or replica sync carries it, so any two replicas at the same sequence hold
+the same data. Keys and values are bytes: they were serialized once, at the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from shardgrid.core.messages import GET, PUT, REMOVE, Entry, Operation
+
+
+@dataclass(slots=True)
+class PartitionData:
+    maps: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
+    sequence: int = 0
+
+    def apply(self, operation: Operation) -> bytes | None:
+        """Apply one operation; returns the value (get) or the previous value (put, remove)."""
+        if operation.kind == GET:
+            return self.maps.get(operation.map_name, {}).get(operation.key)
+        if operation.kind == PUT:
+            records = self.maps.setdefault(operation.map_name, {})
+            previous = records.get(operation.key)
+            records[operation.key] = operation.value
+            return previous
+        if operation.kind == REMOVE:
+            records = self.maps.get(operation.map_name)
+            if records is None:
+                return None
+            previous = records.pop(operation.key, None)
+            if not records:
+                del self.maps[operation.map_name]
+            return previous
+        raise ValueError(f"unknown operation {operation.kind!r}")
+
+    def entries(self) -> Iterator[Entry]:
+        """Every record, maps and keys in sorted order (deterministic chunks)."""
+        for map_name in sorted(self.maps):
+            records = self.maps[map_name]
+            for key in sorted(records):
+                yield Entry(map_name, key, records[key])
+
+    @classmethod
+    def from_entries(cls, entries: list[Entry], sequence: int) -> PartitionData:
+        data = cls(sequence=sequence)
+        for entry in entries:
+            data.maps.setdefault(entry.map_name, {})[entry.key] = entry.value
+        return data
+
+    def size(self) -> int:
+        return sum(len(records) for records in self.maps.values())
+
+
+def chunk_entries(entries: list[Entry], max_entries: int, max_bytes: int) -> list[tuple[Entry, ...]]:
+    """Split entries into chunks bounded by count and bytes (a single larger record stands alone)."""
+    chunks: list[tuple[Entry, ...]] = []
+    current: list[Entry] = []
+    size = 0
+    for entry in entries:
+        entry_bytes = len(entry.key) + len(entry.value) + len(entry.map_name) + 16
+        if current and (len(current) >= max_entries or size + entry_bytes > max_bytes):
+            chunks.append(tuple(current))
+            current, size = [], 0
+        current.append(entry)
+        size += entry_bytes
+    chunks.append(tuple(current))  # an empty partition still sends one (empty, last) chunk
+    return chunks

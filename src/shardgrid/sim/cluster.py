@@ -1,0 +1,279 @@
+"""The simulated cluster: one virtual clock, an event queue, members, clients and faults.
+
+Events are ordered by (time, insertion number), so two runs of one seed process the same events
+in the same order. A crashed member's pending timers and messages die with its incarnation; a
+paused member's events wait and are delivered, in order, when it resumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardgrid.core import codec
+from shardgrid.core.config import MemberConfig
+from shardgrid.core.effects import Emit, Receive, ReplyToClient, Send, SendToAddress, SetTimer, Start, TimerFired
+from shardgrid.core.identity import Replica
+from shardgrid.core.member import Member
+from shardgrid.sim.network import Network, NetworkConfig
+from shardgrid.sim.workload import Ledger, SimClient
+
+FIRST_PORT = 5701
+
+
+@dataclass(slots=True)
+class Node:
+    address: str
+    member: Member
+    incarnation: int
+    alive: bool = True
+    paused: bool = False
+    held: list[tuple[str, Any]] = field(default_factory=list)  # events waiting for a resume
+
+
+@dataclass(slots=True)
+class Stats:
+    events: int = 0
+    messages_sent: int = 0
+    messages_dropped: int = 0
+    migrations_finished: int = 0
+    migrations_failed: int = 0
+    partitions_lost: set[int] = field(default_factory=set)
+    crashes: int = 0
+    restarts: int = 0
+    joins: int = 0
+    splits: int = 0
+    pauses: int = 0
+
+
+class Simulation:
+    def __init__(
+        self,
+        seed: int,
+        config: MemberConfig,
+        network: NetworkConfig | None = None,
+        *,
+        encode_messages: bool = False,
+        trace_events: bool = True,
+    ) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.config = config
+        self.network = Network(network or NetworkConfig(), random.Random(self.rng.getrandbits(64)))
+        self.now_ms = 0
+        self.queue: list[tuple[int, int, str, Any]] = []
+        self.counter = 0
+        self.nodes: dict[str, Node] = {}
+        self.seed_addresses: tuple[str, ...] = ()
+        self.clients: dict[str, SimClient] = {}
+        self.ledger = Ledger()
+        self.stats = Stats()
+        self.events: list[tuple[int, str, Any]] = []  # (time, address, event) members emitted
+        self.encode_messages = encode_messages
+        self.trace_events = trace_events
+        self._trace = hashlib.sha256()
+        self.checks: list[Callable[[Simulation, str], None]] = []
+        self.next_port = FIRST_PORT
+
+    # --- building the cluster ------------------------------------------------------------------
+
+    def new_address(self) -> str:
+        address = f"127.0.0.1:{self.next_port}"
+        self.next_port += 1
+        return address
+
+    def reserve_addresses(self, count: int) -> list[str]:
+        """Addresses for the first members, all of them in every member's seed list (as deployed)."""
+        addresses = [self.new_address() for _ in range(count)]
+        self.seed_addresses = (*self.seed_addresses, *(a for a in addresses if a not in self.seed_addresses))
+        return addresses
+
+    def start_member(self, address: str | None = None, lite: bool = False) -> str:
+        """Start a member process (a new identity, no data) at ``address`` or a new address."""
+        address = address or self.new_address()
+        # Like a deployment's member list: every address the cluster has used, the first one first.
+        if address not in self.seed_addresses:
+            self.seed_addresses = (*self.seed_addresses, address)
+        identity = Replica(str(uuid.UUID(int=self.rng.getrandbits(128), version=4)), address)
+        member_rng = random.Random(self.rng.getrandbits(64))
+        member = Member(identity, self.config, self.seed_addresses, member_rng, lite=lite)
+        previous = self.nodes.get(address)
+        incarnation = previous.incarnation + 1 if previous else 1
+        self.nodes[address] = Node(address, member, incarnation)
+        if self.network.groups and address not in self.network.groups:
+            self.network.groups[address] = 0  # a process started during a split is on its first side
+        self._run_member(self.nodes[address], Start())
+        return address
+
+    def add_client(self, key_count: int = 20) -> SimClient:
+        name = f"client-{len(self.clients) + 1}"
+        client = SimClient(
+            name, random.Random(self.rng.getrandbits(64)), self.ledger, self.config.partition_count, key_count
+        )
+        self.clients[name] = client
+        self._schedule(self.now_ms + 1, "client", name)
+        return client
+
+    # --- faults --------------------------------------------------------------------------------
+
+    def crash(self, address: str) -> None:
+        node = self.nodes[address]
+        node.alive = False
+        node.held.clear()
+        self.stats.crashes += 1
+        self._record("crash", address)
+
+    def restart(self, address: str) -> None:
+        """The process comes back at the same address with a new identity and no data."""
+        self.stats.restarts += 1
+        self._record("restart", address)
+        self.start_member(address)
+
+    def pause(self, address: str) -> None:
+        self.nodes[address].paused = True
+        self.stats.pauses += 1
+        self._record("pause", address)
+
+    def resume(self, address: str) -> None:
+        node = self.nodes[address]
+        if not node.paused:
+            return
+        node.paused = False
+        self._record("resume", address)
+        held, node.held = node.held, []
+        for kind, payload in held:
+            self._schedule(self.now_ms, kind, payload)
+
+    def split(self, sides: list[list[str]]) -> None:
+        self.network.split(sides)
+        self.stats.splits += 1
+        self._record("split", sides)
+
+    def heal(self) -> None:
+        self.network.heal()
+        self._record("heal", None)
+
+    def at(self, time_ms: int, action: Callable[[], None]) -> None:
+        self._schedule(time_ms, "action", action)
+
+    # --- running -------------------------------------------------------------------------------
+
+    def run_until(self, time_ms: int, stop: Callable[[], bool] | None = None) -> bool:
+        """Process events up to ``time_ms``; stops early (returns True) when ``stop()`` holds."""
+        while self.queue and self.queue[0][0] <= time_ms:
+            self.step()
+            if stop is not None and stop():
+                return True
+        self.now_ms = max(self.now_ms, time_ms)
+        return stop() if stop is not None else False
+
+    def step(self) -> None:
+        time_ms, _, kind, payload = heapq.heappop(self.queue)
+        self.now_ms = time_ms
+        self.stats.events += 1
+        if kind == "deliver":
+            address, envelope = payload
+            node = self.nodes.get(address)
+            if node is not None:
+                if not node.alive:
+                    return
+                if node.paused:
+                    node.held.append((kind, payload))
+                    return
+                sender_address, sender, target_uuid, message = envelope
+                self._trace_line("d", address, type(message).__name__)
+                self._run_member(node, Receive(sender_address, sender, target_uuid, message))
+            elif address in self.clients:
+                self._client_message(self.clients[address], envelope[3])
+        elif kind == "timer":
+            address, incarnation, name = payload
+            node = self.nodes.get(address)
+            if node is None or node.incarnation != incarnation or not node.alive:
+                return
+            if node.paused:
+                node.held.append((kind, payload))
+                return
+            self._run_member(node, TimerFired(name))
+        elif kind == "client":
+            client = self.clients[payload]
+            for address, message in client.tick(self.now_ms, self.member_addresses()):
+                self._send(client.address, None, address, None, message)
+            self._schedule(self.now_ms + 5, "client", payload)
+        elif kind == "action":
+            payload()
+
+    def _run_member(self, node: Node, event: Any) -> None:
+        effects = node.member.handle(self.now_ms, event)
+        identity = node.member.identity
+        for effect in effects:
+            if isinstance(effect, Send):
+                self._send(node.address, identity, effect.target.address, effect.target.uuid, effect.message)
+            elif isinstance(effect, SendToAddress):
+                self._send(node.address, identity, effect.address, None, effect.message)
+            elif isinstance(effect, ReplyToClient):
+                self._send(node.address, identity, effect.client_address, None, effect.message)
+            elif isinstance(effect, SetTimer):
+                self._schedule(max(effect.at_ms, self.now_ms), "timer", (node.address, node.incarnation, effect.name))
+            elif isinstance(effect, Emit):
+                self._on_emit(node.address, effect.event)
+        for check in self.checks:
+            check(self, node.address)
+
+    def _send(self, source: str, sender: Replica | None, target: str, target_uuid: str | None, message: Any) -> None:
+        self.stats.messages_sent += 1
+        if self.encode_messages:
+            frames = codec.FrameDecoder().feed(codec.encode(message))
+            message = frames[0]
+        latencies = self.network.deliveries(source, target)
+        if not latencies:
+            self.stats.messages_dropped += 1
+        for latency in latencies:
+            self._schedule(self.now_ms + latency, "deliver", (target, (source, sender, target_uuid, message)))
+
+    def _client_message(self, client: SimClient, message: Any) -> None:
+        for address, reply in client.on_message(self.now_ms, message, self.member_addresses()):
+            self._send(client.address, None, address, None, reply)
+
+    def _on_emit(self, address: str, event: Any) -> None:
+        from shardgrid.core import events
+
+        self.events.append((self.now_ms, address, event))
+        if isinstance(event, events.MigrationEvent):
+            if event.status == "finished":
+                self.stats.migrations_finished += 1
+            elif event.status == "failed":
+                self.stats.migrations_failed += 1
+        elif isinstance(event, events.PartitionLost):
+            self.stats.partitions_lost.add(event.partition_id)
+        if self.trace_events:
+            self._trace_line("e", address, repr(event))
+
+    def _schedule(self, time_ms: int, kind: str, payload: Any) -> None:
+        self.counter += 1
+        heapq.heappush(self.queue, (time_ms, self.counter, kind, payload))
+
+    def _record(self, what: str, detail: Any) -> None:
+        self._trace_line("f", what, repr(detail))
+
+    def _trace_line(self, kind: str, where: str, what: str) -> None:
+        self._trace.update(f"{self.now_ms}|{kind}|{where}|{what}\n".encode())
+
+    # --- views ---------------------------------------------------------------------------------
+
+    def member_addresses(self) -> list[str]:
+        return [a for a, n in self.nodes.items() if n.alive]
+
+    def live_members(self) -> list[Member]:
+        return [n.member for n in self.nodes.values() if n.alive and not n.paused]
+
+    def master(self) -> Member | None:
+        masters = [m for m in self.live_members() if m.is_master]
+        return masters[0] if len(masters) == 1 else None
+
+    def trace_hash(self) -> str:
+        return self._trace.hexdigest()

@@ -1,0 +1,198 @@
+"""Clients that write unique values and keep a ledger of what the grid acknowledged.
+
+Each client owns its keys (no other client writes them) and works through its budget of
+operations one at a time, routing each to the partition owner from a table it fetches and
+corrects on NOT_OWNER. A write's outcome in the ledger is ``acked`` (the owner and every backup
+had it), ``failed`` (definitely not applied) or ``maybe`` (it may or may not have been applied:
+timed out, or indeterminate). The final check allows, for every key, only its last acknowledged
+value or a value of a later ``maybe`` write: anything else is a lost acknowledged write.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardgrid.core.hashing import partition_id_of_serialized, serialize_key
+from shardgrid.core.messages import (
+    GET,
+    INDETERMINATE,
+    NOT_OWNER,
+    OK,
+    PUT,
+    RETRY,
+    ClientReply,
+    ClientRequest,
+    Operation,
+    TableReply,
+    TableRequest,
+)
+
+MAP_NAME = "ledger"
+ACKED = "acked"
+MAYBE = "maybe"
+FAILED = "failed"
+
+
+@dataclass(slots=True)
+class Write:
+    value: bytes
+    outcome: str = FAILED
+
+
+@dataclass(slots=True)
+class Ledger:
+    writes: dict[bytes, list[Write]] = field(default_factory=dict)
+    reads_checked: int = 0
+    phantom_reads: list[str] = field(default_factory=list)
+
+    def allowed_final_values(self, key: bytes) -> set[bytes | None]:
+        writes = self.writes.get(key, [])
+        last_acked = max((i for i, w in enumerate(writes) if w.outcome == ACKED), default=-1)
+        allowed: set[bytes | None] = {w.value for w in writes[last_acked + 1 :] if w.outcome == MAYBE}
+        if last_acked >= 0:
+            allowed.add(writes[last_acked].value)
+        else:
+            allowed.add(None)
+        return allowed
+
+    def counts(self) -> dict[str, int]:
+        result = {ACKED: 0, MAYBE: 0, FAILED: 0}
+        for writes in self.writes.values():
+            for write in writes:
+                result[write.outcome] += 1
+        return result
+
+
+@dataclass(slots=True)
+class Call:
+    call_id: int
+    key: bytes
+    operation: Operation
+    partition_id: int
+    write: Write | None
+    attempts: int = 0
+    sent_ms: int = 0
+    retry_at_ms: int = 0
+    target: str | None = None
+    timed_out: bool = False
+
+
+class SimClient:
+    """One client: ``tick`` and ``on_message`` return the messages it sends, as (address, message)."""
+
+    MAX_ATTEMPTS = 60
+    CALL_TIMEOUT_MS = 2_000
+    RETRY_BACKOFF_MS = 50
+    THINK_MS = 5
+
+    def __init__(self, name: str, rng: random.Random, ledger: Ledger, partition_count: int, key_count: int) -> None:
+        self.address = name
+        self.rng = rng
+        self.ledger = ledger
+        self.partition_count = partition_count
+        self.keys = [serialize_key(f"{name}-key-{i}") for i in range(key_count)]
+        self.owners: list[str | None] = [None] * partition_count
+        self.budget = 0
+        self.call: Call | None = None
+        self.counter = 0
+        self.next_op_ms = 0
+        self.completed_ops = 0
+
+    def give(self, operations: int) -> None:
+        self.budget += operations
+
+    @property
+    def idle(self) -> bool:
+        return self.call is None and self.budget == 0
+
+    def tick(self, now_ms: int, members: list[str]) -> list[tuple[str, Any]]:
+        if not members:
+            return []
+        call = self.call
+        if call is None:
+            if self.budget == 0 or now_ms < self.next_op_ms:
+                return []
+            self.budget -= 1
+            self.call = call = self._new_call()
+            call.retry_at_ms = now_ms
+        if call.sent_ms and now_ms - call.sent_ms > self.CALL_TIMEOUT_MS and not call.retry_at_ms:
+            call.timed_out = True
+            self._finish(now_ms, MAYBE)
+            return [(self.rng.choice(members), TableRequest())]
+        if call.retry_at_ms and now_ms >= call.retry_at_ms:
+            return self._send(now_ms, members)
+        return []
+
+    def _new_call(self) -> Call:
+        self.counter += 1
+        key = self.rng.choice(self.keys)
+        pid = partition_id_of_serialized(key, self.partition_count)
+        if self.rng.random() < 0.7:
+            write = Write(f"{self.address}:{self.counter}".encode())
+            self.ledger.writes.setdefault(key, []).append(write)
+            operation = Operation(PUT, MAP_NAME, key, write.value)
+        else:
+            write = None
+            operation = Operation(GET, MAP_NAME, key)
+        return Call(self.counter, key, operation, pid, write)
+
+    def _send(self, now_ms: int, members: list[str]) -> list[tuple[str, Any]]:
+        call = self.call
+        assert call is not None
+        call.attempts += 1
+        if call.attempts > self.MAX_ATTEMPTS:
+            self._finish(now_ms, MAYBE if call.timed_out else FAILED)
+            return []
+        target = self.owners[call.partition_id] or self.rng.choice(members)
+        call.target = target
+        call.sent_ms = now_ms
+        call.retry_at_ms = 0
+        self.counter += 1
+        call.call_id = self.counter
+        return [(target, ClientRequest(call.call_id, ((call.partition_id, call.operation),)))]
+
+    def on_message(self, now_ms: int, message: Any, members: list[str]) -> list[tuple[str, Any]]:
+        if isinstance(message, TableReply):
+            if message.partition_count == self.partition_count:
+                self.owners = list(message.owner_addresses)
+            return []
+        call = self.call
+        if not isinstance(message, ClientReply) or call is None or message.call_id != call.call_id:
+            return []  # a late answer to a call already given up on
+        result = message.results[0] if message.results else None
+        if result is None or result.status not in (OK, NOT_OWNER, RETRY, INDETERMINATE):
+            self._finish(now_ms, FAILED)
+            return []
+        if result.status == OK:
+            if call.write is None:
+                self._check_read(call.key, result.value)
+            self._finish(now_ms, ACKED)
+            return []
+        if result.status == INDETERMINATE:
+            self._finish(now_ms, MAYBE)
+            return []
+        if result.status == NOT_OWNER:
+            self.owners[call.partition_id] = result.owner_address
+            call.retry_at_ms = now_ms  # go to the right owner at once
+        else:
+            call.retry_at_ms = now_ms + self.RETRY_BACKOFF_MS
+            if self.rng.random() < 0.2:
+                return [(self.rng.choice(members), TableRequest())]
+        return []
+
+    def _check_read(self, key: bytes, value: bytes | None) -> None:
+        self.ledger.reads_checked += 1
+        written = {w.value for w in self.ledger.writes.get(key, [])}
+        if value is not None and value not in written:
+            self.ledger.phantom_reads.append(f"{key!r} read {value!r}, never written")
+
+    def _finish(self, now_ms: int, outcome: str) -> None:
+        call = self.call
+        assert call is not None
+        if call.write is not None:
+            call.write.outcome = MAYBE if (outcome == FAILED and call.timed_out) else outcome
+        self.call = None
+        self.completed_ops += 1
+        self.next_op_ms = now_ms + self.THINK_MS
