@@ -172,6 +172,7 @@ class MigrationChunk:
     entries: tuple[Entry, ...]
     last: bool
     replica_sequence: int
+    lineage: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +255,7 @@ class BackupOperation:
     partition_id: int
     sequence: int
     operation: Operation
+    lineage: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +274,7 @@ class ReplicaSyncChunk:
     entries: tuple[Entry, ...]
     last: bool
     replica_sequence: int
+    lineage: str
 
 
 @dataclass(frozen=True, slots=True)

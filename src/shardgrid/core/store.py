@@ -15,8 +15,16 @@ from shardgrid.core.messages import GET, PUT, REMOVE, Entry, Operation
 
 @dataclass(slots=True)
 class PartitionData:
+    """A partition's maps; ``sequence`` counts writes within ``lineage``.
+
+    A lineage starts when a backup is promoted to owner: its sequence numbers mean nothing to
+    replicas that followed the previous owner, so backups take writes only from their own lineage
+    until the new owner's sync brings them into it.
+    """
+
     maps: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     sequence: int = 0
+    lineage: str = ""
 
     def apply(self, operation: Operation) -> bytes | None:
         """Apply one operation; returns the value (get) or the previous value (put, remove)."""
@@ -45,8 +53,8 @@ class PartitionData:
                 yield Entry(map_name, key, records[key])
 
     @classmethod
-    def from_entries(cls, entries: list[Entry], sequence: int) -> PartitionData:
-        data = cls(sequence=sequence)
+    def from_entries(cls, entries: list[Entry], sequence: int, lineage: str) -> PartitionData:
+        data = cls(sequence=sequence, lineage=lineage)
         for entry in entries:
             data.maps.setdefault(entry.map_name, {})[entry.key] = entry.value
         return data

@@ -83,7 +83,7 @@ class Data(MemberState):
         backups = self.backups_of(pid)
         if not backups:
             return OperationResult(OK, previous)
-        backup_op = BackupOperation(pid, data.sequence, operation)
+        backup_op = BackupOperation(pid, data.sequence, operation, data.lineage)
         for backup in backups:
             self.send(backup, backup_op)
         self.pending_writes[(pid, data.sequence)] = PendingWrite(call, index, backup_op, set(backups), self.now_ms)
@@ -156,8 +156,8 @@ class Data(MemberState):
         if self.table.owner(pid) != sender or self.replica_index_of(pid, self.identity) < 1:
             return  # not from the owner this member knows: fenced off (the sender retries)
         data = self.stores.get(pid)
-        if data is None or pid in self.incoming_syncs:
-            return
+        if data is None or pid in self.incoming_syncs or data.lineage != message.lineage:
+            return  # not yet in the owner's lineage: its sync (or a timeout that starts one) fixes that
         if message.sequence > data.sequence + 1:
             held = self.reorder.setdefault(pid, {})
             if len(held) < self.config.max_backup_reorder:
@@ -195,6 +195,7 @@ class Data(MemberState):
             f"{self.identity.uuid[:8]}-s{self.sync_counter}",
             chunks,
             data.sequence,
+            data.lineage,
             dict.fromkeys(targets, 0),
             self.now_ms,
             self.now_ms,
@@ -206,14 +207,17 @@ class Data(MemberState):
     def _send_sync_chunk(self, pid: int, sync: OutgoingSync, backup: Replica) -> None:
         index = sync.progress[backup]
         last = index == len(sync.chunks) - 1
-        self.send(backup, ReplicaSyncChunk(sync.sync_id, pid, index, sync.chunks[index], last, sync.replica_sequence))
+        chunk = ReplicaSyncChunk(
+            sync.sync_id, pid, index, sync.chunks[index], last, sync.replica_sequence, sync.lineage
+        )
+        self.send(backup, chunk)
 
     def on_sync_ack(self, sender: Replica, message: ReplicaSyncAck) -> None:
         for pid, sync in sorted(self.outgoing_syncs.items()):
             if sync.sync_id != message.sync_id or sender not in sync.progress:
                 continue
             if not message.accepted:
-                del sync.progress[sender]
+                pass  # busy with a migration of the partition: the chunk is resent until it takes it
             elif message.sequence == sync.progress[sender]:
                 if message.sequence == len(sync.chunks) - 1:
                     del sync.progress[sender]
@@ -241,17 +245,19 @@ class Data(MemberState):
             incoming.staged.extend(message.entries)
             incoming.next_chunk += 1
             if message.last:
-                self.stores[pid] = PartitionData.from_entries(incoming.staged, message.replica_sequence)
+                self.stores[pid] = PartitionData.from_entries(
+                    incoming.staged, message.replica_sequence, message.lineage
+                )
                 self.reorder.pop(pid, None)
                 del self.incoming_syncs[pid]
         if message.sequence < incoming.next_chunk or pid not in self.incoming_syncs:
             self.send(sender, ReplicaSyncAck(message.sync_id, message.sequence, True))
 
     def _sync_tick(self) -> None:
+        # A sync is never abandoned while its backups are still backups: until they hold the
+        # owner's lineage they cannot take its writes (after_table_change drops former backups).
         for pid, sync in sorted(self.outgoing_syncs.items()):
-            if self.now_ms - sync.started_ms > self.config.migration_timeout_ms:
-                del self.outgoing_syncs[pid]  # give up; the next write timeout or promotion retries
-            elif self.now_ms - sync.last_sent_ms >= self.config.retry_interval_ms:
+            if self.now_ms - sync.last_sent_ms >= self.config.retry_interval_ms:
                 sync.last_sent_ms = self.now_ms
                 for backup in sorted(sync.progress):
                     self._send_sync_chunk(pid, sync, backup)
@@ -291,8 +297,11 @@ class Data(MemberState):
             self._finish_write(write.call)
 
     def sync_after_promotion(self, partition_ids: list[int]) -> None:
+        """A promoted owner starts a new lineage and brings its backups into it."""
         for pid in partition_ids:
             if self.table is not None and self.table.owner(pid) == self.identity:
+                data = self.stores.setdefault(pid, PartitionData())
+                data.lineage = f"{self.identity.uuid[:8]}@{self.table.versions[pid]}"
                 self.start_sync(pid, self.backups_of(pid))
 
     def drop_departed_from_data_plane(self, departed: list[Replica]) -> None:

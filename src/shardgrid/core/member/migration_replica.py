@@ -45,31 +45,33 @@ class MigrationReplica(MemberState):
         if reason:
             self._to_master(MigrationDataDone(record.migration_id, False, reason))
             return
-        data = self.stores.setdefault(pid, PartitionData())
-        chunks = chunk_entries(list(data.entries()), self.config.max_chunk_entries, self.config.max_chunk_bytes)
         destination = record.migration.destination
         assert destination is not None
         if destination == self.identity:
             self._to_master(MigrationDataDone(record.migration_id, True))  # nothing to copy to itself
             return
-        self.active[pid] = ActiveMigration(
-            record,
-            SENDER,
-            sender,
-            self.now_ms,
-            self.now_ms,
-            chunks=chunks,
-            replica_sequence=data.sequence,
-            destination=destination,
-        )
-        self._send_chunk(self.active[pid])
+        # Writes to the partition stop now; the data goes out once the writes already sent to the
+        # backups are settled, so that no backup misses one the new replica set will not resend.
+        self.active[pid] = ActiveMigration(record, SENDER, sender, self.now_ms, self.now_ms, destination=destination)
+        self._start_sending(pid, self.active[pid])
+
+    def _start_sending(self, pid: int, active: ActiveMigration) -> None:
+        if active.sending or any(key[0] == pid for key in self.pending_writes) or pid in self.outgoing_syncs:
+            return
+        data = self.stores.setdefault(pid, PartitionData())
+        active.chunks = chunk_entries(list(data.entries()), self.config.max_chunk_entries, self.config.max_chunk_bytes)
+        active.replica_sequence = data.sequence
+        active.lineage = data.lineage
+        active.sending = True
+        self._send_chunk(active)
 
     def _send_chunk(self, active: ActiveMigration) -> None:
         assert active.destination is not None
         index = active.next_chunk
         active.last_sent_ms = self.now_ms
+        last = index == len(active.chunks) - 1
         chunk = MigrationChunk(
-            active.record, index, active.chunks[index], index == len(active.chunks) - 1, active.replica_sequence
+            active.record, index, active.chunks[index], last, active.replica_sequence, active.lineage
         )
         self.send(active.destination, chunk)
 
@@ -108,6 +110,7 @@ class MigrationReplica(MemberState):
                 active.next_chunk += 1
                 active.complete = message.last
                 active.replica_sequence = message.replica_sequence
+                active.lineage = message.lineage
                 active.last_progress_ms = self.now_ms
             if message.sequence < active.next_chunk:
                 self.send(sender, MigrationChunkAck(record.migration_id, message.sequence, True))
@@ -129,6 +132,7 @@ class MigrationReplica(MemberState):
             next_chunk=1,
             complete=message.last,
             replica_sequence=message.replica_sequence,
+            lineage=message.lineage,
         )
         self.send(sender, MigrationChunkAck(record.migration_id, 0, True))
 
@@ -146,7 +150,7 @@ class MigrationReplica(MemberState):
             if not active.complete:
                 self._to_master(MigrationCommitAck(record.migration_id, False, "data incomplete"))
                 return
-            self.stores[pid] = PartitionData.from_entries(active.staged, active.replica_sequence)
+            self.stores[pid] = PartitionData.from_entries(active.staged, active.replica_sequence, active.lineage)
             del self.active[pid]
         elif record.migration.destination == self.identity and self._is_ownerless(pid, record):
             self.stores[pid] = PartitionData()  # every replica of it was lost: it restarts empty
@@ -199,11 +203,13 @@ class MigrationReplica(MemberState):
         for pid in sorted(self.active):
             active = self.active[pid]
             idle_ms = self.now_ms - active.last_progress_ms
+            if active.role == SENDER and not active.sending:
+                self._start_sending(pid, active)
             if active.role == SENDER and not active.complete:
                 if idle_ms > self.config.migration_timeout_ms:
                     active.complete = True
                     self._to_master(MigrationDataDone(active.record.migration_id, False, "destination silent"))
-                elif self.now_ms - active.last_sent_ms >= self.config.retry_interval_ms:
+                elif active.sending and self.now_ms - active.last_sent_ms >= self.config.retry_interval_ms:
                     self._send_chunk(active)
             elif self.now_ms - active.last_sent_ms >= self.config.retry_interval_ms and idle_ms > 0:
                 active.last_sent_ms = self.now_ms

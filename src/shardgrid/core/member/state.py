@@ -30,10 +30,12 @@ class ActiveMigration:
     last_progress_ms: int
     chunks: list[tuple[Any, ...]] = field(default_factory=list)  # sender: what to send
     replica_sequence: int = 0
+    lineage: str = ""
     next_chunk: int = 0  # sender: the chunk awaiting an ack; destination: the chunk expected next
     last_sent_ms: int = 0
     staged: list[Any] = field(default_factory=list)  # destination: entries received so far
     complete: bool = False  # all data sent (sender) or received (destination)
+    sending: bool = False  # sender: the data snapshot was taken and chunks are going out
     destination: Replica | None = None
 
 
@@ -95,6 +97,7 @@ class OutgoingSync:
     sync_id: str
     chunks: list[tuple[Any, ...]]
     replica_sequence: int
+    lineage: str
     progress: dict[Replica, int]  # backup -> chunk awaiting its ack
     last_sent_ms: int
     started_ms: int
