@@ -39,6 +39,8 @@ class Membership(MemberState):
             stamp = self.table.stamp if self.table is not None else None
             for other in self.others():
                 self.send(other, Heartbeat(self.member_list_version, stamp))
+        if self.now_ms < self.distrust_until_ms:
+            return
         suspected = self.suspected_members()
         if self.is_master:
             if suspected and self.has_quorum(suspected):

@@ -116,6 +116,12 @@ class Member(Membership, Publication, MigrationMaster, MigrationReplica, Recover
         getattr(self, handler)(self.identity, message)
 
     def _tick(self) -> None:
+        if self.last_tick_ms and self.now_ms - self.last_tick_ms > self.config.failure_timeout_ms // 2:
+            # This process stood still (a pause, a stalled VM). What it hears now may be old news
+            # that was waiting in buffers: it removes nobody and claims nothing until fresh
+            # messages had time to tell it how the cluster moved on.
+            self.distrust_until_ms = self.now_ms + self.config.failure_timeout_ms
+        self.last_tick_ms = self.now_ms
         self.membership_tick()
         if self.joined:
             self.recovery_tick()

@@ -139,6 +139,8 @@ class MemberState:
         self.members: tuple[MemberEntry, ...] = ()
         self.last_heard: dict[Replica, int] = {}
         self.last_heartbeat_ms = -(10**9)
+        self.last_tick_ms = 0
+        self.distrust_until_ms = 0
         self.claim: Claim | None = None
         self.accepted_claimant: Replica | None = None
         # partition table
