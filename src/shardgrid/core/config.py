@@ -33,6 +33,13 @@ class MemberConfig:
     max_chunk_bytes: int = 1024 * 1024
     max_pending_writes: int = 10_000  # writes waiting for backup acks; beyond it, RETRY
     max_backup_reorder: int = 1_024  # out-of-order backup operations held per partition
+    # With split-brain protection a master removes members, and a member claims mastership, only
+    # while hearing from a majority of the member list: a side cut off from the rest stands still
+    # instead of acknowledging writes the other side never sees. The price: a cluster of n members
+    # then tolerates ceil(n/2) - 1 simultaneous losses (all of them when n <= 2). Without it (as
+    # Hazelcast without a split-brain protection quorum), up to backup_count simultaneous crashes
+    # are survived at any size, and a network split can lose acknowledged writes when it heals.
+    split_brain_protection: bool = True
 
     def validate(self) -> None:
         require(1 <= self.partition_count <= MAX_PARTITION_COUNT, "partition_count out of range")

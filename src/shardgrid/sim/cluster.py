@@ -78,6 +78,10 @@ class Simulation:
         self.trace_events = trace_events
         self._trace = hashlib.sha256()
         self.checks: list[Callable[[Simulation, str], None]] = []
+        # Scenario hooks: called after a member handled a delivered message, and on every send
+        # (returning True drops the message). They let a test crash a member at an exact step.
+        self.after_delivery: list[Callable[[str, Any], None]] = []
+        self.drop_rules: list[Callable[[str, str, Any], bool]] = []
         self.next_port = FIRST_PORT
 
     # --- building the cluster ------------------------------------------------------------------
@@ -121,10 +125,19 @@ class Simulation:
 
     # --- faults --------------------------------------------------------------------------------
 
-    def crash(self, address: str) -> None:
+    def crash(self, address: str, drop_in_flight: bool = False, keep_to: tuple[str, ...] = ()) -> None:
+        """Kill the process; with ``drop_in_flight`` its messages still on the wire die too
+        (except those to ``keep_to``), as when it crashes before its sends leave the machine."""
         node = self.nodes[address]
         node.alive = False
         node.held.clear()
+        if drop_in_flight:
+            self.queue = [
+                item
+                for item in self.queue
+                if not (item[2] == "deliver" and item[3][1][0] == address and item[3][0] not in keep_to)
+            ]
+            heapq.heapify(self.queue)
         self.stats.crashes += 1
         self._record("crash", address)
 
@@ -188,6 +201,8 @@ class Simulation:
                 sender_address, sender, target_uuid, message = envelope
                 self._trace_line("d", address, type(message).__name__)
                 self._run_member(node, Receive(sender_address, sender, target_uuid, message))
+                for hook in list(self.after_delivery):
+                    hook(address, message)
             elif address in self.clients:
                 self._client_message(self.clients[address], envelope[3])
         elif kind == "timer":
@@ -229,6 +244,9 @@ class Simulation:
         if self.encode_messages:
             frames = codec.FrameDecoder().feed(codec.encode(message))
             message = frames[0]
+        if any(rule(source, target, message) for rule in self.drop_rules):
+            self.stats.messages_dropped += 1
+            return
         latencies = self.network.deliveries(source, target)
         if not latencies:
             self.stats.messages_dropped += 1

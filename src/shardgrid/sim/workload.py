@@ -38,6 +38,7 @@ FAILED = "failed"
 @dataclass(slots=True)
 class Write:
     value: bytes
+    issued_ms: int
     outcome: str = FAILED
 
 
@@ -115,7 +116,7 @@ class SimClient:
             if self.budget == 0 or now_ms < self.next_op_ms:
                 return []
             self.budget -= 1
-            self.call = call = self._new_call()
+            self.call = call = self._new_call(now_ms)
             call.retry_at_ms = now_ms
         if call.sent_ms and now_ms - call.sent_ms > self.CALL_TIMEOUT_MS and not call.retry_at_ms:
             call.timed_out = True
@@ -125,12 +126,12 @@ class SimClient:
             return self._send(now_ms, members)
         return []
 
-    def _new_call(self) -> Call:
+    def _new_call(self, now_ms: int) -> Call:
         self.counter += 1
         key = self.rng.choice(self.keys)
         pid = partition_id_of_serialized(key, self.partition_count)
         if self.rng.random() < 0.7:
-            write = Write(f"{self.address}:{self.counter}".encode())
+            write = Write(f"{self.address}:{self.counter}".encode(), now_ms)
             self.ledger.writes.setdefault(key, []).append(write)
             operation = Operation(PUT, MAP_NAME, key, write.value)
         else:

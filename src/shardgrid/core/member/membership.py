@@ -150,7 +150,7 @@ class Membership(MemberState):
         one by one and always finding the shrinking rest a majority of what is left.
         """
         size = len(self.members)
-        if size <= 2:
+        if size <= 2 or not self.config.split_brain_protection:
             return True
         recent_ms = 2 * self.config.heartbeat_interval_ms
         heard = 1 + sum(
@@ -253,8 +253,11 @@ class Membership(MemberState):
     def _maybe_win_claim(self) -> None:
         assert self.claim is not None
         size = len(self.members)
-        if not (size <= 2 or len(self.claim.accepted) * 2 > size):
-            return
+        if self.config.split_brain_protection:
+            if not (size <= 2 or len(self.claim.accepted) * 2 > size):
+                return
+        elif len(self.claim.accepted) < size - len(self.claim.suspected):
+            return  # every member not suspected must agree
         suspected = list(self.claim.suspected)
         self.claim = None
         self.master = self.identity

@@ -191,6 +191,11 @@ class MigrationMaster(MemberState):
         if self.promotions:
             return  # plan only on a repaired table
         if self.needs_rebalance:
+            stale = [m for m in self.table.members() if not self.is_member(m)] if self.table is not None else []
+            if stale:
+                self.repair(stale)  # members that left while their partitions were mid-commit
+                if self.promotions:
+                    return
             self.rebalance()
         self._retry_in_flight()
         self.drive_migrations()
