@@ -9,6 +9,8 @@ not an ``assert``, so that it still fires under ``python -O``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class ShardgridError(Exception):
     """Base class of every error shardgrid raises on purpose."""
@@ -26,10 +28,14 @@ class InvariantViolation(ShardgridError, AssertionError):
     """shardgrid broke one of its own invariants: a bug, never a user's mistake."""
 
 
-def invariant(condition: bool, message: str) -> None:
-    """Crash with ``InvariantViolation`` when ``condition`` is false, even under ``python -O``."""
+def invariant(condition: bool, message: str | Callable[[], str]) -> None:
+    """Crash with ``InvariantViolation`` when ``condition`` is false, even under ``python -O``.
+
+    Hot paths pass the message as a lambda: formatting it on every call would cost more than
+    the check itself.
+    """
     if not condition:
-        raise InvariantViolation(message)
+        raise InvariantViolation(message() if callable(message) else message)
 
 
 def require(condition: bool, message: str) -> None:

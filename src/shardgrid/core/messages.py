@@ -140,6 +140,11 @@ class PartitionUpdateAck:
 
 
 @dataclass(frozen=True, slots=True)
+class AssignPartitions:
+    """A member asked for data before any partition was assigned: the master assigns them now."""
+
+
+@dataclass(frozen=True, slots=True)
 class PromotionCommit:
     """Master to a surviving backup: you own these partitions now (seed 000, section 1.1)."""
 
@@ -157,10 +162,16 @@ class PromotionCommitAck:
 
 @dataclass(frozen=True, slots=True)
 class MigrationRequest:
-    """Master to the data sender (the owner): send this partition's data to the destination."""
+    """Master to the data sender (the owner): send this partition's data to the destination.
+
+    It carries the partition's current table entry and completed migrations, so a sender that
+    missed a publication catches up before it checks the version (seed 003, section 1.2).
+    """
 
     member_list_version: int
     record: MigrationRecord
+    entry: TableEntry
+    completed: tuple[MigrationRecord, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

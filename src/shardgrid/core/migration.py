@@ -46,17 +46,17 @@ class Migration:
             self.destination_current_index,
             self.destination_new_index,
         ):
-            invariant(NO_INDEX <= value < MAX_REPLICA_COUNT, f"replica index out of range in {self}")
+            invariant(NO_INDEX <= value < MAX_REPLICA_COUNT, lambda: f"replica index out of range in {self}")
         invariant(self.source is not None or self.destination is not None, "a migration needs a participant")
         invariant(
             (self.source is None) == (self.source_current_index == NO_INDEX),
-            f"source and its current index go together: {self}",
+            lambda: f"source and its current index go together: {self}",
         )
         invariant(
             (self.destination is None) == (self.destination_new_index == NO_INDEX),
-            f"destination and its new index go together: {self}",
+            lambda: f"destination and its new index go together: {self}",
         )
-        invariant(self.source != self.destination, f"source and destination must differ: {self}")
+        invariant(self.source != self.destination, lambda: f"source and destination must differ: {self}")
 
     @property
     def kind(self) -> MigrationKind:
@@ -91,17 +91,17 @@ def apply_migration(slots: Sequence[Replica | None], migration: Migration) -> li
     result = list(slots)
     m = migration
     if m.source_current_index != NO_INDEX:
-        invariant(result[m.source_current_index] == m.source, f"{m} does not match slots {slots}")
+        invariant(result[m.source_current_index] == m.source, lambda: f"{m} does not match slots {slots}")
         result[m.source_current_index] = None
     if m.destination_current_index != NO_INDEX:
-        invariant(result[m.destination_current_index] == m.destination, f"{m} does not match slots {slots}")
+        invariant(result[m.destination_current_index] == m.destination, lambda: f"{m} does not match slots {slots}")
         result[m.destination_current_index] = None
     elif m.destination is not None:
-        invariant(m.destination not in result, f"{m}: destination already holds a replica in {slots}")
+        invariant(m.destination not in result, lambda: f"{m}: destination already holds a replica in {slots}")
     if m.destination_new_index != NO_INDEX:
-        invariant(result[m.destination_new_index] is None, f"{m} overwrites a replica in {slots}")
+        invariant(result[m.destination_new_index] is None, lambda: f"{m} overwrites a replica in {slots}")
         result[m.destination_new_index] = m.destination
     if m.source_new_index != NO_INDEX:
-        invariant(result[m.source_new_index] is None, f"{m} overwrites a replica in {slots}")
+        invariant(result[m.source_new_index] is None, lambda: f"{m} overwrites a replica in {slots}")
         result[m.source_new_index] = m.source
     return result

@@ -26,7 +26,7 @@ import heapq
 import random
 from collections.abc import Callable, Mapping, Sequence
 
-from shardgrid.core.errors import invariant, require
+from shardgrid.core.errors import InvariantViolation, require
 from shardgrid.core.identity import MemberInfo, Replica
 from shardgrid.core.limits import MAX_BACKUP_COUNT, MAX_MEMBER_COUNT, MAX_REPLICA_COUNT
 from shardgrid.core.table import PartitionTable
@@ -250,7 +250,8 @@ def _rebalance(
             holder = slots[pid][index]
             if holder is None or count[holder] <= quota[holder] or not allowed(member, pid):
                 continue
-            invariant(member not in slots[pid], f"{member} already holds partition {pid}")
+            if not (member not in slots[pid]):
+                raise InvariantViolation(f"{member} already holds partition {pid}")
             slots[pid][index] = member
             count[holder] -= 1
             count[member] += 1

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shardgrid.core.errors import invariant
+from shardgrid.core.errors import InvariantViolation, invariant
 from shardgrid.core.identity import Replica
 from shardgrid.core.limits import MAX_PLANNER_CHAIN_STEPS, MAX_REPLICA_COUNT
 from shardgrid.core.migration import NO_INDEX, Migration, MigrationKind, apply_migration
@@ -77,7 +77,7 @@ def plan_migrations(current: Sequence[Replica | None], target: Sequence[Replica 
         cur = apply_migration(cur, migration)
         invariant(
             replica_count(cur) >= floor,
-            f"planner dropped below {floor} replicas with {migration}; plan so far {plan}",
+            lambda: f"planner dropped below {floor} replicas with {migration}; plan so far {plan}",
         )
         plan.append(migration)
 
@@ -92,14 +92,16 @@ def plan_migrations(current: Sequence[Replica | None], target: Sequence[Replica 
             index += 1
         elif held is None:
             found_at = replica_index(cur, wanted)
-            invariant(found_at == NO_INDEX or found_at > index, f"{wanted} already settled hotter than {index}")
+            if not (found_at == NO_INDEX or found_at > index):
+                raise InvariantViolation(f"{wanted} already settled hotter than {index}")
             emit(Migration(None, NO_INDEX, NO_INDEX, wanted, found_at, index))  # COPY or SHIFT UP
             index += 1
         elif held == wanted:
             index += 1
         elif wanted not in cur:
             held_goes_to = replica_index(tgt, held)
-            invariant(held_goes_to == NO_INDEX or held_goes_to > index, f"{held} wanted hotter than {index}")
+            if not (held_goes_to == NO_INDEX or held_goes_to > index):
+                raise InvariantViolation(f"{held} wanted hotter than {index}")
             if held_goes_to != NO_INDEX and cur[held_goes_to] is None:
                 emit(Migration(held, index, held_goes_to, wanted, NO_INDEX, index))  # SHIFT DOWN
             else:
@@ -111,8 +113,8 @@ def plan_migrations(current: Sequence[Replica | None], target: Sequence[Replica 
                 enabling = _pending_copy(cur, tgt) or _parked(enabling)
             emit(enabling)
     else:
-        invariant(False, f"planner did not finish: current {current}, target {tgt}, plan {plan}")
-    invariant(tuple(cur) == tgt, f"plan {plan} reaches {cur}, not {tgt}")
+        invariant(False, lambda: f"planner did not finish: current {current}, target {tgt}, plan {plan}")
+    invariant(tuple(cur) == tgt, lambda: f"plan {plan} reaches {cur}, not {tgt}")
     return plan
 
 
@@ -129,7 +131,8 @@ def _enabling_migration(cur: list[Replica | None], tgt: ReplicaSlots, index: int
     visited = [index]
     for _ in range(MAX_PLANNER_CHAIN_STEPS):
         found_at = replica_index(cur, tgt[index])
-        invariant(found_at > settled and found_at not in visited, f"chain loops at {index}: {cur} -> {tgt}")
+        if not (found_at > settled and found_at not in visited):
+            raise InvariantViolation(f"chain loops at {index}: {cur} -> {tgt}")
         visited.append(found_at)
         wanted_there = tgt[found_at]
         if wanted_there is None:
@@ -142,7 +145,7 @@ def _enabling_migration(cur: list[Replica | None], tgt: ReplicaSlots, index: int
         if wanted_there not in cur:
             return Migration(cur[found_at], found_at, NO_INDEX, wanted_there, NO_INDEX, found_at)
         index = found_at
-    invariant(False, f"no enabling migration found: {cur} -> {tgt}")
+    invariant(False, lambda: f"no enabling migration found: {cur} -> {tgt}")
     raise AssertionError("unreachable")
 
 

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from shardgrid.core.errors import invariant, require
+from shardgrid.core.errors import InvariantViolation, invariant, require
 from shardgrid.core.identity import Replica
 from shardgrid.core.limits import DEFAULT_MAX_PARALLEL_MIGRATIONS, MAX_PARALLEL_MIGRATIONS_LIMIT
 from shardgrid.core.migration import Migration, MigrationKind, apply_migration
@@ -60,7 +60,8 @@ def next_migrations(
     load: Counter[Replica] = Counter()
     busy_partitions = set()
     for running in in_flight:
-        invariant(running.partition_id not in busy_partitions, f"two migrations of {running.partition_id} in flight")
+        if not (running.partition_id not in busy_partitions):
+            raise InvariantViolation(f"two migrations of {running.partition_id} in flight")
         busy_partitions.add(running.partition_id)
         load.update(running.participants)
     started: list[ScheduledMigration] = []

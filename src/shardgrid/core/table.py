@@ -59,7 +59,7 @@ class PartitionTable:
         require(0 < count <= MAX_PARTITION_COUNT, f"partition count must be 1..{MAX_PARTITION_COUNT}, got {count}")
         require(len(self.versions) == count, "one version per partition is required")
         for slots in self.replicas:
-            invariant(len(slots) == MAX_REPLICA_COUNT, f"replica slots must have length {MAX_REPLICA_COUNT}")
+            invariant(len(slots) == MAX_REPLICA_COUNT, lambda: f"replica slots must have length {MAX_REPLICA_COUNT}")
         for version in self.versions:
             require(0 <= version <= MAX_PARTITION_VERSION, f"partition version out of range: {version}")
 

@@ -50,7 +50,7 @@ def unsafe_reason(sim: Simulation) -> str:
     if any(master.pending.values()):
         return "migrations are pending"
     if master.table is None:
-        return "no partition table yet" if any(not e.lite for e in master.members) else ""
+        return "" if all(m.table is None for m in members) else "a member has a table the master lacks"
     stamp = master.table.stamp
     for member in members:
         if member.table is None or member.table.stamp != stamp:

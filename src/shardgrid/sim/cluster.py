@@ -20,6 +20,7 @@ from shardgrid.core.config import MemberConfig
 from shardgrid.core.effects import Emit, Receive, ReplyToClient, Send, SendToAddress, SetTimer, Start, TimerFired
 from shardgrid.core.identity import Replica
 from shardgrid.core.member import Member
+from shardgrid.core.messages import TableRequest
 from shardgrid.sim.network import Network, NetworkConfig
 from shardgrid.sim.workload import Ledger, SimClient
 
@@ -170,6 +171,11 @@ class Simulation:
     def heal(self) -> None:
         self.network.heal()
         self._record("heal", None)
+
+    def request_assignment(self) -> None:
+        """What a client's first request does: make the master assign the partitions."""
+        for address in self.member_addresses():
+            self._send("client-0", None, address, None, TableRequest())
 
     def at(self, time_ms: int, action: Callable[[], None]) -> None:
         self._schedule(time_ms, "action", action)

@@ -31,6 +31,9 @@ class Scenario:
         addresses = self.sim.reserve_addresses(count)
         for i, address in enumerate(addresses):
             self.sim.at(self.sim.now_ms + 300 * i, lambda address=address: self.sim.start_member(address))
+        self.run_until(lambda: len(self.sim.member_addresses()) == count and not unsafe_reason(self.sim))
+        self.sim.request_assignment()
+        self.run_until(lambda: self.sim.master() is not None and self.sim.master().table is not None)
         self.wait_safe()
         return addresses
 

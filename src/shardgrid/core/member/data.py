@@ -67,6 +67,8 @@ class Data(MemberState):
         if not self._valid(pid, operation):
             return OperationResult(REJECTED)
         if not self.joined or self.table is None:
+            if self.joined:
+                self.request_assignment()
             return OperationResult(RETRY)
         owner = self.table.owner(pid)
         if owner != self.identity:
@@ -106,6 +108,8 @@ class Data(MemberState):
 
     def on_table_request(self, client: str, message: TableRequest) -> None:
         if self.table is None:
+            if self.joined:
+                self.request_assignment()
             self.reply(client, TableReply(self.config.partition_count, (None,) * self.config.partition_count))
             return
         owners = tuple(slots[0].address if slots[0] is not None else None for slots in self.table.replicas)

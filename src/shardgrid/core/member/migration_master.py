@@ -17,6 +17,7 @@ from shardgrid.core.member.state import InFlight, MemberState, PendingPromotion
 from shardgrid.core.messages import (
     COMMITTED,
     ROLLED_BACK,
+    AssignPartitions,
     MigrationCommit,
     MigrationCommitAck,
     MigrationDataDone,
@@ -118,6 +119,20 @@ class MigrationMaster(MemberState):
                 self.send(member, PromotionCommit(self.member_list_version, pending.entries))
         self.needs_rebalance = True
 
+    def on_assign_partitions(self, sender: Replica, message: object) -> None:
+        del sender, message
+        self.request_assignment()
+
+    def request_assignment(self) -> None:
+        """First use of the data: assign the initial table (seed 001: the master owns it)."""
+        if self.table is not None or self.assignment_requested:
+            return
+        self.assignment_requested = True
+        if self.is_master:
+            self.needs_rebalance = True
+        elif self.master is not None:
+            self.send(self.master, AssignPartitions())
+
     def on_promotion_commit_ack(self, sender: Replica, message: PromotionCommitAck) -> None:
         pending = self.promotions.get(sender)
         if not self.is_master or pending is None:
@@ -157,6 +172,8 @@ class MigrationMaster(MemberState):
         if not any(not i.lite for i in infos):
             return
         if self.table is None:
+            if not self.assignment_requested:
+                return  # like Hazelcast, partitions are assigned on first use, once members joined
             initial = arrange(
                 infos,
                 PartitionTable.empty(self.config.partition_count),
@@ -237,7 +254,9 @@ class MigrationMaster(MemberState):
 
     def _send_request(self, flight: InFlight) -> None:
         assert flight.sender is not None
-        request = MigrationRequest(self.member_list_version, flight.record)
+        pid = flight.record.partition_id
+        completed = tuple(r for _, r in sorted(self.completed.items()) if r.partition_id == pid)
+        request = MigrationRequest(self.member_list_version, flight.record, self.entry(pid), completed)
         if flight.sender == self.identity:
             self.on_migration_request(self.identity, request)
         else:

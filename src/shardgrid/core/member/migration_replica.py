@@ -41,6 +41,12 @@ class MigrationReplica(MemberState):
             if active.role == SENDER and active.complete and not active.chunks:
                 self._to_master(MigrationDataDone(record.migration_id, True))  # our answer was lost
             return  # otherwise a resend while we are still at it
+        changed = self.apply_entries((message.entry,))
+        for done in message.completed:
+            self.record_completed(done)
+            self.resolve_active(done)
+        self.resolve_overtaken(changed)
+        self.after_table_change(changed)
         reason = self._refusal(record, expect_owner=True)
         if reason:
             self._to_master(MigrationDataDone(record.migration_id, False, reason))
@@ -117,6 +123,8 @@ class MigrationReplica(MemberState):
             return
         if message.sequence != 0 or record.migration_id in self.completed:
             return
+        if self.table.versions[pid] < record.version_before:
+            return  # the publication that brings us to that version is on its way: the sender resends
         reason = self._refusal(record, expect_owner=False, sender=sender)
         if reason:
             self.send(sender, MigrationChunkAck(record.migration_id, 0, False, reason))

@@ -27,6 +27,7 @@ _FROM_MEMBERS: dict[type, str] = {
     m.MastershipClaimReply: "on_mastership_claim_reply",
     m.PartitionUpdate: "on_partition_update",
     m.PartitionUpdateAck: "on_update_ack",
+    m.AssignPartitions: "on_assign_partitions",
     m.PromotionCommit: "on_promotion_commit",
     m.PromotionCommitAck: "on_promotion_commit_ack",
     m.MigrationRequest: "on_migration_request",
@@ -65,7 +66,7 @@ class Member(Membership, Publication, MigrationMaster, MigrationReplica, Recover
         super().__init__(identity, config, seed_addresses, rng, lite)
 
     def handle(self, now_ms: int, event: Any) -> list[Effect]:
-        invariant(now_ms >= self.now_ms, f"time went backwards: {now_ms} < {self.now_ms}")
+        invariant(now_ms >= self.now_ms, lambda: f"time went backwards: {now_ms} < {self.now_ms}")
         self.now_ms = now_ms
         self.out = []
         if isinstance(event, Receive):

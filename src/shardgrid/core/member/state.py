@@ -154,6 +154,7 @@ class MemberState:
         self.pending: dict[int, list[Migration]] = {}
         self.in_flight: dict[int, InFlight] = {}
         self.needs_rebalance = False
+        self.assignment_requested = False
         self.acked_versions: dict[Replica, list[int]] = {}
         self.promotions: dict[Replica, PendingPromotion] = {}
         self.recovery: Recovery | None = None
@@ -271,4 +272,10 @@ class MemberState:
         raise NotImplementedError
 
     def sync_after_promotion(self, partition_ids: list[int]) -> None:
+        raise NotImplementedError
+
+    def resolve_overtaken(self, partition_ids: list[int]) -> None:
+        raise NotImplementedError
+
+    def request_assignment(self) -> None:
         raise NotImplementedError
