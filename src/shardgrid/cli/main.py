@@ -10,10 +10,14 @@ from rich.console import Console
 
 from shardgrid import __version__
 from shardgrid.cli.bench_plan import run_plan_bench
+from shardgrid.cli.bench_sim import run_sim_bench
 from shardgrid.cli.plan_report import render, summarize
 from shardgrid.cli.scenario import ScenarioSpec, run_scenario
+from shardgrid.cli.sim_report import render as render_sim
+from shardgrid.cli.sim_report import seeds_summary
 from shardgrid.core.errors import ConfigError
 from shardgrid.core.limits import DEFAULT_MAX_PARALLEL_MIGRATIONS, DEFAULT_PARTITION_COUNT
+from shardgrid.sim.vopr import FAULTS, SimParams, run_seed
 
 
 @click.group()
@@ -55,6 +59,80 @@ def plan(
         render(summary, Console())
 
 
+@cli.command()
+@click.option("--seed", type=int, default=1, show_default=True, help="The run's seed; the same seed replays it.")
+@click.option(
+    "--seeds",
+    type=click.IntRange(1, 100_000),
+    default=1,
+    show_default=True,
+    help="Run this many seeds, from --seed on, and summarize.",
+)
+@click.option("--members", type=click.IntRange(1, 50), default=5, show_default=True)
+@click.option("--partitions", type=click.IntRange(1, 100_000), default=DEFAULT_PARTITION_COUNT, show_default=True)
+@click.option("--backups", type=click.IntRange(0, 6), default=1, show_default=True)
+@click.option("--ops", type=click.IntRange(0, 10_000_000), default=2000, show_default=True)
+@click.option(
+    "--faults",
+    default="crash,master-crash,join,split",
+    show_default=True,
+    help=f"Comma-separated, from: {', '.join(FAULTS)} (empty for none).",
+)
+@click.option(
+    "--max-parallel-migrations",
+    type=click.IntRange(1, 1000),
+    default=DEFAULT_MAX_PARALLEL_MIGRATIONS,
+    show_default=True,
+)
+@click.option("--drop-rate", type=click.FloatRange(0, 0.5), default=0.01, show_default=True)
+@click.option("--duplicate-rate", type=click.FloatRange(0, 0.5), default=0.01, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def sim(
+    seed: int,
+    seeds: int,
+    members: int,
+    partitions: int,
+    backups: int,
+    ops: int,
+    faults: str,
+    max_parallel_migrations: int,
+    drop_rate: float,
+    duplicate_rate: float,
+    as_json: bool,
+) -> None:
+    """Run the deterministic simulator: a cluster, a workload, faults; exits 1 on a FAIL verdict."""
+    chosen = tuple(f.strip() for f in faults.split(",") if f.strip())
+    unknown = [f for f in chosen if f not in FAULTS]
+    if unknown:
+        raise click.UsageError(f"unknown fault(s) {', '.join(unknown)}; choose from {', '.join(FAULTS)}")
+    params = SimParams(
+        members=members,
+        partitions=partitions,
+        backups=backups,
+        ops=ops,
+        faults=chosen,
+        max_parallel_migrations=max_parallel_migrations,
+        drop_rate=drop_rate,
+        duplicate_rate=duplicate_rate,
+    )
+    results = []
+    console = Console()
+    for run in range(seeds):
+        result = run_seed(seed + run, params)
+        results.append(result)
+        if as_json and seeds == 1:
+            click.echo(json.dumps(result.summary(), indent=2))
+        elif seeds == 1:
+            render_sim(result, console)
+        else:
+            status = "PASS" if result.passed else "FAIL " + "; ".join(result.problems[:2])
+            click.echo(f"seed {result.seed}: {status}")
+    if seeds > 1:
+        click.echo(json.dumps(seeds_summary(results), indent=2))
+    if not all(r.passed for r in results):
+        sys.exit(1)
+
+
 @cli.group()
 def bench() -> None:
     """Benchmarks that print JSON figures and exit non-zero when a target is missed."""
@@ -65,6 +143,20 @@ def bench() -> None:
 def bench_plan(repeats: int) -> None:
     """Time repartition + plan + schedule at 271/3, 20,000/10 and 20,000/200 (partitions/members)."""
     report = run_plan_bench(repeats)
+    click.echo(json.dumps(report, indent=2))
+    if not report["target"]["met"]:
+        click.echo(f"target missed: {report['target']['what']}", err=True)
+        sys.exit(1)
+
+
+@bench.command("sim")
+@click.option("--partitions", type=click.IntRange(1, 100_000), default=20_000, show_default=True)
+@click.option("--members", type=click.IntRange(2, 50), default=10, show_default=True)
+@click.option("--parallel", default="1,5,10,20", show_default=True, help="max_parallel_migrations values.")
+def bench_sim(partitions: int, members: int, parallel: str) -> None:
+    """Simulator events/s, and simulated time to safe after a crash at seed 003's scale."""
+    values = tuple(int(v) for v in parallel.split(",") if v.strip())
+    report = run_sim_bench(partitions, members, values)
     click.echo(json.dumps(report, indent=2))
     if not report["target"]["met"]:
         click.echo(f"target missed: {report['target']['what']}", err=True)

@@ -34,6 +34,8 @@ def unsafe_reason(sim: Simulation) -> str:
     members = sim.live_members()
     if any(node.paused for node in sim.nodes.values() if node.alive):
         return "a member is paused"
+    if sim.network.groups:
+        return "the network is split"  # the cut-off side looks healthy until the detector fires
     if not members or not all(m.joined for m in members):
         return "a member has not joined"
     masters = [m for m in members if m.is_master]

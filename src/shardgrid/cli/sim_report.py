@@ -1,0 +1,52 @@
+"""What ``shardgrid sim`` prints: the seed and parameters to replay it, a summary, the verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from shardgrid.sim.vopr import SimResult
+
+
+def render(result: SimResult, console: Console) -> None:
+    s = result.summary()
+    p = s["params"]
+    console.print(
+        f"[bold]shardgrid sim[/bold] --seed {s['seed']} --members {p['members']} --partitions {p['partitions']} "
+        f"--backups {p['backups']} --ops {p['ops']} --faults {','.join(p['faults']) or 'none'} "
+        f"--max-parallel-migrations {p['max_parallel_migrations']} --drop-rate {p['drop_rate']}"
+    )
+    writes = s["writes"]
+    console.print(
+        f"simulated {s['simulated_ms'] / 1000:.1f} s in {s['wall_seconds']} s wall: {s['events']} events "
+        f"({s['events_per_second']}/s), {s['messages_sent']} messages ({s['messages_dropped']} lost)"
+    )
+    console.print(
+        f"writes: {writes['acked']} acknowledged, {writes['maybe']} indeterminate, {writes['failed']} refused; "
+        f"{s['reads_checked']} reads checked"
+    )
+    console.print(
+        f"migrations: {s['migrations_finished']} finished, {s['migrations_failed']} rolled back; "
+        f"time to safe after faults (ms): {s['time_to_safe_ms'] or '-'}"
+    )
+    for fault in s["faults"]:
+        console.print(f"  fault at {fault}")
+    console.print(f"trace {s['trace_hash'][:16]}")
+    if result.passed:
+        console.print("[green]verdict: PASS[/green]")
+    else:
+        console.print("[red]verdict: FAIL[/red]")
+        for problem in s["problems"]:
+            console.print(f"  {problem}")
+
+
+def seeds_summary(results: list[SimResult]) -> dict[str, Any]:
+    failed = [r.seed for r in results if not r.passed]
+    return {
+        "seeds": len(results),
+        "passed": len(results) - len(failed),
+        "failed_seeds": failed,
+        "events": sum(r.events for r in results),
+        "wall_seconds": round(sum(r.wall_seconds for r in results), 2),
+    }

@@ -1,0 +1,75 @@
+"""``shardgrid sim`` and ``shardgrid bench sim`` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from shardgrid.cli.main import cli
+from shardgrid.sim.vopr import SimResult
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+def test_sim_prints_the_replay_command_the_summary_and_the_verdict() -> None:
+    code, out = run("sim", "--seed", "5", "--ops", "150", "--faults", "crash,join")
+    assert code == 0, out
+    assert "--seed 5" in out
+    assert "acknowledged" in out
+    assert "verdict: PASS" in out
+
+
+def test_sim_json_is_the_run_summary_and_replays() -> None:
+    args = ("sim", "--seed", "6", "--ops", "150", "--faults", "crash,master-crash", "--json")
+    first, second = json.loads(run(*args)[1]), json.loads(run(*args)[1])
+    assert first["verdict"] == "PASS"
+    assert first["writes"]["acked"] > 0
+    assert first["trace_hash"] == second["trace_hash"]
+
+
+def test_sim_over_many_seeds_summarizes() -> None:
+    code, out = run("sim", "--seed", "1", "--seeds", "3", "--ops", "100", "--faults", "crash")
+    assert code == 0
+    summary = json.loads(out[out.index("{") :])
+    assert summary["seeds"] == 3
+    assert summary["passed"] == 3
+
+
+def test_a_failing_verdict_exits_non_zero(monkeypatch) -> None:
+    from shardgrid.cli import main
+
+    real = main.run_seed
+
+    def failing(seed: int, params: object) -> SimResult:
+        result = real(seed, params)  # type: ignore[arg-type]
+        result.passed = False
+        result.problems = ["injected failure"]
+        return result
+
+    monkeypatch.setattr(main, "run_seed", failing)
+    code, out = run("sim", "--seed", "1", "--ops", "50", "--faults", "")
+    assert code == 1
+    assert "verdict: FAIL" in out
+    assert "injected failure" in out
+
+
+def test_unknown_faults_are_refused() -> None:
+    code, out = run("sim", "--faults", "crash,meteor")
+    assert code == 2
+    assert "meteor" in out
+
+
+def test_bench_sim_reports_throughput_and_crash_repair() -> None:
+    code, out = run("bench", "sim", "--partitions", "300", "--members", "4", "--parallel", "1,10")
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["throughput"]["verdict"] == "PASS"
+    assert report["throughput"]["events_per_second"] > 0
+    repairs = report["crash_repair"]
+    assert [r["max_parallel_migrations"] for r in repairs] == [1, 10]
+    assert all(r["migrations"] > 0 for r in repairs)
+    assert repairs[0]["simulated_ms_to_safe"] >= repairs[1]["simulated_ms_to_safe"]
