@@ -6,9 +6,11 @@ BIN := .venv/bin
 venv:
 	@bash scripts/venv.sh
 
-# The main job. Until the cluster runtime lands, it is the master's plan for a member joining.
+# The main job. Until the network runtime lands: the master's plan for a member joining, then the
+# same member code running as a simulated cluster under crashes, joins and splits.
 demo: venv
 	$(BIN)/shardgrid plan --members 3 --add 1 --partitions 271 --backups 1
+	$(BIN)/shardgrid sim --seed 1 --members 5 --partitions 271 --backups 1 --ops 2000 --faults crash,master-crash,join,split
 
 lint: venv
 	$(BIN)/ruff check src tests
@@ -20,6 +22,7 @@ test: lint
 
 bench: venv
 	$(BIN)/shardgrid bench plan
+	$(BIN)/shardgrid bench sim
 
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache .hypothesis

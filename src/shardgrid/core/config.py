@@ -40,6 +40,10 @@ class MemberConfig:
     # Hazelcast without a split-brain protection quorum), up to backup_count simultaneous crashes
     # are survived at any size, and a network split can lose acknowledged writes when it heals.
     split_brain_protection: bool = True
+    # The master assigns the partitions when the first data member starts (the default), or, as
+    # Hazelcast does, when data is first asked for: a cluster formed before first use then starts
+    # balanced over all its members with no migration at all.
+    assign_partitions_on_first_use: bool = False
 
     def validate(self) -> None:
         require(1 <= self.partition_count <= MAX_PARTITION_COUNT, "partition_count out of range")

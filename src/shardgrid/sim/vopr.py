@@ -37,6 +37,7 @@ class SimParams:
     settle_ms: int = 120_000  # after the workload: how long the cluster has to become safe
     encode_messages: bool = False
     split_brain_protection: bool = True
+    assign_on_first_use: bool = False
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -55,6 +56,7 @@ class SimParams:
             backup_count=self.backups,
             max_parallel_migrations=self.max_parallel_migrations,
             split_brain_protection=self.split_brain_protection,
+            assign_partitions_on_first_use=self.assign_on_first_use,
         )
 
 

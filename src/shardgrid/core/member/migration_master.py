@@ -172,8 +172,8 @@ class MigrationMaster(MemberState):
         if not any(not i.lite for i in infos):
             return
         if self.table is None:
-            if not self.assignment_requested:
-                return  # like Hazelcast, partitions are assigned on first use, once members joined
+            if self.config.assign_partitions_on_first_use and not self.assignment_requested:
+                return  # assigned when a client first asks, over every member joined by then
             initial = arrange(
                 infos,
                 PartitionTable.empty(self.config.partition_count),
@@ -218,8 +218,8 @@ class MigrationMaster(MemberState):
         self.drive_migrations()
 
     def drive_migrations(self) -> None:
-        if self.table is None or self.promotions or self.recovery is not None:
-            return
+        if self.table is None or self.promotions or self.recovery is not None or self.needs_rebalance:
+            return  # the plan is stale (or the table mid-repair): the next tick replans first
         self.pending = {pid: queue for pid, queue in self.pending.items() if queue}
         table = self.table
         running = [
@@ -313,6 +313,7 @@ class MigrationMaster(MemberState):
         self._emit_migration("finished", record)
         self._repair_leftovers(pid)
         self._replan_partition(pid)
+        self.drive_requested = True
 
     def _commit_on_master(self, record: MigrationRecord) -> None:
         """A CLEAR changes no data holder: the master commits it and the source drops on publish."""

@@ -79,6 +79,11 @@ class Member(Membership, Publication, MigrationMaster, MigrationReplica, Recover
             self._tick()
         else:
             raise TypeError(f"unknown event {type(event).__name__}")
+        if self.drive_requested:
+            # A migration ended during this event: start the next ones now, not on the next tick.
+            self.drive_requested = False
+            if self.is_master:
+                self.drive_migrations()
         out, self.out = self.out, []
         return out
 

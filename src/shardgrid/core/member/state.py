@@ -154,6 +154,7 @@ class MemberState:
         self.pending: dict[int, list[Migration]] = {}
         self.in_flight: dict[int, InFlight] = {}
         self.needs_rebalance = False
+        self.drive_requested = False
         self.assignment_requested = False
         self.acked_versions: dict[Replica, list[int]] = {}
         self.promotions: dict[Replica, PendingPromotion] = {}
@@ -278,4 +279,7 @@ class MemberState:
         raise NotImplementedError
 
     def request_assignment(self) -> None:
+        raise NotImplementedError
+
+    def drive_migrations(self) -> None:
         raise NotImplementedError
