@@ -137,3 +137,36 @@ def test_a_client_is_sent_to_the_owner_and_the_owner_answers_after_its_backup() 
     effects = owner.handle(20, Receive("client-1", None, None, get_all))
     reply = next(e.message for e in effects if isinstance(e, ReplyToClient))
     assert [r.value for r in reply.results] == [b"v"] * 4
+
+
+def test_a_late_copy_of_an_old_replica_sync_does_not_roll_a_backup_back() -> None:
+    from shardgrid.core.messages import Entry, ReplicaSyncAck, ReplicaSyncChunk
+    from shardgrid.core.store import PartitionData
+
+    backup = _member_with_table(B, (1, 1, 1, 1))
+    backup.stores[0] = PartitionData({"m": {b"k": b"new"}}, sequence=5, lineage="L")
+    old = ReplicaSyncChunk("a-s1", 0, 0, (Entry("m", b"k", b"old"),), True, 3, "L")
+    effects = backup.handle(10, Receive(A.address, A, B.uuid, old))
+    assert [e.message for e in effects if isinstance(e, Send)] == [ReplicaSyncAck("a-s1", 0, True)]
+    assert backup.stores[0].sequence == 5
+    assert backup.stores[0].maps == {"m": {b"k": b"new"}}
+    newer = ReplicaSyncChunk("a-s2", 0, 0, (Entry("m", b"k", b"newer"),), True, 6, "L")
+    backup.handle(11, Receive(A.address, A, B.uuid, newer))
+    assert backup.stores[0].sequence == 6
+    assert backup.stores[0].maps == {"m": {b"k": b"newer"}}
+
+
+def test_a_resent_commit_is_acknowledged_even_after_its_record_was_forgotten() -> None:
+    from shardgrid.core.messages import MigrationCommit, MigrationCommitAck, PartitionUpdate
+
+    destination = _member_with_table(C, (1, 1, 1, 1))
+    record = MigrationRecord("m-9", 2, Migration(B, 1, -1, C, -1, 1), version_before=1, status="committed")
+    committed = TableEntry(2, (A, C, None, None, None, None, None), 2)
+    destination.apply_entries((committed,))  # it applied the commit; its ack to the master was lost
+    destination.completed[record.migration_id] = record
+    stale_full = PartitionUpdate(3, tuple(TableEntry(p, (A, B), 1) for p in range(4)), (), full=True)
+    destination.handle(12, Receive(A.address, A, C.uuid, stale_full))
+    assert record.migration_id in destination.completed  # the master has not reflected it yet
+    destination.completed.clear()  # even forgotten, the table says it is done here
+    effects = destination.handle(13, Receive(A.address, A, C.uuid, MigrationCommit(3, record, committed)))
+    assert [e.message for e in effects if isinstance(e, Send)] == [MigrationCommitAck("m-9", True)]

@@ -17,6 +17,7 @@ from shardgrid.core.messages import (
     NOT_OWNER,
     ClientReply,
     ClientRequest,
+    MastershipClaimReply,
     MigrationChunk,
     MigrationCommit,
     MigrationCommitAck,
@@ -324,4 +325,25 @@ def test_scale_one_to_seven_to_one() -> None:
         victim = next(m.address for m in s.master.member_replicas() if m != s.master.identity)
         s.sim.crash(victim)
         s.wait_safe()
+    assert s.verdict() == []
+
+
+def test_a_master_cut_off_alone_removes_nobody_when_the_split_heals() -> None:
+    """The majority's election stalls (its claim replies are lost); when the split heals, the old
+    master hears a majority again but must not remove members whose first heartbeat is still on
+    the way: one fault must not turn into several removals."""
+    s = scenario(seed=4, partitions=31)
+    addresses = s.start(5)
+    s.load(200)
+    s.run_for(1_500)
+    master = s.master.identity.address
+    s.sim.drop_rules.append(lambda _src, _dst, message: isinstance(message, MastershipClaimReply))
+    s.sim.split([[master], [a for a in addresses if a != master]])
+    s.run_for(7_000)
+    s.sim.heal()
+    s.run_for(3_000)
+    removed_by_old_master = [e for t, a, e in s.sim.events if isinstance(e, events.MemberRemoved) and a == master]
+    assert removed_by_old_master == []
+    assert s.sim.stats.partitions_lost == set()
+    s.sim.drop_rules.clear()
     assert s.verdict() == []

@@ -34,3 +34,6 @@ MAX_KEY_BYTES: Final = 64 * 1024
 MAX_VALUE_BYTES: Final = 4 * 1024 * 1024
 MAX_OPERATIONS_PER_REQUEST: Final = 10_000
 MAX_MAP_NAME_CHARS: Final = 256
+
+# Completed migrations the master keeps until every member acknowledged them (seed 000, 2.1).
+MAX_COMPLETED_MIGRATIONS: Final = 100_000

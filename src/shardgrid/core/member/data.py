@@ -243,7 +243,10 @@ class Data(MemberState):
         if incoming is None or incoming.sync_id != message.sync_id:
             if message.sequence != 0:
                 return
-            incoming = IncomingSync(message.sync_id, 0, [])
+            if self._stale_sync(pid, message):
+                self.send(sender, ReplicaSyncAck(message.sync_id, message.sequence, True))
+                return
+            incoming = IncomingSync(message.sync_id, 0, [], message.lineage, message.replica_sequence)
             self.incoming_syncs[pid] = incoming
         if message.sequence == incoming.next_chunk:
             incoming.staged.extend(message.entries)
@@ -256,6 +259,21 @@ class Data(MemberState):
                 del self.incoming_syncs[pid]
         if message.sequence < incoming.next_chunk or pid not in self.incoming_syncs:
             self.send(sender, ReplicaSyncAck(message.sync_id, message.sequence, True))
+
+    def _stale_sync(self, pid: int, message: ReplicaSyncChunk) -> bool:
+        """A late copy of a sync older than what this backup holds or is receiving.
+
+        Installing it would roll the backup back past writes it has already acknowledged.
+        """
+        data = self.stores.get(pid)
+        if data is not None and data.lineage == message.lineage and message.replica_sequence < data.sequence:
+            return True
+        incoming = self.incoming_syncs.get(pid)
+        return (
+            incoming is not None
+            and incoming.lineage == message.lineage
+            and message.replica_sequence < incoming.replica_sequence
+        )
 
     def _sync_tick(self) -> None:
         # A sync is never abandoned while its backups are still backups: until they hold the

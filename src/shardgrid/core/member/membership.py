@@ -39,14 +39,25 @@ class Membership(MemberState):
             stamp = self.table.stamp if self.table is not None else None
             for other in self.others():
                 self.send(other, Heartbeat(self.member_list_version, stamp))
+        if self.accepted_claimant is not None and self.now_ms - self.accepted_claim_ms > self.config.failure_timeout_ms:
+            self.accepted_claimant = None  # that claim never won: hear the old master again
         if self.now_ms < self.distrust_until_ms:
             return
         suspected = self.suspected_members()
         if self.is_master:
-            if suspected and self.has_quorum(suspected):
+            if not self.has_quorum(suspected):
+                self.quorum_lost_ms = self.now_ms
+            elif suspected and self.now_ms - self.quorum_lost_ms > self.config.failure_timeout_ms:
+                # Only after a majority has been heard for a whole failure timeout: right after a
+                # split heals, members whose first heartbeat is still on its way are not dead.
                 self.remove_members(suspected)
         elif self.master is not None and self.master in suspected:
             self._try_claim(suspected)
+        if self.claim is not None and self.now_ms - self.claim.last_sent_ms >= self.config.retry_interval_ms:
+            self.claim.last_sent_ms = self.now_ms
+            for member in self.others():
+                if member not in self.claim.suspected and member not in self.claim.accepted:
+                    self.send(member, MastershipClaim(self.member_list_version, self.claim.suspected))
 
     def _try_join(self) -> None:
         first_seed = self.seed_addresses[0] if self.seed_addresses else self.identity.address
@@ -221,7 +232,7 @@ class Membership(MemberState):
             return  # an older member that is alive will claim
         if self.claim is not None and self.now_ms - self.claim.started_ms < self.config.failure_timeout_ms:
             return
-        self.claim = Claim(tuple(suspected), {self.identity}, self.now_ms)
+        self.claim = Claim(tuple(suspected), {self.identity}, self.now_ms, self.now_ms)
         for member in self.others():
             if member not in suspected:
                 self.send(member, MastershipClaim(self.member_list_version, tuple(suspected)))
@@ -233,12 +244,14 @@ class Membership(MemberState):
         accepted = (
             self.is_member(sender)
             and not self.is_master
+            and self.accepted_claimant in (None, sender)  # one vote per election
             and message.member_list_version == self.member_list_version
             and self.master in my_suspects
             and all(m in my_suspects or m == sender for m in order[: order.index(sender)])
         )
         if accepted:
-            self.accepted_claimant = sender  # from now on the old master is fenced off here
+            self.accepted_claimant = sender  # from now on the old master is fenced off here...
+            self.accepted_claim_ms = self.now_ms  # ...until the claim wins or times out
         self.send(sender, MastershipClaimReply(self.member_list_version, accepted))
 
     def on_mastership_claim_reply(self, sender: Replica, message: MastershipClaimReply) -> None:

@@ -76,6 +76,8 @@ class MigrationMaster(MemberState):
         for member in list(self.promotions):
             if member in gone:
                 del self.promotions[member]
+        for member in gone:
+            self.acked_versions.pop(member, None)
         self.repair(departed)
 
     # --- repair ----------------------------------------------------------------------------------
@@ -206,6 +208,7 @@ class MigrationMaster(MemberState):
             return
         self._retry_promotions()
         if self.promotions:
+            self._retry_in_flight()  # commits out to destinations are still resent meanwhile
             return  # plan only on a repaired table
         if self.needs_rebalance:
             stale = [m for m in self.table.members() if not self.is_member(m)] if self.table is not None else []

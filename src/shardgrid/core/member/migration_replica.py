@@ -24,6 +24,7 @@ from shardgrid.core.messages import (
     MigrationOutcomeQuery,
     MigrationRecord,
     MigrationRequest,
+    TableEntry,
 )
 from shardgrid.core.store import PartitionData, chunk_entries
 
@@ -150,7 +151,7 @@ class MigrationReplica(MemberState):
         record = message.record
         pid = record.partition_id
         ack_ok = MigrationCommitAck(record.migration_id, True)
-        if self.committed_here(record):
+        if self.committed_here(record, message.entry):
             self._to_master(ack_ok)
             return
         active = self.active.get(pid)
@@ -171,9 +172,15 @@ class MigrationReplica(MemberState):
         self.after_table_change([pid])
         self._to_master(ack_ok)
 
-    def committed_here(self, record: MigrationRecord) -> bool:
+    def committed_here(self, record: MigrationRecord, entry: TableEntry | None = None) -> bool:
+        """Whether this destination already applied the commit (a resend must be acknowledged)."""
         stored = self.completed.get(record.migration_id)
-        return stored is not None and stored.status == COMMITTED
+        if stored is not None and stored.status == COMMITTED:
+            return True
+        if entry is None or self.table is None or record.partition_id in self.active:
+            return False
+        pid = record.partition_id
+        return self.table.versions[pid] == entry.version and self.table.replicas[pid] == entry.replicas
 
     def _is_ownerless(self, pid: int, record: MigrationRecord) -> bool:
         assert self.table is not None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import Replica
+from shardgrid.core.limits import MAX_COMPLETED_MIGRATIONS
 from shardgrid.core.member.state import MemberState
 from shardgrid.core.messages import (
     COMMITTED,
@@ -59,6 +60,11 @@ class Publication(MemberState):
 
     def record_completed(self, record: MigrationRecord) -> None:
         self.completed[record.migration_id] = record
+        if len(self.completed) > MAX_COMPLETED_MIGRATIONS:
+            # A member that never acknowledges must not grow this without bound. Forgetting the
+            # oldest record is safe: a participant that missed it resolves its migration when it
+            # sees the partition at a newer version (resolve_overtaken).
+            del self.completed[min(self.completed, key=lambda k: (self.completed[k].version_after, k))]
 
     def on_update_ack(self, sender: Replica, message: PartitionUpdateAck) -> None:
         if not self.is_master or not self.is_member(sender) or self.table is None:
@@ -103,13 +109,21 @@ class Publication(MemberState):
             return
         changed = self.apply_entries(message.entries)
         if message.full:
-            self.completed = {r.migration_id: r for r in message.completed}
+            # Keep what this member committed as a destination that the master's table does not
+            # show yet (its acknowledgement may still be on the way): the master will ask again.
+            master_versions = {e.partition_id: e.version for e in message.entries}
+            pending = {
+                key: r
+                for key, r in self.completed.items()
+                if r.status == COMMITTED and master_versions.get(r.partition_id, 0) < r.version_after
+            }
+            self.completed = {r.migration_id: r for r in message.completed} | pending
         else:
             for record in message.completed:
                 self.completed[record.migration_id] = record
         for record in message.completed:
             self.resolve_active(record)
-        self.resolve_overtaken(changed)
+        self.resolve_overtaken([e.partition_id for e in message.entries])
         self.after_table_change(changed + [r.partition_id for r in message.completed])
         table = self.table
         versions = tuple((e.partition_id, table.versions[e.partition_id]) for e in message.entries) if table else ()
@@ -142,13 +156,18 @@ class Publication(MemberState):
         assert self.table is not None
         for pid in partition_ids:
             active = self.active.get(pid)
-            if active is not None and self.table.versions[pid] > active.record.version_before:
+            if (
+                active is not None
+                and 0 <= pid < self.table.partition_count
+                and self.table.versions[pid] > active.record.version_before
+            ):
                 del self.active[pid]
 
     def on_promotion_commit(self, sender: Replica, message: PromotionCommit) -> None:
         if sender != self.master:
             return
         changed = self.apply_entries(message.entries)
+        self.resolve_overtaken([e.partition_id for e in message.entries])
         self.after_table_change(changed)
         self.sync_after_promotion(changed)
         self.send(sender, PromotionCommitAck(tuple(e.partition_id for e in message.entries)))

@@ -72,6 +72,7 @@ class Claim:
     suspected: tuple[Replica, ...]
     accepted: set[Replica]
     started_ms: int
+    last_sent_ms: int
 
 
 @dataclass(slots=True)
@@ -108,6 +109,8 @@ class IncomingSync:
     sync_id: str
     next_chunk: int
     staged: list[Any]
+    lineage: str = ""
+    replica_sequence: int = 0
 
 
 class MemberState:
@@ -143,6 +146,8 @@ class MemberState:
         self.distrust_until_ms = 0
         self.claim: Claim | None = None
         self.accepted_claimant: Replica | None = None
+        self.accepted_claim_ms = 0
+        self.quorum_lost_ms = -(10**9)
         # partition table
         self.table: PartitionTable | None = None
         self.completed: dict[str, MigrationRecord] = {}
