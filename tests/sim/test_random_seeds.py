@@ -39,6 +39,9 @@ REGRESSION_SEEDS = [
     (7, LOSSY),
     (11, LOSSY),
     (18, LOSSY),
+    # An old master and the one elected in its absence reached the same member-list version; the
+    # old one's next list won and merged the cluster back under a stale table (now: terms).
+    (112, SimParams(ops=600, members=6, backups=2, faults=ALL_FAULTS)),
 ]
 
 

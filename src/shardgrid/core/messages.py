@@ -87,9 +87,12 @@ class JoinRedirect:
 
 @dataclass(frozen=True, slots=True)
 class MemberListUpdate:
+    """``(term, version)`` orders lists: a master elected later (a higher term) always wins."""
+
     version: int
     master: Replica
     members: tuple[MemberEntry, ...]
+    term: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,7 @@ class Heartbeat:
 
     member_list_version: int
     table_stamp: int | None = None
+    term: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +109,14 @@ class NotAMember:
     """To a sender this member's cluster has removed: it must drop its data and join anew."""
 
     member_list_version: int
+    term: int = 1
 
 
 @dataclass(frozen=True, slots=True)
 class MastershipClaim:
     member_list_version: int
     suspected: tuple[Replica, ...]
+    term: int = 1  # the term the claimant will lead: one more than any it has seen
 
 
 @dataclass(frozen=True, slots=True)

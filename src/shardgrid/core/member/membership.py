@@ -38,7 +38,7 @@ class Membership(MemberState):
             self.last_heartbeat_ms = self.now_ms
             stamp = self.table.stamp if self.table is not None else None
             for other in self.others():
-                self.send(other, Heartbeat(self.member_list_version, stamp))
+                self.send(other, Heartbeat(self.member_list_version, stamp, self.term))
         if self.accepted_claimant is not None and self.now_ms - self.accepted_claim_ms > self.config.failure_timeout_ms:
             self.accepted_claimant = None  # that claim never won: hear the old master again
         if self.now_ms < self.distrust_until_ms:
@@ -57,7 +57,7 @@ class Membership(MemberState):
             self.claim.last_sent_ms = self.now_ms
             for member in self.others():
                 if member not in self.claim.suspected and member not in self.claim.accepted:
-                    self.send(member, MastershipClaim(self.member_list_version, self.claim.suspected))
+                    self.send(member, MastershipClaim(self.member_list_version, self.claim.suspected, self.term + 1))
 
     def _try_join(self) -> None:
         first_seed = self.seed_addresses[0] if self.seed_addresses else self.identity.address
@@ -76,6 +76,7 @@ class Membership(MemberState):
         self.joined = True
         self.master = self.identity
         self.member_list_version = 1
+        self.term = 1
         self.members = (MemberEntry(self.identity, self.lite),)
         self.emit(events.MasterChanged(self.identity, 1))
         self.emit(events.MemberAdded(self.identity, 1))
@@ -113,10 +114,10 @@ class Membership(MemberState):
 
     def _send_member_list(self, member: Replica) -> None:
         assert self.master is not None
-        self.send(member, MemberListUpdate(self.member_list_version, self.master, self.members))
+        self.send(member, MemberListUpdate(self.member_list_version, self.master, self.members, self.term))
 
     def on_member_list(self, sender: Replica, message: MemberListUpdate) -> None:
-        if sender != message.master or message.version <= self.member_list_version:
+        if sender != message.master or (message.term, message.version) <= (self.term, self.member_list_version):
             return
         listed = {e.replica for e in message.members}
         if self.identity not in listed:
@@ -127,6 +128,7 @@ class Membership(MemberState):
         previous_master = self.master
         self.members = message.members
         self.member_list_version = message.version
+        self.term = message.term
         self.master = message.master
         self.joined = True
         self.claim = None
@@ -173,12 +175,12 @@ class Membership(MemberState):
 
     def on_heartbeat(self, sender: Replica, message: Heartbeat) -> None:
         if not self.is_member(sender):
-            if self.joined and message.member_list_version < self.member_list_version:
-                self.send(sender, NotAMember(self.member_list_version))
+            if self.joined and (message.term, message.member_list_version) < (self.term, self.member_list_version):
+                self.send(sender, NotAMember(self.member_list_version, self.term))
             return
         if not self.is_master:
             return
-        if message.member_list_version < self.member_list_version:
+        if (message.term, message.member_list_version) < (self.term, self.member_list_version):
             self._send_member_list(sender)  # it missed an update (a lost message)
         elif (
             self.table is not None
@@ -189,7 +191,8 @@ class Membership(MemberState):
             self.publish_full(to=[sender])  # the table is quiet and it still differs: it missed some
 
     def on_not_a_member(self, sender: Replica, message: NotAMember) -> None:
-        if self.joined and self.is_member(sender) and message.member_list_version > self.member_list_version:
+        newer = (message.term, message.member_list_version) > (self.term, self.member_list_version)
+        if self.joined and self.is_member(sender) and newer:
             self.rejoin_as_new_member()
 
     def rejoin_as_new_member(self) -> None:
@@ -235,7 +238,7 @@ class Membership(MemberState):
         self.claim = Claim(tuple(suspected), {self.identity}, self.now_ms, self.now_ms)
         for member in self.others():
             if member not in suspected:
-                self.send(member, MastershipClaim(self.member_list_version, tuple(suspected)))
+                self.send(member, MastershipClaim(self.member_list_version, tuple(suspected), self.term + 1))
         self._maybe_win_claim()
 
     def on_mastership_claim(self, sender: Replica, message: MastershipClaim) -> None:
@@ -246,6 +249,7 @@ class Membership(MemberState):
             and not self.is_master
             and self.accepted_claimant in (None, sender)  # one vote per election
             and message.member_list_version == self.member_list_version
+            and message.term > self.term
             and self.master in my_suspects
             and all(m in my_suspects or m == sender for m in order[: order.index(sender)])
         )
@@ -276,6 +280,7 @@ class Membership(MemberState):
         self.master = self.identity
         self.members = tuple(e for e in self.members if e.replica not in suspected)
         self.member_list_version += 1
+        self.term += 1
         self.emit(events.MasterChanged(self.identity, self.member_list_version))
         for member in sorted(suspected):
             self.last_heard.pop(member, None)

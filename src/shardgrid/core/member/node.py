@@ -113,7 +113,7 @@ class Member(Membership, Publication, MigrationMaster, MigrationReplica, Recover
                 return  # the old master is fenced off once a new one's claim was accepted
         elif kind not in _FROM_ANYONE:
             if self.joined:
-                self.send(sender, m.NotAMember(self.member_list_version))
+                self.send(sender, m.NotAMember(self.member_list_version, self.term))
             return
         getattr(self, handler)(sender, message)
 

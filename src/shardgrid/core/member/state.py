@@ -139,6 +139,7 @@ class MemberState:
         self.last_join_sent_ms = -(10**9)
         self.master: Replica | None = None
         self.member_list_version = 0
+        self.term = 0  # which master's era this member is in: each election starts a higher one
         self.members: tuple[MemberEntry, ...] = ()
         self.last_heard: dict[Replica, int] = {}
         self.last_heartbeat_ms = -(10**9)
