@@ -42,6 +42,10 @@ REGRESSION_SEEDS = [
     # An old master and the one elected in its absence reached the same member-list version; the
     # old one's next list won and merged the cluster back under a stale table (now: terms).
     (112, SimParams(ops=600, members=6, backups=2, faults=ALL_FAULTS)),
+    # A member that missed the last member list claimed with it and was refused forever (now the
+    # refusal carries the newer list).
+    (43, LOSSY),
+    (82, LOSSY),
 ]
 
 

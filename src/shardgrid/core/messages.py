@@ -121,8 +121,13 @@ class MastershipClaim:
 
 @dataclass(frozen=True, slots=True)
 class MastershipClaimReply:
+    """A refusal from a member holding a newer list of the same master carries that list, so a
+    claimant that missed an update catches up and claims again (else nobody could win)."""
+
     member_list_version: int
     accepted: bool
+    term: int = 1
+    newer_members: tuple[MemberEntry, ...] = ()
 
 
 # --- partition table -----------------------------------------------------------------------------

@@ -256,16 +256,33 @@ class Membership(MemberState):
         if accepted:
             self.accepted_claimant = sender  # from now on the old master is fenced off here...
             self.accepted_claim_ms = self.now_ms  # ...until the claim wins or times out
-        self.send(sender, MastershipClaimReply(self.member_list_version, accepted))
+        newer = (self.term, self.member_list_version) > (message.term - 1, message.member_list_version)
+        members = self.members if not accepted and newer else ()
+        self.send(sender, MastershipClaimReply(self.member_list_version, accepted, self.term, members))
 
     def on_mastership_claim_reply(self, sender: Replica, message: MastershipClaimReply) -> None:
         if self.claim is None:
             return
         if not message.accepted:
             self.claim = None
+            self._catch_up_member_list(message)
             return
         self.claim.accepted.add(sender)
         self._maybe_win_claim()
+
+    def _catch_up_member_list(self, reply: MastershipClaimReply) -> None:
+        """Adopt the newer list of the same (silent) master a voter refused us with."""
+        if not reply.newer_members or (reply.term, reply.member_list_version) <= (self.term, self.member_list_version):
+            return
+        if reply.term != self.term or not any(e.replica == self.identity for e in reply.newer_members):
+            return
+        known = set(self.member_replicas())
+        for entry in reply.newer_members:
+            if entry.replica not in known:
+                self.last_heard[entry.replica] = self.now_ms
+                self.emit(events.MemberAdded(entry.replica, reply.member_list_version))
+        self.members = reply.newer_members
+        self.member_list_version = reply.member_list_version
 
     def _maybe_win_claim(self) -> None:
         assert self.claim is not None
