@@ -325,7 +325,3 @@ class Data(MemberState):
                 data = self.stores.setdefault(pid, PartitionData())
                 data.lineage = f"{self.identity.uuid[:8]}@{self.table.versions[pid]}"
                 self.start_sync(pid, self.backups_of(pid))
-
-    def drop_departed_from_data_plane(self, departed: list[Replica]) -> None:
-        """Departed backups will never acknowledge; the repaired table drops them (after_table_change)."""
-        del departed

@@ -32,7 +32,7 @@ from shardgrid.core.placement import arrange
 from shardgrid.core.planner import plan_migrations, prioritize_copies_and_shift_ups
 from shardgrid.core.rebalance import plan_rebalance
 from shardgrid.core.repair import remove_members as repair_table
-from shardgrid.core.schedule import ScheduledMigration, next_migrations, participants_of
+from shardgrid.core.schedule import ScheduledMigration, next_migrations
 from shardgrid.core.table import PartitionTable
 
 TRANSFER = "transfer"
@@ -58,7 +58,6 @@ class MigrationMaster(MemberState):
             self.needs_rebalance = True
 
     def on_members_departed(self, departed: list[Replica]) -> None:
-        self.drop_departed_from_data_plane(departed)
         if not self.is_master or self.recovery is not None:
             if self.recovery is not None:
                 for member in departed:
@@ -401,7 +400,3 @@ class MigrationMaster(MemberState):
             for member in flight.participants:
                 load[member] = load.get(member, 0) + 1
         return load
-
-    def participants_for(self, pid: int, migration: Migration) -> tuple[Replica, ...]:
-        assert self.table is not None
-        return participants_of(migration, self.table.owner(pid))

@@ -55,9 +55,6 @@ class Publication(MemberState):
         if self.is_master and self.recovery is None and due:
             self.publish_full()
 
-    def set_table(self, table: PartitionTable) -> None:
-        self.table = table
-
     def record_completed(self, record: MigrationRecord) -> None:
         self.completed[record.migration_id] = record
         if len(self.completed) > MAX_COMPLETED_MIGRATIONS:
@@ -171,7 +168,3 @@ class Publication(MemberState):
         self.after_table_change(changed)
         self.sync_after_promotion(changed)
         self.send(sender, PromotionCommitAck(tuple(e.partition_id for e in message.entries)))
-
-    def committed_on_destination(self, record: MigrationRecord) -> bool:
-        stored = self.completed.get(record.migration_id)
-        return stored is not None and stored.status == COMMITTED

@@ -257,9 +257,6 @@ class MemberState:
     def after_table_change(self, partition_ids: list[int]) -> None:
         raise NotImplementedError
 
-    def drop_departed_from_data_plane(self, departed: list[Replica]) -> None:
-        raise NotImplementedError
-
     def on_migration_request(self, sender: Replica, message: Any) -> None:
         raise NotImplementedError
 
