@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from shardgrid.core import messages as m
-from shardgrid.core.config import MemberConfig
 from shardgrid.core.effects import Effect, Receive, Start, TimerFired
 from shardgrid.core.errors import invariant
-from shardgrid.core.identity import Replica
 from shardgrid.core.member.data import Data
 from shardgrid.core.member.membership import Membership
 from shardgrid.core.member.migration_master import MigrationMaster
@@ -53,17 +50,11 @@ _FROM_ANYONE = (m.MemberListUpdate, m.Heartbeat, m.NotAMember)
 
 
 class Member(Membership, Publication, MigrationMaster, MigrationReplica, RecoveryConcern, Data):
-    """A shardgrid member: feed it events with the current time, execute the effects it returns."""
+    """A shardgrid member: feed it events with the current time, execute the effects it returns.
 
-    def __init__(
-        self,
-        identity: Replica,
-        config: MemberConfig,
-        seed_addresses: tuple[str, ...],
-        rng: random.Random,
-        lite: bool = False,
-    ) -> None:
-        super().__init__(identity, config, seed_addresses, rng, lite)
+    Construct it as ``Member(identity, config, seed_addresses, rng, lite=False)`` (see
+    ``MemberState``); the rng is the member's only source of randomness (its next identity).
+    """
 
     def handle(self, now_ms: int, event: Any) -> list[Effect]:
         invariant(now_ms >= self.now_ms, lambda: f"time went backwards: {now_ms} < {self.now_ms}")
