@@ -19,6 +19,11 @@ class Replica:
     uuid: str
     address: str
 
+    def __hash__(self) -> int:
+        # Equal replicas share their uuid; a str caches its hash, so sets and dicts of replicas
+        # (the scheduler's loads, the table's member sets) stay cheap.
+        return hash(self.uuid)
+
     def __str__(self) -> str:
         return f"{self.address}/{self.uuid[:8]}"
 

@@ -64,17 +64,20 @@ def next_migrations(
             raise InvariantViolation(f"two migrations of {running.partition_id} in flight")
         busy_partitions.add(running.partition_id)
         load.update(running.participants)
+    saturated = {member for member, count in load.items() if count >= max_parallel_migrations}
     started: list[ScheduledMigration] = []
     for partition_id, queue in pending_by_partition.items():
         if not queue or partition_id in busy_partitions:
             continue
         migration = queue[0]
-        if any(load[member] >= max_parallel_migrations for member in migration.participants):
-            continue  # cheap check first: most heads are blocked by a busy source or destination
+        if migration.source in saturated or migration.destination in saturated:
+            continue  # the cheap check first: most heads wait for a busy source or destination
         participants = participants_of(migration, owner_of(partition_id))
-        if all(load[member] < max_parallel_migrations for member in participants):
-            load.update(participants)
-            started.append(ScheduledMigration(partition_id, migration, participants))
+        if any(member in saturated for member in participants):
+            continue
+        load.update(participants)
+        saturated.update(m for m in participants if load[m] >= max_parallel_migrations)
+        started.append(ScheduledMigration(partition_id, migration, participants))
     return started
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from shardgrid.core.chunked import ChunkedTuple
 from shardgrid.core.errors import invariant, require
 from shardgrid.core.hashing import table_stamp
 from shardgrid.core.identity import Replica
@@ -50,11 +51,13 @@ def replica_index(slots: Sequence[Replica | None], replica: Replica | None) -> i
 class PartitionTable:
     """Replica slots and a version for every partition; immutable, stamp cached."""
 
-    replicas: tuple[ReplicaSlots, ...]
-    versions: tuple[int, ...]
+    replicas: Sequence[ReplicaSlots]
+    versions: Sequence[int]
     _stamp: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "replicas", ChunkedTuple.of(self.replicas))
+        object.__setattr__(self, "versions", ChunkedTuple.of(self.versions))
         count = len(self.replicas)
         require(0 < count <= MAX_PARTITION_COUNT, f"partition count must be 1..{MAX_PARTITION_COUNT}, got {count}")
         require(len(self.versions) == count, "one version per partition is required")
@@ -67,7 +70,7 @@ class PartitionTable:
     def stamp(self) -> int:
         """The table's stamp, computed on first use and cached (a new table is a new object)."""
         if self._stamp is None:
-            object.__setattr__(self, "_stamp", table_stamp(self.versions))
+            object.__setattr__(self, "_stamp", table_stamp(ChunkedTuple.of(self.versions).as_tuple()))
         return self._stamp  # type: ignore[return-value]
 
     @classmethod
@@ -100,21 +103,23 @@ class PartitionTable:
 
     def with_partitions(self, updates: Mapping[int, tuple[ReplicaSlots, int]]) -> PartitionTable:
         """A copy with some partitions' slots and versions replaced (one copy for many changes)."""
-        replicas = list(self.replicas)
-        versions = list(self.versions)
+        new_slots: dict[int, ReplicaSlots] = {}
+        new_versions: dict[int, int] = {}
         for partition_id, (slots, version) in updates.items():
-            require(0 <= partition_id < len(replicas), f"no partition {partition_id}")
+            require(0 <= partition_id < self.partition_count, f"no partition {partition_id}")
             require(0 <= version <= MAX_PARTITION_VERSION, f"partition version out of range: {version}")
-            replicas[partition_id] = normalize_slots(slots)
-            versions[partition_id] = version
-        return PartitionTable._trusted(tuple(replicas), tuple(versions))
+            new_slots[partition_id] = normalize_slots(slots)
+            new_versions[partition_id] = version
+        replicas = ChunkedTuple.of(self.replicas).replaced(new_slots)
+        versions = ChunkedTuple.of(self.versions).replaced(new_versions)
+        return PartitionTable._trusted(replicas, versions)
 
     @classmethod
-    def _trusted(cls, replicas: tuple[ReplicaSlots, ...], versions: tuple[int, ...]) -> PartitionTable:
+    def _trusted(cls, replicas: ChunkedTuple[ReplicaSlots], versions: ChunkedTuple[int]) -> PartitionTable:
         """A table from parts already checked: skips the O(partitions) validation of a new table.
 
-        Members derive a table per committed migration; validating 20,000 untouched partitions
-        each time would dominate the simulator's run time.
+        Members derive a table per committed migration; validating (or copying) 20,000 untouched
+        partitions each time would dominate the simulator's run time.
         """
         table = object.__new__(cls)
         object.__setattr__(table, "replicas", replicas)
