@@ -105,18 +105,6 @@ def test_a_member_restarts_refills_and_crashes_again_inside_the_repair_window() 
     assert s.verdict() == []
 
 
-def _crash_at(s: Scenario, message_type: type, who: str) -> list[object]:
-    """Crash a migration participant right after it handled ``message_type``."""
-
-    def act(address: str, message: object) -> None:
-        if who == "receiver":
-            s.sim.crash(address, drop_in_flight=True)
-        else:
-            s.sim.crash(who, drop_in_flight=True)
-
-    return s.once_delivered(message_type, act)
-
-
 def test_the_migration_source_dies_mid_transfer() -> None:
     s = scenario(seed=6)
     addresses = s.start(4)
@@ -143,26 +131,25 @@ def _owner_address(s: Scenario, chunk: MigrationChunk) -> str:
     return owner.address
 
 
-def test_the_migration_destination_dies_mid_transfer() -> None:
-    s = scenario(seed=7)
+def _destination_crashes_during_a_join(seed: int, after: type) -> Scenario:
+    """A member joins under load; the first member to handle ``after`` crashes at once, and what
+    it was about to send dies with it."""
+    s = scenario(seed=seed)
     s.start(4)
     s.load(300)
     s.run_for(500)
-    fired = s.once_delivered(MigrationChunk, lambda address, _: s.sim.crash(address, drop_in_flight=True))
+    fired = s.once_delivered(after, lambda address, _: s.sim.crash(address, drop_in_flight=True))
     s.sim.start_member()
     s.run_until(lambda: bool(fired))
-    assert s.verdict() == []
+    return s
+
+
+def test_the_migration_destination_dies_mid_transfer() -> None:
+    assert _destination_crashes_during_a_join(7, MigrationChunk).verdict() == []
 
 
 def test_the_destination_dies_after_applying_the_commit_before_its_ack_arrives() -> None:
-    s = scenario(seed=8)
-    s.start(4)
-    s.load(300)
-    s.run_for(500)
-    fired = s.once_delivered(MigrationCommit, lambda address, _: s.sim.crash(address, drop_in_flight=True))
-    s.sim.start_member()
-    s.run_until(lambda: bool(fired))
-    assert s.verdict() == []
+    assert _destination_crashes_during_a_join(8, MigrationCommit).verdict() == []
 
 
 def test_the_source_dies_after_the_commit_before_it_cleaned_up() -> None:
@@ -173,8 +160,6 @@ def test_the_source_dies_after_the_commit_before_it_cleaned_up() -> None:
     sources: list[str] = []
 
     def crash_source(_: str, ack: MigrationCommitAck) -> None:
-        flight = [f for f in s.master.in_flight.values()] or []
-        del flight
         record = s.master.completed.get(ack.migration_id)
         if record is not None and record.migration.source is not None:
             sources.append(record.migration.source.address)
