@@ -107,7 +107,7 @@ def test_a_member_restarts_refills_and_crashes_again_inside_the_repair_window() 
 
 def test_the_migration_source_dies_mid_transfer() -> None:
     s = scenario(seed=6)
-    addresses = s.start(4)
+    s.start(4)
     s.load(300)
     s.run_for(500)
     master = s.master.identity.address
@@ -120,7 +120,6 @@ def test_the_migration_source_dies_mid_transfer() -> None:
     s.run_until(lambda: bool(fired))
     assert s.verdict() == []
     assert s.sim.stats.migrations_failed >= 1  # the master rolled the interrupted transfer back
-    del addresses
 
 
 def _owner_address(s: Scenario, chunk: MigrationChunk) -> str:

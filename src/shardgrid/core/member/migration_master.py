@@ -33,7 +33,7 @@ from shardgrid.core.planner import plan_migrations, prioritize_copies_and_shift_
 from shardgrid.core.rebalance import plan_rebalance
 from shardgrid.core.repair import remove_members as repair_table
 from shardgrid.core.schedule import ScheduledMigration, next_migrations
-from shardgrid.core.table import PartitionTable
+from shardgrid.core.table import PartitionTable, ReplicaSlots
 
 TRANSFER = "transfer"
 COMMIT = "commit"
@@ -306,13 +306,7 @@ class MigrationMaster(MemberState):
         assert self.table is not None
         entry = flight.commit_entry
         del self.in_flight[pid]
-        record = flight.record.with_status(COMMITTED)
-        self.table = self.table.with_partitions({pid: (entry.replicas, entry.version)})
-        self.record_completed(record)
-        self.publish([pid], [record])
-        self.resolve_active(record)
-        self.after_table_change([pid])
-        self._emit_migration("finished", record)
+        self._conclude(flight.record.with_status(COMMITTED), entry.replicas, entry.version)
         self._repair_leftovers(pid)
         self._replan_partition(pid)
         self.drive_requested = True
@@ -320,14 +314,19 @@ class MigrationMaster(MemberState):
     def _commit_on_master(self, record: MigrationRecord) -> None:
         """A CLEAR changes no data holder: the master commits it and the source drops on publish."""
         assert self.table is not None
+        slots = tuple(apply_migration(self.table.replicas[record.partition_id], record.migration))
+        self._conclude(record.with_status(COMMITTED), slots, record.version_before + 1)
+
+    def _conclude(self, record: MigrationRecord, slots: ReplicaSlots, version: int) -> None:
+        """The master's side of an outcome: its table, the completed list, everyone else told."""
+        assert self.table is not None
         pid = record.partition_id
-        slots = tuple(apply_migration(self.table.replicas[pid], record.migration))
-        committed = record.with_status(COMMITTED)
-        self.table = self.table.with_partitions({pid: (slots, record.version_before + 1)})
-        self.record_completed(committed)
-        self.publish([pid], [committed])
+        self.table = self.table.with_partitions({pid: (slots, version)})
+        self.record_completed(record)
+        self.publish([pid], [record])
+        self.resolve_active(record)
         self.after_table_change([pid])
-        self._emit_migration("finished", committed)
+        self._emit_migration("finished" if record.status == COMMITTED else "failed", record)
 
     def rollback(self, pid: int, reason: str) -> None:
         flight = self.in_flight.pop(pid, None)
@@ -335,12 +334,7 @@ class MigrationMaster(MemberState):
             return
         record = flight.record.with_status(ROLLED_BACK)
         version = max(self.table.versions[pid] + 1, record.version_after)
-        self.table = self.table.with_partitions({pid: (self.table.replicas[pid], version)})
-        self.record_completed(record)
-        self.publish([pid], [record])
-        self.resolve_active(record)
-        self.after_table_change([pid])
-        self._emit_migration("failed", record)
+        self._conclude(record, self.table.replicas[pid], version)
         self._repair_leftovers(pid)
         self.needs_rebalance = True
 
