@@ -1,0 +1,159 @@
+"""The replicated log: a snapshot of the state machine, then the entries after it.
+
+State lives in memory (a restarted process is a new member), so the log is a Python list and a
+snapshot is a reference to an immutable state value: compacting costs nothing but dropping the
+prefix. The configuration in effect is the newest one in the log, committed or not (the thesis's
+rule for single-server changes); truncating a suffix reverts to the one before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardgrid.core.errors import InvariantViolation, invariant
+from shardgrid.core.raft.membership import ConfChange, Membership
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One log entry. ``command`` is opaque to Raft (None for a new leader's empty entry)."""
+
+    term: int
+    index: int
+    command: Any = None
+    change: ConfChange | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The state machine after applying every entry up to ``index`` (``state`` is opaque)."""
+
+    index: int
+    term: int
+    membership: Membership
+    state: Any
+
+
+class RaftLog:
+    """A snapshot and the entries after it; ``snapshot is None`` on a node that has nothing yet."""
+
+    __slots__ = ("_changes", "entries", "snapshot")
+
+    def __init__(self, snapshot: Snapshot | None) -> None:
+        self.snapshot = snapshot
+        self.entries: list[Entry] = []
+        # (index, membership after it) for every configuration entry after the snapshot
+        self._changes: list[tuple[int, Membership]] = []
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    @property
+    def snapshot_index(self) -> int:
+        return self.snapshot.index if self.snapshot is not None else 0
+
+    @property
+    def first_index(self) -> int:
+        return self.snapshot_index + 1
+
+    @property
+    def last_index(self) -> int:
+        return self.snapshot_index + len(self.entries)
+
+    @property
+    def last_term(self) -> int:
+        if self.entries:
+            return self.entries[-1].term
+        return self.snapshot.term if self.snapshot is not None else 0
+
+    def term_at(self, index: int) -> int | None:
+        """The term of the entry at ``index``; None when compacted away or beyond the end."""
+        if self.snapshot is None:
+            return 0 if index == 0 else None
+        if index == self.snapshot.index:
+            return self.snapshot.term
+        position = index - self.snapshot.index - 1
+        if 0 <= position < len(self.entries):
+            return self.entries[position].term
+        return None
+
+    def matches(self, index: int, term: int) -> bool:
+        return self.snapshot is not None and self.term_at(index) == term
+
+    def entry(self, index: int) -> Entry:
+        position = index - self.snapshot_index - 1
+        invariant(0 <= position < len(self.entries), lambda: f"no entry {index} in the log")
+        return self.entries[position]
+
+    def slice(self, start: int, max_count: int) -> tuple[Entry, ...]:
+        """Up to ``max_count`` entries from ``start`` (which must not be compacted)."""
+        invariant(start > self.snapshot_index, lambda: f"entry {start} is compacted")
+        position = start - self.snapshot_index - 1
+        return tuple(self.entries[position : position + max_count])
+
+    @property
+    def membership(self) -> Membership:
+        if self._changes:
+            return self._changes[-1][1]
+        return self.snapshot.membership if self.snapshot is not None else Membership()
+
+    def membership_index(self) -> int:
+        """The index of the entry that set the configuration in effect (the snapshot's when none)."""
+        return self._changes[-1][0] if self._changes else self.snapshot_index
+
+    def is_up_to_date(self, last_index: int, last_term: int) -> bool:
+        """Whether a log ending at (last_term, last_index) is at least as up to date as this one."""
+        return (last_term, last_index) >= (self.last_term, self.last_index)
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    def append(self, entry: Entry) -> None:
+        invariant(entry.index == self.last_index + 1, lambda: f"entry {entry.index} after {self.last_index}")
+        invariant(entry.term >= self.last_term, "terms in the log never decrease")
+        self.entries.append(entry)
+        if entry.change is not None:
+            self._changes.append((entry.index, entry.change.apply(self.membership)))
+
+    def append_after(self, prev_index: int, entries: Sequence[Entry], commit_index: int) -> int:
+        """A leader's entries after ``prev_index`` (which matches): skip those we hold, truncate at
+        the first conflict, append the rest. Returns the index of the last entry received."""
+        for entry in entries:
+            held = self.term_at(entry.index)
+            if held == entry.term:
+                continue
+            if held is not None or entry.index <= self.snapshot_index:
+                if entry.index <= commit_index:
+                    raise InvariantViolation(f"a leader's entry conflicts with committed entry {entry.index}")
+                self._truncate_from(entry.index)
+            self.append(entry)
+        return prev_index + len(entries)
+
+    def _truncate_from(self, index: int) -> None:
+        del self.entries[index - self.snapshot_index - 1 :]
+        while self._changes and self._changes[-1][0] >= index:
+            self._changes.pop()
+
+    def compact(self, index: int, state: Any) -> None:
+        """Replace the entries up to ``index`` by a snapshot holding ``state``."""
+        term = self.term_at(index)
+        if term is None or index <= self.snapshot_index:
+            raise InvariantViolation(f"cannot compact to {index}: the log holds {self.first_index}..{self.last_index}")
+        membership = self.snapshot.membership if self.snapshot is not None else Membership()
+        for change_index, changed in self._changes:
+            if change_index <= index:
+                membership = changed
+        del self.entries[: index - self.snapshot_index]
+        self._changes = [(i, m) for i, m in self._changes if i > index]
+        self.snapshot = Snapshot(index, term, membership, state)
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Take a leader's snapshot: keep the entries after it only if our log agrees at its index."""
+        if self.term_at(snapshot.index) == snapshot.term and snapshot.index <= self.last_index:
+            kept = self.entries[snapshot.index - self.snapshot_index :]
+        else:
+            kept = []
+        changes = [(i, m) for i, m in self._changes if i > snapshot.index] if kept else []
+        self.snapshot = snapshot
+        self.entries = kept
+        self._changes = changes

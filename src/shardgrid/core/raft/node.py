@@ -1,0 +1,658 @@
+"""One Raft server as a state machine: ``tick``, ``step`` and ``propose`` in; messages and committed
+entries out (``take_messages``, ``take_ready``).
+
+What it implements, and where from:
+- Leader election with randomized timeouts, and the log-up-to-date vote restriction (the Raft
+  paper, sections 5.2 and 5.4.1).
+- Pre-vote (thesis 9.6): a server first asks whether it could win, without raising its term, so a
+  member cut off from the others cannot force a new election when it comes back.
+- Check-quorum and leader stickiness (thesis 6.2 and 9.6, as etcd's raft library does): a leader
+  that has not heard from a majority for an election timeout steps down, and a server that heard
+  from its leader within the election timeout refuses to vote for anyone else. Together they give
+  the leader a lease: no other leader can be elected before ``leader_lease_until()``.
+- Log replication with pipelined appends (bounded by ``max_unacked_entries``), probing after a
+  refusal, and commitment only of entries of the leader's own term (section 5.4.2).
+- Snapshots: the state machine's state at an index replaces the log before it; a follower too far
+  behind (or new) receives the snapshot.
+- Single-server configuration changes and learners (thesis 4.1 and 4.2.1), with the fix from the
+  raft-dev list: a new leader changes the configuration only after committing an entry of its term.
+- Leadership transfer (thesis 3.10).
+
+State is in memory only: a server that crashes is gone for good, and the process that restarts at
+its address is a new server. That is why nothing here is written to disk before it is sent.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from shardgrid.core.errors import InvariantViolation, invariant, require
+from shardgrid.core.identity import Replica
+from shardgrid.core.raft.log import Entry, RaftLog, Snapshot
+from shardgrid.core.raft.membership import ConfChange, Membership
+from shardgrid.core.raft.messages import (
+    AppendEntries,
+    AppendReply,
+    Heartbeat,
+    HeartbeatReply,
+    InstallSnapshot,
+    TimeoutNow,
+    VoteReply,
+    VoteRequest,
+)
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    PRE_CANDIDATE = "pre-candidate"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+_TRANSITIONS: dict[Role, frozenset[Role]] = {
+    Role.FOLLOWER: frozenset({Role.FOLLOWER, Role.PRE_CANDIDATE, Role.CANDIDATE}),
+    Role.PRE_CANDIDATE: frozenset({Role.FOLLOWER, Role.PRE_CANDIDATE, Role.CANDIDATE}),
+    Role.CANDIDATE: frozenset({Role.FOLLOWER, Role.PRE_CANDIDATE, Role.CANDIDATE, Role.LEADER}),
+    Role.LEADER: frozenset({Role.FOLLOWER}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RaftSettings:
+    election_timeout_ms: int = 1_000  # each wait is drawn from [this, twice this)
+    heartbeat_interval_ms: int = 200
+    max_append_entries: int = 64  # entries in one AppendEntries message
+    max_unacked_entries: int = 1_024  # entries sent to one follower beyond what it acknowledged
+    snapshot_resend_ms: int = 2_000  # a snapshot not answered within this is sent again
+    clock_drift_margin_ms: int = 100  # taken off the leadership lease for clocks that run apart
+
+    def validate(self) -> None:
+        require(self.heartbeat_interval_ms > 0, "heartbeat_interval_ms must be positive")
+        require(
+            self.election_timeout_ms >= 3 * self.heartbeat_interval_ms,
+            "election_timeout_ms must be at least three heartbeat intervals",
+        )
+        require(self.max_append_entries > 0, "max_append_entries must be positive")
+        require(self.max_unacked_entries >= self.max_append_entries, "max_unacked_entries below one message")
+        require(0 <= self.clock_drift_margin_ms < self.election_timeout_ms, "clock_drift_margin_ms out of range")
+
+
+@dataclass(slots=True)
+class Progress:
+    """What the leader knows of one follower's log."""
+
+    match: int = 0
+    next: int = 1
+    probing: bool = True  # one append at a time until the follower's position is known
+    probe_sent: bool = False
+    snapshot_sent_ms: int | None = None  # a snapshot is on its way: no appends until it is answered
+    last_ack_ms: int = 0  # when it last answered (check-quorum)
+    acked_sent_ms: int = -(10**12)  # send time of the newest message it answered (leadership lease)
+    last_progress_ms: int = 0  # when its match last moved (retransmission)
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """What the state machine must do now: load ``snapshot`` (if any), then apply ``entries``."""
+
+    snapshot: Snapshot | None
+    entries: tuple[Entry, ...]
+
+
+class RaftNode:
+    """A Raft server. ``snapshot`` is the bootstrap (or None for a server that is yet to be added
+    to a cluster: it follows whichever leader contacts it and waits for a snapshot)."""
+
+    def __init__(
+        self,
+        identity: Replica,
+        settings: RaftSettings,
+        rng: random.Random,
+        snapshot: Snapshot | None,
+        now_ms: int = 0,
+    ) -> None:
+        settings.validate()
+        self.identity = identity
+        self.settings = settings
+        self.rng = rng
+        self.log = RaftLog(snapshot)
+        self.term = snapshot.term if snapshot is not None else 0
+        self.voted_for: Replica | None = None
+        self.role = Role.FOLLOWER
+        self.leader: Replica | None = None
+        self.commit_index = self.log.snapshot_index
+        self.applied_index = self.log.snapshot_index
+        self.now_ms = now_ms
+        self._pending_snapshot: Snapshot | None = snapshot
+        self._election_deadline_ms = 0
+        self._last_leader_contact_ms: int | None = None
+        self._votes: dict[Replica, bool] = {}
+        self._progress: dict[Replica, Progress] = {}
+        self._pending_conf_index = 0
+        self._transfer_target: Replica | None = None
+        self._transfer_deadline_ms = 0
+        self._last_heartbeat_ms = -(10**12)
+        self._outbox: list[tuple[Replica, Any]] = []
+        self._reset_election_deadline()
+
+    # --- queries ---------------------------------------------------------------------------------
+
+    @property
+    def membership(self) -> Membership:
+        return self.log.membership
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    @property
+    def last_index(self) -> int:
+        return self.log.last_index
+
+    @property
+    def transferring(self) -> bool:
+        return self._transfer_target is not None
+
+    def can_change_configuration(self) -> bool:
+        """Whether a configuration change may be proposed now (one at a time, after the first
+        entry of this leader's term committed)."""
+        return self.is_leader and not self.transferring and self._pending_conf_index <= self.commit_index
+
+    def change_problem(self, change: ConfChange) -> str:
+        """Why ``change`` cannot be proposed now ('' when it can). A learner becomes a voter only
+        once it holds every committed entry: a voter that cannot vote yet could stall elections."""
+        if not self.can_change_configuration():
+            return "not the leader, handing over, or a configuration change is still uncommitted"
+        problem = change.problem(self.membership)
+        if problem:
+            return problem
+        if change.promote is not None and self.match_index(change.promote) < self.commit_index:
+            return f"{change.promote} has not caught up with the log yet"
+        return ""
+
+    def leader_lease_until(self) -> int:
+        """Until when no other leader can be elected (0 when this server is not a leader).
+
+        A majority of voters answered messages this leader sent at or after some time T; each of
+        them refuses to vote for anyone else until an election timeout after it received one, so
+        no new leader before ``T + election_timeout_ms``. A leader handing its leadership over has
+        no lease: its successor campaigns without waiting.
+        """
+        if not self.is_leader or self.transferring:
+            return 0
+        voters = self.membership.voters
+        if not voters:
+            return 0
+        sent = sorted(
+            (self.now_ms if v == self.identity else self._progress[v].acked_sent_ms for v in voters), reverse=True
+        )
+        if self.identity not in voters:
+            return 0
+        settings = self.settings
+        return sent[self.membership.quorum - 1] + settings.election_timeout_ms - settings.clock_drift_margin_ms
+
+    def match_index(self, node: Replica) -> int:
+        """How far the leader knows ``node``'s log matches its own (the leader's own last index)."""
+        if node == self.identity:
+            return self.log.last_index
+        progress = self._progress.get(node)
+        return progress.match if progress is not None else 0
+
+    def last_heard_ms(self, node: Replica) -> int | None:
+        progress = self._progress.get(node)
+        return progress.last_ack_ms if progress is not None else None
+
+    # --- inputs ----------------------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        self._advance_clock(now_ms)
+        if self.role is Role.LEADER:
+            if not self._quorum_heard_recently():
+                self._become_follower(self.term, None)  # check-quorum: cut off from the majority
+                return
+            if self._transfer_target is not None and self.now_ms >= self._transfer_deadline_ms:
+                self._transfer_target = None
+            if self.now_ms - self._last_heartbeat_ms >= self.settings.heartbeat_interval_ms:
+                self._heartbeat()
+        elif self._may_campaign() and self.now_ms >= self._election_deadline_ms:
+            self._campaign(pre_vote=True)
+
+    def step(self, now_ms: int, sender: Replica, message: Any) -> None:
+        self._advance_clock(now_ms)
+        if sender == self.identity:
+            return
+        term = message.term
+        if term > self.term:
+            if isinstance(message, VoteRequest):
+                if self._in_lease() and not message.transfer:
+                    return  # we hear from a leader: a disruptive candidate gets no answer
+                if message.pre_vote:
+                    self._on_vote_request(sender, message)
+                    return  # a pre-vote does not move our term
+                self._become_follower(term, None)
+            elif isinstance(message, VoteReply) and message.pre_vote and message.granted:
+                pass  # a granted pre-vote names the term we would start, not one we must join
+            elif isinstance(message, (AppendEntries, Heartbeat, InstallSnapshot)):
+                self._become_follower(term, sender)
+            else:
+                self._become_follower(term, None)
+        elif term < self.term:
+            if isinstance(message, (AppendEntries, Heartbeat, InstallSnapshot)):
+                # A leader from an older term: tell it ours, so that it steps down.
+                self._send(sender, AppendReply(self.term, False, self.log.last_index, message.sent_ms))
+            elif isinstance(message, VoteRequest) and message.pre_vote:
+                self._send(sender, VoteReply(self.term, False, True))
+            return
+        if isinstance(message, VoteRequest):
+            self._on_vote_request(sender, message)
+        elif isinstance(message, VoteReply):
+            self._on_vote_reply(sender, message)
+        elif isinstance(message, AppendEntries):
+            self._on_append(sender, message)
+        elif isinstance(message, Heartbeat):
+            self._on_heartbeat(sender, message)
+        elif isinstance(message, InstallSnapshot):
+            self._on_snapshot(sender, message)
+        elif isinstance(message, (AppendReply, HeartbeatReply)):
+            if self.role is Role.LEADER:
+                self._on_reply(sender, message)
+        elif isinstance(message, TimeoutNow):
+            if self._may_campaign() and self.role is not Role.LEADER:
+                self._campaign(pre_vote=False, transfer=True)
+        else:
+            raise InvariantViolation(f"not a raft message: {type(message).__name__}")
+
+    def propose(self, command: Any, change: ConfChange | None = None) -> int | None:
+        """Append ``command`` (and ``change``) as the leader; returns its index, or None when this
+        server cannot take proposals now (not the leader, handing over, a change in progress)."""
+        if self.role is not Role.LEADER or self._transfer_target is not None:
+            return None
+        if change is not None and self.change_problem(change):
+            return None
+        entry = Entry(self.term, self.log.last_index + 1, command, change)
+        self.log.append(entry)
+        if change is not None:
+            self._pending_conf_index = entry.index
+            self._sync_progress()
+        self._broadcast_entries()
+        self._maybe_commit()
+        return entry.index
+
+    def transfer_leadership(self, target: Replica) -> bool:
+        """Hand leadership to ``target`` once its log is complete; False when it cannot be done."""
+        if self.role is not Role.LEADER or target == self.identity or not self.membership.is_voter(target):
+            return False
+        self._transfer_target = target
+        self._transfer_deadline_ms = self.now_ms + self.settings.election_timeout_ms
+        if self._progress[target].match == self.log.last_index:
+            self._send(target, TimeoutNow(self.term))
+        else:
+            self._send_append(target, allow_empty=True)
+        return True
+
+    def compact(self, index: int, state: Any) -> None:
+        """The state machine's ``state`` after applying entry ``index`` replaces the log up to it."""
+        invariant(index <= self.applied_index, lambda: f"cannot compact {index} beyond applied {self.applied_index}")
+        self.log.compact(index, state)
+
+    # --- outputs ---------------------------------------------------------------------------------
+
+    def take_messages(self) -> list[tuple[Replica, Any]]:
+        out, self._outbox = self._outbox, []
+        return out
+
+    def take_ready(self) -> Ready:
+        """What became committed since the last call; the caller applies it before anything else."""
+        snapshot, self._pending_snapshot = self._pending_snapshot, None
+        if self.commit_index <= self.applied_index:
+            return Ready(snapshot, ())
+        entries = self.log.slice(self.applied_index + 1, self.commit_index - self.applied_index)
+        invariant(len(entries) == self.commit_index - self.applied_index, "committed entries are missing")
+        self.applied_index = self.commit_index
+        return Ready(snapshot, entries)
+
+    # --- elections ---------------------------------------------------------------------------------
+
+    def _may_campaign(self) -> bool:
+        return self.log.snapshot is not None and self.membership.is_voter(self.identity)
+
+    def _in_lease(self) -> bool:
+        """Whether this server hears from a leader (or, as leader, from a majority) right now."""
+        if self.role is Role.LEADER:
+            return self._quorum_heard_recently()
+        return (
+            self.leader is not None
+            and self._last_leader_contact_ms is not None
+            and self.now_ms - self._last_leader_contact_ms < self.settings.election_timeout_ms
+        )
+
+    def _campaign(self, pre_vote: bool, transfer: bool = False) -> None:
+        if pre_vote:
+            self._set_role(Role.PRE_CANDIDATE)
+            term = self.term + 1
+        else:
+            self._set_role(Role.CANDIDATE)
+            self.term += 1
+            self.voted_for = self.identity
+            term = self.term
+        self.leader = None
+        self._votes = {self.identity: True}
+        self._reset_election_deadline()
+        request = VoteRequest(term, self.log.last_index, self.log.last_term, pre_vote, transfer)
+        for voter in self.membership.voters:
+            if voter != self.identity:
+                self._send(voter, request)
+        self._count_votes()
+
+    def _on_vote_request(self, sender: Replica, message: VoteRequest) -> None:
+        up_to_date = self.log.is_up_to_date(message.last_index, message.last_term)
+        known = self.membership.is_voter(sender)
+        if message.pre_vote:
+            granted = known and up_to_date and message.term > self.term
+            self._send(sender, VoteReply(message.term if granted else self.term, granted, True))
+            return
+        free = self.voted_for == sender or (self.voted_for is None and self.leader is None)
+        granted = known and up_to_date and free
+        if granted:
+            self.voted_for = sender
+            self._reset_election_deadline()
+        self._send(sender, VoteReply(self.term, granted, False))
+
+    def _on_vote_reply(self, sender: Replica, message: VoteReply) -> None:
+        if message.pre_vote:
+            if self.role is not Role.PRE_CANDIDATE:
+                return
+            if message.granted and message.term != self.term + 1:
+                return  # an answer to an older pre-vote
+        elif self.role is not Role.CANDIDATE or message.term != self.term:
+            return
+        if self.membership.is_voter(sender):
+            self._votes[sender] = message.granted
+            self._count_votes()
+
+    def _count_votes(self) -> None:
+        quorum = self.membership.quorum
+        granted = sum(1 for v in self._votes.values() if v)
+        refused = len(self._votes) - granted
+        if granted >= quorum:
+            if self.role is Role.PRE_CANDIDATE:
+                self._campaign(pre_vote=False)
+            else:
+                self._become_leader()
+        elif refused >= quorum:
+            self._become_follower(self.term, None)
+
+    def _become_follower(self, term: int, leader: Replica | None) -> None:
+        invariant(term >= self.term, "terms never go back")
+        if term > self.term:
+            self.term = term
+            self.voted_for = None
+        self._set_role(Role.FOLLOWER)
+        self.leader = leader
+        if leader is not None:
+            self._last_leader_contact_ms = self.now_ms
+        self._progress = {}
+        self._transfer_target = None
+        self._votes = {}
+        self._reset_election_deadline()
+
+    def _become_leader(self) -> None:
+        self._set_role(Role.LEADER)
+        self.leader = self.identity
+        self._transfer_target = None
+        self._progress = {}
+        self._sync_progress()
+        for progress in self._progress.values():
+            progress.last_ack_ms = self.now_ms  # a grace period of one election timeout
+        self.log.append(Entry(self.term, self.log.last_index + 1))
+        self._pending_conf_index = self.log.last_index
+        self._broadcast_entries()
+        self._maybe_commit()
+        self._last_heartbeat_ms = self.now_ms
+
+    def _set_role(self, role: Role) -> None:
+        invariant(role in _TRANSITIONS[self.role], lambda: f"raft role {self.role.value} -> {role.value}")
+        self.role = role
+
+    def _reset_election_deadline(self) -> None:
+        base = self.settings.election_timeout_ms
+        self._election_deadline_ms = self.now_ms + base + self.rng.randrange(base)
+
+    # --- followers -------------------------------------------------------------------------------
+
+    def _heard_from_leader(self, sender: Replica) -> None:
+        if self.role is not Role.FOLLOWER:
+            self._become_follower(self.term, sender)
+        self.leader = sender
+        self._last_leader_contact_ms = self.now_ms
+        self._reset_election_deadline()
+
+    def _on_append(self, sender: Replica, message: AppendEntries) -> None:
+        self._heard_from_leader(sender)
+        if self.log.snapshot is None:
+            self._send(sender, AppendReply(self.term, False, 0, message.sent_ms, needs_snapshot=True))
+            return
+        if message.prev_index < self.commit_index:
+            # Part of it is committed here already: take what lies beyond our commit point.
+            skip = self.commit_index - message.prev_index
+            if skip >= len(message.entries):
+                self._send(sender, AppendReply(self.term, True, self.commit_index, message.sent_ms))
+                return
+            message = AppendEntries(
+                message.term,
+                self.commit_index,
+                message.entries[skip - 1].term,
+                message.entries[skip:],
+                message.commit,
+                message.sent_ms,
+            )
+        if not self.log.matches(message.prev_index, message.prev_term):
+            hint = self._probe_hint(message)
+            hint_term = self.log.term_at(hint) or 0
+            refusal = AppendReply(
+                self.term, False, hint, message.sent_ms, rejected=message.prev_index, hint_term=hint_term
+            )
+            self._send(sender, refusal)
+            return
+        last_new = self.log.append_after(message.prev_index, message.entries, self.commit_index)
+        self._advance_commit(min(message.commit, last_new))
+        self._send(sender, AppendReply(self.term, True, last_new, message.sent_ms))
+
+    def _probe_hint(self, message: AppendEntries) -> int:
+        """Where the leader should probe next: skip every entry of a term newer than its own."""
+        hint = min(message.prev_index, self.log.last_index)
+        while hint > self.commit_index:
+            term = self.log.term_at(hint)
+            if term is None or term <= message.prev_term:
+                break
+            hint -= 1
+        return hint
+
+    def _on_heartbeat(self, sender: Replica, message: Heartbeat) -> None:
+        self._heard_from_leader(sender)
+        if self.log.snapshot is not None:
+            self._advance_commit(min(message.commit, self.log.last_index))
+        self._send(sender, HeartbeatReply(self.term, message.sent_ms))
+
+    def _on_snapshot(self, sender: Replica, message: InstallSnapshot) -> None:
+        self._heard_from_leader(sender)
+        snapshot = message.snapshot
+        if self.log.snapshot is not None and snapshot.index <= self.commit_index:
+            self._send(sender, AppendReply(self.term, True, self.commit_index, message.sent_ms))
+            return
+        self.log.restore(snapshot)
+        self.commit_index = snapshot.index
+        self.applied_index = snapshot.index
+        self._pending_snapshot = snapshot
+        self._send(sender, AppendReply(self.term, True, snapshot.index, message.sent_ms))
+
+    def _advance_commit(self, index: int) -> None:
+        if index > self.commit_index:
+            invariant(index <= self.log.last_index, "commit beyond the log")
+            self.commit_index = index
+
+    # --- leader ----------------------------------------------------------------------------------
+
+    def _sync_progress(self) -> None:
+        """Track exactly the other servers of the configuration in effect."""
+        nodes = [n for n in self.membership.nodes if n != self.identity]
+        for node in nodes:
+            if node not in self._progress:
+                self._progress[node] = Progress(
+                    next=self.log.last_index + 1, last_ack_ms=self.now_ms, last_progress_ms=self.now_ms
+                )
+        for node in [n for n in self._progress if n not in nodes]:
+            del self._progress[node]
+
+    def _quorum_heard_recently(self) -> bool:
+        voters = self.membership.voters
+        if self.identity not in voters:
+            return True  # a leader removing itself finishes the change it started
+        heard = sorted(
+            (self.now_ms if v == self.identity else self._progress[v].last_ack_ms for v in voters), reverse=True
+        )
+        return self.now_ms - heard[self.membership.quorum - 1] < self.settings.election_timeout_ms
+
+    def _heartbeat(self) -> None:
+        self._last_heartbeat_ms = self.now_ms
+        for node, progress in self._progress.items():
+            self._send(node, Heartbeat(self.term, min(progress.match, self.commit_index), self.now_ms))
+            if progress.match < self.log.last_index or progress.snapshot_sent_ms is not None:
+                stalled = self.now_ms - progress.last_progress_ms >= 2 * self.settings.heartbeat_interval_ms
+                if progress.probing:
+                    progress.probe_sent = False
+                elif stalled and progress.next > progress.match + 1:
+                    progress.next = progress.match + 1  # what was sent may be lost: send it again
+                    progress.probing = True
+                    progress.probe_sent = False
+                self._send_append(node, allow_empty=False)
+
+    def _broadcast_entries(self) -> None:
+        for node in self._progress:
+            self._send_append(node, allow_empty=False)
+
+    def _send_append(self, node: Replica, allow_empty: bool) -> None:
+        progress = self._progress[node]
+        if progress.snapshot_sent_ms is not None:
+            if self.now_ms - progress.snapshot_sent_ms < self.settings.snapshot_resend_ms:
+                return
+            progress.snapshot_sent_ms = None
+        if progress.probing and progress.probe_sent:
+            return
+        if progress.next <= self.log.snapshot_index:
+            snapshot = self.log.snapshot
+            if snapshot is None:
+                raise InvariantViolation("a leader always holds a snapshot")
+            self._send(node, InstallSnapshot(self.term, snapshot, self.now_ms))
+            progress.snapshot_sent_ms = self.now_ms
+            return
+        prev = progress.next - 1
+        prev_term = self.log.term_at(prev)
+        if prev_term is None:
+            raise InvariantViolation(f"no term for entry {prev}")
+        budget = self.settings.max_append_entries
+        if not progress.probing:
+            budget = min(budget, progress.match + self.settings.max_unacked_entries - prev)
+        entries = self.log.slice(progress.next, budget) if budget > 0 else ()
+        if not entries and not allow_empty and not progress.probing:
+            return
+        self._send(node, AppendEntries(self.term, prev, prev_term, entries, self.commit_index, self.now_ms))
+        if progress.probing:
+            progress.probe_sent = True
+        elif entries:
+            progress.next = entries[-1].index + 1
+
+    def _on_reply(self, sender: Replica, message: AppendReply | HeartbeatReply) -> None:
+        progress = self._progress.get(sender)
+        if progress is None:
+            return
+        progress.last_ack_ms = self.now_ms
+        progress.acked_sent_ms = max(progress.acked_sent_ms, message.sent_ms)
+        if isinstance(message, HeartbeatReply):
+            if progress.match < self.log.last_index:
+                self._send_append(sender, allow_empty=False)
+            return
+        if message.needs_snapshot:
+            progress.next = self.log.snapshot_index
+            progress.probing = True
+            progress.probe_sent = False
+            progress.snapshot_sent_ms = None
+            self._send_append(sender, allow_empty=True)
+            return
+        if not message.success:
+            if progress.probing and message.rejected != progress.next - 1:
+                return  # not the answer to the probe we have out
+            if not progress.probing and message.rejected <= progress.match:
+                return  # a late answer to something already matched
+            hint = self._newest_at_or_before(message.index, message.hint_term)
+            progress.next = max(progress.match + 1, min(message.rejected, hint + 1))
+            progress.probing = True
+            progress.probe_sent = False
+            self._send_append(sender, allow_empty=True)
+            return
+        if progress.snapshot_sent_ms is not None:
+            # The snapshot (or a later append) arrived: continue from the position it reports.
+            progress.snapshot_sent_ms = None
+            progress.next = max(progress.match, message.index) + 1
+            progress.probing = False
+            progress.probe_sent = False
+        if message.index > progress.match:
+            progress.match = min(message.index, self.log.last_index)
+            progress.last_progress_ms = self.now_ms
+            progress.next = max(progress.next, progress.match + 1)
+            progress.probing = False
+            progress.probe_sent = False
+            if self._maybe_commit():
+                self._announce_commit()
+        if progress.probing:
+            progress.probe_sent = False
+        if progress.next <= self.log.last_index:
+            self._send_append(sender, allow_empty=False)
+        if sender == self._transfer_target and progress.match == self.log.last_index:
+            self._send(sender, TimeoutNow(self.term))
+
+    def _newest_at_or_before(self, index: int, term: int) -> int:
+        """The newest entry at or before ``index`` whose term is at most ``term`` in our log: the
+        follower's log cannot match ours after it (etcd's findConflictByTerm)."""
+        index = min(index, self.log.last_index)
+        while index > self.log.snapshot_index:
+            held = self.log.term_at(index)
+            if held is not None and held <= term:
+                break
+            index -= 1
+        return index
+
+    def _maybe_commit(self) -> bool:
+        voters = self.membership.voters
+        if not voters:
+            return False
+        matches = sorted((self.match_index(v) for v in voters), reverse=True)
+        candidate = matches[self.membership.quorum - 1]
+        if candidate <= self.commit_index or self.log.term_at(candidate) != self.term:
+            return False
+        self.commit_index = candidate
+        if not self.membership.contains(self.identity) and self.commit_index >= self.log.membership_index():
+            self._become_follower(self.term, None)  # our own removal is committed: step aside
+        return True
+
+    def _announce_commit(self) -> None:
+        """Tell followers the new commit point at once (they apply migrations' outcomes on it)."""
+        if self.role is not Role.LEADER:
+            return
+        for node, progress in self._progress.items():
+            if progress.next > self.log.last_index or progress.probing:
+                self._send(node, Heartbeat(self.term, min(progress.match, self.commit_index), self.now_ms))
+            else:
+                self._send_append(node, allow_empty=False)
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    def _advance_clock(self, now_ms: int) -> None:
+        invariant(now_ms >= self.now_ms, lambda: f"raft time went backwards: {now_ms} < {self.now_ms}")
+        self.now_ms = now_ms
+
+    def _send(self, target: Replica, message: Any) -> None:
+        self._outbox.append((target, message))

@@ -1,0 +1,173 @@
+"""A small deterministic network of ``RaftNode``s for the Raft tests: latency, loss, duplication,
+partitions, crashes, configuration changes, and checks of Raft's safety properties after every
+event. Kept apart from the member simulator so that Raft is tested on its own."""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardgrid.core.identity import Replica
+from shardgrid.core.raft import ConfChange, Membership, RaftNode, RaftSettings, Snapshot
+
+SETTINGS = RaftSettings(election_timeout_ms=300, heartbeat_interval_ms=50, max_append_entries=8, max_unacked_entries=32)
+TICK_MS = 10
+
+
+def replica(i: int) -> Replica:
+    return Replica(f"{i:08d}-0000-4000-8000-000000000000", f"127.0.0.1:{5700 + i}")
+
+
+class SafetyViolation(AssertionError):
+    pass
+
+
+@dataclass
+class Cluster:
+    seed: int
+    drop_rate: float = 0.0
+    duplicate_rate: float = 0.0
+    max_latency_ms: int = 10
+    rng: random.Random = field(init=False)
+    now_ms: int = 0
+    nodes: dict[Replica, RaftNode] = field(default_factory=dict)
+    alive: set[Replica] = field(default_factory=set)
+    applied: dict[Replica, list[tuple[int, int, Any]]] = field(default_factory=dict)
+    committed: dict[int, tuple[int, Any]] = field(default_factory=dict)  # index -> (term, command)
+    leaders_by_term: dict[int, Replica] = field(default_factory=dict)
+    groups: dict[Replica, int] = field(default_factory=dict)
+    queue: list[tuple[int, int, str, Any]] = field(default_factory=list)
+    counter: int = 0
+    next_id: int = 0
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    # --- building --------------------------------------------------------------------------------
+
+    def bootstrap(self, voters: int, learners: int = 0) -> list[Replica]:
+        members = [self._new_identity() for _ in range(voters + learners)]
+        membership = Membership.of(members[:voters], members[voters:])
+        for member in members:
+            self._add_node(member, Snapshot(0, 0, membership, ()))
+        return members
+
+    def start_fresh(self) -> Replica:
+        """A server that is not in any configuration yet (it waits to be added)."""
+        identity = self._new_identity()
+        self._add_node(identity, None)
+        return identity
+
+    def _new_identity(self) -> Replica:
+        self.next_id += 1
+        return replica(self.next_id)
+
+    def _add_node(self, identity: Replica, snapshot: Snapshot | None) -> None:
+        node = RaftNode(identity, SETTINGS, random.Random(self.rng.getrandbits(32)), snapshot, self.now_ms)
+        self.nodes[identity] = node
+        self.alive.add(identity)
+        self.applied[identity] = []
+        self._schedule(self.now_ms + self.rng.randint(1, TICK_MS), "tick", identity)
+
+    # --- faults ----------------------------------------------------------------------------------
+
+    def crash(self, identity: Replica) -> None:
+        self.alive.discard(identity)
+
+    def split(self, *sides: list[Replica]) -> None:
+        self.groups = {member: number for number, side in enumerate(sides) for member in side}
+
+    def heal(self) -> None:
+        self.groups = {}
+
+    # --- driving ---------------------------------------------------------------------------------
+
+    def leader(self) -> RaftNode | None:
+        leaders = [n for i, n in self.nodes.items() if i in self.alive and n.is_leader]
+        return max(leaders, key=lambda n: n.term) if leaders else None
+
+    def propose(self, command: Any = None, change: ConfChange | None = None) -> int | None:
+        leader = self.leader()
+        if leader is None:
+            return None
+        index = leader.propose(command, change)
+        self._flush(leader)
+        return index
+
+    def run_for(self, duration_ms: int) -> None:
+        self.run_until(lambda: False, duration_ms)
+
+    def run_until(self, condition: Any, limit_ms: int) -> bool:
+        deadline = self.now_ms + limit_ms
+        while self.queue and self.queue[0][0] <= deadline:
+            if condition():
+                return True
+            time_ms, _, kind, payload = heapq.heappop(self.queue)
+            self.now_ms = time_ms
+            if kind == "tick":
+                if payload in self.alive:
+                    self.nodes[payload].tick(self.now_ms)
+                    self._after(payload)
+                    self._schedule(self.now_ms + TICK_MS, "tick", payload)
+            else:
+                target, sender, message = payload
+                if target in self.alive:
+                    self.nodes[target].step(self.now_ms, sender, message)
+                    self._after(target)
+        self.now_ms = max(self.now_ms, deadline)
+        return bool(condition())
+
+    def _after(self, identity: Replica) -> None:
+        node = self.nodes[identity]
+        self._flush(node)
+        ready = node.take_ready()
+        log = self.applied[identity]
+        if ready.snapshot is not None:
+            log.clear()
+            log.extend(ready.snapshot.state)
+        for entry in ready.entries:
+            log.append((entry.index, entry.term, entry.command))
+            known = self.committed.setdefault(entry.index, (entry.term, entry.command))
+            if known != (entry.term, entry.command):
+                raise SafetyViolation(f"{identity} applied {entry.index}={entry.term, entry.command}, others {known}")
+        if node.is_leader:
+            holder = self.leaders_by_term.setdefault(node.term, identity)
+            if holder != identity:
+                raise SafetyViolation(f"two leaders in term {node.term}: {holder} and {identity}")
+        self._check_leases()
+
+    def _check_leases(self) -> None:
+        holding = [
+            n for i, n in self.nodes.items() if i in self.alive and n.is_leader and n.leader_lease_until() > self.now_ms
+        ]
+        if len(holding) > 1:
+            raise SafetyViolation(f"t={self.now_ms}: {len(holding)} leaders hold a lease at once")
+        if holding:
+            newest = max(n.term for i, n in self.nodes.items() if i in self.alive and n.is_leader)
+            if holding[0].term != newest:
+                raise SafetyViolation(f"t={self.now_ms}: a leased leader of term {holding[0].term} < {newest}")
+
+    def _flush(self, node: RaftNode) -> None:
+        for target, message in node.take_messages():
+            source, destination = node.identity, target
+            if self.groups and self.groups.get(source, -1) != self.groups.get(destination, -1):
+                continue
+            if self.rng.random() < self.drop_rate:
+                continue
+            copies = 2 if self.rng.random() < self.duplicate_rate else 1
+            for _ in range(copies):
+                latency = self.rng.randint(1, self.max_latency_ms)
+                self._schedule(self.now_ms + latency, "deliver", (destination, source, message))
+
+    def _schedule(self, time_ms: int, kind: str, payload: Any) -> None:
+        self.counter += 1
+        heapq.heappush(self.queue, (time_ms, self.counter, kind, payload))
+
+    def compact_everywhere(self) -> None:
+        """Every live node snapshots what it applied (the snapshot's state is its applied list)."""
+        for identity in sorted(self.alive):
+            node = self.nodes[identity]
+            if node.applied_index > node.log.snapshot_index:
+                node.compact(node.applied_index, tuple(self.applied[identity]))

@@ -1,0 +1,292 @@
+"""The sans-IO Raft: elections, replication, snapshots, configuration changes, transfer, and
+seeded random runs that check Raft's safety properties after every event."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from shardgrid.core.errors import InvariantViolation
+from shardgrid.core.raft import ConfChange, Entry, Membership, RaftLog, RaftNode, Role, Snapshot
+from shardgrid.core.raft.messages import AppendEntries, AppendReply, Heartbeat, VoteRequest
+from tests.core.raft_harness import SETTINGS, Cluster, replica
+
+A, B, C, D = replica(1), replica(2), replica(3), replica(4)
+
+
+def elected(cluster: Cluster, limit_ms: int = 5_000) -> RaftNode:
+    assert cluster.run_until(lambda: cluster.leader() is not None, limit_ms), "no leader was elected"
+    leader = cluster.leader()
+    assert leader is not None
+    return leader
+
+
+def committed_everywhere(cluster: Cluster, index: int, limit_ms: int = 5_000) -> bool:
+    return cluster.run_until(lambda: all(cluster.nodes[i].applied_index >= index for i in cluster.alive), limit_ms)
+
+
+# --- membership ------------------------------------------------------------------------------------
+
+
+def test_a_change_adds_or_removes_at_most_one_voter() -> None:
+    current = Membership.of([A, B, C], [D])
+    assert ConfChange(promote=D).apply(current) == Membership.of([A, B, C, D])
+    assert ConfChange(remove=(A,), add_learners=(replica(9),)).apply(current).voters == (B, C)
+    assert "at most one voter" in ConfChange(remove=(A, B)).problem(current)
+    assert "at most one voter" in ConfChange(remove=(A,), promote=D).problem(current)
+    assert "already" in ConfChange(add_learners=(A,)).problem(current)
+    with pytest.raises(InvariantViolation):
+        ConfChange(remove=(A, B)).apply(current)
+
+
+def test_the_log_keeps_the_configuration_of_its_newest_entry_and_reverts_on_truncation() -> None:
+    log = RaftLog(Snapshot(0, 0, Membership.of([A]), None))
+    log.append(Entry(1, 1, "x", ConfChange(add_learners=(B,))))
+    log.append(Entry(1, 2, "y", ConfChange(promote=B)))
+    assert log.membership == Membership.of([A, B])
+    log.append_after(1, [Entry(2, 2, "z")], commit_index=1)
+    assert log.membership == Membership.of([A], [B])
+    log.compact(2, "state")
+    assert log.snapshot == Snapshot(2, 2, Membership.of([A], [B]), "state")
+    assert log.last_index == 2
+    assert log.entries == []
+    log.append(Entry(3, 3, "w"))
+    with pytest.raises(InvariantViolation, match="committed"):
+        log.append_after(2, [Entry(4, 3, "v")], commit_index=3)
+
+
+# --- elections -----------------------------------------------------------------------------------
+
+
+def test_a_single_voter_leads_at_once_and_commits_alone() -> None:
+    cluster = Cluster(seed=1)
+    cluster.bootstrap(1)
+    leader = elected(cluster)
+    index = cluster.propose("x")
+    assert index is not None
+    assert leader.commit_index == index
+
+
+def test_three_voters_elect_one_leader_and_replicate() -> None:
+    cluster = Cluster(seed=2)
+    cluster.bootstrap(3)
+    leader = elected(cluster)
+    index = cluster.propose("hello")
+    assert index is not None
+    assert committed_everywhere(cluster, index)
+    assert all(("hello" in [c for _, _, c in cluster.applied[i]]) for i in cluster.alive)
+    assert [n.role for n in cluster.nodes.values()].count(Role.LEADER) == 1
+    assert leader.leader_lease_until() > cluster.now_ms
+
+
+def test_a_cut_off_member_does_not_disrupt_the_leader_when_it_returns() -> None:
+    """Pre-vote: the isolated member cannot win, so its term never rises and the leader stays."""
+    cluster = Cluster(seed=3)
+    members = cluster.bootstrap(3)
+    leader = elected(cluster)
+    follower = next(m for m in members if m != leader.identity)
+    cluster.split([follower], [m for m in members if m != follower])
+    cluster.run_for(3_000)
+    assert cluster.nodes[follower].term == leader.term
+    cluster.heal()
+    cluster.run_for(1_000)
+    assert cluster.leader() is leader
+
+
+def test_a_leader_cut_off_from_the_majority_steps_down_and_its_lease_ends_first() -> None:
+    cluster = Cluster(seed=4)
+    members = cluster.bootstrap(5)
+    old = elected(cluster)
+    lease_end = old.leader_lease_until()
+    cluster.split([old.identity], [m for m in members if m != old.identity])
+    cluster.run_until(lambda: cluster.leader() is not None and cluster.leader() is not old, 10_000)
+    new = cluster.leader()
+    assert new is not None
+    assert new is not old
+    assert new.term > old.term
+    elected_at = cluster.now_ms
+    assert elected_at >= lease_end
+    assert old.role is not Role.LEADER  # check-quorum made it step down
+
+
+def test_a_stale_leader_learns_the_newer_term_from_any_answer() -> None:
+    node = RaftNode(A, SETTINGS, random.Random(1), Snapshot(0, 0, Membership.of([A, B, C]), None))
+    node.step(1, B, Heartbeat(5, 0, 1))
+    assert node.term == 5
+    assert node.leader == B
+    node.step(2, C, AppendEntries(3, 0, 0, (), 0, 2))
+    assert node.take_messages()[-1] == (C, AppendReply(5, False, 0, 2))
+
+
+def test_a_vote_is_refused_while_the_voter_hears_from_its_leader() -> None:
+    node = RaftNode(A, SETTINGS, random.Random(1), Snapshot(0, 0, Membership.of([A, B, C]), None))
+    node.step(1, B, Heartbeat(2, 0, 1))
+    node.take_messages()
+    node.step(50, C, VoteRequest(3, 10, 2, pre_vote=False))
+    assert node.take_messages() == []
+    assert node.term == 2
+    node.step(60, C, VoteRequest(3, 10, 2, pre_vote=False, transfer=True))
+    assert node.term == 3
+    assert node.voted_for == C
+
+
+# --- replication and snapshots -----------------------------------------------------------------------
+
+
+def test_a_follower_that_missed_everything_catches_up_through_a_snapshot() -> None:
+    cluster = Cluster(seed=5)
+    members = cluster.bootstrap(3)
+    elected(cluster)
+    lagging = members[2] if cluster.leader().identity != members[2] else members[1]
+    cluster.split([lagging], [m for m in members if m != lagging])
+    for i in range(40):
+        cluster.propose(f"c{i}")
+        cluster.run_for(5)
+    cluster.run_for(200)
+    cluster.compact_everywhere()
+    cluster.heal()
+    leader = cluster.leader()
+    assert leader is not None
+    assert committed_everywhere(cluster, leader.commit_index)
+    assert [c for _, _, c in cluster.applied[lagging]] == [c for _, _, c in cluster.applied[leader.identity]]
+
+
+def test_a_new_server_is_added_as_a_learner_then_promoted() -> None:
+    cluster = Cluster(seed=6)
+    cluster.bootstrap(1)
+    leader = elected(cluster)
+    fresh = cluster.start_fresh()
+    index = cluster.propose("add", ConfChange(add_learners=(fresh,)))
+    assert index is not None
+    assert committed_everywhere(cluster, index)
+    assert cluster.nodes[fresh].membership == Membership.of([leader.identity], [fresh])
+    assert cluster.run_until(lambda: not leader.change_problem(ConfChange(promote=fresh)), 1_000)
+    promoted = cluster.propose("again", ConfChange(promote=fresh))
+    assert promoted is not None
+    assert committed_everywhere(cluster, promoted)
+    assert cluster.nodes[fresh].membership.voters == tuple(sorted([leader.identity, fresh]))
+
+
+def test_only_one_configuration_change_at_a_time() -> None:
+    cluster = Cluster(seed=7)
+    cluster.bootstrap(3, learners=2)
+    leader = elected(cluster)
+    learners = leader.membership.learners
+    cluster.run_until(lambda: all(not leader.change_problem(ConfChange(promote=n)) for n in learners), 2_000)
+    assert cluster.propose(None, ConfChange(promote=learners[0])) is not None
+    assert cluster.propose(None, ConfChange(promote=learners[1])) is None  # the first is not committed
+    cluster.run_until(lambda: not leader.change_problem(ConfChange(promote=learners[1])), 2_000)
+    assert cluster.propose(None, ConfChange(promote=learners[1])) is not None
+
+
+def test_leadership_is_handed_over_to_an_up_to_date_voter() -> None:
+    cluster = Cluster(seed=8)
+    members = cluster.bootstrap(3)
+    old = elected(cluster)
+    target = next(m for m in members if m != old.identity)
+    assert old.transfer_leadership(target)
+    assert old.leader_lease_until() == 0  # no lease while handing over
+    cluster._flush(old)
+    cluster.run_until(lambda: cluster.nodes[target].is_leader, 3_000)
+    assert cluster.nodes[target].is_leader
+    assert not old.is_leader
+
+
+def test_a_leader_removing_itself_steps_down_once_the_change_commits() -> None:
+    cluster = Cluster(seed=9)
+    cluster.bootstrap(3)
+    leader = elected(cluster)
+    cluster.run_until(lambda: leader.can_change_configuration(), 2_000)
+    assert cluster.propose(None, ConfChange(remove=(leader.identity,))) is not None
+    cluster.run_until(lambda: not leader.is_leader, 3_000)
+    assert not leader.is_leader
+    new = elected(cluster)
+    assert new is not leader
+    assert leader.identity not in new.membership.nodes
+
+
+# --- seeded random runs ----------------------------------------------------------------------------
+
+SEEDS = range(1, int(os.environ.get("SHARDGRID_RAFT_SEEDS", "40")) + 1)
+
+
+def random_run(seed: int, duration_ms: int = 20_000) -> Cluster:
+    """Proposals, crashes within the majority, splits, joins, promotions, removals, transfers and
+    compactions; safety is checked after every event, and at the end the cluster must commit."""
+    rng = random.Random(seed)
+    cluster = Cluster(
+        seed=seed, drop_rate=rng.choice([0.0, 0.02, 0.1]), duplicate_rate=rng.choice([0.0, 0.05]), max_latency_ms=20
+    )
+    cluster.bootstrap(rng.choice([1, 3, 5]), learners=rng.randint(0, 2))
+    proposals = 0
+    next_fault = 500
+    while cluster.now_ms < duration_ms:
+        cluster.run_for(rng.randint(5, 40))
+        if cluster.propose(f"p{proposals}") is not None:
+            proposals += 1
+        if cluster.now_ms < next_fault:
+            continue
+        next_fault = cluster.now_ms + rng.randint(200, 1_500)
+        _random_fault(cluster, rng)
+    cluster.heal()
+    voters = _current_voters(cluster)
+    if sum(1 for v in voters if v in cluster.alive) * 2 > len(voters):
+        elected(cluster, 20_000)
+        final = None
+        deadline = cluster.now_ms + 10_000
+        while final is None and cluster.now_ms < deadline:
+            final = cluster.propose("final")
+            cluster.run_for(50)
+        assert final is not None, f"seed {seed}: the leader never took a proposal"
+        assert cluster.run_until(
+            lambda: all(cluster.nodes[i].applied_index >= final for i in cluster.alive if i in voters), 20_000
+        ), f"seed {seed}: the final proposal never committed everywhere"
+    return cluster
+
+
+def _current_voters(cluster: Cluster) -> tuple:
+    leader = cluster.leader()
+    node = leader or max((cluster.nodes[i] for i in cluster.alive), key=lambda n: n.log.last_index)
+    return node.membership.voters
+
+
+def _random_fault(cluster: Cluster, rng: random.Random) -> None:
+    leader = cluster.leader()
+    voters = _current_voters(cluster)
+    alive_voters = [v for v in voters if v in cluster.alive]
+    fault = rng.choice(["crash", "split", "heal", "join", "promote", "remove", "transfer", "compact", "heal"])
+    if fault == "crash" and (len(alive_voters) - 1) * 2 > len(voters):
+        cluster.crash(rng.choice(sorted(cluster.alive)))
+    elif fault == "split":
+        members = sorted(cluster.alive)
+        rng.shuffle(members)
+        cut = rng.randint(1, max(1, len(members) // 2))
+        cluster.split(members[:cut], members[cut:])
+    elif fault == "heal":
+        cluster.heal()
+    elif fault == "join" and leader is not None and len(cluster.nodes) < 12:
+        fresh = cluster.start_fresh()
+        cluster.propose(None, ConfChange(add_learners=(fresh,)))
+    elif fault == "promote" and leader is not None and leader.membership.learners:
+        learner = rng.choice([n for n in leader.membership.learners if n in cluster.alive] or [None])
+        if learner is not None:
+            cluster.propose(None, ConfChange(promote=learner))
+    elif fault == "remove" and leader is not None:
+        dead = [n for n in leader.membership.nodes if n not in cluster.alive]
+        if dead:
+            cluster.propose(None, ConfChange(remove=(dead[0],)))
+    elif fault == "transfer" and leader is not None:
+        others = [v for v in leader.membership.voters if v != leader.identity and v in cluster.alive]
+        if others:
+            leader.transfer_leadership(rng.choice(others))
+            cluster._flush(leader)
+    elif fault == "compact":
+        cluster.compact_everywhere()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_runs_keep_raft_safe_and_live(seed: int) -> None:
+    cluster = random_run(seed)
+    assert len(cluster.committed) > 10
