@@ -16,11 +16,56 @@ def run(*args: str) -> tuple[int, str]:
 
 
 def test_sim_prints_the_replay_command_the_summary_and_the_verdict() -> None:
-    code, out = run("sim", "--seed", "5", "--ops", "150", "--faults", "crash,join")
+    code, out = run("sim", "--seed", "5", "--ops", "150", "--faults", "crash,join", "--duplicate-rate", "0.02")
     assert code == 0, out
-    assert "--seed 5" in out
+    replay = out.splitlines()[0]
+    assert replay.startswith("shardgrid sim --seed 5 ")
+    assert "--duplicate-rate 0.02" in replay
+    assert "--faults 'crash,join'" in replay
+    assert len(replay) > 80  # one line, whatever the terminal width: it must paste whole
     assert "acknowledged" in out
     assert "verdict: PASS" in out
+
+
+def test_the_replay_line_replays_the_same_run() -> None:
+    import shlex
+
+    code, out = run("sim", "--seed", "8", "--ops", "120", "--faults", "crash", "--drop-rate", "0.02", "--json")
+    assert code == 0
+    first = json.loads(out)
+    code, out = run("sim", "--seed", "8", "--ops", "120", "--faults", "crash", "--drop-rate", "0.02")
+    replay = shlex.split(out.splitlines()[0])[1:]
+    code, again = run(*replay, "--json")
+    assert code == 0
+    assert json.loads(again)["trace_hash"] == first["trace_hash"]
+
+
+def test_a_schedule_file_runs_its_steps_and_reports_them(tmp_path) -> None:
+    schedule = tmp_path / "crash.toml"
+    schedule.write_text(
+        "[run]\nseed = 3\nmembers = 4\nops = 150\n"
+        '[[step]]\naction = "crash"\nafter_ms = 500\ntarget = "owner-of-most"\n'
+        '[[step]]\naction = "join"\nafter_ms = 200\n'
+    )
+    code, out = run("sim", "--schedule", str(schedule))
+    assert code == 0, out
+    assert "--schedule" in out.splitlines()[0]
+    assert "step 1: crash" in out
+    assert "step 2: join" in out
+    assert "verdict: PASS" in out
+
+
+def test_a_bad_schedule_is_refused_with_what_is_wrong(tmp_path) -> None:
+    schedule = tmp_path / "bad.toml"
+    schedule.write_text('[[step]]\naction = "explode"\n')
+    code, out = run("sim", "--schedule", str(schedule))
+    assert code == 2
+    assert "step 1" in out
+    assert "action must be one of" in out
+    schedule.write_text('[[step]]\naction = "crash"\nwhen = { message = "Nonsense" }\ntarget = "m1"\n')
+    code, out = run("sim", "--schedule", str(schedule))
+    assert code == 2
+    assert "unknown message type" in out
 
 
 def test_sim_json_is_the_run_summary_and_replays() -> None:
@@ -44,8 +89,8 @@ def test_a_failing_verdict_exits_non_zero(monkeypatch) -> None:
 
     real = main.run_seed
 
-    def failing(seed: int, params: object) -> SimResult:
-        result = real(seed, params)  # type: ignore[arg-type]
+    def failing(seed: int, params: object, schedule: object = None) -> SimResult:
+        result = real(seed, params, schedule)  # type: ignore[arg-type]
         result.passed = False
         result.problems = ["injected failure"]
         return result

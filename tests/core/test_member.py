@@ -1,172 +1,245 @@
-"""The member state machine driven by hand: events in, effects out, no simulator."""
+"""The member state machine driven by hand through ``handle()``: events in, effects out."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 from shardgrid.core import events
+from shardgrid.core import messages as m
 from shardgrid.core.config import MemberConfig
 from shardgrid.core.effects import Emit, Receive, ReplyToClient, Send, SendToAddress, SetTimer, Start, TimerFired
 from shardgrid.core.errors import InvariantViolation
 from shardgrid.core.identity import Replica
 from shardgrid.core.member import Member
-from shardgrid.core.messages import (
-    NOT_OWNER,
-    OK,
-    BackupAck,
-    BackupOperation,
-    ClientReply,
-    ClientRequest,
-    JoinRequest,
-    MemberListUpdate,
-    MigrationDataDone,
-    MigrationRecord,
-    MigrationRequest,
-    Operation,
-    TableEntry,
-)
-from shardgrid.core.migration import Migration
+from shardgrid.core.member.lifecycle import Lifecycle
+from shardgrid.core.metadata import MemberRecord, MetadataState
+from shardgrid.core.migration import Migration, MigrationRecord
+from shardgrid.core.raft import Membership, Snapshot
+from shardgrid.core.raft.messages import InstallSnapshot
+from shardgrid.core.store import PartitionData
 from shardgrid.core.table import PartitionTable
 
 A = Replica("aaaaaaaa-0000-4000-8000-000000000001", "127.0.0.1:5701")
 B = Replica("bbbbbbbb-0000-4000-8000-000000000002", "127.0.0.1:5702")
 C = Replica("cccccccc-0000-4000-8000-000000000003", "127.0.0.1:5703")
 CONFIG = MemberConfig(partition_count=4, backup_count=1)
+SEEDS = (A.address, B.address, C.address)
 
 
-def bootstrapped_master() -> tuple[Member, int]:
-    member = Member(A, CONFIG, (A.address, B.address), random.Random(1))
-    now = 0
-    member.handle(now, Start())
-    while not member.is_master:
-        now += CONFIG.tick_ms
-        member.handle(now, TimerFired("tick"))
+def sent(effects: list, kind: type) -> list:
+    return [e.message for e in effects if isinstance(e, Send | SendToAddress) and isinstance(e.message, kind)]
+
+
+def replies(effects: list) -> list:
+    return [e.message for e in effects if isinstance(e, ReplyToClient)]
+
+
+def run_ticks(member: Member, start_ms: int, until_ms: int) -> tuple[list, int]:
+    effects, now = [], start_ms
+    while now < until_ms:
+        now += member.config.tick_ms
+        effects += member.handle(now, TimerFired("tick"))
+    return effects, now
+
+
+def alone() -> tuple[Member, int]:
+    """A member configured to form a cluster on its own: it leads and owns every partition."""
+    member = Member(A, replace(CONFIG, initial_cluster_size=1), (A.address,), random.Random(1))
+    member.handle(0, Start())
+    _, now = run_ticks(member, 0, 5_000)
+    assert member.is_master
     return member, now
 
 
-def test_the_first_seed_starts_the_cluster_alone_after_the_bootstrap_delay() -> None:
-    member = Member(A, CONFIG, (A.address, B.address), random.Random(1))
+def following(identity: Replica, table: PartitionTable, lite: bool = False) -> tuple[Member, int]:
+    """A member of [A, B, C] led by A, with ``table``, given to it by A's snapshot."""
+    member = Member(identity, CONFIG, SEEDS, random.Random(2), lite=lite)
+    member.handle(0, Start())  # asks A (among others) to admit it
+    records = (MemberRecord(A), MemberRecord(B), MemberRecord(C, lite=identity == C and lite))
+    state = MetadataState(CONFIG.partition_count, records, table)
+    snapshot = Snapshot(7, 1, Membership.of([A], [B, C]), state)
+    member.handle(10, Receive(A.address, A, identity.uuid, InstallSnapshot(1, snapshot, 10)))
+    assert member.lifecycle is Lifecycle.ACTIVE
+    return member, 10
+
+
+def grant_lease(member: Member, now: int) -> int:
+    effects, now = run_ticks(member, now, now + 600)
+    request = sent(effects, m.LeaseRequest)[-1]
+    member.handle(now, Receive(A.address, A, member.identity.uuid, m.LeaseGrant(request.sent_ms, 2_000, 1)))
+    return now
+
+
+A_OWNS_B_BACKS = PartitionTable.from_lists([[A, B]] * 4, [1, 1, 1, 1])
+B_OWNS_A_BACKS = PartitionTable.from_lists([[B, A]] * 4, [1, 1, 1, 1])
+
+
+# --- forming and joining ------------------------------------------------------------------------------
+
+
+def test_a_lone_process_never_forms_a_cluster_of_its_own() -> None:
+    member = Member(A, CONFIG, SEEDS, random.Random(1))
     effects = member.handle(0, Start())
-    assert SendToAddress(B.address, JoinRequest(A, False)) in effects
+    assert SendToAddress(B.address, m.JoinRequest(A, False)) in effects
     assert SetTimer("tick", CONFIG.tick_ms) in effects
-    master, now = bootstrapped_master()
-    assert now >= CONFIG.bootstrap_after_ms
-    assert master.members[0].replica == A
-    assert master.table is not None  # a data member assigns the partitions when it starts the cluster
-    assert {e.event.__class__ for e in master.handle(now, TimerFired("tick")) if isinstance(e, Emit)} <= {
-        events.MigrationEvent
-    }
+    effects, _ = run_ticks(member, 0, 60_000)
+    assert member.lifecycle is Lifecycle.DISCOVERING
+    assert not member.consensus.has_state
+    assert len(sent(effects, m.JoinRequest)) > 100  # it keeps looking
 
 
-def test_the_master_admits_a_joiner_and_publishes_the_member_list() -> None:
-    master, now = bootstrapped_master()
-    effects = master.handle(now + 1, Receive(B.address, None, None, JoinRequest(B)))
-    lists = [e.message for e in effects if isinstance(e, Send) and isinstance(e.message, MemberListUpdate)]
-    assert lists
-    assert lists[0].version == 2
-    assert [m.replica for m in lists[0].members] == [A, B]
-    assert Emit(events.MemberAdded(B, 2)) in effects
+def test_a_member_configured_to_start_alone_leads_and_assigns_the_partitions() -> None:
+    member, now = alone()
+    state = member.consensus.state
+    assert state.table is not None
+    assert all(slots[0] == A for slots in state.table.replicas)
+    request = m.ClientRequest(1, ((0, m.Operation(m.PUT, "m", b"k", b"v")),))
+    assert replies(member.handle(now + 1, Receive("c", None, None, request))) == [
+        m.ClientReply(1, (m.OperationResult(m.OK, None),))
+    ]
+    get = m.ClientRequest(2, ((0, m.Operation(m.GET, "m", b"k")),))
+    assert replies(member.handle(now + 2, Receive("c", None, None, get)))[0].results[0].value == b"v"
+
+
+def test_a_process_that_heard_of_a_cluster_never_founds_one() -> None:
+    member = Member(A, replace(CONFIG, initial_cluster_size=1), SEEDS, random.Random(1))
+    member.handle(0, Start())
+    member.handle(5, Receive(B.address, None, None, m.JoinRedirect(None)))
+    run_ticks(member, 5, 30_000)
+    assert member.lifecycle is Lifecycle.DISCOVERING
+
+
+def test_a_member_redirects_joiners_to_its_leader_and_an_unjoined_one_says_so() -> None:
+    member, now = following(B, A_OWNS_B_BACKS)
+    effects = member.handle(now + 1, Receive(C.address, None, None, m.JoinRequest(C)))
+    assert sent(effects, m.JoinRedirect) == [m.JoinRedirect(A.address)]
+    lonely = Member(C, CONFIG, SEEDS, random.Random(3))
+    lonely.handle(0, Start())
+    effects = lonely.handle(1, Receive(B.address, None, None, m.JoinRequest(B)))
+    assert sent(effects, m.Unjoined) == [m.Unjoined(C, False)]
 
 
 def test_time_never_goes_backwards() -> None:
-    master, now = bootstrapped_master()
+    member, now = alone()
     with pytest.raises(InvariantViolation, match="backwards"):
-        master.handle(now - 1, TimerFired("tick"))
+        member.handle(now - 1, TimerFired("tick"))
 
 
-def _member_with_table(identity: Replica, versions: tuple[int, ...]) -> Member:
-    """A joined member of [A, B, C] whose table has A owning every partition, B backing it up."""
-    member = Member(identity, CONFIG, (A.address,), random.Random(2))
-    member.handle(0, Start())
-    from shardgrid.core.messages import MemberEntry
-
-    listing = MemberListUpdate(3, A, (MemberEntry(A), MemberEntry(B), MemberEntry(C)))
-    member.handle(1, Receive(A.address, A, identity.uuid, listing))
-    member.table = PartitionTable.from_lists([[A, B]] * 4, versions)
-    member.handle(2, Receive(A.address, A, identity.uuid, ClientRequest(0, ())))
-    return member
+# --- serving -------------------------------------------------------------------------------------------
 
 
-def test_a_migration_expecting_another_partition_version_is_refused() -> None:
-    owner = _member_with_table(A, (5, 5, 5, 5))
-    owner.master = B  # pretend B is master so the request is from the master
-    record = MigrationRecord("m-1", 0, Migration(None, -1, -1, C, -1, 1), version_before=4)
-    request = MigrationRequest(3, record, TableEntry(0, (A, B), 4))
-    effects = owner.handle(10, Receive(B.address, B, A.uuid, request))
-    done = [e.message for e in effects if isinstance(e, Send) and isinstance(e.message, MigrationDataDone)]
-    assert len(done) == 1
-    assert not done[0].success
-    assert "partition version 5 is not 4" in done[0].reason
-    assert owner.active == {}
+def test_a_malformed_request_is_refused_whole_and_changes_nothing() -> None:
+    member, now = alone()
+    good = (0, m.Operation(m.PUT, "m", b"k", b"v"))
+    for operations in [(5,), (good, (1, "not an operation")), (good, (99, m.Operation(m.PUT, "m", b"x")))]:
+        effects = member.handle(now + 1, Receive("c", None, None, m.ClientRequest(7, operations)))  # type: ignore[arg-type]
+        (reply,) = replies(effects)
+        assert {r.status for r in reply.results} == {m.REJECTED}
+        assert len(reply.results) == len(operations)
+    assert member.data.stores[0].maps == {}
+    too_many = tuple([good] * 10_001)
+    (reply,) = replies(member.handle(now + 2, Receive("c", None, None, m.ClientRequest(8, too_many))))
+    assert len(reply.results) == len(too_many)
+    assert member.data.stores[0].maps == {}
 
 
-def test_a_write_from_a_member_that_is_not_the_owner_here_is_not_applied_or_acked() -> None:
-    backup = _member_with_table(B, (1, 1, 1, 1))
-    backup.stores[0] = backup.stores.get(0) or __import__("shardgrid.core.store").core.store.PartitionData()
-    stale_owner_op = BackupOperation(0, 1, Operation("put", "m", b"k", b"v"), "")
-    effects = backup.handle(10, Receive(C.address, C, B.uuid, stale_owner_op))
-    assert not [e for e in effects if isinstance(e, Send) and isinstance(e.message, BackupAck)]
-    assert backup.stores[0].maps == {}
-    effects = backup.handle(11, Receive(A.address, A, B.uuid, stale_owner_op))
-    assert [e.message for e in effects if isinstance(e, Send)] == [BackupAck(0, 1)]
-    assert backup.stores[0].maps == {"m": {b"k": b"v"}}
+def test_an_owner_without_a_lease_does_not_serve() -> None:
+    member, now = following(B, B_OWNS_A_BACKS)
+    get = m.ClientRequest(1, ((0, m.Operation(m.GET, "m", b"k")),))
+    assert replies(member.handle(now + 1, Receive("c", None, None, get)))[0].results[0].status == m.RETRY
+    now = grant_lease(member, now)
+    assert replies(member.handle(now + 1, Receive("c", None, None, get)))[0].results[0].status == m.OK
+    # Its lease ends two seconds after the request it answered was sent, whatever it hears since.
+    later = now + 2_500
+    member.handle(later, Receive(C.address, C, B.uuid, m.BackupAck(0, 0)))
+    assert replies(member.handle(later + 1, Receive("c", None, None, get)))[0].results[0].status == m.RETRY
 
 
 def test_a_client_is_sent_to_the_owner_and_the_owner_answers_after_its_backup() -> None:
-    backup = _member_with_table(B, (1, 1, 1, 1))
-    request = ClientRequest(7, ((0, Operation("put", "m", b"k", b"v")),))
-    effects = backup.handle(10, Receive("client-1", None, None, request))
-    reply = next(e.message for e in effects if isinstance(e, ReplyToClient))
-    assert reply.results[0].status == NOT_OWNER
+    backup, now = following(B, A_OWNS_B_BACKS)
+    request = m.ClientRequest(7, ((0, m.Operation(m.PUT, "m", b"k", b"v")),))
+    reply = replies(backup.handle(now + 1, Receive("client-1", None, None, request)))[0]
+    assert reply.results[0].status == m.NOT_OWNER
     assert reply.results[0].owner_address == A.address
 
-    owner = _member_with_table(A, (1, 1, 1, 1))
-    batch = ClientRequest(8, tuple((pid, Operation("put", "m", bytes([pid]), b"v")) for pid in range(4)))
-    effects = owner.handle(10, Receive("client-1", None, None, batch))
-    assert not [e for e in effects if isinstance(e, ReplyToClient)]  # waiting for B's acks
-    sent = [e.message for e in effects if isinstance(e, Send) and e.target == B]
-    assert len(sent) == 4
-    for i, op in enumerate(sent):
-        effects = owner.handle(11 + i, Receive(B.address, B, A.uuid, BackupAck(op.partition_id, op.sequence)))
-    replies = [e.message for e in effects if isinstance(e, ReplyToClient)]
-    assert replies == [ClientReply(8, replies[0].results)]
-    assert [r.status for r in replies[0].results] == [OK] * 4
-    get_all = ClientRequest(9, tuple((pid, Operation("get", "m", bytes([pid]))) for pid in range(4)))
-    effects = owner.handle(20, Receive("client-1", None, None, get_all))
-    reply = next(e.message for e in effects if isinstance(e, ReplyToClient))
-    assert [r.value for r in reply.results] == [b"v"] * 4
+    owner, now = following(B, B_OWNS_A_BACKS)
+    now = grant_lease(owner, now)
+    batch = m.ClientRequest(8, tuple((pid, m.Operation(m.PUT, "m", bytes([pid]), b"v")) for pid in range(4)))
+    effects = owner.handle(now + 1, Receive("client-1", None, None, batch))
+    assert replies(effects) == []  # waiting for A's acks
+    operations = sent(effects, m.BackupOperation)
+    assert len(operations) == 4
+    for i, op in enumerate(operations):
+        effects = owner.handle(now + 2 + i, Receive(A.address, A, B.uuid, m.BackupAck(op.partition_id, op.sequence)))
+    assert [r.status for r in replies(effects)[0].results] == [m.OK] * 4
+
+
+def test_a_backup_takes_writes_only_from_the_owner_its_table_names() -> None:
+    backup, now = following(B, A_OWNS_B_BACKS)
+    backup.data.install(0, PartitionData())
+    operation = m.BackupOperation(0, 1, m.Operation(m.PUT, "m", b"k", b"v"), "")
+    assert sent(backup.handle(now + 1, Receive(C.address, C, B.uuid, operation)), m.BackupAck) == []
+    assert backup.data.stores[0].maps == {}
+    assert sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, operation)), m.BackupAck) == [m.BackupAck(0, 1)]
+    assert backup.data.stores[0].maps == {"m": {b"k": b"v"}}
 
 
 def test_a_late_copy_of_an_old_replica_sync_does_not_roll_a_backup_back() -> None:
-    from shardgrid.core.messages import Entry, ReplicaSyncAck, ReplicaSyncChunk
-    from shardgrid.core.store import PartitionData
-
-    backup = _member_with_table(B, (1, 1, 1, 1))
-    backup.stores[0] = PartitionData({"m": {b"k": b"new"}}, sequence=5, lineage="L")
-    old = ReplicaSyncChunk("a-s1", 0, 0, (Entry("m", b"k", b"old"),), True, 3, "L")
-    effects = backup.handle(10, Receive(A.address, A, B.uuid, old))
-    assert [e.message for e in effects if isinstance(e, Send)] == [ReplicaSyncAck("a-s1", 0, True)]
-    assert backup.stores[0].sequence == 5
-    assert backup.stores[0].maps == {"m": {b"k": b"new"}}
-    newer = ReplicaSyncChunk("a-s2", 0, 0, (Entry("m", b"k", b"newer"),), True, 6, "L")
-    backup.handle(11, Receive(A.address, A, B.uuid, newer))
-    assert backup.stores[0].sequence == 6
-    assert backup.stores[0].maps == {"m": {b"k": b"newer"}}
+    backup, now = following(B, A_OWNS_B_BACKS)
+    backup.data.install(0, PartitionData({"m": {b"k": b"new"}}, sequence=5, lineage="L"))
+    old = m.ReplicaSyncChunk("a-s1", 0, 0, (m.Entry("m", b"k", b"old"),), True, 3, "L")
+    effects = backup.handle(now + 1, Receive(A.address, A, B.uuid, old))
+    assert sent(effects, m.ReplicaSyncAck) == [m.ReplicaSyncAck("a-s1", 0, True)]
+    assert backup.data.stores[0].maps == {"m": {b"k": b"new"}}
+    newer = m.ReplicaSyncChunk("a-s2", 0, 0, (m.Entry("m", b"k", b"newer"),), True, 6, "L")
+    backup.handle(now + 2, Receive(A.address, A, B.uuid, newer))
+    assert backup.data.stores[0].sequence == 6
+    assert backup.data.stores[0].maps == {"m": {b"k": b"newer"}}
 
 
-def test_a_resent_commit_is_acknowledged_even_after_its_record_was_forgotten() -> None:
-    from shardgrid.core.messages import MigrationCommit, MigrationCommitAck, PartitionUpdate
+# --- migrations ------------------------------------------------------------------------------------------
 
-    destination = _member_with_table(C, (1, 1, 1, 1))
-    record = MigrationRecord("m-9", 2, Migration(B, 1, -1, C, -1, 1), version_before=1, status="committed")
-    committed = TableEntry(2, (A, C, None, None, None, None, None), 2)
-    destination.apply_entries((committed,))  # it applied the commit; its ack to the master was lost
-    destination.completed[record.migration_id] = record
-    stale_full = PartitionUpdate(3, tuple(TableEntry(p, (A, B), 1) for p in range(4)), (), full=True)
-    destination.handle(12, Receive(A.address, A, C.uuid, stale_full))
-    assert record.migration_id in destination.completed  # the master has not reflected it yet
-    destination.completed.clear()  # even forgotten, the table says it is done here
-    effects = destination.handle(13, Receive(A.address, A, C.uuid, MigrationCommit(3, record, committed)))
-    assert [e.message for e in effects if isinstance(e, Send)] == [MigrationCommitAck("m-9", True)]
+
+def test_a_destination_that_told_a_newer_leader_it_had_not_committed_refuses_that_commit() -> None:
+    record = MigrationRecord("m-1", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
+    table = A_OWNS_B_BACKS
+    destination = Member(C, CONFIG, SEEDS, random.Random(4))
+    destination.handle(0, Start())
+    state = MetadataState(4, (MemberRecord(A), MemberRecord(B), MemberRecord(C)), table, migrations={0: record})
+    snapshot = Snapshot(7, 1, Membership.of([A], [B, C]), state)
+    destination.handle(10, Receive(A.address, A, C.uuid, InstallSnapshot(1, snapshot, 10)))
+    chunk = m.MigrationChunk(record, 0, (m.Entry("m", b"k", b"v"),), True, 1, "")
+    assert sent(destination.handle(11, Receive(A.address, A, C.uuid, chunk)), m.MigrationChunkAck)[0].accepted
+    query = m.MigrationOutcomeQuery(record, 1)
+    reply = sent(destination.handle(12, Receive(A.address, A, C.uuid, query)), m.MigrationOutcomeReply)
+    assert reply == [m.MigrationOutcomeReply("m-1", False)]
+    commit = m.MigrationCommit(record, 1)
+    acks = sent(destination.handle(13, Receive(A.address, A, C.uuid, commit)), m.MigrationCommitAck)
+    assert acks == [m.MigrationCommitAck("m-1", False, "refused to a newer leader")]
+
+
+# --- leaving and rejoining ---------------------------------------------------------------------------------
+
+
+def test_a_removed_member_rejoins_as_a_new_member_through_every_address_it_knew() -> None:
+    seeds_only_a = (A.address,)
+    member = Member(B, CONFIG, seeds_only_a, random.Random(5))
+    member.handle(0, Start())
+    records = (MemberRecord(A), MemberRecord(B), MemberRecord(C))
+    snapshot = Snapshot(7, 1, Membership.of([A], [B, C]), MetadataState(4, records, A_OWNS_B_BACKS))
+    member.handle(10, Receive(A.address, A, B.uuid, InstallSnapshot(1, snapshot, 10)))
+    assert member.lifecycle is Lifecycle.ACTIVE
+    # A member that lags behind us says we are unknown: not a removal.
+    assert member.handle(20, Receive(C.address, C, B.uuid, m.NotAMember(3))) == []
+    effects = member.handle(30, Receive(A.address, A, B.uuid, m.NotAMember(9)))
+    (rejoined,) = [e.event for e in effects if isinstance(e, Emit)]
+    assert isinstance(rejoined, events.RemovedFromCluster)
+    assert rejoined.old_identity == B
+    assert member.identity != B
+    assert member.lifecycle is Lifecycle.DISCOVERING
+    effects, _ = run_ticks(member, 30, 700)
+    asked = {e.address for e in effects if isinstance(e, SendToAddress) and isinstance(e.message, m.JoinRequest)}
+    assert asked == {A.address, C.address}  # C was never a seed: it knew it from the member list

@@ -12,47 +12,51 @@ import sys
 
 import pytest
 
-from shardgrid.sim.vopr import SimParams, run_seed
+from shardgrid.sim.vopr import FAULTS, SimParams, run_seed
 
-ALL_FAULTS = ("crash", "master-crash", "join", "split", "pause", "restart")
-SEEDS = range(1, int(os.environ.get("SHARDGRID_SIM_SEEDS", "300")) + 1)
-QUICK = SimParams(ops=200, faults=ALL_FAULTS, fault_gap_ms=(1_000, 4_000))
+SCALE = int(os.environ.get("SHARDGRID_SIM_SEEDS", "150"))
+QUICK = SimParams(ops=200, faults=FAULTS, fault_gap_ms=(1_000, 4_000))
+TWO_BACKUPS = SimParams(ops=200, members=6, backups=2, faults=FAULTS, fault_gap_ms=(1_000, 4_000))
+THREE_BACKUPS = SimParams(ops=200, members=7, backups=3, max_voters=7, faults=FAULTS, fault_gap_ms=(1_000, 4_000))
 LOSSY = SimParams(
-    ops=300, members=4, partitions=31, faults=ALL_FAULTS, fault_gap_ms=(500, 2_000), drop_rate=0.1, duplicate_rate=0.1
+    ops=300, members=4, partitions=31, faults=FAULTS, fault_gap_ms=(500, 2_000), drop_rate=0.1, duplicate_rate=0.1
+)
+FIRST_USE_WITH_LITE = SimParams(
+    ops=300, members=5, lite_members=1, assign_on_first_use=True, faults=FAULTS, fault_gap_ms=(1_000, 4_000)
 )
 
-# Seeds that once failed while the member was built, kept with the parameters they failed under.
-# Each replayed the bug named beside it at the commit that fixed it; later protocol changes (lazy
-# initial assignment, for one) send them down other paths, so they now widen the random sample.
+# Seeds that failed once, kept with the parameters they failed under.
 REGRESSION_SEEDS = [
-    (1, SimParams(ops=600)),  # a member list update lost on the wire was never resent
-    (7, SimParams(ops=600)),  # the budget ignored that a one-member cluster has no backups
-    (11, SimParams(ops=600)),  # a master cut off from the majority removed it one member at a time
-    (27, SimParams(ops=600)),  # a completed migration's record was evicted before its sender saw it
-    (37, SimParams(ops=600)),  # a removed member knew no seed to join through again
-    (48, SimParams(ops=600)),  # a backup missed a write the old owner dropped when it handed over
-    (135, SimParams(ops=600, faults=ALL_FAULTS)),  # a resumed master trusted heartbeats buffered while paused
-    (7, SimParams(ops=600, members=6, backups=2, faults=ALL_FAULTS)),  # a departed member stayed in the table
-    # Found by review on a small, very lossy cluster: a member that voted for a claim that never
-    # won ignored the real master forever; a master regaining a majority after a split removed
-    # members whose first heartbeat was still on its way.
-    (7, LOSSY),
-    (11, LOSSY),
-    (18, LOSSY),
-    # An old master and the one elected in its absence reached the same member-list version; the
-    # old one's next list won and merged the cluster back under a stale table (now: terms).
-    (112, SimParams(ops=600, members=6, backups=2, faults=ALL_FAULTS)),
-    # A member that missed the last member list claimed with it and was refused forever (now the
-    # refusal carries the newer list).
-    (43, LOSSY),
-    (82, LOSSY),
+    # The seeds: under the old membership layer a member never joined ("No master, ever").
+    (700017, SimParams(members=5, backups=2, ops=2000, faults=("crash", "master-crash", "join", "split"))),
+    (757575, SimParams(members=5, backups=2, ops=2000, faults=("crash", "master-crash", "join", "split"))),
+    # A destination learned of its migration from the log before the owner's resync of it ended;
+    # it refused the sync and the owner waited for the sync forever.
+    (28, SimParams(ops=600, members=6, backups=2, faults=FAULTS)),
+    # A joiner loaded a snapshot that did not list the current leader and ignored it from then on.
+    (92, SimParams(ops=600, members=6, backups=2, faults=FAULTS)),
+    # The leader promoted a learner that had just died before demoting a dead voter: two of four
+    # voters dead, no majority left.
+    (90, SimParams(ops=600, members=6, backups=2, faults=FAULTS)),
 ]
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_random_faults_within_the_backup_budget_lose_nothing(seed: int) -> None:
-    result = run_seed(seed, QUICK)
-    assert result.passed, f"seed {seed}: {result.problems[:5]} faults {result.faults_injected}"
+# Every configuration the random runs cover, with how many seeds of it CI runs.
+CONFIGURATIONS: dict[str, tuple[SimParams, int]] = {
+    "one-backup": (QUICK, SCALE),
+    "two-backups-six-members": (TWO_BACKUPS, SCALE // 3),
+    "three-backups-seven-members": (THREE_BACKUPS, SCALE // 6),
+    "small-very-lossy": (LOSSY, SCALE // 10),
+    "first-use-assignment-with-a-lite-member": (FIRST_USE_WITH_LITE, SCALE // 10),
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "seed"), [(name, seed) for name, (_, count) in CONFIGURATIONS.items() for seed in range(1, count + 1)]
+)
+def test_random_faults_within_the_budget_lose_nothing(name: str, seed: int) -> None:
+    result = run_seed(seed, CONFIGURATIONS[name][0])
+    assert result.passed, f"{name} seed {seed}: {result.problems[:5]} faults {result.faults_injected}"
 
 
 @pytest.mark.parametrize(
@@ -66,7 +70,7 @@ def test_regression_seeds(seed: int, params: SimParams) -> None:
 @pytest.mark.parametrize("seed", [3, 4])
 def test_two_backups_and_a_lossy_network_through_the_wire_codec(seed: int) -> None:
     params = SimParams(
-        members=6, backups=2, ops=200, faults=ALL_FAULTS, drop_rate=0.05, duplicate_rate=0.05, encode_messages=True
+        members=6, backups=2, ops=200, faults=FAULTS, drop_rate=0.05, duplicate_rate=0.05, encode_messages=True
     )
     result = run_seed(seed, params)
     assert result.passed, f"seed {seed}: {result.problems[:5]}"
@@ -80,9 +84,8 @@ def test_a_seed_replays_bit_for_bit() -> None:
 
 
 _TRACE = (
-    "from shardgrid.sim.vopr import SimParams, run_seed;"
-    "print(run_seed(21, SimParams(ops=200, faults=('crash','master-crash','join','split','pause','restart'),"
-    " fault_gap_ms=(1000, 4000))).trace_hash)"
+    "from shardgrid.sim.vopr import FAULTS, SimParams, run_seed;"
+    "print(run_seed(21, SimParams(ops=200, faults=FAULTS, fault_gap_ms=(1000, 4000))).trace_hash)"
 )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 import click
 from rich.console import Console
@@ -17,7 +18,8 @@ from shardgrid.cli.sim_report import render as render_sim
 from shardgrid.cli.sim_report import seeds_summary
 from shardgrid.core.errors import ConfigError
 from shardgrid.core.limits import DEFAULT_MAX_PARALLEL_MIGRATIONS, DEFAULT_PARTITION_COUNT
-from shardgrid.sim.vopr import FAULTS, SimParams, run_seed
+from shardgrid.sim.schedule import load_schedule
+from shardgrid.sim.vopr import FAULTS, SimParams, params_of, run_seed
 
 
 @click.group()
@@ -60,7 +62,7 @@ def plan(
 
 
 @cli.command()
-@click.option("--seed", type=int, default=1, show_default=True, help="The run's seed; the same seed replays it.")
+@click.option("--seed", type=int, default=None, help="The run's seed; the same seed replays it.  [default: 1]")
 @click.option(
     "--seeds",
     type=click.IntRange(1, 100_000),
@@ -68,62 +70,80 @@ def plan(
     show_default=True,
     help="Run this many seeds, from --seed on, and summarize.",
 )
-@click.option("--members", type=click.IntRange(1, 50), default=5, show_default=True)
-@click.option("--partitions", type=click.IntRange(1, 100_000), default=DEFAULT_PARTITION_COUNT, show_default=True)
-@click.option("--backups", type=click.IntRange(0, 6), default=1, show_default=True)
-@click.option("--ops", type=click.IntRange(0, 10_000_000), default=2000, show_default=True)
+@click.option("--members", type=click.IntRange(1, 50), default=None, help="Members at the start.  [default: 5]")
+@click.option(
+    "--partitions", type=click.IntRange(1, 100_000), default=None, help=f"[default: {DEFAULT_PARTITION_COUNT}]"
+)
+@click.option("--backups", type=click.IntRange(0, 6), default=None, help="[default: 1]")
+@click.option("--ops", type=click.IntRange(0, 10_000_000), default=None, help="[default: 2000]")
 @click.option(
     "--faults",
-    default="crash,master-crash,join,split",
-    show_default=True,
-    help=f"Comma-separated, from: {', '.join(FAULTS)} (empty for none).",
+    default=None,
+    help=f"Comma-separated random faults, from: {', '.join(FAULTS)} (empty for none).  "
+    "[default: crash,master-crash,join,split; none with --schedule]",
 )
 @click.option(
-    "--max-parallel-migrations",
-    type=click.IntRange(1, 1000),
-    default=DEFAULT_MAX_PARALLEL_MIGRATIONS,
-    show_default=True,
+    "--schedule",
+    "schedule_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A TOML or JSON fault schedule (see the README); --faults adds random faults on top.",
 )
-@click.option("--drop-rate", type=click.FloatRange(0, 0.5), default=0.01, show_default=True)
-@click.option("--duplicate-rate", type=click.FloatRange(0, 0.5), default=0.01, show_default=True)
+@click.option("--max-parallel-migrations", type=click.IntRange(1, 1000), default=None, help="[default: 10]")
+@click.option("--max-voters", type=click.IntRange(1, 9), default=None, help="[default: 5]")
+@click.option("--drop-rate", type=click.FloatRange(0, 0.5), default=None, help="[default: 0.01]")
+@click.option("--duplicate-rate", type=click.FloatRange(0, 0.5), default=None, help="[default: 0.01]")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def sim(
-    seed: int,
+    seed: int | None,
     seeds: int,
-    members: int,
-    partitions: int,
-    backups: int,
-    ops: int,
-    faults: str,
-    max_parallel_migrations: int,
-    drop_rate: float,
-    duplicate_rate: float,
+    members: int | None,
+    partitions: int | None,
+    backups: int | None,
+    ops: int | None,
+    faults: str | None,
+    schedule_path: str | None,
+    max_parallel_migrations: int | None,
+    max_voters: int | None,
+    drop_rate: float | None,
+    duplicate_rate: float | None,
     as_json: bool,
 ) -> None:
     """Run the deterministic simulator: a cluster, a workload, faults; exits 1 on a FAIL verdict."""
-    chosen = tuple(f.strip() for f in faults.split(",") if f.strip())
+    schedule = None
+    base = SimParams()
+    if schedule_path is not None:
+        try:
+            schedule = load_schedule(schedule_path)
+            schedule_seed, base = params_of(schedule)
+        except ConfigError as error:
+            raise click.UsageError(str(error)) from error
+        seed = seed if seed is not None else schedule_seed
+    chosen = base.faults if faults is None else tuple(f.strip() for f in faults.split(",") if f.strip())
     unknown = [f for f in chosen if f not in FAULTS]
     if unknown:
         raise click.UsageError(f"unknown fault(s) {', '.join(unknown)}; choose from {', '.join(FAULTS)}")
-    params = SimParams(
-        members=members,
-        partitions=partitions,
-        backups=backups,
-        ops=ops,
-        faults=chosen,
-        max_parallel_migrations=max_parallel_migrations,
-        drop_rate=drop_rate,
-        duplicate_rate=duplicate_rate,
-    )
+    overrides = {
+        "members": members,
+        "partitions": partitions,
+        "backups": backups,
+        "ops": ops,
+        "max_parallel_migrations": max_parallel_migrations,
+        "max_voters": max_voters,
+        "drop_rate": drop_rate,
+        "duplicate_rate": duplicate_rate,
+    }
+    params = replace(base, faults=chosen, **{k: v for k, v in overrides.items() if v is not None})
+    first = seed if seed is not None else 1
     results = []
-    console = Console()
+    console = Console(soft_wrap=True)
     for run in range(seeds):
-        result = run_seed(seed + run, params)
+        result = run_seed(first + run, params, schedule)
         results.append(result)
         if as_json and seeds == 1:
             click.echo(json.dumps(result.summary(), indent=2))
         elif seeds == 1:
-            render_sim(result, console)
+            render_sim(result, console, schedule_path)
         else:
             status = "PASS" if result.passed else "FAIL " + "; ".join(result.problems[:2])
             click.echo(f"seed {result.seed}: {status}")

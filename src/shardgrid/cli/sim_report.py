@@ -9,14 +9,29 @@ from rich.console import Console
 from shardgrid.sim.vopr import SimResult
 
 
-def render(result: SimResult, console: Console) -> None:
+def replay_command(result: SimResult, schedule_path: str | None = None) -> str:
+    """The command that replays this run exactly: every parameter that shapes it, on one line."""
+    p = result.params
+    parts = ["shardgrid sim", f"--seed {result.seed}"]
+    if schedule_path is not None:
+        parts.append(f"--schedule {schedule_path}")
+    parts += [
+        f"--members {p.members}",
+        f"--partitions {p.partitions}",
+        f"--backups {p.backups}",
+        f"--ops {p.ops}",
+        f"--faults '{','.join(p.faults)}'",
+        f"--max-parallel-migrations {p.max_parallel_migrations}",
+        f"--max-voters {p.max_voters}",
+        f"--drop-rate {p.drop_rate}",
+        f"--duplicate-rate {p.duplicate_rate}",
+    ]
+    return " ".join(parts)
+
+
+def render(result: SimResult, console: Console, schedule_path: str | None = None) -> None:
     s = result.summary()
-    p = s["params"]
-    console.print(
-        f"[bold]shardgrid sim[/bold] --seed {s['seed']} --members {p['members']} --partitions {p['partitions']} "
-        f"--backups {p['backups']} --ops {p['ops']} --faults {','.join(p['faults']) or 'none'} "
-        f"--max-parallel-migrations {p['max_parallel_migrations']} --drop-rate {p['drop_rate']}"
-    )
+    console.print(replay_command(result, schedule_path), markup=False, highlight=False, soft_wrap=True)
     writes = s["writes"]
     console.print(
         f"simulated {s['simulated_ms'] / 1000:.1f} s in {s['wall_seconds']} s wall: {s['events']} events "

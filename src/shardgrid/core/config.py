@@ -10,9 +10,11 @@ from shardgrid.core.limits import (
     DEFAULT_MAX_PARALLEL_MIGRATIONS,
     DEFAULT_PARTITION_COUNT,
     MAX_BACKUP_COUNT,
+    MAX_MEMBER_COUNT,
     MAX_PARALLEL_MIGRATIONS_LIMIT,
     MAX_PARTITION_COUNT,
 )
+from shardgrid.core.raft import RaftSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,28 +23,37 @@ class MemberConfig:
     backup_count: int = DEFAULT_BACKUP_COUNT
     max_parallel_migrations: int = DEFAULT_MAX_PARALLEL_MIGRATIONS
     tick_ms: int = 100  # the member's clock granularity: every retry and timeout is checked this often
-    heartbeat_interval_ms: int = 1_000
-    failure_timeout_ms: int = 5_000  # silence after which a member is suspected dead
+    # Forming a cluster: a brand-new cluster forms only once this many processes found each other
+    # (like Consul's bootstrap_expect), so one process that is cut off never starts a cluster of
+    # its own. 1 lets a single process start alone: set it only for a one-member cluster.
+    initial_cluster_size: int = 3
+    bootstrap_after_ms: int = 2_000  # how long to look for an existing cluster before forming one
     join_retry_ms: int = 500
-    bootstrap_after_ms: int = 2_000  # the first seed starts a cluster alone after this much silence
-    table_publish_interval_ms: int = 15_000  # the whole table, to every member (seed 001)
+    # Consensus on the metadata (the Raft log): up to max_voters data members vote, the others
+    # follow as learners. Voter counts are kept odd.
+    max_voters: int = 5
+    election_timeout_ms: int = 1_000
+    raft_heartbeat_interval_ms: int = 200
+    snapshot_every_entries: int = 1_000  # the log is compacted to a snapshot this often
+    # Leases: a member serves its partitions only while the leader's grant holds, renewed through a
+    # majority. The leader reassigns an unreachable member's partitions only after its lease has
+    # certainly expired (lease_ms plus clock_drift_margin_ms after the last grant).
+    lease_ms: int = 2_000
+    lease_renew_interval_ms: int = 500
+    clock_drift_margin_ms: int = 200
+    failure_timeout_ms: int = 5_000  # silence after which the leader removes a member
     retry_interval_ms: int = 300  # resend of an unacknowledged commit, chunk, backup or query
     migration_timeout_ms: int = 30_000  # a migration making no progress this long is rolled back
     backup_ack_timeout_ms: int = 5_000  # a write whose backups did not all ack is indeterminate
+    graceful_shutdown_timeout_ms: int = 600_000  # a graceful shutdown still handing over after this fails
+    admin_timeout_ms: int = 30_000  # an administrative request not done by then fails
     max_chunk_entries: int = 1_000
     max_chunk_bytes: int = 1024 * 1024
     max_pending_writes: int = 10_000  # writes waiting for backup acks; beyond it, RETRY
     max_backup_reorder: int = 1_024  # out-of-order backup operations held per partition
-    # With split-brain protection a master removes members, and a member claims mastership, only
-    # while hearing from a majority of the member list: a side cut off from the rest stands still
-    # instead of acknowledging writes the other side never sees. The price: a cluster of n members
-    # then tolerates ceil(n/2) - 1 simultaneous losses (all of them when n <= 2). Without it (as
-    # Hazelcast without a split-brain protection quorum), up to backup_count simultaneous crashes
-    # are survived at any size, and a network split can lose acknowledged writes when it heals.
-    split_brain_protection: bool = True
-    # The master assigns the partitions when the first data member starts (the default), or, as
-    # Hazelcast does, when data is first asked for: a cluster formed before first use then starts
-    # balanced over all its members with no migration at all.
+    max_pending_joins: int = 100  # joiners waiting for the leader's next configuration change
+    # The leader assigns the partitions as soon as the cluster has a data member (the default), or,
+    # as Hazelcast does, when data is first asked for.
     assign_partitions_on_first_use: bool = False
 
     def validate(self) -> None:
@@ -52,7 +63,29 @@ class MemberConfig:
             1 <= self.max_parallel_migrations <= MAX_PARALLEL_MIGRATIONS_LIMIT, "max_parallel_migrations out of range"
         )
         require(self.tick_ms > 0, "tick_ms must be positive")
+        require(1 <= self.initial_cluster_size <= MAX_MEMBER_COUNT, "initial_cluster_size out of range")
+        require(1 <= self.max_voters <= 9, "max_voters must be 1..9")
         require(
-            self.failure_timeout_ms > 2 * self.heartbeat_interval_ms, "failure_timeout_ms must exceed two heartbeats"
+            self.lease_renew_interval_ms * 2 < self.lease_ms,
+            "lease_renew_interval_ms must be under half of lease_ms (a lost renewal must not end the lease)",
+        )
+        require(
+            self.lease_ms + self.clock_drift_margin_ms < self.failure_timeout_ms,
+            "failure_timeout_ms must exceed lease_ms plus clock_drift_margin_ms",
         )
         require(self.max_chunk_entries > 0 and self.max_chunk_bytes > 0, "chunk bounds must be positive")
+        require(self.snapshot_every_entries >= 10, "snapshot_every_entries must be at least 10")
+        self.raft_settings().validate()
+
+    def raft_settings(self) -> RaftSettings:
+        return RaftSettings(
+            election_timeout_ms=self.election_timeout_ms,
+            heartbeat_interval_ms=self.raft_heartbeat_interval_ms,
+            clock_drift_margin_ms=min(self.clock_drift_margin_ms, self.election_timeout_ms // 2),
+        )
+
+    def voter_target(self, data_members: int) -> int:
+        """How many voters for this many data members: odd (an even count tolerates no more
+        failures than one fewer), at most ``max_voters``, at least one when any data member exists."""
+        wanted = min(self.max_voters, data_members)
+        return wanted if wanted % 2 == 1 or wanted == 0 else wanted - 1

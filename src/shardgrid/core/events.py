@@ -1,28 +1,49 @@
-"""What a member tells the outside world it did, as Hazelcast's listeners would hear it."""
+"""What a member tells the outside world happened, as Hazelcast's listeners would hear it.
+
+Membership, state and migration events carry the log index at which the member applied the change,
+so events from different members about the same change can be matched up.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from shardgrid.core.identity import Replica
+from shardgrid.core.metadata.cluster_state import ClusterState
 
 
 @dataclass(frozen=True, slots=True)
 class MemberAdded:
     member: Replica
-    member_list_version: int
+    log_index: int
 
 
 @dataclass(frozen=True, slots=True)
 class MemberRemoved:
     member: Replica
-    member_list_version: int
+    log_index: int
 
 
 @dataclass(frozen=True, slots=True)
 class MasterChanged:
+    """The Raft leader, which is the seeds' master, changed (seen by this member)."""
+
     master: Replica
-    member_list_version: int
+    term: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStateChanged:
+    state: ClusterState
+    log_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberPromoted:
+    """A lite member became a data member (seed 002)."""
+
+    member: Replica
+    log_index: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,3 +75,11 @@ class RemovedFromCluster:
 
     old_identity: Replica
     new_identity: Replica
+
+
+@dataclass(frozen=True, slots=True)
+class MemberStopped:
+    """This member stopped: its graceful shutdown completed, or the cluster shut down."""
+
+    member: Replica
+    reason: str

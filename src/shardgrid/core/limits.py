@@ -37,3 +37,6 @@ MAX_MAP_NAME_CHARS: Final = 256
 
 # Completed migrations the master keeps until every member acknowledged them (seed 000, 2.1).
 MAX_COMPLETED_MIGRATIONS: Final = 100_000
+
+# The newest migration outcomes the metadata keeps (the log holds every one until compaction).
+MAX_COMPLETED_IN_METADATA: Final = 1_000

@@ -1,9 +1,10 @@
 """Every message between members, and between clients and members, as a frozen dataclass.
 
-Messages hold only ints, strs, bytes, bools, None, tuples and other message dataclasses (and the
-core's ``Replica`` and ``Migration``), so that one generic codec (``codec.py``) carries them all.
-Fields that name a partition table entry use ``TableEntry``; a migration travels as a
-``MigrationRecord`` that names it, its partition, the version it expects and its outcome.
+Raft's own messages live in ``core.raft.messages`` and the log's commands in
+``core.metadata.commands``; this module holds the rest: finding and joining a cluster, leases,
+the data transfer of migrations, replication, client requests and administration. Messages hold
+only ints, strs, bytes, bools, None, tuples, enums and other registered dataclasses, so that one
+codec (``codec.py``) carries them all.
 """
 
 from __future__ import annotations
@@ -11,53 +12,85 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shardgrid.core.identity import Replica
-from shardgrid.core.migration import Migration
+from shardgrid.core.metadata.cluster_state import ClusterState
+from shardgrid.core.metadata.commands import MemberRecord
+from shardgrid.core.migration import MigrationRecord
 
-# --- shared records ------------------------------------------------------------------------------
-
-ACTIVE = "active"
-COMMITTED = "committed"
-ROLLED_BACK = "rolled-back"
+# --- finding and joining a cluster ---------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class MemberEntry:
-    """A member of the published member list; the list is ordered oldest first."""
+class JoinRequest:
+    """To any known address: admit me (the leader), tell me where the leader is (a member), or
+    tell me you are looking for a cluster too (a process that has not joined one)."""
 
-    replica: Replica
+    member: Replica
     lite: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class TableEntry:
-    """One partition of a published table: its replica slots and its version."""
+class JoinRedirect:
+    """From a member of a cluster: the leader's address, when it knows one. A cluster exists."""
 
-    partition_id: int
-    replicas: tuple[Replica | None, ...]
-    version: int
+    leader_address: str | None
 
 
 @dataclass(frozen=True, slots=True)
-class MigrationRecord:
-    """A migration as the master decided it: ``version_before`` is what participants must hold.
+class JoinRejected:
+    """From the leader: the cluster takes no members now (FROZEN, PASSIVE, shut down)."""
 
-    ``status`` is ``active`` while it runs, then ``committed`` or ``rolled-back``; a committed
-    record's partition is at ``version_before + 1`` after it, a rolled-back one's at
-    ``version_before + 2`` (seed 000, section 2.1, step 4).
-    """
+    reason: str
 
-    migration_id: str
-    partition_id: int
-    migration: Migration
-    version_before: int
-    status: str = ACTIVE
 
-    def with_status(self, status: str) -> MigrationRecord:
-        return MigrationRecord(self.migration_id, self.partition_id, self.migration, self.version_before, status)
+@dataclass(frozen=True, slots=True)
+class Unjoined:
+    """From a process that belongs to no cluster either: a peer to form the first one with."""
 
-    @property
-    def version_after(self) -> int:
-        return self.version_before + (1 if self.status == COMMITTED else 2)
+    member: Replica
+    lite: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Bootstrap:
+    """From the first of ``initial_cluster_size`` processes that found each other: these are the
+    first members (``voters`` among them); every one starts the same log from it."""
+
+    members: tuple[MemberRecord, ...]
+    voters: tuple[Replica, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NotAMember:
+    """To a sender this member's cluster does not list. The receiver leaves and joins again as a
+    new member only when the sender committed more of the log than it did (so the removal is in
+    the committed log; a sender that merely lags behind a new member's admission is ignored)."""
+
+    commit_index: int
+
+
+# --- leases ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRequest:
+    """Member to leader, every ``lease_renew_interval_ms``. ``sent_ms`` is the member's clock; it
+    also reports what it applied, so the leader knows when every member holds the same table."""
+
+    sent_ms: int
+    applied_index: int
+    table_stamp: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    """The member may serve until its own ``request_sent_ms + lease_ms``."""
+
+    request_sent_ms: int
+    lease_ms: int
+    term: int
+
+
+# --- migrations (started and finished through the log; the data moves here) -----------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,125 +102,9 @@ class Entry:
     value: bytes
 
 
-# --- membership ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class JoinRequest:
-    member: Replica
-    lite: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class JoinRedirect:
-    """From a member that is not the master: where the master is, if it knows."""
-
-    master_address: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class MemberListUpdate:
-    """``(term, version)`` orders lists: a master elected later (a higher term) always wins."""
-
-    version: int
-    master: Replica
-    members: tuple[MemberEntry, ...]
-    term: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    """Also tells the master which member list and table the sender holds, so it can resend."""
-
-    member_list_version: int
-    table_stamp: int | None = None
-    term: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class NotAMember:
-    """To a sender this member's cluster has removed: it must drop its data and join anew."""
-
-    member_list_version: int
-    term: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class MastershipClaim:
-    member_list_version: int
-    suspected: tuple[Replica, ...]
-    term: int = 1  # the term the claimant will lead: one more than any it has seen
-
-
-@dataclass(frozen=True, slots=True)
-class MastershipClaimReply:
-    """A refusal from a member holding a newer list of the same master carries that list, so a
-    claimant that missed an update catches up and claims again (else nobody could win)."""
-
-    member_list_version: int
-    accepted: bool
-    term: int = 1
-    newer_members: tuple[MemberEntry, ...] = ()
-
-
-# --- partition table -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionUpdate:
-    """Changed partitions (or all, when ``full``) and the completed migrations for them."""
-
-    member_list_version: int
-    entries: tuple[TableEntry, ...]
-    completed: tuple[MigrationRecord, ...]
-    full: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionUpdateAck:
-    """The versions the member now holds for the partitions of the update it acknowledges."""
-
-    versions: tuple[tuple[int, int], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class AssignPartitions:
-    """A member asked for data before any partition was assigned: the master assigns them now."""
-
-
-@dataclass(frozen=True, slots=True)
-class PromotionCommit:
-    """Master to a surviving backup: you own these partitions now (seed 000, section 1.1)."""
-
-    member_list_version: int
-    entries: tuple[TableEntry, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class PromotionCommitAck:
-    partition_ids: tuple[int, ...]
-
-
-# --- migrations ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class MigrationRequest:
-    """Master to the data sender (the owner): send this partition's data to the destination.
-
-    It carries the partition's current table entry and completed migrations, so a sender that
-    missed a publication catches up before it checks the version (seed 003, section 1.2).
-    """
-
-    member_list_version: int
-    record: MigrationRecord
-    entry: TableEntry
-    completed: tuple[MigrationRecord, ...] = ()
-
-
 @dataclass(frozen=True, slots=True)
 class MigrationChunk:
-    """Sender to destination: one bounded piece of the partition's data, in order."""
+    """Data sender to destination: one bounded piece of the partition's data, in order."""
 
     record: MigrationRecord
     sequence: int
@@ -207,7 +124,7 @@ class MigrationChunkAck:
 
 @dataclass(frozen=True, slots=True)
 class MigrationDataDone:
-    """Sender to master: the destination holds all the data (or the transfer failed)."""
+    """Data sender to leader: the destination holds all the data (or the transfer failed)."""
 
     migration_id: str
     success: bool
@@ -216,11 +133,10 @@ class MigrationDataDone:
 
 @dataclass(frozen=True, slots=True)
 class MigrationCommit:
-    """Master to destination, before the master applies anything itself (seed 000, 2.1 step 2)."""
+    """Leader to destination, before the log records the outcome (seed 000, 2.1 step 2)."""
 
-    member_list_version: int
     record: MigrationRecord
-    entry: TableEntry
+    term: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,25 +148,17 @@ class MigrationCommitAck:
 
 @dataclass(frozen=True, slots=True)
 class MigrationOutcomeQuery:
-    """A participant still holding an active migration asks the master how it ended."""
+    """A new leader asks a destination whether it committed a migration the log shows unfinished
+    (seed 000, 2.2). A destination that had not answers no, and refuses that commit from then on."""
 
+    record: MigrationRecord
+    term: int
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationOutcomeReply:
     migration_id: str
-    partition_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class FetchPartitionState:
-    """A new master asks every member for its table, active and completed migrations."""
-
-    member_list_version: int
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionStateReply:
-    member_list_version: int
-    entries: tuple[TableEntry, ...]
-    active: tuple[MigrationRecord, ...]
-    completed: tuple[MigrationRecord, ...]
+    committed: bool
 
 
 # --- data and replication ------------------------------------------------------------------------
@@ -306,12 +214,17 @@ class ReplicaSyncAck:
     accepted: bool
 
 
+@dataclass(frozen=True, slots=True)
+class AssignPartitions:
+    """A member asked for data before any partition was assigned: the leader assigns them now."""
+
+
 # --- clients ---------------------------------------------------------------------------------------
 
 OK = "ok"
 NOT_OWNER = "not-owner"
-RETRY = "retry"  # the partition is migrating or has no owner yet: try again shortly
-INDETERMINATE = "indeterminate"  # applied on the owner, but a backup did not acknowledge in time
+RETRY = "retry"  # migrating, no owner yet, no lease: try again shortly
+INDETERMINATE = "indeterminate"  # applied on the owner, but not confirmed by every backup under lease
 REJECTED = "rejected"  # malformed or over a limit: will not succeed if retried
 
 
@@ -347,3 +260,59 @@ class TableReply:
 
     partition_count: int
     owner_addresses: tuple[str | None, ...]
+
+
+# --- administration ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeClusterState:
+    state: ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class PromoteMember:
+    """Seed 002's promoteLocalMember: sent to the lite member that is to become a data member."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownMember:
+    """Sent to the member that is to leave: it hands every replica over, then stops."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownCluster:
+    """PASSIVE first, then every member stops."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdminRequest:
+    call_id: int
+    command: ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster
+
+
+ADMIN_OK = "ok"
+ADMIN_FAILED = "failed"  # the reason says why; nothing changed
+
+
+@dataclass(frozen=True, slots=True)
+class AdminReply:
+    call_id: int
+    status: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRequest:
+    """Member to leader: carry out a change only the leader can propose (for an admin request,
+    or a member's own graceful shutdown)."""
+
+    request_id: int
+    command: ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderReply:
+    request_id: int
+    status: str
+    reason: str = ""

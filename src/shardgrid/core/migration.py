@@ -105,3 +105,52 @@ def apply_migration(slots: Sequence[Replica | None], migration: Migration) -> li
         invariant(result[m.source_new_index] is None, lambda: f"{m} overwrites a replica in {slots}")
         result[m.source_new_index] = m.source
     return result
+
+
+def migration_fits(slots: Sequence[Replica | None], migration: Migration) -> bool:
+    """Whether ``migration`` applies to ``slots`` (what ``apply_migration`` would otherwise refuse)."""
+    m = migration
+    result = list(slots)
+    if m.source_current_index != NO_INDEX:
+        if result[m.source_current_index] != m.source:
+            return False
+        result[m.source_current_index] = None
+    if m.destination_current_index != NO_INDEX:
+        if result[m.destination_current_index] != m.destination:
+            return False
+        result[m.destination_current_index] = None
+    elif m.destination is not None and m.destination in result:
+        return False
+    if m.destination_new_index != NO_INDEX:
+        if result[m.destination_new_index] is not None:
+            return False
+        result[m.destination_new_index] = m.destination
+    return m.source_new_index == NO_INDEX or result[m.source_new_index] is None
+
+
+class MigrationStatus(enum.Enum):
+    ACTIVE = "active"
+    COMMITTED = "committed"
+    ROLLED_BACK = "rolled-back"
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationRecord:
+    """A migration as the master decided it: ``version_before`` is what participants must hold.
+
+    A committed record's partition is at ``version_before + 1`` after it, a rolled-back one's at
+    ``version_before + 2`` at least (seed 000, section 2.1, step 4).
+    """
+
+    migration_id: str
+    partition_id: int
+    migration: Migration
+    version_before: int
+    status: MigrationStatus = MigrationStatus.ACTIVE
+
+    def with_status(self, status: MigrationStatus) -> MigrationRecord:
+        return MigrationRecord(self.migration_id, self.partition_id, self.migration, self.version_before, status)
+
+    @property
+    def version_after(self) -> int:
+        return self.version_before + (1 if self.status is MigrationStatus.COMMITTED else 2)

@@ -2,31 +2,116 @@
 
 A violation raises ``SimulationFailure`` with what was seen, so a failing seed stops at the first
 step that broke a rule and the seed replays it.
+
+After every step of a member:
+- at most one leader per term;
+- every member applies the same entry at every log index (Raft's state machine safety);
+- no member takes part in more than ``max_parallel_migrations`` migrations, as the leader counts
+  them and as the member itself holds them.
+At every write a member acknowledges: no other member would take a write to that partition at
+that moment (leases keep a cut-off owner from serving alongside its successor).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from shardgrid.core.hashing import partition_id_of_serialized
 from shardgrid.core.member import Member
+from shardgrid.core.messages import OK, ClientReply
 from shardgrid.core.placement import replica_count_for
 from shardgrid.sim.cluster import Simulation
+from shardgrid.sim.workload import MAP_NAME
 
 
 class SimulationFailure(AssertionError):
     """A simulated run broke an invariant."""
 
 
-def check_step(sim: Simulation, address: str) -> None:
-    """After every event: the master's migrations respect the parallel bound, one per partition."""
-    member = sim.nodes[address].member
-    if not member.is_master:
+class LogChecker:
+    """Remembers every applied entry's term and command by index, across all members."""
+
+    def __init__(self) -> None:
+        self.applied: dict[int, tuple[int, Any]] = {}
+        self.checked: dict[str, int] = {}  # member uuid -> highest index compared
+        self.leaders: dict[int, str] = {}  # term -> leader uuid
+        self._load_checked: dict[str, tuple[int, int]] = {}  # leader uuid -> (state id, proposals)
+        self._configurations: dict[str, int] = {}  # leader uuid -> index of the last configuration seen
+
+    def __call__(self, sim: Simulation, address: str) -> None:
+        member = sim.nodes[address].member
+        consensus = member.consensus
+        raft = consensus.raft
+        me = member.identity.uuid
+        if raft.is_leader:
+            holder = self.leaders.setdefault(raft.term, me)
+            if holder != me:
+                raise SimulationFailure(f"t={sim.now_ms}: two leaders in term {raft.term}: {holder[:8]} and {me[:8]}")
+            self._check_configuration(sim, member)
+        log = raft.log
+        start = max(self.checked.get(me, 0), log.snapshot_index) + 1
+        for index in range(start, consensus.applied_index + 1):
+            entry = log.entry(index)
+            known = self.applied.setdefault(index, (entry.term, entry.command))
+            if known != (entry.term, entry.command):
+                raise SimulationFailure(
+                    f"t={sim.now_ms}: {member.identity} applied entry {index} of term {entry.term}, "
+                    f"another member applied one of term {known[0]} there"
+                )
+        self.checked[me] = max(self.checked.get(me, 0), consensus.applied_index)
+        limit = member.config.max_parallel_migrations
+        held = len(member.replica.partitions_involved())
+        if held > limit:
+            raise SimulationFailure(f"t={sim.now_ms}: {member.identity} holds {held} migrations, limit {limit}")
+        if raft.is_leader:
+            version = (id(consensus.state), len(member.master._proposed_starts))
+            if self._load_checked.get(me) == version:
+                return
+            self._load_checked[me] = version
+            for participant, load in member.master.in_flight_load().items():
+                if load > limit:
+                    raise SimulationFailure(f"t={sim.now_ms}: {participant} in {load} migrations, limit {limit}")
+
+    def _check_configuration(self, sim: Simulation, member: Member) -> None:
+        """A configuration this leader just made must have a live majority of voters: otherwise
+        the log could never commit again (members crash on their own, not at the leader's call)."""
+        raft = member.consensus.raft
+        index = raft.log.membership_index()
+        me = member.identity.uuid
+        if self._configurations.get(me, -1) == index:
+            return
+        first_seen = me not in self._configurations
+        self._configurations[me] = index
+        if first_seen or index <= raft.term_start_index:
+            return  # inherited, not made by this leader
+        alive = {n.member.identity for n in sim.nodes.values() if n.alive and not n.paused}
+        voters = raft.membership.voters
+        living = sum(1 for v in voters if v in alive)
+        if living * 2 <= len(voters):
+            raise SimulationFailure(
+                f"t={sim.now_ms}: {member.identity} made a configuration with {living} of {len(voters)} voters alive"
+            )
+
+
+def check_single_writer(sim: Simulation, address: str, client_address: str, reply: Any) -> None:
+    """A member acknowledged a write: nobody else may have been taking writes to that partition."""
+    client = sim.clients.get(client_address)
+    call = client.call if client is not None else None
+    if call is None or call.write is None or not isinstance(reply, ClientReply) or reply.call_id != call.call_id:
         return
-    limit = member.config.max_parallel_migrations
-    for participant, load in member.in_flight_load().items():
-        if load > limit:
-            raise SimulationFailure(f"t={sim.now_ms}: {participant} in {load} migrations, limit {limit}")
-    for pid, flight in member.in_flight.items():
-        if flight.record.partition_id != pid:
-            raise SimulationFailure(f"t={sim.now_ms}: in-flight migration filed under partition {pid}")
+    if not reply.results or reply.results[0].status != OK:
+        return
+    for other_address, node in sim.nodes.items():
+        if other_address != address and node.alive and node.member.serves_writes(call.partition_id, sim.now_ms):
+            raise SimulationFailure(
+                f"t={sim.now_ms}: {address} acknowledged a write to partition {call.partition_id} "
+                f"while {node.member.identity} also takes writes to it"
+            )
+
+
+def install_checks(sim: Simulation) -> None:
+    sim.checks.append(LogChecker())
+    sim.reply_checks.append(check_single_writer)
 
 
 def unsafe_reason(sim: Simulation) -> str:
@@ -35,77 +120,83 @@ def unsafe_reason(sim: Simulation) -> str:
     if any(node.paused for node in sim.nodes.values() if node.alive):
         return "a member is paused"
     if sim.network.groups:
-        return "the network is split"  # the cut-off side looks healthy until the detector fires
+        return "the network is split"  # the cut-off side looks healthy until its lease runs out
     if not members or not all(m.joined for m in members):
         return "a member has not joined"
-    masters = [m for m in members if m.is_master]
-    if len(masters) != 1:
-        return f"{len(masters)} masters"
-    master = masters[0]
-    listed = set(master.member_replicas())
-    if {m.identity for m in members} != listed:
+    leaders = [m for m in members if m.is_master]
+    if len(leaders) != 1:
+        return f"{len(leaders)} leaders"
+    leader = leaders[0]
+    consensus = leader.consensus
+    if not consensus.leader_ready:
+        return "the leader is catching up with the log"
+    state = consensus.state
+    if {m.identity for m in members} != set(state.replicas):
         return "member lists differ from the live members"
-    if any(m.member_list_version != master.member_list_version for m in members):
-        return "member list versions differ"
-    if master.recovery is not None or master.promotions or master.in_flight or master.needs_rebalance:
-        return "the master is still repairing or migrating"
-    if any(master.pending.values()):
-        return "migrations are pending"
-    if master.table is None:
-        return "" if all(m.table is None for m in members) else "a member has a table the master lacks"
-    stamp = master.table.stamp
+    if any(m.consensus.applied_index != consensus.applied_index for m in members):
+        return "a member has not applied the whole log"
+    if leader.membership.joiners or any(r.leaving for r in state.members):
+        return "members are joining or leaving"
+    data_members = [r.replica for r in state.members if not r.lite]
+    if len(consensus.raft.membership.voters) != leader.config.voter_target(len(data_members)):
+        return "the voters are being adjusted"
+    if state.migrations or not leader.master.idle:
+        return "the leader is migrating"
+    if state.table is None:
+        return "" if not sim.ledger.writes else "the partitions are not assigned"
     for member in members:
-        if member.table is None or member.table.stamp != stamp:
-            return f"{member.identity} has another table"
-        if member.active or member.outgoing_syncs or member.incoming_syncs or member.pending_writes:
+        if member.replica.partitions_involved() or member.data.busy():
             return f"{member.identity} has migrations, syncs or writes in progress"
-    data_members = [e.replica for e in master.members if not e.lite]
-    wanted = replica_count_for(len(data_members), len(data_members), master.config.backup_count)
+    wanted = replica_count_for(len(data_members), len(data_members), leader.config.backup_count)
     by_identity = {m.identity: m for m in members}
-    for pid, slots in enumerate(master.table.replicas):
+    for pid, slots in enumerate(state.table.replicas):
         holders = [r for r in slots if r is not None]
         if len(holders) != wanted or slots[0] is None:
             return f"partition {pid} has {len(holders)} of {wanted} replicas"
-        owner_data = by_identity[slots[0]].stores.get(pid)
+        owner_data = by_identity[slots[0]].data.stores.get(pid)
         owner_sequence = owner_data.sequence if owner_data else 0
         for backup in holders[1:]:
-            data = by_identity[backup].stores.get(pid)
+            data = by_identity[backup].data.stores.get(pid)
             if (data.sequence if data else 0) != owner_sequence:
                 return f"partition {pid}: backup {backup} is behind its owner"
     return ""
 
 
 def final_violations(sim: Simulation) -> list[str]:
-    """On a safe cluster: no lost acknowledged write, no phantom read, replicas equal to owners."""
-    problems: list[str] = list(sim.ledger.phantom_reads)
+    """On a safe cluster: no lost acknowledged write, no stale read, replicas equal to owners."""
+    count = sim.config.partition_count
+    problems = [
+        why
+        for key, why in sim.ledger.read_violations
+        if partition_id_of_serialized(key, count) not in sim.stats.partitions_lost  # reported lost
+    ]
     master = sim.master()
-    if master is None or master.table is None:
-        return [*problems, "no master with a table at the end"]
+    state = master.consensus.state if master is not None else None
+    if master is None or state is None or state.table is None:
+        return [*problems, "no leader with a table at the end"]
+    table = state.table
     by_identity: dict[object, Member] = {m.identity: m for m in sim.live_members()}
-    from shardgrid.core.hashing import partition_id_of_serialized
-    from shardgrid.sim.workload import MAP_NAME
-
     for key in sorted(sim.ledger.writes):
         pid = partition_id_of_serialized(key, master.config.partition_count)
         if pid in sim.stats.partitions_lost:
             continue  # lost with every replica: reported by a PartitionLost event, checked elsewhere
-        owner = master.table.owner(pid)
-        data = by_identity[owner].stores.get(pid) if owner in by_identity else None
+        owner = table.owner(pid)
+        data = by_identity[owner].data.stores.get(pid) if owner in by_identity else None
         value = data.maps.get(MAP_NAME, {}).get(key) if data else None
         allowed = sim.ledger.allowed_final_values(key)
         if value not in allowed:
             problems.append(f"key {key!r} in partition {pid} holds {value!r}; allowed {sorted(map(repr, allowed))}")
-    for pid, slots in enumerate(master.table.replicas):
+    for pid, slots in enumerate(table.replicas):
         holders = [r for r in slots if r is not None]
         if not holders:
             continue
-        reference = by_identity[holders[0]].stores.get(pid)
+        reference = by_identity[holders[0]].data.stores.get(pid)
         for backup in holders[1:]:
-            data = by_identity[backup].stores.get(pid)
+            data = by_identity[backup].data.stores.get(pid)
             if (reference.maps if reference else {}) != (data.maps if data else {}):
                 problems.append(f"partition {pid}: backup {backup} differs from its owner")
     for member in sim.live_members():
-        extra = sorted(pid for pid in member.stores if master.table.replicas[pid].count(member.identity) == 0)
+        extra = sorted(pid for pid in member.data.stores if member.identity not in table.replicas[pid])
         if extra:
             problems.append(f"{member.identity} keeps data of partitions it does not replicate: {extra[:5]}")
     return problems

@@ -20,11 +20,13 @@ from shardgrid.core.config import MemberConfig
 from shardgrid.core.effects import Emit, Receive, ReplyToClient, Send, SendToAddress, SetTimer, Start, TimerFired
 from shardgrid.core.identity import Replica
 from shardgrid.core.member import Member
-from shardgrid.core.messages import TableRequest
+from shardgrid.core.member.lifecycle import Lifecycle
+from shardgrid.core.messages import AdminReply, AdminRequest, TableRequest
 from shardgrid.sim.network import Network, NetworkConfig
 from shardgrid.sim.workload import Ledger, SimClient
 
 FIRST_PORT = 5701
+ADMIN_ADDRESS = "admin"
 
 
 @dataclass(slots=True)
@@ -32,7 +34,8 @@ class Node:
     address: str
     member: Member
     incarnation: int
-    alive: bool = True
+    alive: bool = True  # False once crashed or stopped
+    stopped: bool = False  # shut down gracefully (or with the cluster), not crashed
     paused: bool = False
     held: list[tuple[str, Any]] = field(default_factory=list)  # events waiting for a resume
 
@@ -50,6 +53,7 @@ class Stats:
     joins: int = 0
     splits: int = 0
     pauses: int = 0
+    stops: int = 0
 
 
 class Simulation:
@@ -79,9 +83,15 @@ class Simulation:
         self.trace_events = trace_events
         self._trace = hashlib.sha256()
         self.checks: list[Callable[[Simulation, str], None]] = []
-        # Scenario hooks: called after a member handled a delivered message, and on every send
-        # (returning True drops the message). They let a test crash a member at an exact step.
-        self.after_delivery: list[Callable[[str, Any], None]] = []
+        # Called for every reply a member sends a client: (simulation, member address, reply).
+        self.reply_checks: list[Callable[[Simulation, str, str, Any], None]] = []
+        self.admin_replies: dict[int, AdminReply] = {}
+        self._admin_calls = 0
+        # Scenario hooks: called after a member handled a delivered message (its address, the
+        # sender's address, the message), and on every send (returning True drops the message).
+        # They let a test crash a member at an exact step.
+        self.after_delivery: list[Callable[[str, str, Any], None]] = []
+        self.started_addresses: list[str] = []  # in start order: a schedule's m1, m2, ...
         self.drop_rules: list[Callable[[str, str, Any], bool]] = []
         self.next_port = FIRST_PORT
 
@@ -96,17 +106,22 @@ class Simulation:
         """Addresses for the first members, all of them in every member's seed list (as deployed)."""
         addresses = [self.new_address() for _ in range(count)]
         self.seed_addresses = (*self.seed_addresses, *(a for a in addresses if a not in self.seed_addresses))
+        self.started_addresses.extend(a for a in addresses if a not in self.started_addresses)
         return addresses
 
-    def start_member(self, address: str | None = None, lite: bool = False) -> str:
-        """Start a member process (a new identity, no data) at ``address`` or a new address."""
+    def start_member(self, address: str | None = None, lite: bool = False, seeds: tuple[str, ...] | None = None) -> str:
+        """Start a member process (a new identity, no data) at ``address`` or a new address. It
+        knows every address the cluster has used (as a deployment's member list does), or only
+        ``seeds`` when given."""
         address = address or self.new_address()
-        # Like a deployment's member list: every address the cluster has used, the first one first.
         if address not in self.seed_addresses:
             self.seed_addresses = (*self.seed_addresses, address)
+        if address not in self.started_addresses:
+            self.started_addresses.append(address)
         identity = Replica(str(uuid.UUID(int=self.rng.getrandbits(128), version=4)), address)
         member_rng = random.Random(self.rng.getrandbits(64))
-        member = Member(identity, self.config, self.seed_addresses, member_rng, lite=lite)
+        known = seeds if seeds is not None else self.seed_addresses
+        member = Member(identity, self.config, known, member_rng, lite=lite)
         previous = self.nodes.get(address)
         incarnation = previous.incarnation + 1 if previous else 1
         self.nodes[address] = Node(address, member, incarnation)
@@ -142,11 +157,22 @@ class Simulation:
         self.stats.crashes += 1
         self._record("crash", address)
 
-    def restart(self, address: str) -> None:
-        """The process comes back at the same address with a new identity and no data."""
+    def restart(self, address: str, isolated: bool = False) -> None:
+        """The process comes back at the same address with a new identity and no data; when
+        ``isolated``, it comes back cut off from every other member (until ``heal``)."""
         self.stats.restarts += 1
-        self._record("restart", address)
+        self._record("restart", (address, isolated))
+        if isolated:
+            self.isolate(address)
         self.start_member(address)
+
+    def isolate(self, address: str) -> None:
+        """Cut ``address`` off from every member (clients still reach it)."""
+        groups = {a: self.network.groups.get(a, 0) for a in self.nodes if a != address}
+        groups[address] = max(groups.values(), default=0) + 1
+        self.network.groups = groups
+        self.stats.splits += 1
+        self._record("isolate", address)
 
     def pause(self, address: str) -> None:
         self.nodes[address].paused = True
@@ -171,6 +197,13 @@ class Simulation:
     def heal(self) -> None:
         self.network.heal()
         self._record("heal", None)
+
+    def admin(self, address: str, command: Any) -> int:
+        """Send an administrative command to the member at ``address``; its reply lands in
+        ``admin_replies`` under the returned call id."""
+        self._admin_calls += 1
+        self._send(ADMIN_ADDRESS, None, address, None, AdminRequest(self._admin_calls, command))
+        return self._admin_calls
 
     def request_assignment(self) -> None:
         """What a client's first request does: make the master assign the partitions."""
@@ -208,9 +241,11 @@ class Simulation:
                 self._trace_line("d", address, type(message).__name__)
                 self._run_member(node, Receive(sender_address, sender, target_uuid, message))
                 for hook in list(self.after_delivery):
-                    hook(address, message)
+                    hook(address, sender_address, message)
             elif address in self.clients:
                 self._client_message(self.clients[address], envelope[3])
+            elif address == ADMIN_ADDRESS and isinstance(envelope[3], AdminReply):
+                self.admin_replies[envelope[3].call_id] = envelope[3]
         elif kind == "timer":
             address, incarnation, name = payload
             node = self.nodes.get(address)
@@ -237,11 +272,18 @@ class Simulation:
             elif isinstance(effect, SendToAddress):
                 self._send(node.address, identity, effect.address, None, effect.message)
             elif isinstance(effect, ReplyToClient):
+                for reply_check in self.reply_checks:
+                    reply_check(self, node.address, effect.client_address, effect.message)
                 self._send(node.address, identity, effect.client_address, None, effect.message)
             elif isinstance(effect, SetTimer):
                 self._schedule(max(effect.at_ms, self.now_ms), "timer", (node.address, node.incarnation, effect.name))
             elif isinstance(effect, Emit):
                 self._on_emit(node.address, effect.event)
+        if node.member.lifecycle is Lifecycle.STOPPED and node.alive:
+            node.alive = False
+            node.stopped = True
+            self.stats.stops += 1
+            self._record("stopped", node.address)
         for check in self.checks:
             check(self, node.address)
 
@@ -296,8 +338,9 @@ class Simulation:
         return [n.member for n in self.nodes.values() if n.alive and not n.paused]
 
     def master(self) -> Member | None:
+        """The leader of the newest term among the live members (an old one may not know yet)."""
         masters = [m for m in self.live_members() if m.is_master]
-        return masters[0] if len(masters) == 1 else None
+        return max(masters, key=lambda m: m.consensus.term) if masters else None
 
     def trace_hash(self) -> str:
         return self._trace.hexdigest()

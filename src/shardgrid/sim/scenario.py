@@ -33,7 +33,7 @@ class Scenario:
             self.sim.at(self.sim.now_ms + 300 * i, lambda address=address: self.sim.start_member(address))
         self.run_until(lambda: len(self.sim.member_addresses()) == count and not unsafe_reason(self.sim))
         self.sim.request_assignment()
-        self.run_until(lambda: self.sim.master() is not None and self.sim.master().table is not None)
+        self.run_until(lambda: self.sim.master() is not None and self.sim.master().consensus.state.table is not None)
         self.wait_safe()
         return addresses
 
@@ -85,7 +85,7 @@ class Scenario:
         return self.sim.nodes[address].member
 
     def address_of_owner_of_most(self) -> str:
-        table = self.master.table
+        table = self.master.consensus.state.table
         assert table is not None
         counts: dict[str, int] = {}
         for slots in table.replicas:
@@ -101,7 +101,7 @@ class Scenario:
         """Run ``action(address, message)`` right after the first matching delivery is handled."""
         fired: list[Any] = []
 
-        def hook(address: str, message: Any) -> None:
+        def hook(address: str, _sender: str, message: Any) -> None:
             if fired or not isinstance(message, message_type) or (where is not None and not where(address, message)):
                 return
             fired.append((address, message))

@@ -1,23 +1,41 @@
-"""Seeded random runs: start a cluster, run a workload, inject faults within the backup budget.
+"""Seeded random runs: start a cluster, run a workload, inject faults within the fault budget.
 
-The budget is the promise under test: with backup count b, at most b members may be lost (crashed,
-cut off or paused past the failure timeout) between two moments the cluster is safe. Within it,
-every acknowledged write must survive. Each run reports the seed, its parameters, a summary and a
-verdict, and replays exactly from the seed.
+The budget is the promise under test. Between two moments the cluster is safe, at most b data
+members (b the backup count) may be lost (crashed, cut off, or paused past the failure timeout),
+and the voters lost must stay a minority of the voters at the last safe moment. Within it, every
+acknowledged write must survive and every read must return the last acknowledged value. Graceful
+shutdowns, joins, lite members and their promotion, and cluster state changes cost nothing from
+the budget. Each run reports the seed, its parameters, a summary and a verdict, and replays
+exactly from the seed.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from shardgrid.core.config import MemberConfig
-from shardgrid.sim.checkers import SimulationFailure, check_step, final_violations, unsafe_reason
+from shardgrid.core.errors import ConfigError
+from shardgrid.core.messages import ChangeClusterState, PromoteMember, ShutdownMember
+from shardgrid.core.metadata import ClusterState
+from shardgrid.sim.checkers import SimulationFailure, final_violations, install_checks, unsafe_reason
 from shardgrid.sim.cluster import Simulation
 from shardgrid.sim.network import NetworkConfig
+from shardgrid.sim.schedule import Schedule, ScheduleRunner
 
-FAULTS = ("crash", "master-crash", "join", "split", "pause", "restart")
+FAULTS = (
+    "crash",
+    "master-crash",
+    "join",
+    "split",
+    "pause",
+    "restart",
+    "isolated-restart",
+    "shutdown",
+    "state",
+    "promote",
+)
 SLICE_MS = 200
 
 
@@ -36,8 +54,10 @@ class SimParams:
     max_time_ms: int = 600_000
     settle_ms: int = 120_000  # after the workload: how long the cluster has to become safe
     encode_messages: bool = False
-    split_brain_protection: bool = True
     assign_on_first_use: bool = False
+    initial_cluster_size: int = 0  # 0: the smaller of 3 and ``members``
+    max_voters: int = 5
+    lite_members: int = 0  # how many of the first members start lite
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -47,7 +67,7 @@ class SimParams:
             NetworkConfig(drop_rate=self.drop_rate, duplicate_rate=self.duplicate_rate),
             encode_messages=self.encode_messages,
         )
-        sim.checks.append(check_step)
+        install_checks(sim)
         return sim
 
     def member_config(self) -> MemberConfig:
@@ -55,8 +75,9 @@ class SimParams:
             partition_count=self.partitions,
             backup_count=self.backups,
             max_parallel_migrations=self.max_parallel_migrations,
-            split_brain_protection=self.split_brain_protection,
             assign_partitions_on_first_use=self.assign_on_first_use,
+            initial_cluster_size=self.initial_cluster_size or min(3, self.members),
+            max_voters=self.max_voters,
         )
 
 
@@ -95,27 +116,50 @@ class SimResult:
         }
 
 
+def params_of(schedule: Schedule, base: SimParams | None = None) -> tuple[int, SimParams]:
+    """The seed and parameters a schedule's ``[run]`` table sets (over ``base``)."""
+    run = dict(schedule.run)
+    seed = int(run.pop("seed", 1))
+    if "faults" in run:
+        run["faults"] = tuple(run["faults"])
+    try:
+        return seed, replace(base or SimParams(faults=()), **run)
+    except TypeError as error:
+        raise ConfigError(f"schedule {schedule.name}: {error}") from error
+
+
 class Run:
-    def __init__(self, seed: int, params: SimParams) -> None:
+    def __init__(self, seed: int, params: SimParams, schedule: Schedule | None = None) -> None:
         for fault in params.faults:
             if fault not in FAULTS:
                 raise ValueError(f"unknown fault {fault!r}; choose from {', '.join(FAULTS)}")
         self.params = params
+        self.schedule = schedule
         self.sim = params.simulation(seed)
+        self.runner = ScheduleRunner(schedule, self.sim, self.faults_log) if schedule is not None else None
         self.rng = self.sim.rng
-        self.losses = 0  # members lost since the cluster was last safe
-        self.budget = 0  # members that may be lost before the next safe point
+        # What may still be lost before the next safe point (set at each safe point).
+        self.data_losses = 0
+        self.data_budget = 0
+        self.voters: frozenset[str] = frozenset()  # addresses of the voters at the last safe point
+        self.voter_losses = 0
+        self.lost: set[str] = set()
         self.crashed: list[str] = []
         self.faults: list[str] = []
         self.fault_started_ms: int | None = None
         self.time_to_safe: list[int] = []
         self.max_members = params.members + 3
+        self.state_changed = schedule is not None
+
+    def faults_log(self, line: str) -> None:
+        self.faults.append(line)
 
     def start_cluster(self) -> None:
         sim = self.sim
         addresses = sim.reserve_addresses(self.params.members)
+        lite_from = len(addresses) - self.params.lite_members
         for i, address in enumerate(addresses):
-            sim.at(300 * i, lambda address=address: sim.start_member(address))
+            sim.at(300 * i, lambda address=address, lite=i >= lite_from: sim.start_member(address, lite=lite))
 
     def wait_safe(self, limit_ms: int) -> bool:
         deadline = self.sim.now_ms + limit_ms
@@ -127,37 +171,76 @@ class Run:
         return False
 
     def _on_safe(self) -> None:
-        self.losses = 0
-        # At a safe point every partition has min(backups + 1, data members) replicas: that many
-        # minus one members may be lost before the next safe point.
-        members = len(self.sim.live_members())
-        self.budget = min(self.params.backups, members - 1)
-        if self.params.split_brain_protection and members > 2:
-            self.budget = min(self.budget, (members - 1) // 2)  # the survivors must be a majority
+        sim = self.sim
+        leader = sim.master()
+        if leader is None:
+            return
+        state = leader.consensus.state
+        data_members = [r.replica for r in state.members if not r.lite]
+        # Every partition has min(backups + 1, data members) replicas now: one fewer may be lost.
+        self.data_budget = min(self.params.backups, len(data_members) - 1)
+        self.voters = frozenset(v.address for v in leader.consensus.raft.membership.voters)
+        self.data_losses = 0
+        self.voter_losses = 0
+        self.lost = set()
         if self.fault_started_ms is not None:
-            self.time_to_safe.append(self.sim.now_ms - self.fault_started_ms)
+            self.time_to_safe.append(sim.now_ms - self.fault_started_ms)
             self.fault_started_ms = None
+
+    def _may_lose(self, address: str) -> bool:
+        """Whether losing the member at ``address`` now stays within the fault budget."""
+        node = self.sim.nodes[address]
+        if address in self.lost or self.sim.network.groups:
+            return False
+        record = self.sim.master().consensus.state.record_of(node.member.identity) if self.sim.master() else None
+        lite = record.lite if record is not None else node.member.ctx.lite
+        if not lite and self.data_losses >= self.data_budget:
+            return False
+        if address in self.voters and (self.voter_losses + 1) * 2 >= len(self.voters):
+            return False
+        # The voters may have changed since (a graceful shutdown shrinks them): a live majority of
+        # the current ones must remain too.
+        leader = self.sim.master()
+        if leader is None:
+            return True
+        current = leader.consensus.raft.membership.voters
+        if node.member.identity not in current:
+            return True
+        alive = {n.member.identity for n in self.sim.nodes.values() if n.alive and not n.paused}
+        remaining = sum(1 for v in current if v in alive and v != node.member.identity)
+        return remaining * 2 > len(current)
+
+    def _count_loss(self, address: str) -> None:
+        node = self.sim.nodes[address]
+        record = self.sim.master().consensus.state.record_of(node.member.identity) if self.sim.master() else None
+        if record is None or not record.lite:
+            self.data_losses += 1
+        if address in self.voters:
+            self.voter_losses += 1
+        self.lost.add(address)
+        self._mark_fault()
 
     def run(self) -> SimResult:
         started = time.perf_counter()
         problems: list[str] = []
         try:
             self.start_cluster()
-            if not self.wait_safe(60_000):
+            if not self.wait_safe(60_000 + 1_000 * self.params.members):
                 problems.append(f"the cluster never became safe after starting: {unsafe_reason(self.sim)}")
             else:
+                if self.params.assign_on_first_use or self.runner is not None:
+                    self.sim.request_assignment()
+                if self.runner is not None:
+                    self.runner.start()
                 self._workload()
-                self._settle()
-                reason = unsafe_reason(self.sim)
-                if reason:
-                    problems.append(f"not safe {self.params.settle_ms} ms after the workload: {reason}")
-                else:
-                    problems.extend(final_violations(self.sim))
+                if self.runner is not None and not self.runner.done:
+                    problems.append(f"schedule step never fired: {self.runner.waiting_for()}")
+                problems.extend(self._verdict())
         except SimulationFailure as failure:
             problems.append(str(failure))
         lost = sorted(self.sim.stats.partitions_lost)
-        if lost:
-            problems.append(f"partitions lost within the backup budget: {lost[:10]}")
+        if lost and not (self.schedule is not None and self.schedule.partitions_lost):
+            problems.append(f"partitions lost within the fault budget: {lost[:10]}")
         stats = self.sim.stats
         return SimResult(
             seed=self.sim.seed,
@@ -180,13 +263,30 @@ class Run:
             },
         )
 
+    def _verdict(self) -> list[str]:
+        if self.schedule is not None and self.schedule.cluster_stopped:
+            self.sim.run_until(self.sim.now_ms + self.params.settle_ms, lambda: not self.sim.member_addresses())
+            running = self.sim.member_addresses()
+            return [f"members still running after the cluster shutdown: {running}"] if running else []
+        self._settle()
+        reason = unsafe_reason(self.sim)
+        if reason:
+            return [f"not safe {self.params.settle_ms} ms after the workload: {reason}"]
+        return final_violations(self.sim)
+
     def _workload(self) -> None:
         sim, params = self.sim, self.params
-        clients = [sim.add_client() for _ in range(params.clients)]
+        clients = [sim.add_client() for _ in range(params.clients)] if params.ops else []
         for i, client in enumerate(clients):
             client.give(params.ops // params.clients + (1 if i < params.ops % params.clients else 0))
         next_fault = sim.now_ms + self.rng.randint(*params.fault_gap_ms)
-        while not all(c.idle for c in clients) and sim.now_ms < params.max_time_ms:
+        runner = self.runner
+        while sim.now_ms < params.max_time_ms:
+            busy = not all(c.idle for c in sim.clients.values())
+            if not busy and (runner is None or runner.done):
+                break
+            if runner is not None and not busy and sim.now_ms - runner.waiting_since_ms > params.settle_ms:
+                break  # a step still waits for something that no longer happens
             sim.run_until(sim.now_ms + SLICE_MS)
             if not unsafe_reason(sim):
                 self._on_safe()
@@ -200,63 +300,132 @@ class Run:
         for address, node in sorted(sim.nodes.items()):
             if node.alive and node.paused:
                 sim.resume(address)
+        if self.state_changed:
+            self._restore_active_state()
         self.wait_safe(self.params.settle_ms)
+
+    def _restore_active_state(self) -> None:
+        """Ask for ACTIVE until a request for it succeeded and the cluster is in it: an earlier
+        request for another state may still be waiting at the leader, and requests can be lost."""
+        sim = self.sim
+        deadline = sim.now_ms + self.params.settle_ms
+        while sim.now_ms < deadline:
+            members = sorted(sim.member_addresses())
+            if not members:
+                return
+            call = sim.admin(self.rng.choice(members), ChangeClusterState(ClusterState.ACTIVE))
+            answered_by = sim.now_ms + sim.config.admin_timeout_ms + 1_000
+            sim.run_until(answered_by, lambda call=call: call in sim.admin_replies)
+            reply = sim.admin_replies.get(call)
+            leader = sim.master()
+            succeeded = reply is not None and reply.status == "ok" and leader is not None
+            if succeeded and leader.consensus.state.cluster_state is ClusterState.ACTIVE:
+                return
 
     # --- faults ----------------------------------------------------------------------------------
 
     def _inject(self) -> None:
         sim = self.sim
         fault = self.rng.choice(self.params.faults)
-        if fault == "split" and not self.params.split_brain_protection:
-            fault = "crash"  # a split without protection may lose writes by design: not under test
         alive = sorted(a for a, n in sim.nodes.items() if n.alive and not n.paused)
         master = sim.master()
-        can_lose = self.losses < self.budget and not sim.network.groups
-        if fault == "crash" and can_lose:
-            victims = [a for a in alive if master is None or a != master.identity.address]
+        leader_address = master.identity.address if master is not None else None
+        if fault in ("crash", "isolated-restart"):
+            victims = [a for a in alive if a != leader_address and self._may_lose(a)]
             if victims:
-                self._lose(self.rng.choice(victims), "crash")
-        elif fault == "master-crash" and can_lose and master is not None:
-            self._lose(master.identity.address, "master-crash")
+                victim = self.rng.choice(victims)
+                self._lose(victim, fault)
+                if fault == "isolated-restart":
+                    self.crashed.remove(victim)
+                    sim.restart(victim, isolated=True)
+                    duration = sim.config.failure_timeout_ms + self.rng.randint(1_000, 4_000)
+                    sim.at(sim.now_ms + duration, sim.heal)
+                    self.faults[-1] += f" and restart it cut off for {duration} ms"
+        elif fault == "master-crash" and leader_address is not None and self._may_lose(leader_address):
+            self._lose(leader_address, "master-crash")
         elif fault == "restart" and self.crashed:
             address = self.crashed.pop(0)
             self.faults.append(f"{sim.now_ms}: restart {address}")
             sim.restart(address)
         elif fault == "join" and len(alive) < self.max_members:
-            address = sim.start_member()
+            lite = self.rng.random() < 0.25
+            address = sim.start_member(lite=lite)
             sim.stats.joins += 1
-            self.faults.append(f"{sim.now_ms}: join {address}")
-        elif fault == "split" and can_lose and len(alive) >= 3:
-            victim = self.rng.choice(alive)
-            self.losses += 1
-            self._mark_fault()
-            others = [a for a in alive if a != victim]
-            sim.split([others, [victim]])
-            duration = sim.config.failure_timeout_ms + self.rng.randint(1_000, 4_000)
-            sim.at(sim.now_ms + duration, sim.heal)
-            self.faults.append(f"{sim.now_ms}: split {victim} off for {duration} ms")
-        elif fault == "pause" and can_lose:
-            victim = self.rng.choice(alive)
-            duration = self.rng.choice([1_000, sim.config.failure_timeout_ms + 2_000])
-            self.losses += 1
-            self._mark_fault()
-            sim.pause(victim)
-            sim.at(sim.now_ms + duration, lambda: sim.resume(victim))
-            self.faults.append(f"{sim.now_ms}: pause {victim} for {duration} ms")
+            self.faults.append(f"{sim.now_ms}: join {address}{' (lite)' if lite else ''}")
+        elif fault == "split" and len(alive) >= 3:
+            victims = [a for a in alive if self._may_lose(a)]
+            if victims:
+                victim = self.rng.choice(victims)
+                self._count_loss(victim)
+                others = [a for a in alive if a != victim]
+                sim.split([others, [victim]])
+                duration = sim.config.failure_timeout_ms + self.rng.randint(1_000, 4_000)
+                sim.at(sim.now_ms + duration, sim.heal)
+                self.faults.append(f"{sim.now_ms}: split {victim} off for {duration} ms")
+        elif fault == "pause":
+            victims = [a for a in alive if self._may_lose(a)]
+            if victims:
+                victim = self.rng.choice(victims)
+                duration = self.rng.choice([1_000, sim.config.failure_timeout_ms + 2_000])
+                self._count_loss(victim)
+                sim.pause(victim)
+                sim.at(sim.now_ms + duration, lambda: sim.resume(victim))
+                self.faults.append(f"{sim.now_ms}: pause {victim} for {duration} ms")
+        elif fault == "shutdown":
+            self._shutdown(alive)
+        elif fault == "state":
+            self._change_state(alive)
+        elif fault == "promote":
+            self._promote(alive)
+
+    def _shutdown(self, alive: list[str]) -> None:
+        sim = self.sim
+        leader = sim.master()
+        if leader is None or len(alive) < 3:
+            return
+        state = leader.consensus.state
+        data = [r for r in state.members if not r.lite and not r.leaving]
+        if len(data) < 3:
+            return  # keep at least two data members after it
+        victim = self.rng.choice(sorted(r.replica.address for r in state.members if not r.leaving))
+        if victim not in alive or victim in self.lost:
+            return
+        sim.admin(victim, ShutdownMember())
+        self.faults.append(f"{sim.now_ms}: graceful shutdown of {victim}")
+
+    def _change_state(self, alive: list[str]) -> None:
+        sim = self.sim
+        if not alive:
+            return
+        state = self.rng.choice([ClusterState.NO_MIGRATION, ClusterState.FROZEN])
+        sim.admin(self.rng.choice(alive), ChangeClusterState(state))
+        duration = self.rng.randint(1_000, 5_000)
+        back = self.rng.choice(alive)
+        sim.at(sim.now_ms + duration, lambda: sim.admin(back, ChangeClusterState(ClusterState.ACTIVE)))
+        self.state_changed = True
+        self.faults.append(f"{sim.now_ms}: cluster state {state.value} for {duration} ms")
+
+    def _promote(self, alive: list[str]) -> None:
+        sim = self.sim
+        lite = [a for a in alive if sim.nodes[a].member.ctx.lite and sim.nodes[a].member.joined]
+        if lite:
+            victim = self.rng.choice(lite)
+            sim.admin(victim, PromoteMember())
+            self.faults.append(f"{sim.now_ms}: promote lite member {victim}")
+        elif len(alive) < self.max_members:
+            address = sim.start_member(lite=True)
+            self.faults.append(f"{sim.now_ms}: join {address} (lite)")
 
     def _lose(self, address: str, what: str) -> None:
-        self.losses += 1
-        self._mark_fault()
+        self._count_loss(address)
         self.sim.crash(address)
         self.crashed.append(address)
         self.faults.append(f"{self.sim.now_ms}: {what} {address}")
-        if "restart" not in self.params.faults:
-            return
 
     def _mark_fault(self) -> None:
         if self.fault_started_ms is None:
             self.fault_started_ms = self.sim.now_ms
 
 
-def run_seed(seed: int, params: SimParams) -> SimResult:
-    return Run(seed, params).run()
+def run_seed(seed: int, params: SimParams, schedule: Schedule | None = None) -> SimResult:
+    return Run(seed, params, schedule).run()

@@ -4,8 +4,12 @@ Each client owns its keys (no other client writes them) and works through its bu
 operations one at a time, routing each to the partition owner from a table it fetches and
 corrects on NOT_OWNER. A write's outcome in the ledger is ``acked`` (the owner and every backup
 had it), ``failed`` (definitely not applied) or ``maybe`` (it may or may not have been applied:
-timed out, or indeterminate). The final check allows, for every key, only its last acknowledged
-value or a value of a later ``maybe`` write: anything else is a lost acknowledged write.
+timed out, or indeterminate).
+
+Values are unique and a key's writes and reads come from one client, one at a time, so both
+checks are exact: a read, and the final state, may show only the key's last acknowledged value (or
+nothing, before any) or the value of a later ``maybe`` write. Anything else is a lost
+acknowledged write, or a stale read from a member that should no longer have served it.
 """
 
 from __future__ import annotations
@@ -46,7 +50,20 @@ class Write:
 class Ledger:
     writes: dict[bytes, list[Write]] = field(default_factory=dict)
     reads_checked: int = 0
-    phantom_reads: list[str] = field(default_factory=list)
+    read_violations: list[tuple[bytes, str]] = field(default_factory=list)  # (key, what was wrong)
+
+    def check_read(self, key: bytes, value: bytes | None, started_ms: int, now_ms: int, member: str) -> None:
+        self.reads_checked += 1
+        allowed = self.allowed_final_values(key)
+        if value not in allowed:
+            shown = sorted(map(repr, allowed))
+            self.read_violations.append(
+                (
+                    key,
+                    f"read of {key!r} sent at {started_ms} ms, answered at {now_ms} ms by {member}, "
+                    f"returned {value!r}; allowed {shown}",
+                )
+            )
 
     def allowed_final_values(self, key: bytes) -> set[bytes | None]:
         writes = self.writes.get(key, [])
@@ -78,6 +95,7 @@ class Call:
     retry_at_ms: int = 0
     target: str | None = None
     timed_out: bool = False
+    first_sent_ms: int = 0
 
 
 class SimClient:
@@ -149,6 +167,8 @@ class SimClient:
         target = self.owners[call.partition_id] or self.rng.choice(members)
         call.target = target
         call.sent_ms = now_ms
+        if call.attempts == 1:
+            call.first_sent_ms = now_ms
         call.retry_at_ms = 0
         self.counter += 1
         call.call_id = self.counter
@@ -168,7 +188,7 @@ class SimClient:
             return []
         if result.status == OK:
             if call.write is None:
-                self._check_read(call.key, result.value)
+                self.ledger.check_read(call.key, result.value, call.first_sent_ms, now_ms, call.target or "?")
             self._finish(now_ms, ACKED)
             return []
         if result.status == INDETERMINATE:
@@ -182,12 +202,6 @@ class SimClient:
             if self.rng.random() < 0.2:
                 return [(self.rng.choice(members), TableRequest())]
         return []
-
-    def _check_read(self, key: bytes, value: bytes | None) -> None:
-        self.ledger.reads_checked += 1
-        written = {w.value for w in self.ledger.writes.get(key, [])}
-        if value is not None and value not in written:
-            self.ledger.phantom_reads.append(f"{key!r} read {value!r}, never written")
 
     def _finish(self, now_ms: int, outcome: str) -> None:
         call = self.call

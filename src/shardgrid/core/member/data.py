@@ -1,26 +1,30 @@
-"""Map operations on the partition owner and their replication to backups.
+"""Map operations on the partition owner, their replication to backups, and the stores.
 
-The owner applies a write, gives it the partition's next replica sequence and sends it to the
-backups of its table; it answers the client only when every backup acknowledged (sync backups,
-seed 001), so an acknowledged write is on the owner and every backup. Backups apply writes in
-sequence order (holding a bounded number that arrive early) and only from the member their table
-names as owner, which fences off a removed owner that still believes it owns the partition. A
-write whose backups do not all answer within ``backup_ack_timeout_ms`` is reported indeterminate,
-and the owner re-syncs the lagging backups with the partition's whole data. The owner also syncs
-its backups when it becomes owner by promotion, since the surviving backups may differ by the
-writes the old owner had in flight.
+The owner serves a partition only while the member is active, its applied table names it owner,
+it holds a lease, and no migration of the partition blocks it. It applies a write, gives it the
+partition's next replica sequence and sends it to the backups of its table; it answers the client
+only when every backup acknowledged and its lease still holds (sync backups, seed 001), so an
+acknowledged write is on the owner and every backup. Backups apply writes in sequence order
+(holding a bounded number that arrive early) and only from the member their table names as owner.
+A write whose backups do not all answer within ``backup_ack_timeout_ms`` is reported
+indeterminate, and the owner re-syncs the lagging backups with the partition's whole data. The
+owner also syncs its backups when it becomes owner by promotion, since the surviving backups may
+differ by the writes the old owner had in flight.
+
+A request is checked whole before any of it is applied: a malformed one changes nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
 from shardgrid.core.identity import Replica
-from shardgrid.core.limits import (
-    MAX_KEY_BYTES,
-    MAX_MAP_NAME_CHARS,
-    MAX_OPERATIONS_PER_REQUEST,
-    MAX_VALUE_BYTES,
-)
-from shardgrid.core.member.state import SENDER, IncomingSync, MemberState, OutgoingSync, PendingCall, PendingWrite
+from shardgrid.core.limits import MAX_KEY_BYTES, MAX_MAP_NAME_CHARS, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES
+from shardgrid.core.member.consensus import Consensus
+from shardgrid.core.member.context import Context
+from shardgrid.core.member.leases import Leases
 from shardgrid.core.messages import (
     GET,
     INDETERMINATE,
@@ -44,81 +48,206 @@ from shardgrid.core.messages import (
 from shardgrid.core.store import PartitionData, chunk_entries
 
 
-class Data(MemberState):
+class MigrationView(Protocol):
+    """What the data path asks of the migration participant."""
+
+    def writes_blocked(self, pid: int) -> bool: ...
+    def reads_blocked(self, pid: int) -> bool: ...
+    def involved(self, pid: int) -> bool: ...
+
+
+@dataclass(slots=True)
+class PendingCall:
+    client_address: str
+    call_id: int
+    results: list[OperationResult | None]
+    open_writes: int
+    deadline_ms: int
+
+
+@dataclass(slots=True)
+class PendingWrite:
+    call: PendingCall
+    index: int  # position of the operation in the call
+    operation: BackupOperation
+    waiting: set[Replica]
+    last_sent_ms: int
+
+
+@dataclass(slots=True)
+class OutgoingSync:
+    sync_id: str
+    chunks: list[tuple[Any, ...]]
+    replica_sequence: int
+    lineage: str
+    progress: dict[Replica, int]  # backup -> chunk awaiting its ack
+    last_sent_ms: int
+
+
+@dataclass(slots=True)
+class IncomingSync:
+    sync_id: str
+    next_chunk: int
+    staged: list[Any]
+    lineage: str
+    replica_sequence: int
+
+
+class DataPath:
+    def __init__(
+        self,
+        ctx: Context,
+        consensus: Consensus,
+        leases: Leases,
+        member_serves: Callable[[], bool],
+        request_assignment: Callable[[], None],
+    ) -> None:
+        self.ctx = ctx
+        self.consensus = consensus
+        self.leases = leases
+        self.member_serves = member_serves
+        self.request_assignment = request_assignment
+        self.migrations: MigrationView | None = None  # wired by the member (they ask each other)
+        self.stores: dict[int, PartitionData] = {}
+        self.pending_writes: dict[tuple[int, int], PendingWrite] = {}
+        self.reorder: dict[int, dict[int, Operation]] = {}
+        self.outgoing_syncs: dict[int, OutgoingSync] = {}
+        self.incoming_syncs: dict[int, IncomingSync] = {}
+        self._sync_counter = 0
+
+    # --- what others ask ---------------------------------------------------------------------------
+
+    def store(self, pid: int) -> PartitionData:
+        return self.stores.setdefault(pid, PartitionData())
+
+    def install(self, pid: int, data: PartitionData) -> None:
+        self.stores[pid] = data
+        self.reorder.pop(pid, None)
+        self.incoming_syncs.pop(pid, None)
+
+    def settled(self, pid: int) -> bool:
+        """No write of the partition is still on its way to a backup, and no sync is running."""
+        return pid not in self.outgoing_syncs and not any(key[0] == pid for key in self.pending_writes)
+
+    def busy(self) -> bool:
+        return bool(self.pending_writes or self.outgoing_syncs or self.incoming_syncs)
+
+    def _backups_of(self, pid: int) -> list[Replica]:
+        table = self.consensus.state.table
+        if table is None:
+            return []
+        slots = table.replicas[pid][1 : self.ctx.config.backup_count + 1]
+        return [r for r in slots if r is not None]
+
+    def _index_of(self, pid: int) -> int:
+        table = self.consensus.state.table
+        if table is None:
+            return -1
+        slots = table.replicas[pid]
+        return slots.index(self.ctx.identity) if self.ctx.identity in slots else -1
+
     # --- client requests -------------------------------------------------------------------------
 
     def on_client_request(self, client: str, message: ClientRequest) -> None:
-        if len(message.operations) > MAX_OPERATIONS_PER_REQUEST:
-            self.reply(client, ClientReply(message.call_id, (OperationResult(REJECTED),)))
+        operations = message.operations
+        problem = self._request_problem(operations)
+        if problem:
+            # Nothing of it is applied: one result per operation, each refused.
+            count = len(operations) if isinstance(operations, tuple) else 0
+            self.ctx.reply(client, ClientReply(message.call_id, (OperationResult(REJECTED),) * max(count, 1)))
             return
         call = PendingCall(
             client,
             message.call_id,
-            [None] * len(message.operations),
+            [None] * len(operations),
             0,
-            self.now_ms + self.config.backup_ack_timeout_ms,
+            self.ctx.now_ms + self.ctx.config.backup_ack_timeout_ms,
         )
-        for index, (pid, operation) in enumerate(message.operations):
+        for index, (pid, operation) in enumerate(operations):
             call.results[index] = self._execute(call, index, pid, operation)
         if call.open_writes == 0:
-            self.reply(client, ClientReply(call.call_id, tuple(call.results)))
+            self._reply(call)
 
-    def _execute(self, call: PendingCall, index: int, pid: int, operation: Operation) -> OperationResult | None:
-        if not self._valid(pid, operation):
-            return OperationResult(REJECTED)
-        if not self.joined or self.table is None:
-            if self.joined:
+    def _request_problem(self, operations: object) -> str:
+        if not isinstance(operations, tuple) or len(operations) > MAX_OPERATIONS_PER_REQUEST:
+            return "too many operations"
+        count = self.ctx.config.partition_count
+        for item in operations:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                return "an operation is not a (partition, operation) pair"
+            pid, operation = item
+            if not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid < count:
+                return "partition id out of range"
+            if not isinstance(operation, Operation):
+                return "not an operation"
+            if operation.kind not in (GET, PUT, REMOVE):
+                return "unknown operation kind"
+            if not (isinstance(operation.map_name, str) and 0 < len(operation.map_name) <= MAX_MAP_NAME_CHARS):
+                return "bad map name"
+            if not (isinstance(operation.key, bytes) and len(operation.key) <= MAX_KEY_BYTES):
+                return "bad key"
+            if not (isinstance(operation.value, bytes) and len(operation.value) <= MAX_VALUE_BYTES):
+                return "bad value"
+        return ""
+
+    def _execute(self, call: PendingCall, index: int, pid: int, operation: Operation) -> OperationResult:
+        state = self.consensus.state
+        if not self.member_serves() or state.table is None:
+            if self.member_serves():
                 self.request_assignment()
             return OperationResult(RETRY)
-        owner = self.table.owner(pid)
-        if owner != self.identity:
+        owner = state.table.owner(pid)
+        if owner != self.ctx.identity:
             if owner is None:
                 return OperationResult(RETRY)
             return OperationResult(NOT_OWNER, owner_address=owner.address)
-        data = self.stores.setdefault(pid, PartitionData())
-        if operation.kind == GET:
-            return OperationResult(OK, data.apply(operation))
-        if self._writes_blocked(pid) or len(self.pending_writes) >= self.config.max_pending_writes:
+        migrations = self.migrations
+        if not self.leases.holds() or migrations is None:
             return OperationResult(RETRY)
+        if operation.kind == GET:
+            if migrations.reads_blocked(pid):
+                return OperationResult(RETRY)
+            return OperationResult(OK, self.store(pid).apply(operation))
+        blocked = migrations.writes_blocked(pid) or pid in self.outgoing_syncs
+        if blocked or not state.cluster_state.writes_allowed:
+            return OperationResult(RETRY)
+        if len(self.pending_writes) >= self.ctx.config.max_pending_writes:
+            return OperationResult(RETRY)
+        data = self.store(pid)
         previous = data.apply(operation)
         data.sequence += 1
-        backups = self.backups_of(pid)
+        result = OperationResult(OK, previous)
+        backups = self._backups_of(pid)
         if not backups:
-            return OperationResult(OK, previous)
+            return result
         backup_op = BackupOperation(pid, data.sequence, operation, data.lineage)
         for backup in backups:
-            self.send(backup, backup_op)
-        self.pending_writes[(pid, data.sequence)] = PendingWrite(call, index, backup_op, set(backups), self.now_ms)
+            self.ctx.send(backup, backup_op)
+        self.pending_writes[(pid, data.sequence)] = PendingWrite(call, index, backup_op, set(backups), self.ctx.now_ms)
         call.open_writes += 1
-        call.results[index] = OperationResult(OK, previous)
-        return call.results[index]
-
-    def _valid(self, pid: int, operation: Operation) -> bool:
-        return (
-            0 <= pid < self.config.partition_count
-            and operation.kind in (GET, PUT, REMOVE)
-            and len(operation.key) <= MAX_KEY_BYTES
-            and len(operation.value) <= MAX_VALUE_BYTES
-            and 0 < len(operation.map_name) <= MAX_MAP_NAME_CHARS
-        )
-
-    def _writes_blocked(self, pid: int) -> bool:
-        active = self.active.get(pid)
-        return (active is not None and active.role == SENDER) or pid in self.outgoing_syncs
+        return result
 
     def on_table_request(self, client: str, message: TableRequest) -> None:
-        if self.table is None:
-            if self.joined:
+        del message
+        table = self.consensus.state.table
+        count = self.ctx.config.partition_count
+        if table is None:
+            if self.member_serves():
                 self.request_assignment()
-            self.reply(client, TableReply(self.config.partition_count, (None,) * self.config.partition_count))
+            self.ctx.reply(client, TableReply(count, (None,) * count))
             return
-        owners = tuple(slots[0].address if slots[0] is not None else None for slots in self.table.replicas)
-        self.reply(client, TableReply(self.table.partition_count, owners))
+        owners = tuple(slots[0].address if slots[0] is not None else None for slots in table.replicas)
+        self.ctx.reply(client, TableReply(table.partition_count, owners))
+
+    def _reply(self, call: PendingCall) -> None:
+        results = tuple(r if r is not None else OperationResult(RETRY) for r in call.results)
+        self.ctx.reply(call.client_address, ClientReply(call.call_id, results))
 
     # --- owner: acknowledgements, retries, timeouts ------------------------------------------------
 
     def on_backup_ack(self, sender: Replica, message: BackupAck) -> None:
-        for key in sorted(k for k in self.pending_writes if k[0] == message.partition_id and k[1] <= message.sequence):
+        keys = sorted(k for k in self.pending_writes if k[0] == message.partition_id and k[1] <= message.sequence)
+        for key in keys:
             self._acknowledged(key, sender)
 
     def _acknowledged(self, key: tuple[int, int], backup: Replica) -> None:
@@ -128,43 +257,47 @@ class Data(MemberState):
         write.waiting.discard(backup)
         if not write.waiting:
             del self.pending_writes[key]
+            if not self.leases.holds():
+                # Every backup has it, but an owner without a lease may already have been replaced.
+                write.call.results[write.index] = OperationResult(INDETERMINATE)
             self._finish_write(write.call)
 
     def _finish_write(self, call: PendingCall) -> None:
         call.open_writes -= 1
         if call.open_writes == 0:
-            self.reply(call.client_address, ClientReply(call.call_id, tuple(call.results)))
+            self._reply(call)
 
-    def data_tick(self) -> None:
+    def tick(self) -> None:
         for key in sorted(self.pending_writes):
             write = self.pending_writes.get(key)
             if write is None:
                 continue
-            if self.now_ms >= write.call.deadline_ms:
+            if self.ctx.now_ms >= write.call.deadline_ms:
                 del self.pending_writes[key]
                 write.call.results[write.index] = OperationResult(INDETERMINATE)
                 self._finish_write(write.call)
                 self.start_sync(key[0], sorted(write.waiting))
-            elif self.now_ms - write.last_sent_ms >= self.config.retry_interval_ms:
-                write.last_sent_ms = self.now_ms
+            elif self.ctx.now_ms - write.last_sent_ms >= self.ctx.config.retry_interval_ms:
+                write.last_sent_ms = self.ctx.now_ms
                 for backup in sorted(write.waiting):
-                    self.send(backup, write.operation)
+                    self.ctx.send(backup, write.operation)
         self._sync_tick()
 
     # --- backup: applying in order ---------------------------------------------------------------
 
     def on_backup_operation(self, sender: Replica, message: BackupOperation) -> None:
         pid = message.partition_id
-        if self.table is None or not 0 <= pid < self.table.partition_count:
+        table = self.consensus.state.table
+        if table is None or not 0 <= pid < table.partition_count:
             return
-        if self.table.owner(pid) != sender or self.replica_index_of(pid, self.identity) < 1:
+        if table.owner(pid) != sender or self._index_of(pid) < 1:
             return  # not from the owner this member knows: fenced off (the sender retries)
         data = self.stores.get(pid)
         if data is None or pid in self.incoming_syncs or data.lineage != message.lineage:
             return  # not yet in the owner's lineage: its sync (or a timeout that starts one) fixes that
         if message.sequence > data.sequence + 1:
             held = self.reorder.setdefault(pid, {})
-            if len(held) < self.config.max_backup_reorder:
+            if len(held) < self.ctx.config.max_backup_reorder:
                 held[message.sequence] = message.operation
             return
         if message.sequence == data.sequence + 1:
@@ -176,14 +309,15 @@ class Data(MemberState):
                 data.sequence += 1
             for stale in [s for s in held if s <= data.sequence]:
                 del held[stale]
-        self.send(sender, BackupAck(pid, data.sequence))
+        self.ctx.send(sender, BackupAck(pid, data.sequence))
 
     # --- replica sync: the owner's whole partition to its backups ----------------------------------
 
     def start_sync(self, pid: int, backups: list[Replica]) -> None:
-        if self.table is None or self.table.owner(pid) != self.identity:
+        table = self.consensus.state.table
+        if table is None or table.owner(pid) != self.ctx.identity:
             return
-        current = set(self.backups_of(pid))
+        current = set(self._backups_of(pid))
         targets = [b for b in backups if b in current]
         if not targets:
             return
@@ -192,17 +326,17 @@ class Data(MemberState):
             for backup in targets:
                 sync.progress.setdefault(backup, 0)
             return
-        data = self.stores.setdefault(pid, PartitionData())
-        self.sync_counter += 1
-        chunks = chunk_entries(list(data.entries()), self.config.max_chunk_entries, self.config.max_chunk_bytes)
+        data = self.store(pid)
+        self._sync_counter += 1
+        config = self.ctx.config
+        chunks = chunk_entries(list(data.entries()), config.max_chunk_entries, config.max_chunk_bytes)
         sync = OutgoingSync(
-            f"{self.identity.uuid[:8]}-s{self.sync_counter}",
+            f"{self.ctx.identity.uuid[:8]}-s{self._sync_counter}",
             chunks,
             data.sequence,
             data.lineage,
             dict.fromkeys(targets, 0),
-            self.now_ms,
-            self.now_ms,
+            self.ctx.now_ms,
         )
         self.outgoing_syncs[pid] = sync
         for backup in sorted(targets):
@@ -214,15 +348,13 @@ class Data(MemberState):
         chunk = ReplicaSyncChunk(
             sync.sync_id, pid, index, sync.chunks[index], last, sync.replica_sequence, sync.lineage
         )
-        self.send(backup, chunk)
+        self.ctx.send(backup, chunk)
 
     def on_sync_ack(self, sender: Replica, message: ReplicaSyncAck) -> None:
         for pid, sync in sorted(self.outgoing_syncs.items()):
             if sync.sync_id != message.sync_id or sender not in sync.progress:
                 continue
-            if not message.accepted:
-                pass  # busy with a migration of the partition: the chunk is resent until it takes it
-            elif message.sequence == sync.progress[sender]:
+            if message.accepted and message.sequence == sync.progress[sender]:
                 if message.sequence == len(sync.chunks) - 1:
                     del sync.progress[sender]
                 else:
@@ -234,17 +366,20 @@ class Data(MemberState):
 
     def on_sync_chunk(self, sender: Replica, message: ReplicaSyncChunk) -> None:
         pid = message.partition_id
-        if self.table is None or not 0 <= pid < self.table.partition_count:
+        table = self.consensus.state.table
+        if table is None or not 0 <= pid < table.partition_count:
             return
-        if self.table.owner(pid) != sender or self.replica_index_of(pid, self.identity) < 1 or pid in self.active:
-            self.send(sender, ReplicaSyncAck(message.sync_id, message.sequence, False))
+        # A backup that is also a migration's destination takes the sync all the same: the owner
+        # snapshots the partition for the migration only once its syncs are done.
+        if table.owner(pid) != sender or self._index_of(pid) < 1:
+            self.ctx.send(sender, ReplicaSyncAck(message.sync_id, message.sequence, False))
             return
         incoming = self.incoming_syncs.get(pid)
         if incoming is None or incoming.sync_id != message.sync_id:
             if message.sequence != 0:
                 return
             if self._stale_sync(pid, message):
-                self.send(sender, ReplicaSyncAck(message.sync_id, message.sequence, True))
+                self.ctx.send(sender, ReplicaSyncAck(message.sync_id, message.sequence, True))
                 return
             incoming = IncomingSync(message.sync_id, 0, [], message.lineage, message.replica_sequence)
             self.incoming_syncs[pid] = incoming
@@ -252,13 +387,11 @@ class Data(MemberState):
             incoming.staged.extend(message.entries)
             incoming.next_chunk += 1
             if message.last:
-                self.stores[pid] = PartitionData.from_entries(
-                    incoming.staged, message.replica_sequence, message.lineage
+                self.install(
+                    pid, PartitionData.from_entries(incoming.staged, message.replica_sequence, message.lineage)
                 )
-                self.reorder.pop(pid, None)
-                del self.incoming_syncs[pid]
         if message.sequence < incoming.next_chunk or pid not in self.incoming_syncs:
-            self.send(sender, ReplicaSyncAck(message.sync_id, message.sequence, True))
+            self.ctx.send(sender, ReplicaSyncAck(message.sync_id, message.sequence, True))
 
     def _stale_sync(self, pid: int, message: ReplicaSyncChunk) -> bool:
         """A late copy of a sync older than what this backup holds or is receiving.
@@ -279,25 +412,26 @@ class Data(MemberState):
         # A sync is never abandoned while its backups are still backups: until they hold the
         # owner's lineage they cannot take its writes (after_table_change drops former backups).
         for pid, sync in sorted(self.outgoing_syncs.items()):
-            if self.now_ms - sync.last_sent_ms >= self.config.retry_interval_ms:
-                sync.last_sent_ms = self.now_ms
+            if self.ctx.now_ms - sync.last_sent_ms >= self.ctx.config.retry_interval_ms:
+                sync.last_sent_ms = self.ctx.now_ms
                 for backup in sorted(sync.progress):
                     self._send_sync_chunk(pid, sync, backup)
 
     # --- reacting to table changes ---------------------------------------------------------------
 
     def after_table_change(self, partition_ids: list[int]) -> None:
-        """Drop data this member no longer replicates, stop waiting on former backups, sync new ones."""
-        if self.table is None:
+        """Drop data this member no longer replicates, stop waiting on former backups."""
+        if self.consensus.state.table is None:
             return
+        migrations = self.migrations
         for pid in sorted(set(partition_ids)):
-            index = self.replica_index_of(pid, self.identity)
-            if index == -1 and pid not in self.active:
+            index = self._index_of(pid)
+            if index == -1 and not (migrations is not None and migrations.involved(pid)):
                 self.stores.pop(pid, None)
                 self.reorder.pop(pid, None)
                 self.incoming_syncs.pop(pid, None)
             if index == 0:
-                backups = set(self.backups_of(pid))
+                backups = set(self._backups_of(pid))
                 for key in sorted(k for k in self.pending_writes if k[0] == pid):
                     for former in sorted(self.pending_writes[key].waiting - backups):
                         self._acknowledged(key, former)
@@ -318,10 +452,32 @@ class Data(MemberState):
             write.call.results[write.index] = OperationResult(INDETERMINATE)
             self._finish_write(write.call)
 
+    def on_table_assigned(self) -> None:
+        """The first table: every partition is empty, so each replica starts with an empty store
+        (a backup without one would drop its owner's writes until a resync)."""
+        table = self.consensus.state.table
+        if table is None:
+            return
+        for pid, slots in enumerate(table.replicas):
+            if self.ctx.identity in slots:
+                self.stores.setdefault(pid, PartitionData())
+
     def sync_after_promotion(self, partition_ids: list[int]) -> None:
         """A promoted owner starts a new lineage and brings its backups into it."""
+        table = self.consensus.state.table
         for pid in partition_ids:
-            if self.table is not None and self.table.owner(pid) == self.identity:
-                data = self.stores.setdefault(pid, PartitionData())
-                data.lineage = f"{self.identity.uuid[:8]}@{self.table.versions[pid]}"
-                self.start_sync(pid, self.backups_of(pid))
+            if table is not None and table.owner(pid) == self.ctx.identity:
+                data = self.store(pid)
+                data.lineage = f"{self.ctx.identity.uuid[:8]}@{table.versions[pid]}"
+                self.start_sync(pid, self._backups_of(pid))
+
+    def drop_everything(self) -> None:
+        """This member left (or was removed): its data is no longer any replica's."""
+        for key in sorted(self.pending_writes):
+            write = self.pending_writes.pop(key)
+            write.call.results[write.index] = OperationResult(INDETERMINATE)
+            self._finish_write(write.call)
+        self.stores.clear()
+        self.reorder.clear()
+        self.outgoing_syncs.clear()
+        self.incoming_syncs.clear()

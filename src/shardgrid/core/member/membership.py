@@ -1,307 +1,211 @@
-"""Joining, heartbeats, failure detection, member removal and the election of a new master.
+"""The leader's duties towards the member list, every one through the log.
 
-The oldest member is the master. The master alone admits and removes members and publishes the
-versioned member list. A master removes silent members only while it still hears from a majority
-of its list, so a master cut off from the cluster cannot declare everyone else dead and carry on
-alone; likewise a member claims mastership only with a majority's agreement that the old master
-(and every older member) is gone. Clusters of one or two members cannot have a majority without
-everyone, so they act without one (like Hazelcast without split-brain protection).
+- Joins: a joiner is added as a Raft learner together with its member record, in one entry; many
+  joiners that ask together share it. A restarted process (a new identity at an old address)
+  replaces its dead predecessor in the same entry.
+- Removals: a member the leader has not heard from for ``failure_timeout_ms`` is removed, but only
+  once its lease has certainly expired (it may still be serving on the other side of a split),
+  never while the leader itself just stood still, and not while a migration it takes part in waits
+  for its destination's commit answer. The log applies the repair (promotions of surviving
+  replicas, lost partitions) on every member alike.
+- Voters: ``max_voters`` of the data members vote (an odd count); the leader promotes caught-up
+  learners and demotes the rest, one change at a time, and hands its leadership over before it is
+  itself demoted for leaving.
+- Leaving: a member shutting down gracefully is removed once it holds no replica and takes part in
+  no migration.
 """
 
 from __future__ import annotations
 
-import uuid
-
-from shardgrid.core import events
 from shardgrid.core.identity import Replica
-from shardgrid.core.member.state import Claim, MemberState
-from shardgrid.core.messages import (
-    Heartbeat,
-    JoinRedirect,
-    JoinRequest,
-    MastershipClaim,
-    MastershipClaimReply,
-    MemberEntry,
-    MemberListUpdate,
-    NotAMember,
-)
+from shardgrid.core.member.consensus import Consensus
+from shardgrid.core.member.context import Context
+from shardgrid.core.member.leases import Leases
+from shardgrid.core.member.migration_master import MigrationMaster
+from shardgrid.core.messages import JoinRejected, JoinRequest
+from shardgrid.core.metadata.commands import AddMembers, MemberRecord, RemoveMembers
+from shardgrid.core.raft import ConfChange
 
 
-class Membership(MemberState):
-    # --- joining -------------------------------------------------------------------------------
+class MembershipLeader:
+    def __init__(self, ctx: Context, consensus: Consensus, leases: Leases, master: MigrationMaster) -> None:
+        self.ctx = ctx
+        self.consensus = consensus
+        self.leases = leases
+        self.master = master
+        self.joiners: dict[Replica, bool] = {}  # waiting to be added -> lite
+        self.last_heard: dict[Replica, int] = {}
+        self.distrust_until_ms = 0
 
-    def membership_tick(self) -> None:
-        if not self.joined:
-            self._try_join()
-            return
-        if self.now_ms - self.last_heartbeat_ms >= self.config.heartbeat_interval_ms:
-            self.last_heartbeat_ms = self.now_ms
-            stamp = self.table.stamp if self.table is not None else None
-            for other in self.others():
-                self.send(other, Heartbeat(self.member_list_version, stamp, self.term))
-        if self.accepted_claimant is not None and self.now_ms - self.accepted_claim_ms > self.config.failure_timeout_ms:
-            self.accepted_claimant = None  # that claim never won: hear the old master again
-        if self.now_ms < self.distrust_until_ms:
-            return
-        suspected = self.suspected_members()
-        if self.is_master:
-            if not self.has_quorum(suspected):
-                self.quorum_lost_ms = self.now_ms
-            elif suspected and self.now_ms - self.quorum_lost_ms > self.config.failure_timeout_ms:
-                # Only after a majority has been heard for a whole failure timeout: right after a
-                # split heals, members whose first heartbeat is still on its way are not dead.
-                self.remove_members(suspected)
-        elif self.master is not None and self.master in suspected:
-            self._try_claim(suspected)
-        if self.claim is not None and self.now_ms - self.claim.last_sent_ms >= self.config.retry_interval_ms:
-            self.claim.last_sent_ms = self.now_ms
-            for member in self.others():
-                if member not in self.claim.suspected and member not in self.claim.accepted:
-                    self.send(member, MastershipClaim(self.member_list_version, self.claim.suspected, self.term + 1))
-
-    def _try_join(self) -> None:
-        first_seed = self.seed_addresses[0] if self.seed_addresses else self.identity.address
-        alone_long_enough = self.now_ms - self.started_ms >= self.config.bootstrap_after_ms
-        if first_seed == self.identity.address and alone_long_enough and not self.heard_from_cluster:
-            self._bootstrap()
-            return
-        if self.now_ms - self.last_join_sent_ms >= self.config.join_retry_ms:
-            self.last_join_sent_ms = self.now_ms
-            for address in self.seed_addresses:
-                if address != self.identity.address:
-                    self.send_to_address(address, JoinRequest(self.identity, self.lite))
-
-    def _bootstrap(self) -> None:
-        """The first seed heard from nobody: it starts the cluster and is its master."""
-        self.joined = True
-        self.master = self.identity
-        self.member_list_version = 1
-        self.term = 1
-        self.members = (MemberEntry(self.identity, self.lite),)
-        self.emit(events.MasterChanged(self.identity, 1))
-        self.emit(events.MemberAdded(self.identity, 1))
-        self.on_became_master(recover=False)
-
-    def on_join_request(self, message: JoinRequest) -> None:
-        joiner = message.member
-        if not self.is_master:
-            master_address = self.master.address if self.joined and self.master else None
-            self.send_to_address(joiner.address, JoinRedirect(master_address))
-            return
-        if self.recovery is not None or self.claim is not None:
-            return  # the joiner retries once this master knows the cluster's state
-        if not self.has_quorum(self.suspected_members()):
-            return  # cut off from most of its cluster: it must not grow a second one
-        if self.is_member(joiner):
-            self._send_member_list(joiner)
-            return
-        previous = [e.replica for e in self.members if e.replica.address == joiner.address]
-        if previous:
-            self.remove_members(previous)  # a restarted process: its old identity is dead
-        self.members = (*self.members, MemberEntry(joiner, message.lite))
-        self.member_list_version += 1
-        self.last_heard[joiner] = self.now_ms
-        self.emit(events.MemberAdded(joiner, self.member_list_version))
-        for member in self.others():
-            self._send_member_list(member)
-        self.on_member_joined(joiner, message.lite)
-
-    def on_join_redirect(self, message: JoinRedirect) -> None:
-        if message.master_address is not None:
-            self.heard_from_cluster = True  # a cluster with a master exists: never start a second one
-        if not self.joined and message.master_address and message.master_address != self.identity.address:
-            self.send_to_address(message.master_address, JoinRequest(self.identity, self.lite))
-
-    def _send_member_list(self, member: Replica) -> None:
-        assert self.master is not None
-        self.send(member, MemberListUpdate(self.member_list_version, self.master, self.members, self.term))
-
-    def on_member_list(self, sender: Replica, message: MemberListUpdate) -> None:
-        if sender != message.master or (message.term, message.version) <= (self.term, self.member_list_version):
-            return
-        listed = {e.replica for e in message.members}
-        if self.identity not in listed:
-            if self.joined:
-                self.rejoin_as_new_member()
-            return
-        before = set(self.member_replicas())
-        previous_master = self.master
-        self.members = message.members
-        self.member_list_version = message.version
-        self.term = message.term
-        self.master = message.master
-        self.joined = True
-        self.claim = None
-        self.accepted_claimant = None
-        for entry in message.members:
-            if entry.replica not in before:
-                self.last_heard[entry.replica] = self.now_ms
-                self.emit(events.MemberAdded(entry.replica, message.version))
-        departed = [m for m in sorted(before) if m not in listed]
-        for member in departed:
-            self.last_heard.pop(member, None)
-            self.emit(events.MemberRemoved(member, message.version))
-        if previous_master != message.master:
-            self.emit(events.MasterChanged(message.master, message.version))
-        if departed:
-            self.on_members_departed(departed)
-
-    # --- failure detection ---------------------------------------------------------------------
+    def reset(self) -> None:
+        self.joiners = {}
+        self.last_heard = {}
 
     def heard_from(self, member: Replica) -> None:
-        self.last_heard[member] = self.now_ms
+        self.last_heard[member] = self.ctx.now_ms
 
-    def suspected_members(self) -> list[Replica]:
-        limit = self.config.failure_timeout_ms
-        return [m for m in self.others() if self.now_ms - self.last_heard.get(m, self.now_ms) > limit]
+    def stood_still(self) -> None:
+        """The process was paused: what it knows of others' silence is stale for a while."""
+        self.distrust_until_ms = self.ctx.now_ms + self.ctx.config.failure_timeout_ms
 
-    def has_quorum(self, suspected: list[Replica]) -> bool:
-        """Whether this member hears, right now, from a majority of its member list.
+    # --- joins -------------------------------------------------------------------------------------
 
-        "Right now" is two heartbeat intervals, far shorter than the failure timeout: a member cut
-        off from the others stops hearing from all of them at once, instead of suspecting them
-        one by one and always finding the shrinking rest a majority of what is left.
-        """
-        size = len(self.members)
-        if size <= 2 or not self.config.split_brain_protection:
-            return True
-        recent_ms = 2 * self.config.heartbeat_interval_ms
-        heard = 1 + sum(
-            1
-            for m in self.others()
-            if m not in suspected and self.now_ms - self.last_heard.get(m, -(10**9)) <= recent_ms
-        )
-        return heard * 2 > size
-
-    def on_heartbeat(self, sender: Replica, message: Heartbeat) -> None:
-        if not self.is_member(sender):
-            if self.joined and (message.term, message.member_list_version) < (self.term, self.member_list_version):
-                self.send(sender, NotAMember(self.member_list_version, self.term))
+    def on_join_request(self, message: JoinRequest) -> None:
+        state = self.consensus.state
+        joiner = message.member
+        if state.is_member(joiner):
+            return  # already added: the log reaches it
+        if state.shut_down or not state.cluster_state.join_allowed:
+            reason = (
+                "the cluster is shutting down" if state.shut_down else f"the cluster is {state.cluster_state.value}"
+            )
+            self.ctx.send_to_address(joiner.address, JoinRejected(reason))
             return
-        if not self.is_master:
+        if joiner in self.joiners or len(self.joiners) < self.ctx.config.max_pending_joins:
+            self.joiners[joiner] = message.lite
+
+    # --- every tick, on the leader -------------------------------------------------------------------
+
+    def tick(self) -> None:
+        if not self.consensus.leader_ready:
             return
-        if (message.term, message.member_list_version) < (self.term, self.member_list_version):
-            self._send_member_list(sender)  # it missed an update (a lost message)
-        elif (
-            self.table is not None
-            and self.recovery is None
-            and message.table_stamp != self.table.stamp
-            and self.now_ms - self.table_changed_ms >= self.config.heartbeat_interval_ms
-        ):
-            self.publish_full(to=[sender])  # the table is quiet and it still differs: it missed some
+        state = self.consensus.state
+        now = self.ctx.now_ms
+        for member in state.replicas:
+            self.last_heard.setdefault(member, now)
+        for gone in [m for m in self.last_heard if not state.is_member(m)]:
+            del self.last_heard[gone]
+        if self.consensus.raft.can_change_configuration():
+            self._change_configuration()
 
-    def on_not_a_member(self, sender: Replica, message: NotAMember) -> None:
-        newer = (message.term, message.member_list_version) > (self.term, self.member_list_version)
-        if self.joined and self.is_member(sender) and newer:
-            self.rejoin_as_new_member()
-
-    def rejoin_as_new_member(self) -> None:
-        """Removed while away (paused, cut off): drop everything and join again with a new identity."""
-        old = self.identity
-        new = Replica(str(uuid.UUID(int=self.rng.getrandbits(128), version=4)), old.address)
-        seeds, config, rng, lite, now_ms, out = (
-            self.seed_addresses,
-            self.config,
-            self.rng,
-            self.lite,
-            self.now_ms,
-            self.out,
-        )
-        MemberState.__init__(self, new, config, seeds, rng, lite)
-        self.now_ms = self.started_ms = now_ms
-        self.out = out
-        self.heard_from_cluster = True  # the cluster that removed us exists: never start another
-        self.emit(events.RemovedFromCluster(old, new))
-
-    # --- removal (master) ----------------------------------------------------------------------
-
-    def remove_members(self, departed: list[Replica]) -> None:
-        departed = sorted(set(departed))
-        self.members = tuple(e for e in self.members if e.replica not in departed)
-        self.member_list_version += 1
-        for member in departed:
-            self.last_heard.pop(member, None)
-            self.emit(events.MemberRemoved(member, self.member_list_version))
-        for member in self.others():
-            self._send_member_list(member)
-        self.on_members_departed(departed)
-
-    # --- a new master --------------------------------------------------------------------------
-
-    def _try_claim(self, suspected: list[Replica]) -> None:
-        alive_older = [e.replica for e in self.members if e.replica not in suspected and e.replica != self.identity]
-        order = [e.replica for e in self.members]
-        if any(order.index(m) < order.index(self.identity) for m in alive_older):
-            return  # an older member that is alive will claim
-        if self.claim is not None and self.now_ms - self.claim.started_ms < self.config.failure_timeout_ms:
+    def _change_configuration(self) -> None:
+        """At most one configuration change at a time, the most urgent first."""
+        if self._remove_departed() or self._admit_joiners() or self._adjust_voters():
             return
-        self.claim = Claim(tuple(suspected), {self.identity}, self.now_ms, self.now_ms)
-        for member in self.others():
-            if member not in suspected:
-                self.send(member, MastershipClaim(self.member_list_version, tuple(suspected), self.term + 1))
-        self._maybe_win_claim()
 
-    def on_mastership_claim(self, sender: Replica, message: MastershipClaim) -> None:
-        order = [e.replica for e in self.members]
-        my_suspects = set(self.suspected_members())
-        accepted = (
-            self.is_member(sender)
-            and not self.is_master
-            and self.accepted_claimant in (None, sender)  # one vote per election
-            and message.member_list_version == self.member_list_version
-            and message.term > self.term
-            and self.master in my_suspects
-            and all(m in my_suspects or m == sender for m in order[: order.index(sender)])
-        )
-        if accepted:
-            self.accepted_claimant = sender  # from now on the old master is fenced off here...
-            self.accepted_claim_ms = self.now_ms  # ...until the claim wins or times out
-        newer = (self.term, self.member_list_version) > (message.term - 1, message.member_list_version)
-        members = self.members if not accepted and newer else ()
-        self.send(sender, MastershipClaimReply(self.member_list_version, accepted, self.term, members))
+    def _remove_departed(self) -> bool:
+        state = self.consensus.state
+        raft = self.consensus.raft
+        me = self.ctx.identity
+        removable: list[Replica] = []
+        if self.ctx.now_ms >= self.distrust_until_ms:
+            for member in state.replicas:
+                silent = self.ctx.now_ms - self.last_heard.get(member, self.ctx.now_ms)
+                if (
+                    member != me
+                    and silent > self.ctx.config.failure_timeout_ms
+                    and self.leases.certainly_expired(member)
+                    and not self.master.removal_blocked(member)
+                ):
+                    removable.append(member)
+        for record in state.members:
+            if record.leaving and record.replica != me and self._holds_nothing(record.replica):
+                removable.append(record.replica)
+        if not removable:
+            return False
+        # Learners in any number; one voter per change, and only when the voters left would still
+        # have a majority that answers.
+        voters = [m for m in removable if raft.membership.is_voter(m)]
+        chosen = sorted(set(removable) - set(voters))
+        if voters and self._answering_majority(set(raft.membership.voters) - {sorted(voters)[0]}):
+            chosen.append(sorted(voters)[0])
+        if not chosen:
+            return False
+        change = ConfChange(remove=tuple(chosen))
+        return self.consensus.propose_change(change, (RemoveMembers(tuple(chosen)),))
 
-    def on_mastership_claim_reply(self, sender: Replica, message: MastershipClaimReply) -> None:
-        if self.claim is None:
-            return
-        if not message.accepted:
-            self.claim = None
-            self._catch_up_member_list(message)
-            return
-        self.claim.accepted.add(sender)
-        self._maybe_win_claim()
+    def _answering(self, member: Replica, within_ms: int) -> bool:
+        """Whether ``member`` answered a message this leader sent within the last ``within_ms``."""
+        return self.ctx.now_ms - self.consensus.raft.answered_since_ms(member) <= within_ms
 
-    def _catch_up_member_list(self, reply: MastershipClaimReply) -> None:
-        """Adopt the newer list of the same (silent) master a voter refused us with."""
-        if not reply.newer_members or (reply.term, reply.member_list_version) <= (self.term, self.member_list_version):
-            return
-        if reply.term != self.term or not any(e.replica == self.identity for e in reply.newer_members):
-            return
-        known = set(self.member_replicas())
-        for entry in reply.newer_members:
-            if entry.replica not in known:
-                self.last_heard[entry.replica] = self.now_ms
-                self.emit(events.MemberAdded(entry.replica, reply.member_list_version))
-        self.members = reply.newer_members
-        self.member_list_version = reply.member_list_version
+    def _answering_majority(self, voters: set[Replica]) -> bool:
+        """Whether a majority of ``voters`` answered recently: a configuration of them can commit.
+        A change that leaves the voters without one would stall the log for good."""
+        recent_ms = 3 * self.ctx.config.raft_heartbeat_interval_ms
+        answering = sum(1 for v in voters if self._answering(v, recent_ms))
+        return answering * 2 > len(voters)
 
-    def _maybe_win_claim(self) -> None:
-        assert self.claim is not None
-        size = len(self.members)
-        if self.config.split_brain_protection:
-            if not (size <= 2 or len(self.claim.accepted) * 2 > size):
-                return
-        elif len(self.claim.accepted) < size - len(self.claim.suspected):
-            return  # every member not suspected must agree
-        suspected = list(self.claim.suspected)
-        self.claim = None
-        self.master = self.identity
-        self.members = tuple(e for e in self.members if e.replica not in suspected)
-        self.member_list_version += 1
-        self.term += 1
-        self.emit(events.MasterChanged(self.identity, self.member_list_version))
-        for member in sorted(suspected):
-            self.last_heard.pop(member, None)
-            self.emit(events.MemberRemoved(member, self.member_list_version))
-        for member in self.others():
-            self._send_member_list(member)
-        self.on_became_master(recover=True, departed=suspected)
+    def _holds_nothing(self, member: Replica) -> bool:
+        state = self.consensus.state
+        if state.table is not None and any(member in slots for slots in state.table.replicas):
+            return False
+        return not any(member in state.participants(r) for r in state.migrations.values())
+
+    def _admit_joiners(self) -> bool:
+        if not self.joiners:
+            return False
+        state = self.consensus.state
+        requested, self.joiners = self.joiners, {}
+        if not state.cluster_state.join_allowed or state.shut_down:
+            return False
+        joiners = sorted(j for j in requested if not state.is_member(j))
+        # A process restarted at an old address is a new member: its predecessor there is dead.
+        raft = self.consensus.raft
+        addresses = {j.address for j in joiners}
+        predecessors = [r for r in state.replicas if r.address in addresses and r != self.ctx.identity]
+        voters = sorted(p for p in predecessors if raft.membership.is_voter(p))
+        replaced = sorted(p for p in predecessors if p not in voters) + voters[:1]  # one voter per change
+        admitted: list[Replica] = []
+        for joiner in joiners:
+            if any(p.address == joiner.address and p not in replaced for p in predecessors):
+                self.joiners[joiner] = requested[joiner]  # after its predecessor's removal
+            else:
+                admitted.append(joiner)
+        if not admitted:
+            return False
+        records = tuple(MemberRecord(j, requested[j]) for j in admitted)
+        commands: tuple[object, ...] = (AddMembers(records),)
+        if replaced:
+            commands = (RemoveMembers(tuple(replaced)), *commands)
+        change = ConfChange(add_learners=tuple(admitted), remove=tuple(replaced))
+        return self.consensus.propose_change(change, commands)
+
+    def _adjust_voters(self) -> bool:
+        state = self.consensus.state
+        raft = self.consensus.raft
+        me = self.ctx.identity
+        voters = set(raft.membership.voters)
+        fresh_ms = self.ctx.config.failure_timeout_ms // 2
+        recent_ms = 3 * self.ctx.config.raft_heartbeat_interval_ms
+        eligible = [
+            r.replica for r in state.members if not r.lite and not r.leaving and self._answering(r.replica, fresh_ms)
+        ]
+        # Only a learner that answered within the last heartbeats, and holds the whole log.
+        candidates = [
+            member
+            for member in eligible
+            if member not in voters
+            and raft.match_index(member) >= raft.commit_index
+            and self._answering(member, recent_ms)
+        ]
+        if me not in eligible:
+            # Leaving: someone else leads before this member leaves the voters; when no other
+            # voter can, a learner becomes one first.
+            others = sorted(v for v in voters if v != me and v in eligible)
+            if others:
+                if not raft.transferring:
+                    raft.transfer_leadership(max(others, key=lambda v: (raft.match_index(v), v)))
+                return True
+            return bool(candidates) and self.consensus.propose_change(ConfChange(promote=candidates[0]))
+        target = self.ctx.config.voter_target(len(eligible))
+        unfit = sorted(v for v in voters if v not in eligible)
+        silent = [v for v in unfit if not self._answering(v, recent_ms)]
+        for voter in silent:
+            # A voter that went silent leaves the voters first: the majority is then counted over
+            # members that answer, never worse than counting the silent one.
+            if self._answering_majority(voters - {voter}):
+                return self.consensus.propose_change(ConfChange(demote=voter))
+        # A voter that answers but should go (it is leaving) is replaced before it goes, so that
+        # the voters never shrink below what the members can bear on the way.
+        fit = len(voters) - len(unfit)
+        if fit < target and candidates:
+            return self.consensus.propose_change(ConfChange(promote=candidates[0]))
+        for voter in unfit:
+            if self._answering_majority(voters - {voter}):
+                return self.consensus.propose_change(ConfChange(demote=voter))
+        if len(voters) > target:
+            for member in reversed(state.members):
+                voter = member.replica
+                if voter in voters and voter != me and self._answering_majority(voters - {voter}):
+                    return self.consensus.propose_change(ConfChange(demote=voter))
+        return False

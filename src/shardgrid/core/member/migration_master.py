@@ -1,379 +1,368 @@
-"""The master's side of repartitioning: repair, planning, the parallel schedule and safe commits.
+"""The leader's side of repartitioning: planning, the parallel schedule, and safe commits.
 
-Seed 000, section 2.1: for each migration the master has the owner send the partition's data to
-the destination, then commits on the destination first and waits for its acknowledgement; only
-then does it apply the change to its own table, record the migration as completed and publish.
-A destination that leaves during the commit makes the master bump the partition's version by two
-instead (so the master's table wins over whatever the destination did) and replan. Any membership
-change or failed migration throws the rest of the plan away and plans again from the table as it
-is (section 3.2: the algorithm is stateless).
+The leader is the seeds' master. It plans from the metadata it applied (which every member will
+have applied too), proposes the migrations to start, and drives each one: the owner streams the
+data, the destination commits first (seed 000, 2.1), then the log records the outcome, then the
+source drops. A migration that fails is rolled back in the log, with the partition's version
+bumped by two. The outcomes that arrive during one event go into one entry.
+
+Any change of membership, table or state throws the rest of the plan away, and the next drive
+plans again from the table as it is (seed 000, 3.2: the algorithm is stateless). A new leader
+finds the migrations still in flight in the log and asks each destination whether it committed:
+it commits those that did and rolls back the rest (seed 000, 1.2 and 2.2).
 """
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 from shardgrid.core import events
 from shardgrid.core.identity import MemberInfo, Replica
-from shardgrid.core.member.state import InFlight, MemberState, PendingPromotion
+from shardgrid.core.member.consensus import Consensus
+from shardgrid.core.member.context import Context
 from shardgrid.core.messages import (
-    COMMITTED,
-    ROLLED_BACK,
-    AssignPartitions,
     MigrationCommit,
     MigrationCommitAck,
     MigrationDataDone,
-    MigrationRecord,
-    MigrationRequest,
-    PromotionCommit,
-    PromotionCommitAck,
-    TableEntry,
+    MigrationOutcomeQuery,
+    MigrationOutcomeReply,
 )
-from shardgrid.core.migration import Migration, MigrationKind, apply_migration
+from shardgrid.core.metadata import Changes, MetadataState
+from shardgrid.core.metadata.commands import AssignPartitions, FinishMigrations, StartMigrations
+from shardgrid.core.migration import Migration, MigrationKind, MigrationRecord, MigrationStatus, migration_fits
 from shardgrid.core.placement import arrange
 from shardgrid.core.planner import plan_migrations, prioritize_copies_and_shift_ups
 from shardgrid.core.rebalance import plan_rebalance
-from shardgrid.core.repair import remove_members as repair_table
 from shardgrid.core.schedule import ScheduledMigration, next_migrations
-from shardgrid.core.table import PartitionTable, ReplicaSlots
+from shardgrid.core.table import PartitionTable
 
-TRANSFER = "transfer"
-COMMIT = "commit"
+# The leader's own bound on a transfer it hears nothing about (the sender has a tighter one).
+TRANSFER_BACKSTOP_TIMEOUTS = 3
 
 
-class MigrationMaster(MemberState):
-    # --- membership hooks ------------------------------------------------------------------------
+class Stage(enum.Enum):
+    TRANSFER = "transfer"  # the owner streams the data to the destination
+    COMMIT = "commit"  # the destination was asked to commit
+    RECOVERING = "recovering"  # started under an earlier leader: the destination is asked how it ended
+    DECIDED = "decided"  # the outcome is proposed; the log will apply it
 
-    def on_became_master(self, recover: bool, departed: list[Replica] | None = None) -> None:
-        self.pending.clear()
-        self.in_flight.clear()
-        self.promotions.clear()
-        self.acked_versions.clear()
-        if recover:
-            self.start_recovery(departed or [])
-        else:
+
+@dataclass(slots=True)
+class Flight:
+    record: MigrationRecord
+    stage: Stage
+    started_ms: int
+    last_sent_ms: int
+    stage_since_ms: int
+
+
+class MigrationMaster:
+    def __init__(self, ctx: Context, consensus: Consensus, deliver_to_self: Callable[[Any], None]) -> None:
+        self.ctx = ctx
+        self.consensus = consensus
+        self.deliver_to_self = deliver_to_self
+        self.flights: dict[int, Flight] = {}
+        self.pending: dict[int, list[Migration]] = {}
+        self.target: PartitionTable | None = None
+        self.needs_rebalance = False
+        self.assignment_requested = False
+        self._proposed_starts: dict[int, MigrationRecord] = {}
+        self._outcomes: list[MigrationRecord] = []
+        self._counter = 0
+
+    # --- leadership ------------------------------------------------------------------------------
+
+    def reset(self, leading: bool) -> None:
+        self.flights = {}
+        self.pending = {}
+        self.target = None
+        self._proposed_starts = {}
+        self._outcomes = []
+        self.needs_rebalance = leading
+
+    def in_flight_load(self) -> dict[Replica, int]:
+        """How many running migrations each member takes part in, as this leader counts them."""
+        state = self.consensus.state
+        if not self._proposed_starts:
+            return state.migration_load()
+        load = dict(state.migration_load())
+        for record in self._proposed_starts.values():
+            for member in state.participants(record):
+                load[member] = load.get(member, 0) + 1
+        return load
+
+    @property
+    def idle(self) -> bool:
+        """Nothing planned, proposed or running."""
+        return (
+            not self.needs_rebalance
+            and not any(self.pending.values())
+            and not self._proposed_starts
+            and not self.consensus.state.migrations
+        )
+
+    # --- the log ---------------------------------------------------------------------------------
+
+    def on_applied(self, term: int, changes: Changes) -> None:
+        own_entry = self.consensus.is_leader and term == self.consensus.term
+        for record in changes.started:
+            if own_entry:
+                self._emit("started", record)
+            if not self.consensus.leader_ready:
+                continue
+            self._proposed_starts.pop(record.partition_id, None)
+            self._begin(record)
+        for migration_id in changes.refused_migrations:
+            self._proposed_starts = {
+                pid: r for pid, r in self._proposed_starts.items() if r.migration_id != migration_id
+            }
             self.needs_rebalance = True
-
-    def on_member_joined(self, joiner: Replica, lite: bool) -> None:
-        self.publish_full(to=[joiner])
-        if not lite:
-            self.needs_rebalance = True
-
-    def on_members_departed(self, departed: list[Replica]) -> None:
-        if not self.is_master or self.recovery is not None:
-            if self.recovery is not None:
-                for member in departed:
-                    self.recovery.waiting.discard(member)
-            return
-        gone = set(departed)
-        for pid in sorted(self.in_flight):
-            flight = self.in_flight[pid]
-            destination = flight.record.migration.destination
-            if flight.stage == COMMIT and destination not in gone:
-                continue  # the destination may have committed: wait for its answer, repair after
-            slots = self.table.replicas[pid] if self.table is not None else ()
-            if gone & set(flight.participants) or gone & set(slots):
-                self.rollback(pid, "a member of the partition left the cluster")
-        for member in list(self.promotions):
-            if member in gone:
-                del self.promotions[member]
-        for member in gone:
-            self.acked_versions.pop(member, None)
-        self.repair(departed)
-
-    # --- repair ----------------------------------------------------------------------------------
-
-    def repair(self, departed: list[Replica]) -> None:
-        """Empty the departed members' slots; promote survivors where an owner left (seed 000, 1.1)."""
-        if self.table is None:
-            return
-        result = repair_table(self.table, departed)
-        # A partition whose commit is out to its destination is repaired once the commit ends.
-        deferred = set(self.in_flight)
-        promotions = [(pid, m) for pid, m in result.promotions if pid not in deferred]
-        promoted_pids = {pid for pid, _ in promotions}
-        direct = {
-            pid: (result.table.replicas[pid], result.table.versions[pid])
-            for pid in range(self.table.partition_count)
-            if result.table.versions[pid] != self.table.versions[pid]
-            and pid not in promoted_pids
-            and pid not in deferred
-        }
-        for pid in result.lost_partitions:
-            if pid not in deferred:
-                self.emit(events.PartitionLost(pid))
-        if direct:
-            self.table = self.table.with_partitions(direct)
-            self.publish(sorted(direct), [])
-            self.after_table_change(sorted(direct))
-        by_member: dict[Replica, list[TableEntry]] = {}
-        for pid, promotion in promotions:
-            assert promotion.destination is not None
-            entry = TableEntry(pid, result.table.replicas[pid], result.table.versions[pid])
-            by_member.setdefault(promotion.destination, []).append(entry)
-        for member, entries in sorted(by_member.items()):
-            merged = {e.partition_id: e for e in self.promotions.get(member, PendingPromotion((), 0)).entries}
-            merged.update({e.partition_id: e for e in entries})
-            pending = PendingPromotion(tuple(merged[pid] for pid in sorted(merged)), self.now_ms)
-            self.promotions[member] = pending
-            if member == self.identity:
-                self._apply_promotions(member, pending.entries)
+        for record in changes.finished:
+            if own_entry:
+                self._emit("finished" if record.status is MigrationStatus.COMMITTED else "failed", record)
+            flight = self.flights.get(record.partition_id)
+            if flight is not None and flight.record.migration_id == record.migration_id:
+                del self.flights[record.partition_id]
+            if record.status is MigrationStatus.COMMITTED:
+                self._replan_partition(record.partition_id)
             else:
-                self.send(member, PromotionCommit(self.member_list_version, pending.entries))
-        self.needs_rebalance = True
+                self.needs_rebalance = True
+        if own_entry:
+            for pid in changes.lost:
+                self.ctx.emit(events.PartitionLost(pid))
+        if (
+            changes.members_added
+            or changes.members_removed
+            or changes.members_changed
+            or changes.promoted
+            or changes.lost
+            or changes.cluster_state is not None
+            or changes.table_assigned
+        ):
+            self.needs_rebalance = True
 
-    def on_assign_partitions(self, sender: Replica, message: object) -> None:
-        del sender, message
-        self.request_assignment()
+    def _begin(self, record: MigrationRecord) -> None:
+        pid = record.partition_id
+        now = self.ctx.now_ms
+        flight = Flight(record, Stage.TRANSFER, now, now, now)
+        self.flights[pid] = flight
+        table = self.consensus.state.table
+        if record.migration.destination is None:
+            flight.stage = Stage.DECIDED  # a CLEAR: nothing to copy, its outcome is in the same entry
+        elif table is not None and table.owner(pid) is None:
+            self._ask_commit(flight)  # a lost partition restarts empty: there is no data to send
+
+    # --- driving ---------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        if not self.consensus.leader_ready:
+            return
+        self._adopt_inherited()
+        self._retry()
+        self.drive()
+
+    def drive(self) -> None:
+        if not self.consensus.leader_ready:
+            return
+        state = self.consensus.state
+        if state.shut_down:
+            return
+        if state.table is None:
+            self.needs_rebalance = False  # nothing to move before the first table
+            self._maybe_assign(state)
+            return
+        if not state.cluster_state.migration_allowed:
+            return
+        if self.needs_rebalance:
+            self._rebalance(state)
+        self._schedule(state)
+
+    def propose_outcomes(self) -> None:
+        """The outcomes decided during this event, as one command (called before the log flush)."""
+        if self._outcomes and self.consensus.leader_ready:
+            self.consensus.propose(FinishMigrations(tuple(self._outcomes)))
+        self._outcomes = []
 
     def request_assignment(self) -> None:
-        """First use of the data: assign the initial table (seed 001: the master owns it)."""
-        if self.table is not None or self.assignment_requested:
-            return
         self.assignment_requested = True
-        if self.is_master:
-            self.needs_rebalance = True
-        elif self.master is not None:
-            self.send(self.master, AssignPartitions())
 
-    def on_promotion_commit_ack(self, sender: Replica, message: PromotionCommitAck) -> None:
-        pending = self.promotions.get(sender)
-        if not self.is_master or pending is None:
+    def _maybe_assign(self, state: MetadataState) -> None:
+        config = self.ctx.config
+        if config.assign_partitions_on_first_use and not self.assignment_requested:
             return
-        acked = set(message.partition_ids)
-        self._apply_promotions(sender, tuple(e for e in pending.entries if e.partition_id in acked))
-
-    def _apply_promotions(self, member: Replica, entries: tuple[TableEntry, ...]) -> None:
-        assert self.table is not None
-        pending = self.promotions.get(member)
-        updates = {
-            e.partition_id: (e.replicas, e.version) for e in entries if e.version > self.table.versions[e.partition_id]
-        }
-        if updates:
-            self.table = self.table.with_partitions(updates)
-            self.publish(sorted(updates), [])
-            self.after_table_change(sorted(updates))
-            if member == self.identity:
-                self.sync_after_promotion(sorted(updates))
-        if pending is not None:
-            done = {e.partition_id for e in entries}
-            remaining = tuple(e for e in pending.entries if e.partition_id not in done)
-            if remaining:
-                self.promotions[member] = PendingPromotion(remaining, pending.last_sent_ms)
-            else:
-                del self.promotions[member]
-
-    # --- planning --------------------------------------------------------------------------------
-
-    def data_member_infos(self) -> list[MemberInfo]:
-        return [MemberInfo(e.replica, e.lite) for e in self.members]
-
-    def rebalance(self) -> None:
-        """Plan from scratch: repartition, then a cycle-free, prioritized plan per partition."""
-        self.needs_rebalance = False
-        infos = self.data_member_infos()
+        infos = self._member_infos(state)
         if not any(not i.lite for i in infos):
             return
-        if self.table is None:
-            if self.config.assign_partitions_on_first_use and not self.assignment_requested:
-                return  # assigned when a client first asks, over every member joined by then
-            initial = arrange(
-                infos,
-                PartitionTable.empty(self.config.partition_count),
-                self.rng,
-                backup_count=self.config.backup_count,
-            )
-            self.table = PartitionTable(initial.replicas, (1,) * initial.partition_count)
-            self.publish_full()
-            self.after_table_change(list(range(self.table.partition_count)))
-            self.target = self.table
+        arranged = arrange(
+            infos, PartitionTable.empty(config.partition_count), self.ctx.rng, backup_count=config.backup_count
+        )
+        table = PartitionTable(arranged.replicas, (1,) * arranged.partition_count)
+        self.consensus.propose(AssignPartitions(table))
+
+    @staticmethod
+    def _member_infos(state: MetadataState) -> list[MemberInfo]:
+        # A leaving member owns nothing in the target (it only hands over): to arrange it is lite.
+        return [MemberInfo(r.replica, r.lite or r.leaving) for r in state.members]
+
+    def _rebalance(self, state: MetadataState) -> None:
+        table = state.table
+        if table is None:
+            return
+        self.needs_rebalance = False
+        infos = self._member_infos(state)
+        if not any(not i.lite for i in infos):
             self.pending = {}
             return
-        plan = plan_rebalance(infos, self.table, self.rng, backup_count=self.config.backup_count)
+        plan = plan_rebalance(infos, table, self.ctx.rng, backup_count=self.ctx.config.backup_count)
         self.target = plan.target
-        self.pending = {pid: list(queue) for pid, queue in plan.migrations.items() if pid not in self.in_flight}
+        busy = set(state.migrations) | set(self._proposed_starts)
+        self.pending = {pid: list(queue) for pid, queue in plan.migrations.items() if pid not in busy}
 
     def _replan_partition(self, pid: int) -> None:
         """A partition whose migration ran while the plan was made gets its plan now."""
-        assert self.table is not None
-        if self.target is None or self.pending.get(pid):
+        state = self.consensus.state
+        if state.table is None or self.target is None or self.pending.get(pid):
             return
-        held, wanted = self.table.replicas[pid], self.target.replicas[pid]
-        if held != wanted and all(r is None or self.is_member(r) for r in wanted):
+        held, wanted = state.table.replicas[pid], self.target.replicas[pid]
+        if held != wanted and all(r is None or state.is_member(r) for r in wanted):
             queue = prioritize_copies_and_shift_ups(plan_migrations(held, wanted))
             if queue:
                 self.pending[pid] = queue
 
-    def migration_master_tick(self) -> None:
-        if not self.is_master or self.recovery is not None:
+    def _schedule(self, state: MetadataState) -> None:
+        table = state.table
+        if table is None:
             return
-        self._retry_promotions()
-        if self.promotions:
-            self._retry_in_flight()  # commits out to destinations are still resent meanwhile
-            return  # plan only on a repaired table
-        if self.needs_rebalance:
-            stale = [m for m in self.table.members() if not self.is_member(m)] if self.table is not None else []
-            if stale:
-                self.repair(stale)  # members that left while their partitions were mid-commit
-                if self.promotions:
-                    return
-            self.rebalance()
-        self._retry_in_flight()
-        self.drive_migrations()
-
-    def drive_migrations(self) -> None:
-        if self.table is None or self.promotions or self.recovery is not None or self.needs_rebalance:
-            return  # the plan is stale (or the table mid-repair): the next tick replans first
         self.pending = {pid: queue for pid, queue in self.pending.items() if queue}
-        table = self.table
-        running = [
-            ScheduledMigration(pid, flight.record.migration, flight.participants)
-            for pid, flight in sorted(self.in_flight.items())
-        ]
-        started = next_migrations(self.pending, running, self.config.max_parallel_migrations, owner_of=table.owner)
+        records = {**state.migrations, **self._proposed_starts}
+        running = [ScheduledMigration(pid, r.migration, state.participants(r)) for pid, r in sorted(records.items())]
+        started = next_migrations(self.pending, running, self.ctx.config.max_parallel_migrations, owner_of=table.owner)
+        starts: list[MigrationRecord] = []
+        clears: list[MigrationRecord] = []
         for scheduled in started:
-            self.pending[scheduled.partition_id].pop(0)
-            self._start(scheduled.partition_id, scheduled.migration, scheduled.participants)
+            pid = scheduled.partition_id
+            migration = self.pending[pid].pop(0)
+            if not migration_fits(table.replicas[pid], migration) or any(
+                not state.is_member(p) for p in migration.participants
+            ):
+                self.needs_rebalance = True  # the plan is stale: plan again on the next drive
+                continue
+            self._counter += 1
+            record = MigrationRecord(
+                f"{self.ctx.identity.uuid[:8]}-{self.consensus.term}-{self._counter}",
+                pid,
+                migration,
+                table.versions[pid],
+            )
+            self._proposed_starts[pid] = record
+            starts.append(record)
+            if migration.kind is MigrationKind.CLEAR:
+                clears.append(record.with_status(MigrationStatus.COMMITTED))
+        if starts:
+            self.consensus.propose(StartMigrations(tuple(starts)))
+        if clears:
+            self.consensus.propose(FinishMigrations(tuple(clears)))
 
-    def _start(self, pid: int, migration: Migration, participants: tuple[Replica, ...]) -> None:
-        assert self.table is not None
-        if any(not self.is_member(p) for p in participants):
-            self.needs_rebalance = True
-            return
-        self.migration_counter += 1
-        record = MigrationRecord(
-            f"{self.identity.uuid[:8]}-{self.migration_counter}", pid, migration, self.table.versions[pid]
-        )
-        self._emit_migration("started", record)
-        if migration.kind is MigrationKind.CLEAR:
-            self._commit_on_master(record)
-            return
-        sender = self.table.owner(pid)
-        flight = InFlight(record, participants, sender, self.now_ms, TRANSFER, self.now_ms)
-        self.in_flight[pid] = flight
-        if sender is None:
-            self._begin_commit(flight)  # a lost partition restarts empty: there is no data to send
-        else:
-            self._send_request(flight)
-
-    def _send_request(self, flight: InFlight) -> None:
-        assert flight.sender is not None
-        pid = flight.record.partition_id
-        completed = tuple(r for _, r in sorted(self.completed.items()) if r.partition_id == pid)
-        request = MigrationRequest(self.member_list_version, flight.record, self.entry(pid), completed)
-        if flight.sender == self.identity:
-            self.on_migration_request(self.identity, request)
-        else:
-            self.send(flight.sender, request)
+    # --- the commit handshake -----------------------------------------------------------------------
 
     def on_data_done(self, sender: Replica, message: MigrationDataDone) -> None:
         flight = self._flight_by_id(message.migration_id)
-        if not self.is_master or flight is None or flight.sender != sender or flight.stage != TRANSFER:
+        table = self.consensus.state.table
+        if flight is None or flight.stage is not Stage.TRANSFER or table is None:
+            return
+        if sender != table.owner(flight.record.partition_id):
             return
         if message.success:
-            self._begin_commit(flight)
+            self._ask_commit(flight)
         else:
-            self.rollback(flight.record.partition_id, message.reason or "the transfer failed")
+            self._decide(flight, MigrationStatus.ROLLED_BACK)
 
-    def _begin_commit(self, flight: InFlight) -> None:
-        assert self.table is not None
-        record = flight.record
-        slots = tuple(apply_migration(self.table.replicas[record.partition_id], record.migration))
-        flight.stage = COMMIT
-        flight.commit_entry = TableEntry(record.partition_id, slots, record.version_before + 1)
-        flight.last_sent_ms = self.now_ms
-        self._send_commit(flight)
-
-    def _send_commit(self, flight: InFlight) -> None:
-        destination = flight.record.migration.destination
-        assert destination is not None
-        assert flight.commit_entry is not None
-        commit = MigrationCommit(self.member_list_version, flight.record.with_status(COMMITTED), flight.commit_entry)
-        if destination == self.identity:
-            self.on_migration_commit(self.identity, commit)
-        else:
-            self.send(destination, commit)
+    def _ask_commit(self, flight: Flight) -> None:
+        flight.stage = Stage.COMMIT
+        flight.stage_since_ms = self.ctx.now_ms
+        self._send_to_destination(flight, MigrationCommit(flight.record, self.consensus.term))
 
     def on_commit_ack(self, sender: Replica, message: MigrationCommitAck) -> None:
         flight = self._flight_by_id(message.migration_id)
-        if not self.is_master or flight is None or flight.stage != COMMIT:
+        if flight is None or flight.stage is not Stage.COMMIT or sender != flight.record.migration.destination:
             return
-        if sender != flight.record.migration.destination:
+        self._decide(flight, MigrationStatus.COMMITTED if message.success else MigrationStatus.ROLLED_BACK)
+
+    def on_outcome_reply(self, sender: Replica, message: MigrationOutcomeReply) -> None:
+        flight = self._flight_by_id(message.migration_id)
+        if flight is None or flight.stage is not Stage.RECOVERING or sender != flight.record.migration.destination:
             return
-        pid = flight.record.partition_id
-        if not message.success:
-            self.rollback(pid, message.reason or "the destination refused the commit")
-            return
-        assert flight.commit_entry is not None
-        assert self.table is not None
-        entry = flight.commit_entry
-        del self.in_flight[pid]
-        self._conclude(flight.record.with_status(COMMITTED), entry.replicas, entry.version)
-        self._repair_leftovers(pid)
-        self._replan_partition(pid)
-        self.drive_requested = True
+        self._decide(flight, MigrationStatus.COMMITTED if message.committed else MigrationStatus.ROLLED_BACK)
 
-    def _commit_on_master(self, record: MigrationRecord) -> None:
-        """A CLEAR changes no data holder: the master commits it and the source drops on publish."""
-        assert self.table is not None
-        slots = tuple(apply_migration(self.table.replicas[record.partition_id], record.migration))
-        self._conclude(record.with_status(COMMITTED), slots, record.version_before + 1)
+    def _decide(self, flight: Flight, status: MigrationStatus) -> None:
+        flight.stage = Stage.DECIDED
+        flight.stage_since_ms = self.ctx.now_ms
+        self._outcomes.append(flight.record.with_status(status))
 
-    def _conclude(self, record: MigrationRecord, slots: ReplicaSlots, version: int) -> None:
-        """The master's side of an outcome: its table, the completed list, everyone else told."""
-        assert self.table is not None
-        pid = record.partition_id
-        self.table = self.table.with_partitions({pid: (slots, version)})
-        self.record_completed(record)
-        self.publish([pid], [record])
-        self.resolve_active(record)
-        self.after_table_change([pid])
-        self._emit_migration("finished" if record.status == COMMITTED else "failed", record)
-
-    def rollback(self, pid: int, reason: str) -> None:
-        flight = self.in_flight.pop(pid, None)
-        if flight is None or self.table is None:
-            return
-        record = flight.record.with_status(ROLLED_BACK)
-        version = max(self.table.versions[pid] + 1, record.version_after)
-        self._conclude(record, self.table.replicas[pid], version)
-        self._repair_leftovers(pid)
-        self.needs_rebalance = True
-
-    def _repair_leftovers(self, pid: int) -> None:
-        """Members that left while this partition's commit was out are repaired out of it now."""
-        assert self.table is not None
-        gone = [r for r in self.table.replicas[pid] if r is not None and not self.is_member(r)]
-        if gone:
-            self.repair(gone)
-
-    def _retry_in_flight(self) -> None:
-        for pid in sorted(self.in_flight):
-            flight = self.in_flight.get(pid)
-            if flight is None:
+    def _adopt_inherited(self) -> None:
+        """Migrations the log shows in flight that this leader did not start: ask how they ended."""
+        for pid, record in sorted(self.consensus.state.migrations.items()):
+            if pid in self.flights:
                 continue
-            if flight.stage == TRANSFER and self.now_ms - flight.started_ms > self.config.migration_timeout_ms:
-                self.rollback(pid, "the transfer made no progress in time")
-            elif self.now_ms - flight.last_sent_ms >= self.config.retry_interval_ms:
-                flight.last_sent_ms = self.now_ms
-                if flight.stage == COMMIT:
-                    self._send_commit(flight)
-                elif flight.sender is not None:
-                    self._send_request(flight)
+            now = self.ctx.now_ms
+            flight = Flight(record, Stage.RECOVERING, now, now, now)
+            self.flights[pid] = flight
+            if record.migration.destination is None:
+                self._decide(flight, MigrationStatus.COMMITTED)
+            else:
+                self._send_to_destination(flight, MigrationOutcomeQuery(record, self.consensus.term))
 
-    def _retry_promotions(self) -> None:
-        for member, pending in sorted(self.promotions.items()):
-            if member != self.identity and self.now_ms - pending.last_sent_ms >= self.config.retry_interval_ms:
-                pending.last_sent_ms = self.now_ms
-                self.send(member, PromotionCommit(self.member_list_version, pending.entries))
+    def _retry(self) -> None:
+        config = self.ctx.config
+        for pid in sorted(self.flights):
+            flight = self.flights[pid]
+            if flight.stage is Stage.DECIDED:
+                continue
+            if flight.stage is Stage.TRANSFER:
+                if self.ctx.now_ms - flight.started_ms > TRANSFER_BACKSTOP_TIMEOUTS * config.migration_timeout_ms:
+                    self._decide(flight, MigrationStatus.ROLLED_BACK)
+                continue
+            if self.ctx.now_ms - flight.last_sent_ms < config.retry_interval_ms:
+                continue
+            if flight.stage is Stage.COMMIT:
+                self._send_to_destination(flight, MigrationCommit(flight.record, self.consensus.term))
+            else:
+                self._send_to_destination(flight, MigrationOutcomeQuery(flight.record, self.consensus.term))
 
-    def _flight_by_id(self, migration_id: str) -> InFlight | None:
-        for flight in self.in_flight.values():
+    def _send_to_destination(self, flight: Flight, message: Any) -> None:
+        destination = flight.record.migration.destination
+        flight.last_sent_ms = self.ctx.now_ms
+        if destination is None:
+            return
+        if destination == self.ctx.identity:
+            self.deliver_to_self(message)
+        else:
+            self.ctx.send(destination, message)
+
+    def removal_blocked(self, member: Replica) -> bool:
+        """A migration ``member`` takes part in awaits its destination's commit answer: the answer
+        decides whether the destination or the survivors of ``member`` hold the partition."""
+        state = self.consensus.state
+        for flight in self.flights.values():
+            if flight.stage is not Stage.COMMIT or flight.record.migration.destination == member:
+                continue
+            waited = self.ctx.now_ms - flight.stage_since_ms
+            if member in state.participants(flight.record) and waited < self.ctx.config.migration_timeout_ms:
+                return True
+        return False
+
+    def _flight_by_id(self, migration_id: str) -> Flight | None:
+        for flight in self.flights.values():
             if flight.record.migration_id == migration_id:
                 return flight
         return None
 
-    def _emit_migration(self, status: str, record: MigrationRecord) -> None:
+    def _emit(self, status: str, record: MigrationRecord) -> None:
         m = record.migration
-        self.emit(
+        self.ctx.emit(
             events.MigrationEvent(
                 status,
                 record.migration_id,
@@ -387,10 +376,3 @@ class MigrationMaster(MemberState):
                 m.destination_new_index,
             )
         )
-
-    def in_flight_load(self) -> dict[Replica, int]:
-        load: dict[Replica, int] = {}
-        for flight in self.in_flight.values():
-            for member in flight.participants:
-                load[member] = load.get(member, 0) + 1
-        return load

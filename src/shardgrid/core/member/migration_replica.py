@@ -1,246 +1,292 @@
 """A member's side of a migration: the owner sending the data, the destination receiving it.
 
-Both check the partition version the master expects against their own (after applying the table
-entry and completed migrations the request carries, as seed 003 has migration operations do), and
-refuse a second migration of a partition while one whose outcome they do not know is active. The
-owner blocks writes to the partition while it sends (seed 002: reads stay allowed), so the data
-it sends is the partition's whole state. The destination stages what it receives and installs it
-only on the master's commit; on a rollback it throws the staged data away. A source drops its data
-only once it learns the master committed (``after_table_change`` removes data this member no
-longer holds a replica of, and only when no migration of the partition is active here).
+A migration starts when its ``StartMigrations`` entry is applied: the partition's owner stops
+taking writes to it (reads go on), waits until the writes already sent to its backups are settled
+and streams the partition to the destination, which stages it. When the leader has the data
+reported done it asks the destination to commit (seed 000, 2.1: the destination first); the
+destination then holds the staged data as ready to serve and acknowledges; only when the log
+records the outcome does the destination serve it, and the source drop what it no longer holds.
+A rolled-back destination throws the staged data away.
+
+From the moment the data is reported done the sender stops serving reads too: the destination may
+start taking writes as soon as it applies the commit, and the two must never serve at once.
+
+A new leader asks each destination of a migration the log shows unfinished whether it committed;
+a destination that had not says so and refuses that commit from then on (seed 000, 2.2).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
 from shardgrid.core.identity import Replica
-from shardgrid.core.member.state import DESTINATION, SENDER, ActiveMigration, MemberState
+from shardgrid.core.member.consensus import Consensus
+from shardgrid.core.member.context import Context
+from shardgrid.core.member.data import DataPath
 from shardgrid.core.messages import (
-    COMMITTED,
+    Entry,
     MigrationChunk,
     MigrationChunkAck,
     MigrationCommit,
     MigrationCommitAck,
     MigrationDataDone,
     MigrationOutcomeQuery,
-    MigrationRecord,
-    MigrationRequest,
-    TableEntry,
+    MigrationOutcomeReply,
 )
+from shardgrid.core.migration import MigrationRecord, MigrationStatus
 from shardgrid.core.store import PartitionData, chunk_entries
 
+# Migration ids a destination refused to commit before it even applied their start; bounded.
+MAX_FENCED_IDS = 10_000
+# First chunks that arrive before their migration's start is applied here (the sender and the
+# destination learn of the commit independently); kept per migration the member may be in.
+EARLY_CHUNKS_PER_SLOT = 2
 
-class MigrationReplica(MemberState):
-    # --- sender (the partition owner) ------------------------------------------------------------
 
-    def on_migration_request(self, sender: Replica, message: MigrationRequest) -> None:
-        record = message.record
+@dataclass(slots=True)
+class Outgoing:
+    """This member owns the partition and sends its data to the destination."""
+
+    record: MigrationRecord
+    destination: Replica
+    chunks: list[tuple[Entry, ...]] = field(default_factory=list)
+    next_chunk: int = 0  # the chunk awaiting an ack
+    replica_sequence: int = 0
+    lineage: str = ""
+    sending: bool = False  # the snapshot was taken and chunks are going out
+    complete: bool = False  # every chunk acknowledged, or the transfer failed
+    success: bool = False
+    reason: str = ""
+    last_sent_ms: int = 0
+    last_progress_ms: int = 0
+    last_report_ms: int = -(10**12)
+
+
+@dataclass(slots=True)
+class Incoming:
+    """This member is the destination: it stages the data until the outcome is in the log."""
+
+    record: MigrationRecord
+    staged: list[Any] = field(default_factory=list)
+    next_chunk: int = 0
+    complete: bool = False
+    replica_sequence: int = 0
+    lineage: str = ""
+    installed: bool = False  # committed here, awaiting the log's outcome
+    fenced: bool = False  # told a newer leader it had not committed: never commits now
+
+
+class MigrationReplica:
+    def __init__(self, ctx: Context, consensus: Consensus, data: DataPath, to_leader: Callable[[Any], None]) -> None:
+        self.ctx = ctx
+        self.consensus = consensus
+        self.data = data
+        self.to_leader = to_leader
+        self.outgoing: dict[int, Outgoing] = {}
+        self.incoming: dict[int, Incoming] = {}
+        self._fenced_ids: dict[str, int] = {}
+        self._fence_term = 0
+        self._early: dict[str, tuple[Replica, MigrationChunk]] = {}
+
+    # --- what the data path asks -------------------------------------------------------------------
+
+    def writes_blocked(self, pid: int) -> bool:
+        return pid in self.outgoing
+
+    def reads_blocked(self, pid: int) -> bool:
+        outgoing = self.outgoing.get(pid)
+        return outgoing is not None and outgoing.complete and outgoing.success
+
+    def involved(self, pid: int) -> bool:
+        return pid in self.outgoing or pid in self.incoming
+
+    def partitions_involved(self) -> set[int]:
+        return set(self.outgoing) | set(self.incoming)
+
+    # --- the log ---------------------------------------------------------------------------------
+
+    def on_started(self, record: MigrationRecord) -> None:
+        table = self.consensus.state.table
+        if table is None:
+            return
         pid = record.partition_id
-        if sender != self.master or self.table is None or not 0 <= pid < self.table.partition_count:
-            return
-        active = self.active.get(pid)
-        if active is not None and active.record.migration_id == record.migration_id:
-            if active.role == SENDER and active.complete and not active.chunks:
-                self._to_master(MigrationDataDone(record.migration_id, True))  # our answer was lost
-            return  # otherwise a resend while we are still at it
-        changed = self.apply_entries((message.entry,))
-        for done in message.completed:
-            self.record_completed(done)
-            self.resolve_active(done)
-        self.resolve_overtaken(changed)
-        self.after_table_change(changed)
-        reason = self._refusal(record, expect_owner=True)
-        if reason:
-            self._to_master(MigrationDataDone(record.migration_id, False, reason))
-            return
+        owner = table.owner(pid)
         destination = record.migration.destination
-        assert destination is not None
-        if destination == self.identity:
-            self._to_master(MigrationDataDone(record.migration_id, True))  # nothing to copy to itself
-            return
-        # Writes to the partition stop now; the data goes out once the writes already sent to the
-        # backups are settled, so that no backup misses one the new replica set will not resend.
-        self.active[pid] = ActiveMigration(record, SENDER, sender, self.now_ms, self.now_ms, destination=destination)
-        self._start_sending(pid, self.active[pid])
+        if destination is None:
+            return  # a CLEAR: the source drops its data when the outcome is applied
+        if destination == self.ctx.identity:
+            self.incoming[pid] = Incoming(record, complete=owner is None)  # a lost partition restarts empty
+            early = self._early.pop(record.migration_id, None)
+            if early is not None:
+                self.on_chunk(*early)
+        elif owner == self.ctx.identity:
+            self.outgoing[pid] = Outgoing(
+                record, destination, last_sent_ms=self.ctx.now_ms, last_progress_ms=self.ctx.now_ms
+            )
+            self._start_sending(pid)
 
-    def _start_sending(self, pid: int, active: ActiveMigration) -> None:
-        if active.sending or any(key[0] == pid for key in self.pending_writes) or pid in self.outgoing_syncs:
-            return
-        data = self.stores.setdefault(pid, PartitionData())
-        active.chunks = chunk_entries(list(data.entries()), self.config.max_chunk_entries, self.config.max_chunk_bytes)
-        active.replica_sequence = data.sequence
-        active.lineage = data.lineage
-        active.sending = True
-        self._send_chunk(active)
+    def on_finished(self, record: MigrationRecord) -> None:
+        pid = record.partition_id
+        incoming = self.incoming.get(pid)
+        if incoming is not None and incoming.record.migration_id == record.migration_id:
+            del self.incoming[pid]
+            if record.status is MigrationStatus.COMMITTED and incoming.complete:
+                data = PartitionData.from_entries(incoming.staged, incoming.replica_sequence, incoming.lineage)
+                self.data.install(pid, data)
+        outgoing = self.outgoing.get(pid)
+        if outgoing is not None and outgoing.record.migration_id == record.migration_id:
+            del self.outgoing[pid]
 
-    def _send_chunk(self, active: ActiveMigration) -> None:
-        assert active.destination is not None
-        index = active.next_chunk
-        active.last_sent_ms = self.now_ms
-        last = index == len(active.chunks) - 1
+    def on_state_loaded(self) -> None:
+        """A snapshot replaced the state: keep exactly the migrations it shows in flight."""
+        state = self.consensus.state
+        for table in (self.outgoing, self.incoming):
+            for pid in list(table):
+                running = state.migrations.get(pid)
+                if running is None or running.migration_id != table[pid].record.migration_id:
+                    del table[pid]
+        for pid, record in sorted(state.migrations.items()):
+            if pid not in self.outgoing and pid not in self.incoming:
+                self.on_started(record)
+
+    # --- sender ----------------------------------------------------------------------------------
+
+    def _start_sending(self, pid: int) -> None:
+        outgoing = self.outgoing[pid]
+        if outgoing.sending or not self.data.settled(pid):
+            return  # the writes already sent to backups settle first: no backup may miss one
+        data = self.data.store(pid)
+        config = self.ctx.config
+        outgoing.chunks = chunk_entries(list(data.entries()), config.max_chunk_entries, config.max_chunk_bytes)
+        outgoing.replica_sequence = data.sequence
+        outgoing.lineage = data.lineage
+        outgoing.sending = True
+        outgoing.last_progress_ms = self.ctx.now_ms
+        self._send_chunk(outgoing)
+
+    def _send_chunk(self, outgoing: Outgoing) -> None:
+        index = outgoing.next_chunk
+        outgoing.last_sent_ms = self.ctx.now_ms
+        last = index == len(outgoing.chunks) - 1
         chunk = MigrationChunk(
-            active.record, index, active.chunks[index], last, active.replica_sequence, active.lineage
+            outgoing.record, index, outgoing.chunks[index], last, outgoing.replica_sequence, outgoing.lineage
         )
-        self.send(active.destination, chunk)
+        self.ctx.send(outgoing.destination, chunk)
 
     def on_chunk_ack(self, sender: Replica, message: MigrationChunkAck) -> None:
-        active = self._active_by_id(message.migration_id)
-        if active is None or active.role != SENDER or sender != active.destination or active.complete:
+        outgoing = self._outgoing_by_id(message.migration_id)
+        if outgoing is None or sender != outgoing.destination or outgoing.complete:
             return
         if not message.accepted:
-            self._to_master(MigrationDataDone(message.migration_id, False, message.reason))
-            active.complete = True  # the outcome (a rollback) now comes from the master
+            self._finish_sending(outgoing, False, message.reason or "the destination refused the data")
             return
-        if message.sequence != active.next_chunk:
+        if message.sequence != outgoing.next_chunk:
             return
-        active.last_progress_ms = self.now_ms
-        if active.next_chunk == len(active.chunks) - 1:
-            active.complete = True
-            active.chunks = []
-            self._to_master(MigrationDataDone(message.migration_id, True))
+        outgoing.last_progress_ms = self.ctx.now_ms
+        if outgoing.next_chunk == len(outgoing.chunks) - 1:
+            self._finish_sending(outgoing, True, "")
         else:
-            active.next_chunk += 1
-            self._send_chunk(active)
+            outgoing.next_chunk += 1
+            self._send_chunk(outgoing)
 
-    # --- destination ---------------------------------------------------------------------------
+    def _finish_sending(self, outgoing: Outgoing, success: bool, reason: str) -> None:
+        outgoing.complete = True
+        outgoing.success = success
+        outgoing.reason = reason
+        outgoing.chunks = []
+        self._report(outgoing)
 
-    def on_migration_chunk(self, sender: Replica, message: MigrationChunk) -> None:
-        record = message.record
-        pid = record.partition_id
-        if self.table is None or not 0 <= pid < self.table.partition_count:
-            return
-        active = self.active.get(pid)
-        if active is not None and active.record.migration_id == record.migration_id:
-            if active.role != DESTINATION:
-                return
-            if message.sequence == active.next_chunk and not active.complete:
-                active.staged.extend(message.entries)
-                active.next_chunk += 1
-                active.complete = message.last
-                active.replica_sequence = message.replica_sequence
-                active.lineage = message.lineage
-                active.last_progress_ms = self.now_ms
-            if message.sequence < active.next_chunk:
-                self.send(sender, MigrationChunkAck(record.migration_id, message.sequence, True))
-            return
-        if message.sequence != 0 or record.migration_id in self.completed:
-            return
-        if self.table.versions[pid] < record.version_before:
-            return  # the publication that brings us to that version is on its way: the sender resends
-        reason = self._refusal(record, expect_owner=False, sender=sender)
-        if reason:
-            self.send(sender, MigrationChunkAck(record.migration_id, 0, False, reason))
-            return
-        assert self.master is not None
-        self.active[pid] = ActiveMigration(
-            record,
-            DESTINATION,
-            self.master,
-            self.now_ms,
-            self.now_ms,
-            staged=list(message.entries),
-            next_chunk=1,
-            complete=message.last,
-            replica_sequence=message.replica_sequence,
-            lineage=message.lineage,
-        )
-        self.send(sender, MigrationChunkAck(record.migration_id, 0, True))
+    def _report(self, outgoing: Outgoing) -> None:
+        outgoing.last_report_ms = self.ctx.now_ms
+        self.to_leader(MigrationDataDone(outgoing.record.migration_id, outgoing.success, outgoing.reason))
 
-    def on_migration_commit(self, sender: Replica, message: MigrationCommit) -> None:
-        if sender != self.master:
-            return
-        record = message.record
-        pid = record.partition_id
-        ack_ok = MigrationCommitAck(record.migration_id, True)
-        if self.committed_here(record, message.entry):
-            self._to_master(ack_ok)
-            return
-        active = self.active.get(pid)
-        if active is not None and active.record.migration_id == record.migration_id and active.role == DESTINATION:
-            if not active.complete:
-                self._to_master(MigrationCommitAck(record.migration_id, False, "data incomplete"))
-                return
-            self.stores[pid] = PartitionData.from_entries(active.staged, active.replica_sequence, active.lineage)
-            del self.active[pid]
-        elif record.migration.destination == self.identity and self._is_ownerless(pid, record):
-            self.stores[pid] = PartitionData()  # every replica of it was lost: it restarts empty
-        else:
-            self._to_master(MigrationCommitAck(record.migration_id, False, "no such migration here"))
-            return
-        self.reorder.pop(pid, None)
-        self.apply_entries((message.entry,))
-        self.record_completed(record)
-        self.after_table_change([pid])
-        self._to_master(ack_ok)
-
-    def committed_here(self, record: MigrationRecord, entry: TableEntry | None = None) -> bool:
-        """Whether this destination already applied the commit (a resend must be acknowledged)."""
-        stored = self.completed.get(record.migration_id)
-        if stored is not None and stored.status == COMMITTED:
-            return True
-        if entry is None or self.table is None or record.partition_id in self.active:
-            return False
-        pid = record.partition_id
-        return self.table.versions[pid] == entry.version and self.table.replicas[pid] == entry.replicas
-
-    def _is_ownerless(self, pid: int, record: MigrationRecord) -> bool:
-        assert self.table is not None
-        return self.table.owner(pid) is None and self.table.versions[pid] <= record.version_before
-
-    # --- both ----------------------------------------------------------------------------------
-
-    def _refusal(self, record: MigrationRecord, expect_owner: bool, sender: Replica | None = None) -> str:
-        """Why this member must refuse the migration, or '' to take part."""
-        assert self.table is not None
-        pid = record.partition_id
-        if pid in self.active:
-            return "an earlier migration of the partition is still unresolved here"
-        if pid in self.incoming_syncs or pid in self.outgoing_syncs:
-            return "a replica sync of the partition is in progress"
-        if self.table.versions[pid] != record.version_before:
-            return f"partition version {self.table.versions[pid]} is not {record.version_before}"
-        owner = self.table.owner(pid)
-        if expect_owner and owner != self.identity:
-            return "not the partition owner"
-        if not expect_owner and owner != sender:
-            return "the sender is not the partition owner"
-        return ""
-
-    def resolve_active(self, record: MigrationRecord) -> None:
-        """The master decided: finish (commit) or undo (roll back) the local side."""
-        active = self.active.get(record.partition_id)
-        if active is None or active.record.migration_id != record.migration_id or record.status == "active":
-            return
-        del self.active[record.partition_id]
-        # A committed sender keeps or drops its data by the new table (after_table_change); a
-        # rolled-back destination drops the staged data with its ActiveMigration.
-
-    def replica_migration_tick(self) -> None:
-        for pid in sorted(self.active):
-            active = self.active[pid]
-            idle_ms = self.now_ms - active.last_progress_ms
-            if active.role == SENDER and not active.sending:
-                self._start_sending(pid, active)
-            if active.role == SENDER and not active.complete:
-                if idle_ms > self.config.migration_timeout_ms:
-                    active.complete = True
-                    self._to_master(MigrationDataDone(active.record.migration_id, False, "destination silent"))
-                elif active.sending and self.now_ms - active.last_sent_ms >= self.config.retry_interval_ms:
-                    self._send_chunk(active)
-            elif self.now_ms - active.last_sent_ms >= self.config.retry_interval_ms and idle_ms > 0:
-                active.last_sent_ms = self.now_ms
-                if self.master is not None and self.master != self.identity:
-                    self.send(self.master, MigrationOutcomeQuery(active.record.migration_id, pid))
-
-    def _active_by_id(self, migration_id: str) -> ActiveMigration | None:
-        for active in self.active.values():
-            if active.record.migration_id == migration_id:
-                return active
+    def _outgoing_by_id(self, migration_id: str) -> Outgoing | None:
+        for outgoing in self.outgoing.values():
+            if outgoing.record.migration_id == migration_id:
+                return outgoing
         return None
 
-    def _to_master(self, message: object) -> None:
-        if self.master is None:
+    # --- destination -------------------------------------------------------------------------------
+
+    def on_chunk(self, sender: Replica, message: MigrationChunk) -> None:
+        pid = message.record.partition_id
+        incoming = self.incoming.get(pid)
+        if incoming is None or incoming.record.migration_id != message.record.migration_id:
+            # Its start is not applied here yet: keep the first chunk for when it is (the sender
+            # would send it again, but only a retry interval later).
+            if message.sequence == 0 and message.record.migration.destination == self.ctx.identity:
+                if len(self._early) >= EARLY_CHUNKS_PER_SLOT * self.ctx.config.max_parallel_migrations:
+                    del self._early[next(iter(self._early))]
+                self._early[message.record.migration_id] = (sender, message)
             return
-        if self.master == self.identity:
-            self.deliver_to_self(message)
+        table = self.consensus.state.table
+        if table is None or table.owner(pid) != sender:
+            self.ctx.send(sender, MigrationChunkAck(message.record.migration_id, message.sequence, False, "not owner"))
+            return
+        if message.sequence == incoming.next_chunk and not incoming.complete:
+            incoming.staged.extend(message.entries)
+            incoming.next_chunk += 1
+            incoming.complete = message.last
+            incoming.replica_sequence = message.replica_sequence
+            incoming.lineage = message.lineage
+        if message.sequence < incoming.next_chunk:
+            self.ctx.send(sender, MigrationChunkAck(message.record.migration_id, message.sequence, True))
+
+    def on_commit(self, sender: Replica, message: MigrationCommit) -> None:
+        record = message.record
+        if sender != self.consensus.leader or message.term != self.consensus.term or message.term < self._fence_term:
+            return  # not from the leader we follow: a current leader asks again
+        incoming = self.incoming.get(record.partition_id)
+        if incoming is None or incoming.record.migration_id != record.migration_id:
+            if self._committed_in_log(record):
+                self.ctx.send(sender, MigrationCommitAck(record.migration_id, True))  # a resend
+            elif record.migration_id in self._fenced_ids:
+                self.ctx.send(sender, MigrationCommitAck(record.migration_id, False, "refused to a newer leader"))
+            return  # its start is not applied here yet
+        if incoming.fenced:
+            self.ctx.send(sender, MigrationCommitAck(record.migration_id, False, "refused to a newer leader"))
+        elif not incoming.complete:
+            self.ctx.send(sender, MigrationCommitAck(record.migration_id, False, "data incomplete"))
         else:
-            self.send(self.master, message)
+            incoming.installed = True
+            self.ctx.send(sender, MigrationCommitAck(record.migration_id, True))
+
+    def on_outcome_query(self, sender: Replica, message: MigrationOutcomeQuery) -> None:
+        record = message.record
+        if message.term < self.consensus.term:
+            return
+        self._fence_term = max(self._fence_term, message.term)
+        incoming = self.incoming.get(record.partition_id)
+        if incoming is not None and incoming.record.migration_id == record.migration_id:
+            if not incoming.installed:
+                incoming.fenced = True
+            self.ctx.send(sender, MigrationOutcomeReply(record.migration_id, incoming.installed))
+            return
+        committed = self._committed_in_log(record)
+        if not committed:
+            if len(self._fenced_ids) >= MAX_FENCED_IDS:
+                del self._fenced_ids[next(iter(self._fenced_ids))]
+            self._fenced_ids[record.migration_id] = message.term
+        self.ctx.send(sender, MigrationOutcomeReply(record.migration_id, committed))
+
+    def _committed_in_log(self, record: MigrationRecord) -> bool:
+        return self.consensus.state.committed(record.migration_id)
+
+    # --- time ------------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        config = self.ctx.config
+        for pid in sorted(self.outgoing):
+            outgoing = self.outgoing[pid]
+            if not outgoing.sending:
+                self._start_sending(pid)
+                continue
+            if outgoing.complete:
+                if self.ctx.now_ms - outgoing.last_report_ms >= config.retry_interval_ms:
+                    self._report(outgoing)  # until the outcome is in the log (the leader may change)
+            elif self.ctx.now_ms - outgoing.last_progress_ms > config.migration_timeout_ms:
+                self._finish_sending(outgoing, False, "the destination made no progress in time")
+            elif self.ctx.now_ms - outgoing.last_sent_ms >= config.retry_interval_ms:
+                self._send_chunk(outgoing)

@@ -1,129 +1,472 @@
-"""``Member``: the concerns put together, and the dispatch of events to them."""
+"""``Member``: the concerns put together, its lifecycle, and the dispatch of events to them.
+
+``Member.handle(now_ms, event) -> list[Effect]`` is the whole interface. Each concern owns its
+state and is reached only through its methods:
+
+- ``discovery``: finding the cluster, or founding one with ``initial_cluster_size`` peers;
+- ``consensus``: the Raft node and the metadata applied from its log;
+- ``leases``: whether this member may serve, and (leader) the grants;
+- ``data``: the stores, client operations, replication to backups;
+- ``replica``: this member's side of migrations (sending or receiving data);
+- ``master`` and ``membership``: the leader's duties (migrations; joins, removals, voters);
+- ``admin``: state changes, promotions, shutdowns.
+"""
 
 from __future__ import annotations
 
+import random
+import uuid
+from collections.abc import Callable
 from typing import Any
 
+from shardgrid.core import events
 from shardgrid.core import messages as m
+from shardgrid.core.config import MemberConfig
 from shardgrid.core.effects import Effect, Receive, Start, TimerFired
 from shardgrid.core.errors import invariant
-from shardgrid.core.member.data import Data
-from shardgrid.core.member.membership import Membership
+from shardgrid.core.identity import Replica
+from shardgrid.core.member.admin import Admin
+from shardgrid.core.member.consensus import Consensus
+from shardgrid.core.member.context import Context
+from shardgrid.core.member.data import DataPath
+from shardgrid.core.member.discovery import Discovery
+from shardgrid.core.member.leases import Leases
+from shardgrid.core.member.lifecycle import Lifecycle, check_transition
+from shardgrid.core.member.membership import MembershipLeader
 from shardgrid.core.member.migration_master import MigrationMaster
 from shardgrid.core.member.migration_replica import MigrationReplica
-from shardgrid.core.member.publication import Publication
-from shardgrid.core.member.recovery import RecoveryConcern
-from shardgrid.core.member.state import TICK
+from shardgrid.core.metadata import Changes
+from shardgrid.core.raft import Role
+from shardgrid.core.raft.messages import VoteRequest
 
-# Messages a member takes only from members of its cluster (others get NotAMember where useful).
-_FROM_MEMBERS: dict[type, str] = {
-    m.MemberListUpdate: "on_member_list",
-    m.Heartbeat: "on_heartbeat",
-    m.NotAMember: "on_not_a_member",
-    m.MastershipClaim: "on_mastership_claim",
-    m.MastershipClaimReply: "on_mastership_claim_reply",
-    m.PartitionUpdate: "on_partition_update",
-    m.PartitionUpdateAck: "on_update_ack",
-    m.AssignPartitions: "on_assign_partitions",
-    m.PromotionCommit: "on_promotion_commit",
-    m.PromotionCommitAck: "on_promotion_commit_ack",
-    m.MigrationRequest: "on_migration_request",
-    m.MigrationChunk: "on_migration_chunk",
-    m.MigrationChunkAck: "on_chunk_ack",
-    m.MigrationDataDone: "on_data_done",
-    m.MigrationCommit: "on_migration_commit",
-    m.MigrationCommitAck: "on_commit_ack",
-    m.MigrationOutcomeQuery: "on_outcome_query",
-    m.FetchPartitionState: "on_fetch_partition_state",
-    m.PartitionStateReply: "on_partition_state_reply",
-    m.BackupOperation: "on_backup_operation",
-    m.BackupAck: "on_backup_ack",
-    m.ReplicaSyncChunk: "on_sync_chunk",
-    m.ReplicaSyncAck: "on_sync_ack",
-}
-_FROM_CLIENTS: dict[type, str] = {
-    m.ClientRequest: "on_client_request",
-    m.TableRequest: "on_table_request",
-}
-# Member messages that may come from a member not (yet, or no longer) in the list.
-_FROM_ANYONE = (m.MemberListUpdate, m.Heartbeat, m.NotAMember)
+TICK = "tick"
+
+# Messages from clients (no member identity): the data path and administration.
+_FROM_CLIENTS = (m.ClientRequest, m.TableRequest, m.AdminRequest)
+# Messages of processes looking for a cluster, taken only while this member looks for one too.
+_DISCOVERY = (m.JoinRedirect, m.JoinRejected, m.Unjoined, m.Bootstrap)
 
 
-class Member(Membership, Publication, MigrationMaster, MigrationReplica, RecoveryConcern, Data):
+class Member:
     """A shardgrid member: feed it events with the current time, execute the effects it returns.
 
-    Construct it as ``Member(identity, config, seed_addresses, rng, lite=False)`` (see
-    ``MemberState``); the rng is the member's only source of randomness (its next identity).
+    Construct it as ``Member(identity, config, seed_addresses, rng, lite=False)``; the rng is the
+    member's only source of randomness.
     """
 
+    def __init__(
+        self,
+        identity: Replica,
+        config: MemberConfig,
+        seed_addresses: tuple[str, ...],
+        rng: random.Random,
+        lite: bool = False,
+    ) -> None:
+        config.validate()
+        self.ctx = Context(identity, config, seed_addresses, rng, lite)
+        self.lifecycle = Lifecycle.DISCOVERING
+        self.stop_reason = ""
+        self._last_tick_ms = 0
+        self._drive_requested = False
+        self._leaving_replies: list[tuple[str, int]] = []
+        self._leaving_since_ms = 0
+        self._last_leave_request_ms = -(10**12)
+        self._last_assignment_request_ms = -(10**12)
+        self._known_leader: Replica | None = None
+        self._shutdown_index = 0  # the leader stops once every member holds the shutdown entry
+        self._shutdown_since_ms = 0
+        self._build(known_addresses=(), cluster_seen=False)
+
+    def _build(self, known_addresses: tuple[str, ...], cluster_seen: bool) -> None:
+        ctx = self.ctx
+        self.consensus = Consensus(ctx, self)
+        self.discovery = Discovery(ctx, known_addresses, cluster_seen)
+        self.leases = Leases(ctx, self.consensus)
+        self.data = DataPath(ctx, self.consensus, self.leases, self._serves, self._request_assignment)
+        self.replica = MigrationReplica(ctx, self.consensus, self.data, self._to_leader)
+        self.data.migrations = self.replica
+        self.master = MigrationMaster(ctx, self.consensus, self._deliver_to_self)
+        self.membership = MembershipLeader(ctx, self.consensus, self.leases, self.master)
+        self.admin = Admin(ctx, self.consensus, self.leases, self._begin_leaving)
+        self._handlers: dict[type, Callable[[Replica, Any], None]] = {
+            m.LeaseRequest: self.leases.on_request,
+            m.LeaseGrant: self.leases.on_grant,
+            m.MigrationChunk: self.replica.on_chunk,
+            m.MigrationChunkAck: self.replica.on_chunk_ack,
+            m.MigrationCommit: self.replica.on_commit,
+            m.MigrationOutcomeQuery: self.replica.on_outcome_query,
+            m.MigrationDataDone: self.master.on_data_done,
+            m.MigrationCommitAck: self.master.on_commit_ack,
+            m.MigrationOutcomeReply: self.master.on_outcome_reply,
+            m.BackupOperation: self.data.on_backup_operation,
+            m.BackupAck: self.data.on_backup_ack,
+            m.ReplicaSyncChunk: self.data.on_sync_chunk,
+            m.ReplicaSyncAck: self.data.on_sync_ack,
+            m.AssignPartitions: lambda _sender, _message: self.master.request_assignment(),
+            m.LeaderRequest: self.admin.on_leader_request,
+            m.LeaderReply: self.admin.on_leader_reply,
+        }
+
+    # --- what others read ------------------------------------------------------------------------
+
+    @property
+    def identity(self) -> Replica:
+        return self.ctx.identity
+
+    @property
+    def config(self) -> MemberConfig:
+        return self.ctx.config
+
+    @property
+    def is_master(self) -> bool:
+        return self.lifecycle in (Lifecycle.ACTIVE, Lifecycle.LEAVING) and self.consensus.is_leader
+
+    @property
+    def joined(self) -> bool:
+        return self.lifecycle in (Lifecycle.ACTIVE, Lifecycle.LEAVING)
+
+    def serves_writes(self, pid: int, now_ms: int) -> bool:
+        """Whether this member would take a write to ``pid`` at ``now_ms`` (for checkers)."""
+        table = self.consensus.state.table
+        return (
+            self.joined
+            and table is not None
+            and table.owner(pid) == self.identity
+            and self.leases.holds_at(now_ms)
+            and not self.replica.writes_blocked(pid)
+            and self.consensus.state.cluster_state.writes_allowed
+        )
+
+    # --- events ----------------------------------------------------------------------------------
+
     def handle(self, now_ms: int, event: Any) -> list[Effect]:
-        invariant(now_ms >= self.now_ms, lambda: f"time went backwards: {now_ms} < {self.now_ms}")
-        self.now_ms = now_ms
-        self.out = []
+        ctx = self.ctx
+        invariant(now_ms >= ctx.now_ms, lambda: f"time went backwards: {now_ms} < {ctx.now_ms}")
+        ctx.now_ms = now_ms
+        ctx.out = []
+        if self.lifecycle is Lifecycle.STOPPED:
+            return []
         if isinstance(event, Receive):
             self._receive(event)
         elif isinstance(event, TimerFired):
             if event.name == TICK:
                 self._tick()
         elif isinstance(event, Start):
-            self.started_ms = now_ms
+            self.discovery.started_ms = now_ms
             self._tick()
         else:
             raise TypeError(f"unknown event {type(event).__name__}")
-        if self.drive_requested:
-            # A migration ended during this event: start the next ones now, not on the next tick.
-            self.drive_requested = False
-            if self.is_master:
-                self.drive_migrations()
-        out, self.out = self.out, []
+        if self.lifecycle is not Lifecycle.STOPPED:
+            self.consensus.flush(self._gather)
+        out, ctx.out = ctx.out, []
         return out
+
+    def _gather(self) -> None:
+        """The leader's proposals of this event, gathered into the entry about to be proposed."""
+        if self._drive_requested:
+            self._drive_requested = False
+            self.master.drive()
+        self.master.propose_outcomes()
 
     def _receive(self, event: Receive) -> None:
         message = event.message
         kind = type(message)
+        if event.target_uuid is not None and event.target_uuid != self.identity.uuid:
+            return  # meant for an earlier incarnation at this address
         if kind in _FROM_CLIENTS:
-            getattr(self, _FROM_CLIENTS[kind])(event.sender_address, message)
+            self._client_message(event.sender_address, message)
             return
         if kind is m.JoinRequest:
-            self.on_join_request(message)
+            self._on_join_request(message)
             return
-        if kind is m.JoinRedirect:
-            self.on_join_redirect(message)
+        if kind in _DISCOVERY:
+            self._discovery_message(message)
             return
-        handler = _FROM_MEMBERS.get(kind)
         sender = event.sender
-        if handler is None or sender is None:
-            return  # not a message this member understands from this sender: ignored
-        if event.target_uuid is not None and event.target_uuid != self.identity.uuid:
-            return  # meant for an earlier incarnation of this address
-        if not self.joined and kind is not m.MemberListUpdate:
+        if sender is None:
             return
-        if self.is_member(sender):
-            self.heard_from(sender)
-            if sender == self.master and self.accepted_claimant not in (None, sender):
-                return  # the old master is fenced off once a new one's claim was accepted
-        elif kind not in _FROM_ANYONE:
-            if self.joined:
-                self.send(sender, m.NotAMember(self.member_list_version, self.term))
+        if Consensus.is_raft_message(message):
+            if self.consensus.takes_raft_from(sender):
+                self.membership.heard_from(sender)
+                self.consensus.step(sender, message)
+            if isinstance(message, VoteRequest):
+                self._not_a_member(sender)  # a removed voter that still campaigns learns it here
             return
-        getattr(self, handler)(sender, message)
+        if kind is m.NotAMember:
+            self._on_not_a_member(message)
+            return
+        if not self.joined:
+            return
+        if kind is m.LeaderRequest:
+            self.admin.on_leader_request(sender, message)  # it says so when the sender is unknown
+            return
+        if not self.consensus.state.is_member(sender):
+            self._not_a_member(sender)
+            return
+        self.membership.heard_from(sender)
+        handler = self._handlers.get(kind)
+        if handler is not None:
+            handler(sender, message)
 
-    def deliver_to_self(self, message: Any) -> None:
-        handler = _FROM_MEMBERS[type(message)]
-        getattr(self, handler)(self.identity, message)
+    def _client_message(self, client: str, message: Any) -> None:
+        if isinstance(message, m.ClientRequest):
+            self.data.on_client_request(client, message)
+        elif isinstance(message, m.TableRequest):
+            self.data.on_table_request(client, message)
+        elif self.joined:
+            self.admin.on_admin_request(client, message)
+        else:
+            self.ctx.reply(client, m.AdminReply(message.call_id, m.ADMIN_FAILED, "this member is not in a cluster"))
+
+    def _deliver_to_self(self, message: Any) -> None:
+        handler = self._handlers[type(message)]
+        handler(self.identity, message)
+
+    def _to_leader(self, message: Any) -> None:
+        leader = self.consensus.leader
+        if leader == self.identity:
+            self._deliver_to_self(message)
+        elif leader is not None:
+            self.ctx.send(leader, message)
+
+    # --- finding the cluster ---------------------------------------------------------------------
+
+    def _on_join_request(self, message: m.JoinRequest) -> None:
+        if message.member == self.identity:
+            return
+        if self.lifecycle is Lifecycle.DISCOVERING and not self.consensus.has_state:
+            self.discovery.on_join_request(message)
+            return
+        founding = self.consensus.founding
+        if founding is not None and any(r.replica == message.member for r in founding.members):
+            # A founder that missed the founding message (lost on the way) asks around: send it again.
+            self.ctx.send(message.member, founding)
+            return
+        if self.consensus.is_leader:
+            raft = self.consensus.raft
+            if not raft.membership.contains(message.member):
+                self.membership.on_join_request(message)
+            return
+        leader = self.consensus.leader
+        self.ctx.send_to_address(message.member.address, m.JoinRedirect(leader.address if leader else None))
+
+    def _discovery_message(self, message: Any) -> None:
+        if self.lifecycle is not Lifecycle.DISCOVERING or self.consensus.has_state:
+            return
+        if isinstance(message, m.JoinRedirect):
+            self.discovery.on_redirect(message, self.consensus.admitted_by)
+        elif isinstance(message, m.JoinRejected):
+            self.discovery.on_rejected(message)
+        elif isinstance(message, m.Unjoined):
+            self.discovery.on_unjoined(message)
+        elif isinstance(message, m.Bootstrap) and self.discovery.accepts(message) and self.consensus.founding is None:
+            self.consensus.bootstrap(message.members, message.voters)
+
+    def _not_a_member(self, sender: Replica) -> None:
+        """Tell a sender the cluster does not list that it was removed (it decides by the commit index)."""
+        if self.joined and not self.consensus.raft.membership.contains(sender):
+            self.ctx.send(sender, m.NotAMember(self.consensus.raft.commit_index))
+
+    def _on_not_a_member(self, message: m.NotAMember) -> None:
+        if not self.joined or message.commit_index <= self.consensus.raft.commit_index:
+            return  # the sender has not applied what we have: it lags, we were not removed
+        if self.lifecycle is Lifecycle.LEAVING:
+            self._stop("left the cluster after handing its replicas over")
+        else:
+            self._rejoin_as_new_member()
+
+    # --- time --------------------------------------------------------------------------------------
 
     def _tick(self) -> None:
-        if self.last_tick_ms and self.now_ms - self.last_tick_ms > self.config.failure_timeout_ms // 2:
-            # This process stood still (a pause, a stalled VM). What it hears now may be old news
-            # that was waiting in buffers: it removes nobody and claims nothing until fresh
-            # messages had time to tell it how the cluster moved on.
-            self.distrust_until_ms = self.now_ms + self.config.failure_timeout_ms
-        self.last_tick_ms = self.now_ms
-        self.membership_tick()
+        ctx = self.ctx
+        if self._last_tick_ms and ctx.now_ms - self._last_tick_ms > ctx.config.failure_timeout_ms // 2:
+            # This process stood still (a pause, a stalled VM): what it finds in its buffers may be
+            # old news, so the leader removes nobody until fresh messages had time to arrive.
+            self.membership.stood_still()
+        self._last_tick_ms = ctx.now_ms
+        if self.lifecycle is Lifecycle.DISCOVERING:
+            self._discovery_tick()
+        self.consensus.tick()
         if self.joined:
-            self.recovery_tick()
-            self.migration_master_tick()
-            self.publication_tick()
-            self.replica_migration_tick()
-            self.data_tick()
-        self.set_timer(TICK, self.now_ms + self.config.tick_ms)
+            self.leases.tick()
+            self.membership.tick()
+            self.master.tick()
+            self.replica.tick()
+            self.data.tick()
+            self.admin.tick()
+            if self.lifecycle is Lifecycle.LEAVING:
+                self._leaving_tick()
+            if self._shutdown_index:
+                self._shutdown_tick()
+        if self.lifecycle is not Lifecycle.STOPPED:
+            ctx.set_timer(TICK, ctx.now_ms + ctx.config.tick_ms)
+
+    def _shutdown_tick(self) -> None:
+        raft = self.consensus.raft
+        others = [r for r in self.consensus.state.replicas if r != self.identity]
+        everyone_has_it = all(raft.match_index(r) >= self._shutdown_index for r in others)
+        waited = self.ctx.now_ms - self._shutdown_since_ms
+        if (everyone_has_it and waited >= self.ctx.config.raft_heartbeat_interval_ms) or (
+            waited > self.ctx.config.failure_timeout_ms
+        ):
+            self._stop("the cluster shut down")
+
+    def _discovery_tick(self) -> None:
+        # A process given a log that does not list it yet goes on asking everyone it knows: the
+        # leader that gave it may have lost its majority, and the real one must hear of it.
+        founding = self.discovery.tick(self.consensus.admitted_by)
+        if founding is not None and not self.consensus.has_state:
+            for record in founding.members:
+                if record.replica != self.identity:
+                    self.ctx.send(record.replica, founding)
+            self.consensus.bootstrap(founding.members, founding.voters)
+
+    # --- the log ---------------------------------------------------------------------------------
+
+    def on_state_loaded(self) -> None:
+        state = self.consensus.state
+        if self.lifecycle is Lifecycle.DISCOVERING and state.is_member(self.identity):
+            self._become_active()
+        self.replica.on_state_loaded()
+        if state.table is not None:
+            self.data.after_table_change(list(range(state.table.partition_count)))
+        self.master.reset(self.consensus.is_leader)
+        self._drive_requested = True
+
+    def on_applied(self, index: int, term: int, changes: Changes) -> None:
+        me = self.identity
+        for record in changes.members_added:
+            self.ctx.emit(events.MemberAdded(record.replica, index))
+            if record.replica == me and self.lifecycle is Lifecycle.DISCOVERING:
+                self._become_active()
+        for member in changes.members_removed:
+            self.ctx.emit(events.MemberRemoved(member, index))
+            self.leases.forget(member)
+        if me in changes.members_removed:
+            if self.lifecycle is Lifecycle.LEAVING:
+                self._stop("left the cluster after handing its replicas over")
+            elif self.joined:
+                self._rejoin_as_new_member()
+            return
+        for record in changes.started:
+            self.replica.on_started(record)
+        for record in changes.finished:
+            self.replica.on_finished(record)
+        if changes.table_assigned:
+            self.data.on_table_assigned()
+        self.data.after_table_change(sorted(changes.partitions))
+        promoted_here = sorted(pid for pid, owner in changes.promoted if owner == me)
+        if promoted_here:
+            self.data.sync_after_promotion(promoted_here)
+        if changes.cluster_state is not None:
+            self.ctx.emit(events.ClusterStateChanged(changes.cluster_state, index))
+        state = self.consensus.state
+        for member in changes.members_changed:
+            record = state.record_of(member)
+            if record is not None and not record.lite and not record.leaving:
+                self.ctx.emit(events.MemberPromoted(member, index))
+                if member == me:
+                    self.ctx.lite = False
+        self.master.on_applied(term, changes)
+        self.admin.on_applied(changes)
+        if changes.shut_down and self.joined:
+            if self.consensus.is_leader:
+                self._shutdown_index = index  # followers learn of it from us: stop once they hold it
+                self._shutdown_since_ms = self.ctx.now_ms
+            else:
+                self._stop("the cluster shut down")
+            return
+        self._drive_requested = True
+
+    def on_leadership(self, leader: Replica | None, term: int, was_leader: bool) -> None:
+        is_leader = self.consensus.raft.role is Role.LEADER
+        if leader != self._known_leader:
+            if self._known_leader is not None:
+                self.admin.on_leader_changed()
+            self._known_leader = leader
+            if leader is not None:
+                self.ctx.emit(events.MasterChanged(leader, term))
+        if is_leader and not was_leader:
+            self.leases.on_became_leader()
+            self.membership.reset()
+            self.master.reset(True)
+        elif was_leader and not is_leader:
+            self.membership.reset()
+            self.master.reset(False)
+            self.admin.on_leadership_lost()
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def _set_lifecycle(self, new: Lifecycle) -> None:
+        check_transition(self.lifecycle, new)
+        self.lifecycle = new
+
+    def _become_active(self) -> None:
+        self._set_lifecycle(Lifecycle.ACTIVE)
+
+    def _serves(self) -> bool:
+        return self.joined
+
+    def _request_assignment(self) -> None:
+        if self.consensus.is_leader:
+            self.master.request_assignment()
+            self._drive_requested = True
+            return
+        leader = self.consensus.leader
+        if (
+            leader is not None
+            and self.ctx.now_ms - self._last_assignment_request_ms >= self.ctx.config.retry_interval_ms
+        ):
+            self._last_assignment_request_ms = self.ctx.now_ms
+            self.ctx.send(leader, m.AssignPartitions())
+
+    def _begin_leaving(self, client: str, call_id: int) -> None:
+        """A graceful shutdown: hand every replica over (the leader plans without this member), leave
+        the voters, and stop once the leader removed it."""
+        self._leaving_replies.append((client, call_id))
+        if self.lifecycle is Lifecycle.ACTIVE:
+            self._set_lifecycle(Lifecycle.LEAVING)
+            self._leaving_since_ms = self.ctx.now_ms
+            self._leaving_tick()
+
+    def _leaving_tick(self) -> None:
+        config = self.ctx.config
+        record = self.consensus.state.record_of(self.identity)
+        due = self.ctx.now_ms - self._last_leave_request_ms >= config.retry_interval_ms
+        if record is not None and not record.leaving and due:
+            self._last_leave_request_ms = self.ctx.now_ms
+            self._ask_to_leave()
+        if self.ctx.now_ms - self._leaving_since_ms > config.graceful_shutdown_timeout_ms:
+            replies, self._leaving_replies = self._leaving_replies, []
+            for client, call_id in replies:
+                reason = "still handing replicas over after graceful_shutdown_timeout_ms; nothing was lost"
+                self.ctx.reply(client, m.AdminReply(call_id, m.ADMIN_FAILED, reason))
+
+    def _ask_to_leave(self) -> None:
+        leader = self.consensus.leader
+        if leader == self.identity:
+            self.admin.execute(m.ShutdownMember(), self.identity, lambda ok, why: None)
+        elif leader is not None:
+            self.ctx.send(leader, m.LeaderRequest(0, m.ShutdownMember()))
+
+    def _stop(self, reason: str) -> None:
+        self._set_lifecycle(Lifecycle.STOPPED)
+        self.stop_reason = reason
+        self.data.drop_everything()
+        self.ctx.emit(events.MemberStopped(self.identity, reason))
+        replies, self._leaving_replies = self._leaving_replies, []
+        for client, call_id in replies:
+            self.ctx.reply(client, m.AdminReply(call_id, m.ADMIN_OK, reason))
+
+    def _rejoin_as_new_member(self) -> None:
+        """Removed while away (paused, cut off): drop everything and join again with a new identity,
+        through every address of the cluster it last knew."""
+        old = self.identity
+        known = tuple(r.address for r in self.consensus.state.replicas if r != old)
+        self.data.drop_everything()
+        new = Replica(str(uuid.UUID(int=self.ctx.rng.getrandbits(128), version=4)), old.address)
+        self._set_lifecycle(Lifecycle.DISCOVERING)
+        self.ctx.identity = new
+        self._build(known, cluster_seen=True)
+        self.discovery.started_ms = self.ctx.now_ms
+        self.ctx.emit(events.RemovedFromCluster(old, new))

@@ -132,6 +132,7 @@ class RaftNode:
         self._votes: dict[Replica, bool] = {}
         self._progress: dict[Replica, Progress] = {}
         self._pending_conf_index = 0
+        self.term_start_index = 0  # a leader's first entry of its term: its state is current once applied
         self._transfer_target: Replica | None = None
         self._transfer_deadline_ms = 0
         self._last_heartbeat_ms = -(10**12)
@@ -204,6 +205,14 @@ class RaftNode:
     def last_heard_ms(self, node: Replica) -> int | None:
         progress = self._progress.get(node)
         return progress.last_ack_ms if progress is not None else None
+
+    def answered_since_ms(self, node: Replica) -> int:
+        """The send time of the newest message of this leader that ``node`` answered: evidence
+        that it is alive and follows this leader (no grace period, unlike ``last_heard_ms``)."""
+        if node == self.identity:
+            return self.now_ms
+        progress = self._progress.get(node)
+        return progress.acked_sent_ms if progress is not None else -(10**12)
 
     # --- inputs ----------------------------------------------------------------------------------
 
@@ -409,6 +418,7 @@ class RaftNode:
             progress.last_ack_ms = self.now_ms  # a grace period of one election timeout
         self.log.append(Entry(self.term, self.log.last_index + 1))
         self._pending_conf_index = self.log.last_index
+        self.term_start_index = self.log.last_index
         self._broadcast_entries()
         self._maybe_commit()
         self._last_heartbeat_ms = self.now_ms

@@ -1,0 +1,225 @@
+"""The member's Raft node and the metadata it applied from the log: the one owner of both.
+
+Other concerns read ``state`` (the applied metadata) and, on the leader, hand commands to
+``propose``; the commands of one handled event go into one log entry (so many migrations that end
+together cost one commit). ``flush`` runs at the end of every event: it proposes what was
+gathered, sends what Raft wants sent and applies what Raft committed, telling the member what
+changed so each concern can react.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from shardgrid.core.errors import invariant
+from shardgrid.core.identity import Replica
+from shardgrid.core.member.context import Context
+from shardgrid.core.messages import Bootstrap
+from shardgrid.core.metadata import Changes, MemberRecord, MetadataState, apply_commands
+from shardgrid.core.raft import ConfChange, Membership, RaftNode, Snapshot
+from shardgrid.core.raft.messages import RAFT_MESSAGE_TYPES
+
+# Applying an entry may lead a concern to propose again (a single voter commits at once); the
+# rounds of one event are bounded, and what remains is applied with the next event.
+MAX_FLUSH_ROUNDS = 16
+
+Done = Callable[[bool], None]  # told True when the proposal was applied, False when it was lost
+
+
+class AppliedListener(Protocol):
+    def on_state_loaded(self) -> None: ...
+    def on_applied(self, index: int, term: int, changes: Changes) -> None: ...
+    def on_leadership(self, leader: Replica | None, term: int, was_leader: bool) -> None: ...
+
+
+class Consensus:
+    def __init__(self, ctx: Context, listener: AppliedListener) -> None:
+        self.ctx = ctx
+        self.listener = listener
+        self.raft = RaftNode(
+            ctx.identity, ctx.config.raft_settings(), random.Random(ctx.rng.getrandbits(64)), None, ctx.now_ms
+        )
+        self.state = MetadataState(ctx.config.partition_count)
+        self.has_state = False
+        self.applied_index = 0
+        self._commands: list[object] = []
+        self._done: list[Done] = []
+        self._waiting: list[tuple[int, int, Done]] = []  # (index, term, callback)
+        self._leader: Replica | None = None
+        self._term = 0
+        self._was_leader = False
+        self._checkpoint: tuple[int, MetadataState] | None = None
+        self.admitted_by: set[str] = set()  # addresses we asked to join: their raft messages are taken
+        self.founding: Bootstrap | None = None  # what this member founded its cluster from
+
+    # --- starting ----------------------------------------------------------------------------------
+
+    def bootstrap(self, members: tuple[MemberRecord, ...], voters: tuple[Replica, ...]) -> None:
+        """Start the log of a brand-new cluster (every founding member builds the same snapshot)."""
+        invariant(not self.has_state and self.founding is None, "a member bootstraps at most once")
+        self.founding = Bootstrap(members, voters)
+        others = [m.replica for m in members if m.replica not in voters]
+        snapshot = Snapshot(
+            0, 0, Membership.of(voters, others), MetadataState(self.ctx.config.partition_count, members=members)
+        )
+        self.raft = RaftNode(
+            self.ctx.identity,
+            self.ctx.config.raft_settings(),
+            random.Random(self.ctx.rng.getrandbits(64)),
+            snapshot,
+            self.ctx.now_ms,
+        )
+
+    # --- queries -----------------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.raft.is_leader
+
+    @property
+    def leader(self) -> Replica | None:
+        return self.raft.leader
+
+    @property
+    def term(self) -> int:
+        return self.raft.term
+
+    @property
+    def leader_ready(self) -> bool:
+        """A leader whose applied state includes every entry committed before its term."""
+        return self.raft.is_leader and self.applied_index >= self.raft.term_start_index
+
+    def takes_raft_from(self, sender: Replica) -> bool:
+        """Raft's terms make any sender's message safe to take (a vote is given only to a voter of
+        our configuration); a leader we do not know yet may be the one that added us. A process
+        with no log yet follows only a cluster it asked to join."""
+        return self.has_state or sender.address in self.admitted_by
+
+    @staticmethod
+    def is_raft_message(message: Any) -> bool:
+        return type(message) in RAFT_MESSAGE_TYPES
+
+    # --- inputs ------------------------------------------------------------------------------------
+
+    def step(self, sender: Replica, message: Any) -> None:
+        self.raft.step(self.ctx.now_ms, sender, message)
+
+    def tick(self) -> None:
+        self.raft.tick(self.ctx.now_ms)
+
+    def propose(self, command: object, done: Done | None = None) -> bool:
+        """Add ``command`` to this event's entry; False when this member cannot propose now."""
+        if not self.leader_ready:
+            return False
+        self._commands.append(command)
+        if done is not None:
+            self._done.append(done)
+        return True
+
+    def propose_change(self, change: ConfChange, commands: tuple[object, ...] = (), done: Done | None = None) -> bool:
+        """A configuration change in an entry of its own (with the commands that go with it)."""
+        if not self.leader_ready or self.raft.change_problem(change):
+            return False
+        self._propose_gathered()
+        index = self.raft.propose(commands, change)
+        if index is None:
+            return False
+        if done is not None:
+            self._waiting.append((index, self.raft.term, done))
+        return True
+
+    def change_problem(self, change: ConfChange) -> str:
+        if not self.leader_ready:
+            return "not a leader with a current state"
+        return self.raft.change_problem(change)
+
+    # --- the end of every event ----------------------------------------------------------------------
+
+    def flush(self, gather: Callable[[], None]) -> None:
+        """``gather`` lets the concerns add their proposals before each round."""
+        for _ in range(MAX_FLUSH_ROUNDS):
+            gather()
+            self._propose_gathered()
+            for target, message in self.raft.take_messages():
+                self.ctx.send(target, message)
+            self._notice_leadership()
+            ready = self.raft.take_ready()
+            if ready.snapshot is None and not ready.entries and not self._commands:
+                return
+            if ready.snapshot is not None:
+                self._load(ready.snapshot)
+            for entry in ready.entries:
+                self._apply(entry.index, entry.term, entry.command)
+        # Still committing after the bound: the rest is applied with the next event.
+
+    def _propose_gathered(self) -> None:
+        if not self._commands:
+            return
+        commands, self._commands = tuple(self._commands), []
+        done, self._done = self._done, []
+        index = self.raft.propose(commands) if self.leader_ready else None
+        if index is None:
+            for callback in done:
+                callback(False)
+            return
+        for callback in done:
+            self._waiting.append((index, self.raft.term, callback))
+
+    def _load(self, snapshot: Snapshot) -> None:
+        state = snapshot.state
+        invariant(isinstance(state, MetadataState), "a snapshot holds the metadata state")
+        self.state = state
+        self.has_state = True
+        self.applied_index = snapshot.index
+        self._checkpoint = None
+        self.listener.on_state_loaded()
+
+    def _apply(self, index: int, term: int, command: Any) -> None:
+        invariant(index == self.applied_index + 1, lambda: f"entry {index} applied after {self.applied_index}")
+        if command:
+            self.state, changes = apply_commands(self.state, command)
+        else:
+            changes = Changes()
+        self.applied_index = index
+        self.listener.on_applied(index, term, changes)
+        still_waiting = []
+        for wanted_index, wanted_term, callback in self._waiting:
+            if wanted_index == index:
+                callback(wanted_term == term)
+            elif wanted_index > index:
+                still_waiting.append((wanted_index, wanted_term, callback))
+        self._waiting = still_waiting
+        self._maybe_compact()
+
+    def _maybe_compact(self) -> None:
+        every = self.ctx.config.snapshot_every_entries
+        if self.applied_index % every != 0:
+            return
+        if self._checkpoint is not None and self._checkpoint[0] > self.raft.log.snapshot_index:
+            self.raft.compact(*self._checkpoint)
+        self._checkpoint = (self.applied_index, self.state)
+
+    def _notice_leadership(self) -> None:
+        leader, term, is_leader = self.raft.leader, self.raft.term, self.raft.is_leader
+        if leader == self._leader and term == self._term and is_leader == self._was_leader:
+            return
+        was_leader = self._was_leader
+        self._leader, self._term, self._was_leader = leader, term, is_leader
+        if was_leader and not is_leader:
+            # What this leader proposed may or may not commit under the next one: report it lost.
+            waiting, self._waiting = self._waiting, []
+            for _, _, callback in waiting:
+                callback(False)
+        self.listener.on_leadership(leader, term, was_leader)
+
+    # --- what the member reports about the log -----------------------------------------------------
+
+    def log_sizes(self) -> dict[str, int]:
+        return {
+            "entries": len(self.raft.log.entries),
+            "snapshot_index": self.raft.log.snapshot_index,
+            "applied_index": self.applied_index,
+            "commit_index": self.raft.commit_index,
+        }

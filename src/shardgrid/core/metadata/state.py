@@ -1,0 +1,255 @@
+"""The metadata as one immutable value, and the pure function that applies commands to it.
+
+Immutability is what makes snapshots free (the snapshot is a reference to the state at an index)
+and lets the leader plan against exactly what every member will have applied. ``apply_commands``
+also reports what changed, so that each member reacts (installs data, drops data, syncs backups)
+only where something did.
+
+A command that no longer fits the state (a migration whose partition moved on, a member already
+gone) changes nothing and is reported in ``Changes.refused``: every member skips it alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from shardgrid.core.errors import InvariantViolation
+from shardgrid.core.identity import Replica
+from shardgrid.core.limits import MAX_COMPLETED_IN_METADATA
+from shardgrid.core.metadata.cluster_state import ClusterState
+from shardgrid.core.metadata.commands import (
+    AddMembers,
+    AssignPartitions,
+    FinishMigrations,
+    MarkLeaving,
+    MemberRecord,
+    PromoteToDataMember,
+    RemoveMembers,
+    SetClusterState,
+    ShutdownCluster,
+    StartMigrations,
+)
+from shardgrid.core.migration import MigrationRecord, MigrationStatus, apply_migration, migration_fits
+from shardgrid.core.repair import remove_members as repair_table
+from shardgrid.core.schedule import participants_of
+from shardgrid.core.table import PartitionTable, ReplicaSlots
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class MetadataState:
+    partition_count: int
+    members: tuple[MemberRecord, ...] = ()
+    table: PartitionTable | None = None
+    cluster_state: ClusterState = ClusterState.ACTIVE
+    migrations: Mapping[int, MigrationRecord] = field(default_factory=dict)  # in flight, by partition
+    completed: tuple[MigrationRecord, ...] = ()  # the newest outcomes, oldest first
+    shut_down: bool = False
+    # Derived views, computed on first use: the state never changes, so neither do they.
+    _by_replica: dict[Replica, MemberRecord] | None = field(default=None, init=False, repr=False)
+    _load: dict[Replica, int] | None = field(default=None, init=False, repr=False)
+    _committed_ids: frozenset[str] | None = field(default=None, init=False, repr=False)
+
+    def record_of(self, replica: Replica) -> MemberRecord | None:
+        index = self._by_replica
+        if index is None:
+            index = {r.replica: r for r in self.members}
+            object.__setattr__(self, "_by_replica", index)
+        return index.get(replica)
+
+    def is_member(self, replica: Replica | None) -> bool:
+        return replica is not None and self.record_of(replica) is not None
+
+    def migration_load(self) -> dict[Replica, int]:
+        """How many running migrations each member takes part in (as a participant)."""
+        load = self._load
+        if load is None:
+            load = {}
+            for record in self.migrations.values():
+                for member in self.participants(record):
+                    load[member] = load.get(member, 0) + 1
+            object.__setattr__(self, "_load", load)
+        return load
+
+    def committed(self, migration_id: str) -> bool:
+        """Whether the newest outcomes the state keeps include this migration, committed."""
+        ids = self._committed_ids
+        if ids is None:
+            ids = frozenset(r.migration_id for r in self.completed if r.status is MigrationStatus.COMMITTED)
+            object.__setattr__(self, "_committed_ids", ids)
+        return migration_id in ids
+
+    @property
+    def replicas(self) -> tuple[Replica, ...]:
+        return tuple(r.replica for r in self.members)
+
+    @property
+    def data_members(self) -> tuple[Replica, ...]:
+        """Members that may hold replicas in the target table: not lite, not leaving."""
+        return tuple(r.replica for r in self.members if not r.lite and not r.leaving)
+
+    def participants(self, record: MigrationRecord) -> tuple[Replica, ...]:
+        """Who a migration keeps busy: source, destination and the owner that sends the data (a
+        CLEAR sends none: it keeps only its source busy), as the schedule counts them."""
+        owner = self.table.owner(record.partition_id) if self.table is not None else None
+        return participants_of(record.migration, owner)
+
+
+@dataclass(slots=True)
+class Changes:
+    """What one applied entry changed, for the member to react to."""
+
+    members_added: list[MemberRecord] = field(default_factory=list)
+    members_removed: list[Replica] = field(default_factory=list)
+    members_changed: list[Replica] = field(default_factory=list)  # promoted to data, or leaving
+    partitions: set[int] = field(default_factory=set)  # slots or version changed
+    promoted: list[tuple[int, Replica]] = field(default_factory=list)  # (partition, new owner) by repair
+    lost: list[int] = field(default_factory=list)
+    started: list[MigrationRecord] = field(default_factory=list)
+    finished: list[MigrationRecord] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    refused_migrations: list[str] = field(default_factory=list)  # ids of starts that did not apply
+    cluster_state: ClusterState | None = None
+    table_assigned: bool = False
+    shut_down: bool = False
+
+    @property
+    def table_changed(self) -> bool:
+        return bool(self.partitions) or self.table_assigned
+
+
+def apply_commands(state: MetadataState, commands: tuple[object, ...]) -> tuple[MetadataState, Changes]:
+    changes = Changes()
+    for command in commands:
+        state = _apply(state, command, changes)
+    return state, changes
+
+
+def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataState:
+    if isinstance(command, AddMembers):
+        fresh = tuple(m for m in command.members if not state.is_member(m.replica))
+        changes.members_added.extend(fresh)
+        return replace(state, members=state.members + fresh)
+    if isinstance(command, RemoveMembers):
+        return _remove(state, command, changes)
+    if isinstance(command, StartMigrations):
+        return _start(state, command, changes)
+    if isinstance(command, FinishMigrations):
+        return _finish(state, command, changes)
+    if isinstance(command, AssignPartitions):
+        if state.table is not None or command.table.partition_count != state.partition_count:
+            changes.refused.append("the partitions are assigned already")
+            return state
+        changes.table_assigned = True
+        changes.partitions.update(range(state.partition_count))
+        return replace(state, table=command.table)
+    if isinstance(command, SetClusterState):
+        changes.cluster_state = command.state
+        return replace(state, cluster_state=command.state)
+    if isinstance(command, PromoteToDataMember | MarkLeaving):
+        record = state.record_of(command.member)
+        if record is None:
+            changes.refused.append(f"{command.member} is not a member")
+            return state
+        if isinstance(command, PromoteToDataMember):
+            updated = replace(record, lite=False)
+        else:
+            updated = replace(record, leaving=True)
+        changes.members_changed.append(command.member)
+        return replace(state, members=tuple(updated if r is record else r for r in state.members))
+    if isinstance(command, ShutdownCluster):
+        changes.shut_down = True
+        return replace(state, shut_down=True)
+    changes.refused.append(f"unknown command {type(command).__name__}")
+    return state
+
+
+def _remove(state: MetadataState, command: RemoveMembers, changes: Changes) -> MetadataState:
+    departed = sorted({r for r in command.members if state.is_member(r)})
+    if not departed:
+        return state
+    gone = set(departed)
+    changes.members_removed.extend(departed)
+    members = tuple(r for r in state.members if r.replica not in gone)
+    table = state.table
+    if table is None:
+        return replace(state, members=members)
+    # A migration one of them took part in cannot finish: roll it back before repairing the table.
+    rolled_back = [
+        record for pid, record in sorted(state.migrations.items()) if gone.intersection(state.participants(record))
+    ]
+    if rolled_back:
+        state = _finish(
+            state,
+            FinishMigrations(tuple(r.with_status(MigrationStatus.ROLLED_BACK) for r in rolled_back)),
+            changes,
+        )
+        table = state.table
+        if table is None:
+            raise InvariantViolation("a rollback removed the partition table")
+    repair = repair_table(table, departed)
+    for pid, promotion in repair.promotions:
+        if promotion.destination is not None:
+            changes.promoted.append((pid, promotion.destination))
+    changes.lost.extend(repair.lost_partitions)
+    changes.partitions.update(
+        pid for pid in range(table.partition_count) if repair.table.versions[pid] != table.versions[pid]
+    )
+    return replace(state, members=members, table=repair.table)
+
+
+def _start(state: MetadataState, command: StartMigrations, changes: Changes) -> MetadataState:
+    table = state.table
+    migrations = dict(state.migrations)
+    for record in command.records:
+        pid = record.partition_id
+        refused_before = len(changes.refused)
+        if table is None or not 0 <= pid < table.partition_count:
+            changes.refused.append(f"migration {record.migration_id}: no such partition")
+        elif pid in migrations:
+            changes.refused.append(f"migration {record.migration_id}: partition {pid} is migrating already")
+        elif table.versions[pid] != record.version_before:
+            changes.refused.append(f"migration {record.migration_id}: partition {pid} moved on")
+        elif not migration_fits(table.replicas[pid], record.migration):
+            changes.refused.append(f"migration {record.migration_id}: does not fit partition {pid}")
+        elif any(not state.is_member(m) for m in (record.migration.source, record.migration.destination) if m):
+            changes.refused.append(f"migration {record.migration_id}: a participant is not a member")
+        else:
+            migrations[pid] = record
+            changes.started.append(record)
+        if len(changes.refused) > refused_before:
+            changes.refused_migrations.append(record.migration_id)
+    return replace(state, migrations=migrations)
+
+
+def _finish(state: MetadataState, command: FinishMigrations, changes: Changes) -> MetadataState:
+    table = state.table
+    if table is None:
+        return state
+    migrations = dict(state.migrations)
+    updates: dict[int, tuple[ReplicaSlots, int]] = {}
+    completed = list(state.completed)
+    for outcome in command.records:
+        pid = outcome.partition_id
+        running = migrations.get(pid)
+        if running is None or running.migration_id != outcome.migration_id:
+            changes.refused.append(f"migration {outcome.migration_id} is not in flight")
+            continue
+        slots, version = updates.get(pid, (table.replicas[pid], table.versions[pid]))
+        if outcome.status is MigrationStatus.COMMITTED:
+            updates[pid] = (tuple(apply_migration(slots, running.migration)), running.version_before + 1)
+        else:
+            updates[pid] = (slots, max(version + 1, running.version_before + 2))
+        del migrations[pid]
+        record = running.with_status(outcome.status)
+        completed.append(record)
+        changes.finished.append(record)
+    if not updates:
+        return replace(state, migrations=migrations)
+    changes.partitions.update(updates)
+    return replace(
+        state,
+        table=table.with_partitions(updates),
+        migrations=migrations,
+        completed=tuple(completed[-MAX_COMPLETED_IN_METADATA:]),
+    )

@@ -1,0 +1,520 @@
+"""Fault schedules: scripted faults from a TOML or JSON file, alone or on top of random ones.
+
+A schedule lets a user, or a tester outside the project, reproduce a fault pattern without writing
+Python. Its ``[run]`` table sets the simulation (the same fields as ``shardgrid sim``'s options),
+and its ``[[step]]`` list is carried out in order once the cluster is up and safe and the load has
+started. A step fires
+
+- ``at_ms`` after the schedule started, or ``after_ms`` after the previous step fired, or
+- ``when`` a member has just handled a message of a given type (optionally only at, or from, a
+  given member, only the ``nth`` such message, and only where ``require`` holds),
+
+and then does its ``action`` to members named by reference:
+
+- ``m1``, ``m2``, ...: the members in the order they were started (joins take the next numbers);
+- ``master``: the current leader; ``owner:17``: the owner of partition 17; ``owner-of-most``;
+  ``other``: a member other than the leader, drawn from the run's seed;
+- ``receiver`` and ``sender``: the members that handled and sent the triggering message;
+  ``source``, ``destination``, ``owner``: those of the migration the triggering message is about;
+- ``rest``: in a ``split``, every member not named in another group.
+
+A ``require`` entry is ``"<ref> != <ref>"``, ``"<ref> == <ref>"`` or ``"<ref> exists"``.
+
+Actions: ``crash`` (``drop_in_flight``: what it sent and is still on the wire dies too, except
+to ``keep_to``), ``restart`` (at the same address; ``isolated`` keeps it cut off until a heal),
+``pause`` and ``resume``, ``split`` (``groups``), ``isolate``, ``heal``, ``drop`` (the next
+``count`` messages of the listed ``messages`` types, each ``every``-th of them, optionally only
+``from``/``to`` given members, or all of them for ``duration_ms``), ``join`` (``lite``; ``seeds``
+to start it with only those addresses), ``shutdown`` (graceful), ``state`` (``state``), ``promote``,
+``shutdown-cluster``, ``load`` (``ops`` more operations over ``clients`` new clients),
+``wait-safe`` and ``wait`` (do nothing).
+``split``, ``isolate``, ``pause`` and ``drop`` take an optional ``duration_ms`` after which they
+are undone.
+
+``[expect]`` may allow lost partitions (``partitions_lost = true``, for schedules that lose more
+members than the backups cover) or say that the run ends with the cluster shut down
+(``cluster_stopped = true``).
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shardgrid.core import messages as m
+from shardgrid.core.errors import ConfigError, require
+from shardgrid.core.metadata import ClusterState
+from shardgrid.core.raft import messages as raft_messages
+from shardgrid.sim.cluster import Simulation
+
+ACTIONS = (
+    "crash",
+    "restart",
+    "pause",
+    "resume",
+    "split",
+    "isolate",
+    "heal",
+    "drop",
+    "join",
+    "shutdown",
+    "state",
+    "promote",
+    "shutdown-cluster",
+    "load",
+    "wait-safe",
+    "wait",
+)
+MESSAGE_TYPES: dict[str, type] = {
+    cls.__name__: cls
+    for module in (m, raft_messages)
+    for cls in vars(module).values()
+    if isinstance(cls, type) and cls.__module__ == module.__name__ and hasattr(cls, "__dataclass_fields__")
+}
+_RUN_FIELDS = {
+    "seed",
+    "members",
+    "lite_members",
+    "partitions",
+    "backups",
+    "ops",
+    "clients",
+    "faults",
+    "max_parallel_migrations",
+    "drop_rate",
+    "duplicate_rate",
+    "initial_cluster_size",
+    "max_voters",
+    "assign_on_first_use",
+    "encode_messages",
+    "settle_ms",
+}
+_STEP_FIELDS = {
+    "action",
+    "at_ms",
+    "after_ms",
+    "when",
+    "target",
+    "drop_in_flight",
+    "keep_to",
+    "isolated",
+    "duration_ms",
+    "groups",
+    "messages",
+    "from",
+    "to",
+    "count",
+    "every",
+    "lite",
+    "seeds",
+    "state",
+    "ops",
+    "clients",
+    "note",
+}
+_TRIGGER_FIELDS = {"message", "at", "from", "nth", "require"}
+
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    message: str
+    at: str | None = None
+    sender: str | None = None
+    nth: int = 1
+    require: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    action: str
+    at_ms: int | None = None
+    after_ms: int | None = None
+    when: Trigger | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        timing = (
+            f"at {self.at_ms} ms"
+            if self.at_ms is not None
+            else f"{self.after_ms} ms later"
+            if self.after_ms is not None
+            else f"when {self.when.message} is handled"
+            if self.when is not None
+            else "at once"
+        )
+        details = ", ".join(f"{k}={v}" for k, v in sorted(self.options.items()) if k != "note")
+        return f"{self.action} {timing}" + (f" ({details})" if details else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    name: str
+    run: dict[str, Any]
+    steps: tuple[Step, ...]
+    partitions_lost: bool = False
+    cluster_stopped: bool = False
+
+
+def load_schedule(path: str | Path) -> Schedule:
+    """Read and check a schedule file (``.toml`` or ``.json``); a bad one is a ``ConfigError``
+    that names the step and the field."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"cannot read schedule {path}: {error.strerror}") from error
+    try:
+        raw = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {error}") from error
+    return parse_schedule(raw, path.stem)
+
+
+def parse_schedule(raw: dict[str, Any], name: str) -> Schedule:
+    unknown = set(raw) - {"run", "step", "expect", "name", "description"}
+    require(not unknown, f"schedule {name}: unknown table(s) {sorted(unknown)}")
+    run = dict(raw.get("run", {}))
+    bad = set(run) - _RUN_FIELDS
+    require(not bad, f"schedule {name}: unknown [run] field(s) {sorted(bad)}; known: {sorted(_RUN_FIELDS)}")
+    steps = tuple(_parse_step(i + 1, s, name) for i, s in enumerate(raw.get("step", [])))
+    expect = raw.get("expect", {})
+    bad = set(expect) - {"partitions_lost", "cluster_stopped"}
+    require(not bad, f"schedule {name}: unknown [expect] field(s) {sorted(bad)}")
+    return Schedule(
+        str(raw.get("name", name)),
+        run,
+        steps,
+        bool(expect.get("partitions_lost", False)),
+        bool(expect.get("cluster_stopped", False)),
+    )
+
+
+def _parse_step(number: int, raw: dict[str, Any], name: str) -> Step:
+    where = f"schedule {name}, step {number}"
+    require(isinstance(raw, dict), f"{where}: a step is a table")
+    bad = set(raw) - _STEP_FIELDS
+    require(not bad, f"{where}: unknown field(s) {sorted(bad)}")
+    action = raw.get("action")
+    require(action in ACTIONS, f"{where}: action must be one of {', '.join(ACTIONS)}, got {action!r}")
+    timings = [k for k in ("at_ms", "after_ms", "when") if k in raw]
+    require(len(timings) <= 1, f"{where}: give at most one of at_ms, after_ms and when")
+    trigger = None
+    if "when" in raw:
+        when = raw["when"]
+        require(isinstance(when, dict) and "message" in when, f"{where}: when needs a message type")
+        bad = set(when) - _TRIGGER_FIELDS
+        require(not bad, f"{where}: unknown when field(s) {sorted(bad)}")
+        require(when["message"] in MESSAGE_TYPES, f"{where}: unknown message type {when['message']!r}")
+        nth = when.get("nth", 1)
+        require(isinstance(nth, int) and nth >= 1, f"{where}: nth must be a positive integer")
+        conditions = tuple(when.get("require", ()))
+        for condition in conditions:
+            require(_condition_parts(condition) is not None, f"{where}: cannot read condition {condition!r}")
+        trigger = Trigger(when["message"], when.get("at"), when.get("from"), nth, conditions)
+    for key in ("at_ms", "after_ms", "duration_ms", "count", "every", "ops", "clients"):
+        if key in raw:
+            require(isinstance(raw[key], int) and raw[key] >= 0, f"{where}: {key} must be a whole number >= 0")
+    if "messages" in raw:
+        unknown = [t for t in raw["messages"] if t not in MESSAGE_TYPES]
+        require(not unknown, f"{where}: unknown message type(s) {unknown}")
+    if action == "state":
+        try:
+            ClusterState.parse(str(raw.get("state", "")))
+        except ValueError as error:
+            raise ConfigError(f"{where}: {error}") from error
+    if action == "split":
+        groups = raw.get("groups")
+        require(isinstance(groups, list) and len(groups) >= 2, f"{where}: split needs at least two groups")
+    if action in ("crash", "restart", "pause", "resume", "isolate", "shutdown", "promote"):
+        require("target" in raw, f"{where}: {action} needs a target")
+    options = {k: v for k, v in raw.items() if k not in ("action", "at_ms", "after_ms", "when")}
+    return Step(action, raw.get("at_ms"), raw.get("after_ms"), trigger, options)
+
+
+def _condition_parts(condition: str) -> tuple[str, str, str] | None:
+    for operator in ("!=", "=="):
+        if operator in condition:
+            left, right = (part.strip() for part in condition.split(operator, 1))
+            return (left, operator, right) if left and right else None
+    if condition.strip().endswith(" exists"):
+        return (condition.strip()[: -len(" exists")].strip(), "exists", "")
+    return None
+
+
+@dataclass(slots=True)
+class Context:
+    """What the triggering message lets a step refer to."""
+
+    receiver: str | None = None
+    sender: str | None = None
+    message: Any = None
+
+
+class ScheduleRunner:
+    """Carries a schedule's steps out on a running simulation, one after the other."""
+
+    def __init__(self, schedule: Schedule, sim: Simulation, on_step: Callable[[str], None]) -> None:
+        self.schedule = schedule
+        self.sim = sim
+        self.on_step = on_step
+        self.next_step = 0
+        self.origin_ms = 0
+        self.last_fired_ms = 0
+        self.fired: list[str] = []
+        self.waiting_since_ms = 0
+        self.undo_until_ms = 0  # a split, pause, isolation or drop still lasts until then
+
+    @property
+    def done(self) -> bool:
+        steps_fired = self.next_step >= len(self.schedule.steps)
+        return steps_fired and self.sim.now_ms >= self.undo_until_ms
+
+    def waiting_for(self) -> str:
+        if self.next_step < len(self.schedule.steps):
+            return self.schedule.steps[self.next_step].describe()
+        return "" if self.done else f"the last step's duration, until {self.undo_until_ms} ms"
+
+    def start(self) -> None:
+        self.origin_ms = self.last_fired_ms = self.sim.now_ms
+        self._arm()
+
+    # --- arming and firing -------------------------------------------------------------------------
+
+    def _arm(self) -> None:
+        if self.next_step >= len(self.schedule.steps):
+            return
+        step = self.schedule.steps[self.next_step]
+        self.waiting_since_ms = self.sim.now_ms
+        index = self.next_step
+        if step.when is not None:
+            self._install_trigger(index, step.when)
+        elif step.at_ms is not None:
+            self.sim.at(max(self.sim.now_ms, self.origin_ms + step.at_ms), lambda: self._fire(index, Context()))
+        elif step.after_ms is not None:
+            self.sim.at(self.last_fired_ms + step.after_ms, lambda: self._fire(index, Context()))
+        else:
+            self._fire(index, Context())
+
+    def _install_trigger(self, index: int, trigger: Trigger) -> None:
+        wanted = MESSAGE_TYPES[trigger.message]
+        seen = [0]
+
+        def hook(address: str, sender: str | None, message: Any) -> None:
+            if self.next_step != index or not isinstance(message, wanted):
+                return
+            context = Context(address, sender, message)
+            if trigger.at is not None and self._resolve(trigger.at, context) != address:
+                return
+            if trigger.sender is not None and self._resolve(trigger.sender, context) != sender:
+                return
+            if not all(self._holds(condition, context) for condition in trigger.require):
+                return
+            seen[0] += 1
+            if seen[0] < trigger.nth:
+                return
+            self.sim.after_delivery.remove(hook)
+            self._fire(index, context)
+
+        self.sim.after_delivery.append(hook)
+
+    def _fire(self, index: int, context: Context) -> None:
+        if index != self.next_step:
+            return
+        step = self.schedule.steps[index]
+        self.next_step += 1
+        self.last_fired_ms = self.sim.now_ms
+        if step.action == "wait-safe":
+            self._wait_safe(index)
+            return
+        what = self._do(step, context)
+        line = f"{self.sim.now_ms}: step {index + 1}: {what}"
+        self.fired.append(line)
+        self.on_step(line)
+        self._arm()
+
+    def _wait_safe(self, index: int) -> None:
+        from shardgrid.sim.checkers import unsafe_reason
+
+        if unsafe_reason(self.sim):
+            self.next_step = index  # not yet: look again shortly
+            self.sim.at(self.sim.now_ms + 100, lambda: self._fire(index, Context()))
+            return
+        self.fired.append(f"{self.sim.now_ms}: step {index + 1}: the cluster is safe")
+        self._arm()
+
+    # --- references --------------------------------------------------------------------------------
+
+    def _resolve(self, ref: str, context: Context) -> str | None:
+        """The address a reference names now, or None when it names nobody."""
+        sim = self.sim
+        ref = ref.strip()
+        if ref.startswith("m") and ref[1:].isdigit():
+            number = int(ref[1:])
+            addresses = sim.started_addresses
+            return addresses[number - 1] if 0 < number <= len(addresses) else None
+        leader = sim.master()
+        if ref in ("master", "leader"):
+            return leader.identity.address if leader is not None else None
+        if ref in ("receiver", "sender"):
+            return context.receiver if ref == "receiver" else context.sender
+        table = leader.consensus.state.table if leader is not None else None
+        if ref.startswith("owner:"):
+            owner = table.owner(int(ref.split(":", 1)[1])) if table is not None else None
+            return owner.address if owner is not None else None
+        if ref == "owner-of-most":
+            if table is None:
+                return None
+            counts: dict[str, int] = {}
+            for slots in table.replicas:
+                if slots[0] is not None:
+                    counts[slots[0].address] = counts.get(slots[0].address, 0) + 1
+            return max(sorted(counts), key=lambda a: counts[a]) if counts else None
+        if ref == "other":
+            others = sorted(a for a in sim.member_addresses() if leader is None or a != leader.identity.address)
+            return sim.rng.choice(others) if others else None
+        if ref in ("source", "destination", "owner"):
+            return self._of_migration(ref, context)
+        raise ConfigError(f"unknown member reference {ref!r}")
+
+    def _of_migration(self, role: str, context: Context) -> str | None:
+        record = getattr(context.message, "record", None)
+        leader = self.sim.master()
+        if record is None and leader is not None:
+            migration_id = getattr(context.message, "migration_id", None)
+            state = leader.consensus.state
+            candidates = [*state.migrations.values(), *reversed(state.completed)]
+            record = next((r for r in candidates if r.migration_id == migration_id), None)
+        if record is None:
+            return None
+        if role == "owner":
+            table = leader.consensus.state.table if leader is not None else None
+            owner = table.owner(record.partition_id) if table is not None else None
+            return owner.address if owner is not None else None
+        member = record.migration.source if role == "source" else record.migration.destination
+        return member.address if member is not None else None
+
+    def _holds(self, condition: str, context: Context) -> bool:
+        parts = _condition_parts(condition)
+        if parts is None:
+            return False
+        left, operator, right = parts
+        value = self._resolve(left, context)
+        if operator == "exists":
+            return value is not None
+        other = self._resolve(right, context)
+        return value is not None and (value == other) == (operator == "==")
+
+    def _targets(self, refs: Any, context: Context) -> list[str]:
+        names = refs if isinstance(refs, list) else [refs]
+        found = [self._resolve(str(name), context) for name in names]
+        return [a for a in found if a is not None]
+
+    # --- actions -----------------------------------------------------------------------------------
+
+    def _do(self, step: Step, context: Context) -> str:
+        sim = self.sim
+        o = step.options
+        action = step.action
+        duration = o.get("duration_ms")
+        if duration is not None:
+            self.undo_until_ms = max(self.undo_until_ms, sim.now_ms + duration)
+        if action in ("crash", "pause", "resume", "isolate", "shutdown", "promote", "restart"):
+            targets = self._targets(o["target"], context)
+            if not targets:
+                return f"{action}: {o['target']} names no member now"
+            address = targets[0]
+            if action == "crash":
+                keep = tuple(self._targets(o.get("keep_to", []), context))
+                sim.crash(address, drop_in_flight=bool(o.get("drop_in_flight", False)), keep_to=keep)
+            elif action == "restart":
+                sim.restart(address, isolated=bool(o.get("isolated", False)))
+            elif action == "pause":
+                sim.pause(address)
+                if duration is not None:
+                    sim.at(sim.now_ms + duration, lambda: sim.resume(address))
+            elif action == "resume":
+                sim.resume(address)
+            elif action == "isolate":
+                sim.isolate(address)
+                if duration is not None:
+                    sim.at(sim.now_ms + duration, sim.heal)
+            elif action == "shutdown":
+                sim.admin(address, m.ShutdownMember())
+            else:
+                sim.admin(address, m.PromoteMember())
+            return f"{action} {address}"
+        if action == "split":
+            named: list[list[str]] = []
+            rest_at = -1
+            for group in o["groups"]:
+                if group == ["rest"] or group == "rest":
+                    rest_at = len(named)
+                    named.append([])
+                else:
+                    named.append(self._targets(group, context))
+            if rest_at >= 0:
+                taken = {a for g in named for a in g}
+                named[rest_at] = [a for a in sim.nodes if a not in taken]
+            sim.split(named)
+            if duration is not None:
+                sim.at(sim.now_ms + duration, sim.heal)
+            return f"split {named}"
+        if action == "heal":
+            sim.heal()
+            return "heal"
+        if action == "drop":
+            return self._drop(step, context)
+        if action == "join":
+            seeds = tuple(self._targets(o["seeds"], context)) if "seeds" in o else None
+            address = sim.start_member(lite=bool(o.get("lite", False)), seeds=seeds)
+            return f"join {address}" + (" (lite)" if o.get("lite") else "")
+        if action in ("state", "shutdown-cluster"):
+            targets = self._targets(o.get("target", "master"), context) or sim.member_addresses()[:1]
+            if not targets:
+                return f"{action}: no member to ask"
+            if action == "state":
+                state = ClusterState.parse(str(o["state"]))
+                sim.admin(targets[0], m.ChangeClusterState(state))
+                return f"ask {targets[0]} for cluster state {state.value}"
+            sim.admin(targets[0], m.ShutdownCluster())
+            return f"ask {targets[0]} to shut the cluster down"
+        if action == "load":
+            clients = [sim.add_client() for _ in range(int(o.get("clients", 1)))]
+            ops = int(o.get("ops", 100))
+            for i, client in enumerate(clients):
+                client.give(ops // len(clients) + (1 if i < ops % len(clients) else 0))
+            return f"load {ops} more operations"
+        return "wait"
+
+    def _drop(self, step: Step, context: Context) -> str:
+        sim = self.sim
+        o = step.options
+        types = tuple(MESSAGE_TYPES[t] for t in o.get("messages", ()))
+        sources = set(self._targets(o["from"], context)) if "from" in o else None
+        targets = set(self._targets(o["to"], context)) if "to" in o else None
+        count = o.get("count")
+        every = max(1, int(o.get("every", 1)))
+        until_ms = sim.now_ms + o["duration_ms"] if "duration_ms" in o else None
+        matched = [0]
+
+        def rule(source: str, target: str, message: Any) -> bool:
+            if until_ms is not None and sim.now_ms >= until_ms:
+                return False
+            if types and not isinstance(message, types):
+                return False
+            if sources is not None and source not in sources:
+                return False
+            if targets is not None and target not in targets:
+                return False
+            if count is not None and matched[0] >= count:
+                return False
+            matched[0] += 1
+            return (matched[0] - 1) % every == 0
+
+        sim.drop_rules.append(rule)
+        names = ",".join(o.get("messages", ())) or "every message"
+        return f"drop {names}" + (f" for {o['duration_ms']} ms" if until_ms is not None else "")
