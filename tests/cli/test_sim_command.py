@@ -114,6 +114,8 @@ def test_bench_sim_reports_throughput_and_crash_repair() -> None:
     report = json.loads(out)
     assert report["throughput"]["verdict"] == "PASS"
     assert report["throughput"]["events_per_second"] > 0
+    assert [r["partitions"] for r in report["leader_crash"]] == [271, 300]
+    assert all(0 < r["simulated_ms_to_new_leader"] <= r["simulated_ms_to_safe"] for r in report["leader_crash"])
     repairs = report["crash_repair"]
     assert [r["max_parallel_migrations"] for r in repairs] == [1, 10]
     assert all(r["migrations"] > 0 for r in repairs)

@@ -243,3 +243,12 @@ def test_a_removed_member_rejoins_as_a_new_member_through_every_address_it_knew(
     effects, _ = run_ticks(member, 30, 700)
     asked = {e.address for e in effects if isinstance(e, SendToAddress) and isinstance(e.message, m.JoinRequest)}
     assert asked == {A.address, C.address}  # C was never a seed: it knew it from the member list
+
+
+def test_recovering_from_a_lost_majority_is_refused_while_a_leader_is_known() -> None:
+    member, now = following(B, A_OWNS_B_BACKS)
+    request = m.AdminRequest(5, m.RecoverLostMajority())
+    (reply,) = replies(member.handle(now + 1, Receive("operator", None, None, request)))
+    assert reply.status == m.ADMIN_FAILED
+    assert "no lost majority" in reply.reason
+    assert not member.consensus.is_leader

@@ -339,3 +339,15 @@ def test_a_promotion_fails_when_the_leader_changes_before_it_commits() -> None:
     reply = run.sim.admin_replies[1]
     assert reply.status == m.ADMIN_FAILED
     assert "leader changed" in reply.reason
+
+
+def test_an_operator_recovers_a_cluster_that_lost_a_majority_of_voters() -> None:
+    run = passed("recover-from-a-lost-majority")
+    crashed_at, recovered_at = step_time(run, 3), step_time(run, 4)
+    leaders_meanwhile = [t for t, _, e in emitted(run, events.MasterChanged) if crashed_at < t < recovered_at]
+    assert leaders_meanwhile == [], "no leader without a majority"
+    reply = run.sim.admin_replies[1]
+    assert reply.status == m.ADMIN_OK
+    assert "leads alone" in reply.reason
+    assert len(run.sim.member_addresses()) == 2
+    assert run.sim.stats.partitions_lost  # three of five members held every replica of some

@@ -4,22 +4,31 @@ Seed 003's benchmark shape, simulated: 20,000 partitions on 10 members with one 
 on first use, after all ten joined, so the cluster starts balanced); one member crashes, and the
 figure is the simulated time until the cluster is safe again (failure detection included), for
 ``max_parallel_migrations`` 1, 5, 10 and 20. The partitions carry no data here, so the figure
-measures the migration protocol's round trips and scheduling, not data transfer.
+measures the migration protocol's round trips, its log commits and scheduling, not data transfer.
+
+It also reports what the metadata log costs: how long after the leader crashes a new one leads and
+the cluster is safe, how many entries the log holds and how large its snapshot is, and how many
+migration outcomes one log entry carries when many migrations end together.
 """
 
 from __future__ import annotations
 
 import platform
+import statistics
 import time
 from typing import Any
 
+from shardgrid.core import codec
+from shardgrid.core.metadata.commands import FinishMigrations, StartMigrations
+from shardgrid.core.raft.messages import InstallSnapshot
+from shardgrid.sim.checkers import LogChecker
 from shardgrid.sim.scenario import Scenario
 from shardgrid.sim.vopr import SimParams, run_seed
 
 THROUGHPUT_PARAMS = SimParams(ops=2000, faults=("crash", "master-crash", "join", "split"))
 
 
-def crash_repair(partitions: int, members: int, max_parallel: int, seed: int = 1) -> dict[str, Any]:
+def _scenario(partitions: int, members: int, max_parallel: int, seed: int) -> Scenario:
     params = SimParams(
         members=members,
         partitions=partitions,
@@ -29,15 +38,51 @@ def crash_repair(partitions: int, members: int, max_parallel: int, seed: int = 1
         max_parallel_migrations=max_parallel,
         assign_on_first_use=True,  # the cluster forms first, balanced, as a Hazelcast cluster does
     )
-    scenario = Scenario(seed, params)
+    return Scenario(seed, params)
+
+
+def _entries_since(scenario: Scenario, index: int) -> list[tuple[int, Any]]:
+    checker = next(c for c in scenario.sim.checks if isinstance(c, LogChecker))
+    return [(i, command) for i, (_, command) in sorted(checker.applied.items()) if i > index]
+
+
+def _outcomes_per_entry(entries: list[tuple[int, Any]]) -> dict[str, Any]:
+    counts = [
+        sum(len(c.records) for c in command if isinstance(c, FinishMigrations))
+        for _, command in entries
+        if command and any(isinstance(c, FinishMigrations) for c in command)
+    ]
+    starts = [
+        sum(len(c.records) for c in command if isinstance(c, StartMigrations))
+        for _, command in entries
+        if command and any(isinstance(c, StartMigrations) for c in command)
+    ]
+    if not counts:
+        return {}
+    return {
+        "entries_with_outcomes": len(counts),
+        "outcomes_per_entry_mean": round(statistics.mean(counts), 2),
+        "outcomes_per_entry_max": max(counts),
+        "starts_per_entry_mean": round(statistics.mean(starts), 2) if starts else 0,
+        "starts_per_entry_max": max(starts) if starts else 0,
+    }
+
+
+def crash_repair(partitions: int, members: int, max_parallel: int, seed: int = 1) -> dict[str, Any]:
+    scenario = _scenario(partitions, members, max_parallel, seed)
     addresses = scenario.start(members)
     victim = next(a for a in addresses if a != scenario.master.identity.address)
     events, migrations = scenario.sim.stats.events, scenario.sim.stats.migrations_finished
+    index_before = scenario.master.consensus.applied_index
     started = time.perf_counter()
     scenario.sim.crash(victim)
     safe_after_ms = scenario.wait_safe(3_600_000)
     wall = time.perf_counter() - started
-    detection_ms = params.member_config().failure_timeout_ms
+    detection_ms = scenario.params.member_config().failure_timeout_ms
+    leader = scenario.master
+    raft = leader.consensus.raft
+    snapshot = raft.log.snapshot
+    snapshot_bytes = len(codec.encode(InstallSnapshot(raft.term, snapshot, 0))) if snapshot is not None else 0
     return {
         "partitions": partitions,
         "members": members,
@@ -45,8 +90,36 @@ def crash_repair(partitions: int, members: int, max_parallel: int, seed: int = 1
         "simulated_ms_to_safe": safe_after_ms,
         "simulated_ms_after_detection": safe_after_ms - detection_ms,
         "migrations": scenario.sim.stats.migrations_finished - migrations,
+        "log_entries_for_the_repair": leader.consensus.applied_index - index_before,
+        **_outcomes_per_entry(_entries_since(scenario, index_before)),
+        "log": {
+            "entries_held": len(raft.log.entries),
+            "snapshot_index": raft.log.snapshot_index,
+            "snapshot_bytes": snapshot_bytes,
+            "applied_index": leader.consensus.applied_index,
+        },
         "events": scenario.sim.stats.events - events,
         "wall_seconds": round(wall, 2),
+    }
+
+
+def leader_crash(partitions: int, members: int, seed: int = 1) -> dict[str, Any]:
+    """The leader crashes: how long until another leads, and until the cluster is safe again."""
+    scenario = _scenario(partitions, members, 10, seed)
+    scenario.start(members)
+    old = scenario.master
+    old_term = old.consensus.term
+    crashed_ms = scenario.sim.now_ms
+    scenario.sim.crash(old.identity.address)
+    scenario.run_until(lambda: scenario.sim.master() is not None and scenario.sim.master().consensus.term > old_term)
+    new_leader_ms = scenario.sim.now_ms - crashed_ms
+    safe_ms = new_leader_ms + scenario.wait_safe(3_600_000)
+    return {
+        "partitions": partitions,
+        "members": members,
+        "simulated_ms_to_new_leader": new_leader_ms,
+        "simulated_ms_to_safe": safe_ms,
+        "migrations": scenario.sim.stats.migrations_finished,
     }
 
 
@@ -64,5 +137,6 @@ def run_sim_bench(partitions: int = 20_000, members: int = 10, parallel: tuple[i
             "simulated_seconds": throughput.simulated_ms / 1000,
         },
         "crash_repair": [crash_repair(partitions, members, p) for p in parallel],
+        "leader_crash": [leader_crash(271, min(members, 5)), leader_crash(partitions, members)],
         "target": {"what": "the throughput run passes its verdict", "met": throughput.passed},
     }

@@ -34,7 +34,8 @@ from shardgrid.core.table import PartitionTable
 PROTOCOL_VERSION = 2
 LENGTH_PREFIX = struct.Struct(">I")
 
-# Stable codes: never reuse or renumber one; a new type takes the next free code.
+# Stable codes: never reuse or renumber one; a new type takes the next free code. msgpack's
+# extension codes are 0..127.
 WIRE_CODES: dict[type, int] = {
     # shared records 1-19
     Replica: 1,
@@ -87,7 +88,7 @@ WIRE_CODES: dict[type, int] = {
     m.MigrationCommitAck: 84,
     m.MigrationOutcomeQuery: 85,
     m.MigrationOutcomeReply: 86,
-    # data and replication 100-119
+    # data and replication 100-109
     m.BackupOperation: 100,
     m.BackupAck: 101,
     m.ReplicaSyncChunk: 102,
@@ -98,19 +99,20 @@ WIRE_CODES: dict[type, int] = {
     m.ClientReply: 107,
     m.TableRequest: 108,
     m.TableReply: 109,
-    # administration 120-139
-    m.ChangeClusterState: 120,
-    m.PromoteMember: 121,
-    m.ShutdownMember: 122,
-    m.ShutdownCluster: 123,
-    m.AdminRequest: 124,
-    m.AdminReply: 125,
-    m.LeaderRequest: 126,
-    m.LeaderReply: 127,
+    # administration 110-127
+    m.ChangeClusterState: 110,
+    m.PromoteMember: 111,
+    m.ShutdownMember: 112,
+    m.ShutdownCluster: 113,
+    m.AdminRequest: 114,
+    m.AdminReply: 115,
+    m.LeaderRequest: 116,
+    m.LeaderReply: 117,
+    m.RecoverLostMajority: 118,
 }
 _TYPE_OF: dict[int, type] = {code: cls for cls, code in WIRE_CODES.items()}
-if len(_TYPE_OF) != len(WIRE_CODES):
-    raise InvariantViolation("two wire types share a code")
+if len(_TYPE_OF) != len(WIRE_CODES) or not all(0 < code < 128 for code in _TYPE_OF):
+    raise InvariantViolation("wire codes must be distinct and within msgpack's extension codes 1..127")
 # Frame-level messages: what a frame may hold (records only travel inside them).
 FRAME_TYPES: frozenset[type] = frozenset(
     cls

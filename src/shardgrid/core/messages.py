@@ -286,9 +286,15 @@ class ShutdownCluster:
 
 
 @dataclass(frozen=True, slots=True)
+class RecoverLostMajority:
+    """To the surviving member with the most complete log, when a majority of voters is gone for
+    good: it becomes the only voter and leads (see ``RaftNode.force_new_configuration``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class AdminRequest:
     call_id: int
-    command: ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster
+    command: ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster | RecoverLostMajority
 
 
 ADMIN_OK = "ok"

@@ -13,7 +13,8 @@ and then does its ``action`` to members named by reference:
 
 - ``m1``, ``m2``, ...: the members in the order they were started (joins take the next numbers);
 - ``master``: the current leader; ``owner:17``: the owner of partition 17; ``owner-of-most``;
-  ``other``: a member other than the leader, drawn from the run's seed;
+  ``other``: a member other than the leader, drawn from the run's seed; ``most-complete-log``:
+  the live member whose log is the most up to date (whom an operator recovers from);
 - ``receiver`` and ``sender``: the members that handled and sent the triggering message;
   ``source``, ``destination``, ``owner``: those of the migration the triggering message is about;
 - ``rest``: in a ``split``, every member not named in another group.
@@ -28,6 +29,7 @@ to ``keep_to``), ``restart`` (at the same address; ``isolated`` keeps it cut off
 to start it with only those addresses), ``shutdown`` (graceful), ``state`` (``state``), ``promote``,
 ``shutdown-cluster``, ``load`` (``ops`` more operations over ``clients`` new clients),
 ``wait-safe`` and ``wait`` (do nothing).
+``recover`` (the operator's recovery from a lost majority of voters, at ``target``).
 ``split``, ``isolate``, ``pause`` and ``drop`` take an optional ``duration_ms`` after which they
 are undone.
 
@@ -65,6 +67,7 @@ ACTIONS = (
     "state",
     "promote",
     "shutdown-cluster",
+    "recover",
     "load",
     "wait-safe",
     "wait",
@@ -229,7 +232,7 @@ def _parse_step(number: int, raw: dict[str, Any], name: str) -> Step:
     if action == "split":
         groups = raw.get("groups")
         require(isinstance(groups, list) and len(groups) >= 2, f"{where}: split needs at least two groups")
-    if action in ("crash", "restart", "pause", "resume", "isolate", "shutdown", "promote"):
+    if action in ("crash", "restart", "pause", "resume", "isolate", "shutdown", "promote", "recover"):
         require("target" in raw, f"{where}: {action} needs a target")
     options = {k: v for k, v in raw.items() if k not in ("action", "at_ms", "after_ms", "when")}
     return Step(action, raw.get("at_ms"), raw.get("after_ms"), trigger, options)
@@ -373,6 +376,12 @@ class ScheduleRunner:
                 if slots[0] is not None:
                     counts[slots[0].address] = counts.get(slots[0].address, 0) + 1
             return max(sorted(counts), key=lambda a: counts[a]) if counts else None
+        if ref == "most-complete-log":
+            live = [n.member for n in sim.nodes.values() if n.alive and not n.paused and n.member.joined]
+            if not live:
+                return None
+            best = max(live, key=lambda x: (x.consensus.raft.log.last_term, x.consensus.raft.log.last_index))
+            return best.identity.address
         if ref == "other":
             others = sorted(a for a in sim.member_addresses() if leader is None or a != leader.identity.address)
             return sim.rng.choice(others) if others else None
@@ -422,7 +431,7 @@ class ScheduleRunner:
         duration = o.get("duration_ms")
         if duration is not None:
             self.undo_until_ms = max(self.undo_until_ms, sim.now_ms + duration)
-        if action in ("crash", "pause", "resume", "isolate", "shutdown", "promote", "restart"):
+        if action in ("crash", "pause", "resume", "isolate", "shutdown", "promote", "restart", "recover"):
             targets = self._targets(o["target"], context)
             if not targets:
                 return f"{action}: {o['target']} names no member now"
@@ -444,6 +453,8 @@ class ScheduleRunner:
                     sim.at(sim.now_ms + duration, sim.heal)
             elif action == "shutdown":
                 sim.admin(address, m.ShutdownMember())
+            elif action == "recover":
+                sim.admin(address, m.RecoverLostMajority())
             else:
                 sim.admin(address, m.PromoteMember())
             return f"{action} {address}"

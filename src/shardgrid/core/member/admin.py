@@ -31,6 +31,7 @@ from shardgrid.core.messages import (
     LeaderReply,
     LeaderRequest,
     PromoteMember,
+    RecoverLostMajority,
     ShutdownCluster,
     ShutdownMember,
 )
@@ -85,6 +86,9 @@ class Admin:
         if isinstance(command, ShutdownMember):
             self.begin_leaving(client, message.call_id)
             return
+        if isinstance(command, RecoverLostMajority):
+            self._recover(client, message.call_id)
+            return
         if isinstance(command, PromoteMember):
             record = self.consensus.state.record_of(self.ctx.identity)
             if record is not None and not record.lite:
@@ -94,6 +98,22 @@ class Admin:
             self._answer(client, message.call_id, False, f"unknown command {type(command).__name__}")
             return
         self.forward(command, client, message.call_id)
+
+    def _recover(self, client: str, call_id: int) -> None:
+        """The operator's explicit recovery: refused while this member follows a leader."""
+        raft = self.consensus.raft
+        if self.consensus.leader is not None:
+            self._answer(client, call_id, False, f"{self.consensus.leader} leads: there is no lost majority to recover")
+            return
+        others = tuple(r for r in self.consensus.state.replicas if r != self.ctx.identity)
+        raft.force_new_configuration(others)
+        self._answer(
+            client,
+            call_id,
+            True,
+            f"this member now leads alone from log entry {raft.log.last_index} (term {raft.term}); "
+            "members that do not answer will be removed and their partitions repaired",
+        )
 
     def forward(self, command: AdminCommand, client: str, call_id: int) -> None:
         leader = self.consensus.leader

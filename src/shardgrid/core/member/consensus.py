@@ -21,6 +21,8 @@ from shardgrid.core.metadata import Changes, MemberRecord, MetadataState, apply_
 from shardgrid.core.raft import ConfChange, Membership, RaftNode, Snapshot
 from shardgrid.core.raft.messages import RAFT_MESSAGE_TYPES
 
+# Commands gathered into one entry at most (one entry at a time is in flight while gathering).
+MAX_COMMANDS_PER_ENTRY = 1_000
 # Applying an entry may lead a concern to propose again (a single voter commits at once); the
 # rounds of one event are bounded, and what remains is applied with the next event.
 MAX_FLUSH_ROUNDS = 16
@@ -122,7 +124,7 @@ class Consensus:
         """A configuration change in an entry of its own (with the commands that go with it)."""
         if not self.leader_ready or self.raft.change_problem(change):
             return False
-        self._propose_gathered()
+        self._propose_gathered(now=True)
         index = self.raft.propose(commands, change)
         if index is None:
             return False
@@ -146,7 +148,7 @@ class Consensus:
                 self.ctx.send(target, message)
             self._notice_leadership()
             ready = self.raft.take_ready()
-            if ready.snapshot is None and not ready.entries and not self._commands:
+            if ready.snapshot is None and not ready.entries:
                 return
             if ready.snapshot is not None:
                 self._load(ready.snapshot)
@@ -154,12 +156,18 @@ class Consensus:
                 self._apply(entry.index, entry.term, entry.command)
         # Still committing after the bound: the rest is applied with the next event.
 
-    def _propose_gathered(self) -> None:
+    def _propose_gathered(self, now: bool = False) -> None:
         if not self._commands:
+            return
+        raft = self.raft
+        in_flight = raft.last_index > raft.commit_index
+        if in_flight and not now and self.leader_ready and len(self._commands) < MAX_COMMANDS_PER_ENTRY:
+            # Group commit: while an entry of ours is on its way, gather what follows into the next
+            # one (many migrations that end together then cost one commit, not one each).
             return
         commands, self._commands = tuple(self._commands), []
         done, self._done = self._done, []
-        index = self.raft.propose(commands) if self.leader_ready else None
+        index = raft.propose(commands) if self.leader_ready else None
         if index is None:
             for callback in done:
                 callback(False)

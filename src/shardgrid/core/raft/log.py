@@ -18,12 +18,16 @@ from shardgrid.core.raft.membership import ConfChange, Membership
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One log entry. ``command`` is opaque to Raft (None for a new leader's empty entry)."""
+    """One log entry. ``command`` is opaque to Raft (None for a new leader's empty entry).
+
+    ``forced`` replaces the configuration outright: only an operator's recovery from a lost
+    majority writes one (``RaftNode.force_new_configuration``)."""
 
     term: int
     index: int
     command: Any = None
     change: ConfChange | None = None
+    forced: Membership | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +116,9 @@ class RaftLog:
         invariant(entry.index == self.last_index + 1, lambda: f"entry {entry.index} after {self.last_index}")
         invariant(entry.term >= self.last_term, "terms in the log never decrease")
         self.entries.append(entry)
-        if entry.change is not None:
+        if entry.forced is not None:
+            self._changes.append((entry.index, entry.forced))
+        elif entry.change is not None:
             self._changes.append((entry.index, entry.change.apply(self.membership)))
 
     def append_after(self, prev_index: int, entries: Sequence[Entry], commit_index: int) -> int:

@@ -302,6 +302,23 @@ class RaftNode:
             self._send_append(target, allow_empty=True)
         return True
 
+    def force_new_configuration(self, others: tuple[Replica, ...]) -> None:
+        """An operator's recovery after a majority of voters was lost for good: this server becomes
+        the only voter (``others`` stay as learners) and leads at once, in a term above its own.
+
+        Unsafe by design, never automatic: entries that only the lost voters held are gone, and if
+        the lost voters are alive after all (cut off, not crashed), there are two leaders.
+        """
+        invariant(self.log.snapshot is not None, "a server with no log cannot lead a recovery")
+        membership = Membership.of([self.identity], [o for o in others if o != self.identity])
+        if self.role is Role.LEADER:
+            self._become_follower(self.term, None)
+        self._set_role(Role.CANDIDATE)
+        self.term += 1
+        self.voted_for = self.identity
+        self.log.append(Entry(self.term, self.log.last_index + 1, forced=membership))
+        self._become_leader()
+
     def compact(self, index: int, state: Any) -> None:
         """The state machine's ``state`` after applying entry ``index`` replaces the log up to it."""
         invariant(index <= self.applied_index, lambda: f"cannot compact {index} beyond applied {self.applied_index}")
