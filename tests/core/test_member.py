@@ -12,6 +12,7 @@ from shardgrid.core import messages as m
 from shardgrid.core.config import MemberConfig
 from shardgrid.core.effects import Emit, Receive, ReplyToClient, Send, SendToAddress, SetTimer, Start, TimerFired
 from shardgrid.core.errors import InvariantViolation
+from shardgrid.core.hashing import partition_id_of_serialized
 from shardgrid.core.identity import Replica
 from shardgrid.core.member import Member
 from shardgrid.core.member.lifecycle import Lifecycle
@@ -27,6 +28,13 @@ B = Replica("bbbbbbbb-0000-4000-8000-000000000002", "127.0.0.1:5702")
 C = Replica("cccccccc-0000-4000-8000-000000000003", "127.0.0.1:5703")
 CONFIG = MemberConfig(partition_count=4, backup_count=1)
 SEEDS = (A.address, B.address, C.address)
+
+
+def key_in(pid: int, partitions: int = CONFIG.partition_count) -> bytes:
+    """A key of partition ``pid`` (members refuse an operation sent to another partition)."""
+    return next(
+        k for k in (f"key-{i}".encode() for i in range(1_000)) if partition_id_of_serialized(k, partitions) == pid
+    )
 
 
 def sent(effects: list, kind: type) -> list:
@@ -96,11 +104,11 @@ def test_a_member_configured_to_start_alone_leads_and_assigns_the_partitions() -
     state = member.consensus.state
     assert state.table is not None
     assert all(slots[0] == A for slots in state.table.replicas)
-    request = m.ClientRequest(1, ((0, m.Operation(m.PUT, "m", b"k", b"v")),))
+    request = m.ClientRequest(1, ((0, m.Operation(m.PUT, "m", key_in(0), b"v")),))
     assert replies(member.handle(now + 1, Receive("c", None, None, request))) == [
         m.ClientReply(1, (m.OperationResult(m.OK, None),))
     ]
-    get = m.ClientRequest(2, ((0, m.Operation(m.GET, "m", b"k")),))
+    get = m.ClientRequest(2, ((0, m.Operation(m.GET, "m", key_in(0))),))
     assert replies(member.handle(now + 2, Receive("c", None, None, get)))[0].results[0].value == b"v"
 
 
@@ -133,8 +141,15 @@ def test_time_never_goes_backwards() -> None:
 
 def test_a_malformed_request_is_refused_whole_and_changes_nothing() -> None:
     member, now = alone()
-    good = (0, m.Operation(m.PUT, "m", b"k", b"v"))
-    for operations in [(5,), (good, (1, "not an operation")), (good, (99, m.Operation(m.PUT, "m", b"x")))]:
+    good = (0, m.Operation(m.PUT, "m", key_in(0), b"v"))
+    wrong_partition = (1, m.Operation(m.PUT, "m", key_in(0), b"v"))
+    bad = [
+        (5,),
+        (good, (1, "not an operation")),
+        (good, (99, m.Operation(m.PUT, "m", key_in(0)))),
+        (good, wrong_partition),
+    ]
+    for operations in bad:
         effects = member.handle(now + 1, Receive("c", None, None, m.ClientRequest(7, operations)))  # type: ignore[arg-type]
         (reply,) = replies(effects)
         assert {r.status for r in reply.results} == {m.REJECTED}
@@ -148,7 +163,7 @@ def test_a_malformed_request_is_refused_whole_and_changes_nothing() -> None:
 
 def test_an_owner_without_a_lease_does_not_serve() -> None:
     member, now = following(B, B_OWNS_A_BACKS)
-    get = m.ClientRequest(1, ((0, m.Operation(m.GET, "m", b"k")),))
+    get = m.ClientRequest(1, ((0, m.Operation(m.GET, "m", key_in(0))),))
     assert replies(member.handle(now + 1, Receive("c", None, None, get)))[0].results[0].status == m.RETRY
     now = grant_lease(member, now)
     assert replies(member.handle(now + 1, Receive("c", None, None, get)))[0].results[0].status == m.OK
@@ -160,14 +175,14 @@ def test_an_owner_without_a_lease_does_not_serve() -> None:
 
 def test_a_client_is_sent_to_the_owner_and_the_owner_answers_after_its_backup() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
-    request = m.ClientRequest(7, ((0, m.Operation(m.PUT, "m", b"k", b"v")),))
+    request = m.ClientRequest(7, ((0, m.Operation(m.PUT, "m", key_in(0), b"v")),))
     reply = replies(backup.handle(now + 1, Receive("client-1", None, None, request)))[0]
     assert reply.results[0].status == m.NOT_OWNER
     assert reply.results[0].owner_address == A.address
 
     owner, now = following(B, B_OWNS_A_BACKS)
     now = grant_lease(owner, now)
-    batch = m.ClientRequest(8, tuple((pid, m.Operation(m.PUT, "m", bytes([pid]), b"v")) for pid in range(4)))
+    batch = m.ClientRequest(8, tuple((pid, m.Operation(m.PUT, "m", key_in(pid), b"v")) for pid in range(4)))
     effects = owner.handle(now + 1, Receive("client-1", None, None, batch))
     assert replies(effects) == []  # waiting for A's acks
     operations = sent(effects, m.BackupOperation)

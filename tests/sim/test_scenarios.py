@@ -14,6 +14,7 @@ import pytest
 from shardgrid.core import events
 from shardgrid.core import messages as m
 from shardgrid.core.effects import Receive, ReplyToClient
+from shardgrid.core.hashing import partition_id_of_serialized
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.metadata import ClusterState
 from shardgrid.sim.schedule import load_schedule
@@ -134,7 +135,9 @@ def test_a_request_reaching_the_old_owner_after_the_commit_is_redirected() -> No
     if old_owner is None or not old_owner.joined:
         pytest.skip("the old owner of the first move is gone")
     pid = moved.partition_id
-    request = m.ClientRequest(1, ((pid, m.Operation("put", "m", b"k", b"v")),))
+    count = run.sim.config.partition_count
+    key = next(k for k in (f"k{i}".encode() for i in range(100_000)) if partition_id_of_serialized(k, count) == pid)
+    request = m.ClientRequest(1, ((pid, m.Operation("put", "m", key, b"v")),))
     effects = old_owner.handle(run.sim.now_ms, Receive("client-x", None, None, request))
     (reply,) = [e.message for e in effects if isinstance(e, ReplyToClient)]
     result = reply.results[0]

@@ -25,14 +25,11 @@ def run_plan_bench(repeats: int = 3, seed: int = 1) -> dict[str, Any]:
     for partitions, members in SCALES:
         for change in CHANGES:
             spec = ScenarioSpec(members=members, partitions=partitions, backups=1, seed=seed, **{change: 1})
-            totals, plans, schedules = [], [], []
-            result = None
-            for _ in range(repeats):
-                result = run_scenario(spec)
-                plans.append(result.plan_ms)
-                schedules.append(result.schedule_ms)
-                totals.append(result.plan_ms + result.schedule_ms)
-            assert result is not None
+            results = [run_scenario(spec) for _ in range(max(1, repeats))]
+            result = results[-1]
+            plans = [r.plan_ms for r in results]
+            schedules = [r.schedule_ms for r in results]
+            totals = [r.plan_ms + r.schedule_ms for r in results]
             cases.append(
                 {
                     "partitions": partitions,

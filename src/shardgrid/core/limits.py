@@ -35,8 +35,6 @@ MAX_VALUE_BYTES: Final = 4 * 1024 * 1024
 MAX_OPERATIONS_PER_REQUEST: Final = 10_000
 MAX_MAP_NAME_CHARS: Final = 256
 
-# Completed migrations the master keeps until every member acknowledged them (seed 000, 2.1).
-MAX_COMPLETED_MIGRATIONS: Final = 100_000
-
-# The newest migration outcomes the metadata keeps (the log holds every one until compaction).
+# The newest migration outcomes the metadata keeps (seed 000's completed-migrations list; the log
+# holds every one until it is compacted).
 MAX_COMPLETED_IN_METADATA: Final = 1_000

@@ -18,6 +18,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardgrid.core.errors import InvariantViolation
 from shardgrid.core.hashing import partition_id_of_serialized, serialize_key
 from shardgrid.core.messages import (
     GET,
@@ -159,7 +160,8 @@ class SimClient:
 
     def _send(self, now_ms: int, members: list[str]) -> list[tuple[str, Any]]:
         call = self.call
-        assert call is not None
+        if call is None:
+            raise InvariantViolation("a client sends only while it has a call")
         call.attempts += 1
         if call.attempts > self.MAX_ATTEMPTS:
             self._finish(now_ms, MAYBE if call.timed_out else FAILED)
@@ -205,7 +207,8 @@ class SimClient:
 
     def _finish(self, now_ms: int, outcome: str) -> None:
         call = self.call
-        assert call is not None
+        if call is None:
+            raise InvariantViolation("a client finishes only a call it has")
         if call.write is not None:
             call.write.outcome = MAYBE if (outcome == FAILED and call.timed_out) else outcome
         self.call = None

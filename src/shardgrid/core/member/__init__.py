@@ -1,8 +1,8 @@
 """The member as a state machine: ``Member.handle(now_ms, event) -> list[Effect]``.
 
-One module per concern (membership, publication, migration master side, migration participant
-side, recovery after a master change, data and replication), each a mixin over the shared state in
-``state.py``; ``node.py`` puts them together and dispatches events.
+``node.py`` puts the concerns together and dispatches events; each concern is a module that owns
+its state (discovery, consensus, leases, data, migration_replica, migration_master, membership,
+admin), and ``lifecycle.py`` holds the member's lifecycle and its transitions.
 """
 
 from shardgrid.core.member.node import Member

@@ -35,7 +35,7 @@ from shardgrid.core.messages import (
     ShutdownCluster,
     ShutdownMember,
 )
-from shardgrid.core.metadata import Changes, ClusterState
+from shardgrid.core.metadata import ClusterState
 from shardgrid.core.metadata.commands import MarkLeaving, PromoteToDataMember, SetClusterState
 from shardgrid.core.metadata.commands import ShutdownCluster as ShutdownClusterCommand
 
@@ -243,9 +243,6 @@ class Admin:
         for request_id in sorted(forwarded):
             entry = forwarded[request_id]
             self._answer(entry.client_address, entry.call_id, False, "the leader changed before it answered; retry")
-
-    def on_applied(self, changes: Changes) -> None:
-        del changes
 
     # --- time --------------------------------------------------------------------------------------
 

@@ -221,13 +221,3 @@ class Consensus:
             for _, _, callback in waiting:
                 callback(False)
         self.listener.on_leadership(leader, term, was_leader)
-
-    # --- what the member reports about the log -----------------------------------------------------
-
-    def log_sizes(self) -> dict[str, int]:
-        return {
-            "entries": len(self.raft.log.entries),
-            "snapshot_index": self.raft.log.snapshot_index,
-            "applied_index": self.applied_index,
-            "commit_index": self.raft.commit_index,
-        }

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from shardgrid.core.hashing import partition_id_of_serialized
 from shardgrid.core.identity import Replica
 from shardgrid.core.limits import MAX_KEY_BYTES, MAX_MAP_NAME_CHARS, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES
 from shardgrid.core.member.consensus import Consensus
@@ -186,6 +187,8 @@ class DataPath:
                 return "bad map name"
             if not (isinstance(operation.key, bytes) and len(operation.key) <= MAX_KEY_BYTES):
                 return "bad key"
+            if partition_id_of_serialized(operation.key, count) != pid:
+                return "the partition id is not the key's partition"
             if not (isinstance(operation.value, bytes) and len(operation.value) <= MAX_VALUE_BYTES):
                 return "bad value"
         return ""

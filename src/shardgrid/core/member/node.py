@@ -103,7 +103,6 @@ class Member:
             m.ReplicaSyncChunk: self.data.on_sync_chunk,
             m.ReplicaSyncAck: self.data.on_sync_ack,
             m.AssignPartitions: lambda _sender, _message: self.master.request_assignment(),
-            m.LeaderRequest: self.admin.on_leader_request,
             m.LeaderReply: self.admin.on_leader_reply,
         }
 
@@ -368,7 +367,6 @@ class Member:
                 if member == me:
                     self.ctx.lite = False
         self.master.on_applied(term, changes)
-        self.admin.on_applied(changes)
         if changes.shut_down and self.joined:
             if self.consensus.is_leader:
                 self._shutdown_index = index  # followers learn of it from us: stop once they hold it
