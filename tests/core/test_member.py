@@ -16,7 +16,7 @@ from shardgrid.core.hashing import partition_id_of_serialized
 from shardgrid.core.identity import Replica
 from shardgrid.core.member import Member
 from shardgrid.core.member.lifecycle import Lifecycle
-from shardgrid.core.metadata import MemberRecord, MetadataState
+from shardgrid.core.metadata import ClusterState, MemberRecord, MetadataState
 from shardgrid.core.migration import Migration, MigrationRecord
 from shardgrid.core.raft import Membership, Snapshot
 from shardgrid.core.raft.messages import InstallSnapshot
@@ -267,3 +267,25 @@ def test_recovering_from_a_lost_majority_is_refused_while_a_leader_is_known() ->
     assert reply.status == m.ADMIN_FAILED
     assert "no lost majority" in reply.reason
     assert not member.consensus.is_leader
+
+
+@pytest.mark.parametrize("bogus", ["bogus", "active", 3, None])
+def test_a_cluster_state_that_is_not_one_is_refused_and_never_reaches_the_log(bogus: object) -> None:
+    """Found by review: ChangeClusterState("bogus") was proposed, committed, and crashed every
+    leader that applied it (AttributeError on .migration_allowed)."""
+    from shardgrid.core import codec
+
+    leader, now = alone()
+    follower, fnow = following(B, A_OWNS_B_BACKS)
+    request = codec.FrameDecoder().feed(codec.encode(m.AdminRequest(7, m.ChangeClusterState(bogus))))[0]  # type: ignore[arg-type]
+    for member, at in ((leader, now), (follower, fnow)):
+        index = member.consensus.applied_index
+        (reply,) = replies(member.handle(at + 1, Receive("evil", None, None, request)))
+        assert reply.status == m.ADMIN_FAILED
+        assert "unknown cluster state" in reply.reason
+        run_ticks(member, at + 1, at + 1_000)
+        assert member.consensus.applied_index == index
+    assert leader.consensus.state.cluster_state is ClusterState.ACTIVE
+    forwarded = m.LeaderRequest(1, m.ChangeClusterState(bogus))  # type: ignore[arg-type]
+    effects = leader.handle(now + 2_000, Receive(B.address, B, A.uuid, forwarded))
+    assert [e.message.status for e in effects if isinstance(e, Send)] == [m.ADMIN_FAILED]

@@ -333,14 +333,14 @@ def test_a_lite_member_is_promoted_and_given_partitions() -> None:
 def test_a_promotion_during_an_election_fails_clearly() -> None:
     run = passed("promote-during-an-election")
     reply = run.sim.admin_replies[1]
-    assert reply.status == m.ADMIN_FAILED
+    assert reply.status == m.ADMIN_UNAVAILABLE  # nothing changed; asking again is right
     assert "no leader" in reply.reason or "election" in reply.reason or "leader changed" in reply.reason
 
 
 def test_a_promotion_fails_when_the_leader_changes_before_it_commits() -> None:
     run = passed("promote-while-the-leader-changes")
     reply = run.sim.admin_replies[1]
-    assert reply.status == m.ADMIN_FAILED
+    assert reply.status == m.ADMIN_UNAVAILABLE
     assert "leader changed" in reply.reason
 
 
@@ -354,3 +354,47 @@ def test_an_operator_recovers_a_cluster_that_lost_a_majority_of_voters() -> None
     assert "leads alone" in reply.reason
     assert len(run.sim.member_addresses()) == 2
     assert run.sim.stats.partitions_lost  # three of five members held every replica of some
+
+
+def test_an_operator_recovers_from_a_learner_when_every_voter_is_gone() -> None:
+    run = passed("recover-at-a-learner")
+    reply = run.sim.admin_replies[1]
+    assert reply.status == m.ADMIN_OK, reply.reason
+    assert len(run.sim.member_addresses()) == 2
+
+
+def test_recovery_is_refused_by_a_member_that_heard_from_a_leader_lately() -> None:
+    run = passed("recover-refused-while-a-leader-was-heard")
+    reply = run.sim.admin_replies[1]
+    assert reply.status == m.ADMIN_FAILED
+    assert "heard" in reply.reason or "leads" in reply.reason
+
+
+def test_a_cluster_shutdown_waits_for_a_member_cut_off_for_a_moment() -> None:
+    stops_while_cut_off: list[int] = []
+
+    def watch(run: Run) -> None:
+        def check(sim: Any, address: str) -> None:
+            if sim.network.groups and sim.stats.stops:
+                stops_while_cut_off.append(sim.now_ms)
+
+        run.sim.checks.append(check)
+
+    run = passed("cluster-shutdown-waits-for-every-member", watch)
+    assert run.sim.admin_replies[1].status == m.ADMIN_OK
+    assert stops_while_cut_off == []
+    assert run.sim.stats.stops == 4
+
+
+def test_the_last_data_member_is_refused_a_graceful_shutdown() -> None:
+    run = passed("the-last-data-member-is-not-shut-down")
+    assert [run.sim.admin_replies[i].status for i in (1, 2)] == [m.ADMIN_OK, m.ADMIN_OK]
+    last = run.sim.admin_replies[3]
+    assert last.status == m.ADMIN_FAILED
+    assert "last data member" in last.reason
+    assert len(run.sim.member_addresses()) == 1
+
+
+def test_a_short_pause_demotes_no_voter() -> None:
+    run = passed("a-short-pause-demotes-no-voter")
+    assert len(run.sim.member_addresses()) == 3

@@ -99,6 +99,7 @@ WIRE_CODES: dict[type, int] = {
     m.ClientReply: 107,
     m.TableRequest: 108,
     m.TableReply: 109,
+    m.ReplicaSyncRequest: 119,
     # administration 110-127
     m.ChangeClusterState: 110,
     m.PromoteMember: 111,

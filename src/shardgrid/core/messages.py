@@ -26,6 +26,7 @@ class JoinRequest:
 
     member: Replica
     lite: bool = False
+    heard_of_cluster: bool = False  # the sender knows a cluster exists: it must not found one
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +45,12 @@ class JoinRejected:
 
 @dataclass(frozen=True, slots=True)
 class Unjoined:
-    """From a process that belongs to no cluster either: a peer to form the first one with."""
+    """From a process that belongs to no cluster either: a peer to form the first one with,
+    unless it has heard of an existing cluster."""
 
     member: Replica
     lite: bool = False
+    heard_of_cluster: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +218,14 @@ class ReplicaSyncAck:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaSyncRequest:
+    """Backup to owner: this member is a backup of the partition but holds none of its data (it
+    learned of it from a snapshot): send it the whole partition."""
+
+    partition_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class AssignPartitions:
     """A member asked for data before any partition was assigned: the leader assigns them now."""
 
@@ -298,7 +309,8 @@ class AdminRequest:
 
 
 ADMIN_OK = "ok"
-ADMIN_FAILED = "failed"  # the reason says why; nothing changed
+ADMIN_FAILED = "failed"  # refused: the reason says why; nothing changed, and asking again will not help
+ADMIN_UNAVAILABLE = "unavailable"  # no leader now, an election, the leader changed: ask again
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,7 @@ _RUN_FIELDS = {
     "assign_on_first_use",
     "encode_messages",
     "settle_ms",
+    "snapshot_every_entries",
 }
 _STEP_FIELDS = {
     "action",

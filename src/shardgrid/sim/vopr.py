@@ -58,6 +58,7 @@ class SimParams:
     initial_cluster_size: int = 0  # 0: the smaller of 3 and ``members``
     max_voters: int = 5
     lite_members: int = 0  # how many of the first members start lite
+    snapshot_every_entries: int = 1_000  # small values make lagging members catch up by snapshot
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -78,6 +79,7 @@ class SimParams:
             assign_partitions_on_first_use=self.assign_on_first_use,
             initial_cluster_size=self.initial_cluster_size or min(3, self.members),
             max_voters=self.max_voters,
+            snapshot_every_entries=self.snapshot_every_entries,
         )
 
 
@@ -154,6 +156,13 @@ class Run:
     def faults_log(self, line: str) -> None:
         self.faults.append(line)
 
+    def _work_ms(self) -> int:
+        """How long the cluster may take to become safe: it grows with the migrations a member may
+        have to run one after another, and with the messages the network loses."""
+        p = self.params
+        serial = p.partitions * (p.backups + 1) / p.max_parallel_migrations
+        return int(60_000 + 1_000 * p.members + 50 * serial * (1 + 10 * max(p.drop_rate, p.duplicate_rate)))
+
     def start_cluster(self) -> None:
         sim = self.sim
         addresses = sim.reserve_addresses(self.params.members)
@@ -194,7 +203,7 @@ class Run:
             return False
         record = self.sim.master().consensus.state.record_of(node.member.identity) if self.sim.master() else None
         lite = record.lite if record is not None else node.member.ctx.lite
-        if not lite and self.data_losses >= self.data_budget:
+        if not lite and self.data_losses >= self._data_budget_now():
             return False
         if address in self.voters and (self.voter_losses + 1) * 2 >= len(self.voters):
             return False
@@ -209,6 +218,16 @@ class Run:
         alive = {n.member.identity for n in self.sim.nodes.values() if n.alive and not n.paused}
         remaining = sum(1 for v in current if v in alive and v != node.member.identity)
         return remaining * 2 > len(current)
+
+    def _data_budget_now(self) -> int:
+        """The data members that may still be lost: a graceful shutdown since the last safe point
+        hands its replicas to fewer members, so partitions may be left with fewer replicas."""
+        leader = self.sim.master()
+        if leader is None:
+            return self.data_budget
+        alive = {n.member.identity for n in self.sim.nodes.values() if n.alive}
+        staying = sum(1 for r in leader.consensus.state.members if not r.lite and not r.leaving and r.replica in alive)
+        return min(self.data_budget, staying + self.data_losses - 1)
 
     def _count_loss(self, address: str) -> None:
         node = self.sim.nodes[address]
@@ -225,7 +244,7 @@ class Run:
         problems: list[str] = []
         try:
             self.start_cluster()
-            if not self.wait_safe(60_000 + 1_000 * self.params.members):
+            if not self.wait_safe(self._work_ms()):
                 problems.append(f"the cluster never became safe after starting: {unsafe_reason(self.sim)}")
             else:
                 if self.params.assign_on_first_use or self.runner is not None:
@@ -293,6 +312,8 @@ class Run:
             if params.faults and sim.now_ms >= next_fault:
                 self._inject()
                 next_fault = sim.now_ms + self.rng.randint(*params.fault_gap_ms)
+        for client in sim.clients.values():
+            client.abandon()  # out of time: a call still open may or may not have been applied
 
     def _settle(self) -> None:
         sim = self.sim
@@ -302,7 +323,7 @@ class Run:
                 sim.resume(address)
         if self.state_changed:
             self._restore_active_state()
-        self.wait_safe(self.params.settle_ms)
+        self.wait_safe(max(self.params.settle_ms, self._work_ms()))
 
     def _restore_active_state(self) -> None:
         """Ask for ACTIVE until a request for it succeeded and the cluster is in it: an earlier
@@ -314,8 +335,10 @@ class Run:
             if not members:
                 return
             call = sim.admin(self.rng.choice(members), ChangeClusterState(ClusterState.ACTIVE))
-            answered_by = sim.now_ms + sim.config.admin_timeout_ms + 1_000
+            asked_ms = sim.now_ms
+            answered_by = asked_ms + sim.config.admin_timeout_ms + 1_000
             sim.run_until(answered_by, lambda call=call: call in sim.admin_replies)
+            sim.run_until(max(sim.now_ms, asked_ms + 1_000))  # no leader yet: do not ask in a tight loop
             reply = sim.admin_replies.get(call)
             leader = sim.master()
             succeeded = reply is not None and reply.status == "ok" and leader is not None

@@ -127,6 +127,13 @@ class SimClient:
     def idle(self) -> bool:
         return self.call is None and self.budget == 0
 
+    def abandon(self) -> None:
+        """The run ends with this call unanswered: its write may or may not have been applied."""
+        if self.call is not None and self.call.write is not None:
+            self.call.write.outcome = MAYBE
+        self.call = None
+        self.budget = 0
+
     def tick(self, now_ms: int, members: list[str]) -> list[tuple[str, Any]]:
         if not members:
             return []

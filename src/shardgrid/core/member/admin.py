@@ -1,16 +1,21 @@
-"""Administrative requests: cluster state changes, lite-member promotion, shutdowns.
+"""Administrative requests: cluster state changes, lite-member promotion, shutdowns, recovery.
 
 A client sends an ``AdminRequest`` to any member. What only the leader may propose is forwarded
-to it as a ``LeaderRequest``, and the answer comes back once the change is applied from the log,
-or as a clear failure (nothing changed) when it cannot be done:
+to it as a ``LeaderRequest``, and the answer comes back once the change is applied from the log.
+Every answer is ``ok``; ``failed`` (refused, nothing changed, asking again will not help); or
+``unavailable`` (no leader right now, an election, the leader changed before the change was
+committed: ask again):
 
 - a cluster state change only when every member reports the same partition table stamp as the
   leader (seed 003, 3.1); the leader keeps checking until ``admin_timeout_ms``;
-- a promotion (seed 002): fails when the member is already a data member, when there is no leader
-  or an election is in progress, when the leader does not know the member, or when the leader
+- a promotion (seed 002): fails when the member is already a data member or the leader does not
+  know it, and is unavailable when there is no leader, an election is in progress, or the leader
   changed before the promotion was committed;
-- a member's graceful shutdown, answered when it has handed everything over and left;
-- the cluster's shutdown: PASSIVE first, then every member stops.
+- a member's graceful shutdown, answered when it has handed everything over and left; the last data
+  member is refused (nothing could take its replicas: shut the cluster down instead);
+- the cluster's shutdown: PASSIVE first; once every member confirmed it applied PASSIVE, every
+  member stops (a member that cannot be reached keeps the cluster PASSIVE and the request fails);
+- the operator's recovery from a lost majority of voters (see ``RaftNode.force_new_configuration``).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from shardgrid.core.member.leases import Leases
 from shardgrid.core.messages import (
     ADMIN_FAILED,
     ADMIN_OK,
+    ADMIN_UNAVAILABLE,
     AdminReply,
     AdminRequest,
     ChangeClusterState,
@@ -39,17 +45,30 @@ from shardgrid.core.metadata import ClusterState
 from shardgrid.core.metadata.commands import MarkLeaving, PromoteToDataMember, SetClusterState
 from shardgrid.core.metadata.commands import ShutdownCluster as ShutdownClusterCommand
 
-Respond = Callable[[bool, str], None]
+Respond = Callable[[str, str], None]  # (status, reason)
 AdminCommand = ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster
 NO_LEADER = "there is no leader: an election is in progress or a majority of voters is unreachable"
+NOT_LEADER = "not the leader, or an election is in progress"
+
+
+def command_problem(command: object) -> str:
+    """Why an administrative command cannot be taken ('' when it can): checked whole at the
+    boundary, so that nothing malformed ever reaches the log."""
+    if not isinstance(
+        command, ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster | RecoverLostMajority
+    ):
+        return f"unknown command {type(command).__name__}"
+    if isinstance(command, ChangeClusterState) and not isinstance(command.state, ClusterState):
+        choices = ", ".join(s.value for s in ClusterState)
+        return f"unknown cluster state {command.state!r}; choose from {choices}"
+    return ""
 
 
 @dataclass(slots=True)
 class Forwarded:
-    """An admin request this member passed to the leader, to answer its client."""
+    """A request this member passed to the leader, and whom to tell its answer."""
 
-    client_address: str
-    call_id: int
+    respond: Respond
     deadline_ms: int
 
 
@@ -61,6 +80,7 @@ class StateChange:
     respond: Respond
     deadline_ms: int
     then_shutdown: bool = False
+    confirm_index: int = 0  # a shutdown waits until every member applied the PASSIVE entry
 
 
 class Admin:
@@ -83,105 +103,126 @@ class Admin:
 
     def on_admin_request(self, client: str, message: AdminRequest) -> None:
         command = message.command
-        if isinstance(command, ShutdownMember):
+
+        def respond(status: str, reason: str) -> None:
+            self.ctx.reply(client, AdminReply(message.call_id, status, reason))
+
+        problem = command_problem(command)
+        if problem:
+            respond(ADMIN_FAILED, problem)
+        elif isinstance(command, ShutdownMember):
             self.begin_leaving(client, message.call_id)
-            return
-        if isinstance(command, RecoverLostMajority):
-            self._recover(client, message.call_id)
-            return
-        if isinstance(command, PromoteMember):
-            record = self.consensus.state.record_of(self.ctx.identity)
-            if record is not None and not record.lite:
-                self._answer(client, message.call_id, False, "this member is already a data member")
-                return
-        if not isinstance(command, ChangeClusterState | PromoteMember | ShutdownCluster):
-            self._answer(client, message.call_id, False, f"unknown command {type(command).__name__}")
-            return
-        self.forward(command, client, message.call_id)
+        elif isinstance(command, RecoverLostMajority):
+            self._recover(respond)
+        elif isinstance(command, PromoteMember) and self._already_data():
+            respond(ADMIN_FAILED, "this member is already a data member")
+        else:
+            self.forward(command, respond)
 
-    def _recover(self, client: str, call_id: int) -> None:
-        """The operator's explicit recovery: refused while this member follows a leader."""
-        raft = self.consensus.raft
-        if self.consensus.leader is not None:
-            self._answer(client, call_id, False, f"{self.consensus.leader} leads: there is no lost majority to recover")
-            return
-        others = tuple(r for r in self.consensus.state.replicas if r != self.ctx.identity)
-        raft.force_new_configuration(others)
-        self._answer(
-            client,
-            call_id,
-            True,
-            f"this member now leads alone from log entry {raft.log.last_index} (term {raft.term}); "
-            "members that do not answer will be removed and their partitions repaired",
-        )
+    def _already_data(self) -> bool:
+        record = self.consensus.state.record_of(self.ctx.identity)
+        return record is not None and not record.lite
 
-    def forward(self, command: AdminCommand, client: str, call_id: int) -> None:
+    def forward(self, command: AdminCommand | RecoverLostMajority, respond: Respond) -> None:
+        """Have the leader carry ``command`` out for this member."""
         leader = self.consensus.leader
         if leader is None:
-            self._answer(client, call_id, False, NO_LEADER)
-            return
-        if leader == self.ctx.identity:
-            self.execute(command, self.ctx.identity, lambda ok, why: self._answer(client, call_id, ok, why))
-            return
-        self._counter += 1
-        self._forwarded[self._counter] = Forwarded(client, call_id, self.ctx.now_ms + self.ctx.config.admin_timeout_ms)
-        self.ctx.send(leader, LeaderRequest(self._counter, command))
+            respond(ADMIN_UNAVAILABLE, NO_LEADER)
+        elif leader == self.ctx.identity:
+            self.execute(command, self.ctx.identity, respond)
+        else:
+            self._counter += 1
+            self._forwarded[self._counter] = Forwarded(respond, self.ctx.now_ms + self.ctx.config.admin_timeout_ms)
+            self.ctx.send(leader, LeaderRequest(self._counter, command))
 
     def on_leader_reply(self, sender: Replica, message: LeaderReply) -> None:
         del sender
         forwarded = self._forwarded.pop(message.request_id, None)
         if forwarded is not None:
-            self._answer(forwarded.client_address, forwarded.call_id, message.status == ADMIN_OK, message.reason)
+            status = message.status if message.status in (ADMIN_OK, ADMIN_FAILED) else ADMIN_UNAVAILABLE
+            forwarded.respond(status, message.reason)
 
-    def _answer(self, client: str, call_id: int, ok: bool, reason: str) -> None:
-        self.ctx.reply(client, AdminReply(call_id, ADMIN_OK if ok else ADMIN_FAILED, reason))
+    def _recover(self, respond: Respond) -> None:
+        """The operator's explicit recovery: refused while this member has heard from a leader
+        lately (it may only be cut off for a moment, and the majority alive)."""
+        raft = self.consensus.raft
+        if self.consensus.leader is not None:
+            respond(ADMIN_FAILED, f"{self.consensus.leader} leads: there is no lost majority to recover")
+            return
+        quiet_ms = 2 * self.ctx.config.failure_timeout_ms
+        if raft.leader_silent_ms() < quiet_ms:
+            respond(
+                ADMIN_FAILED,
+                f"a leader was heard {raft.leader_silent_ms()} ms ago: recover only when no leader has been heard "
+                f"for {quiet_ms} ms and the lost voters will never come back",
+            )
+            return
+        others = tuple(r for r in self.consensus.state.replicas if r != self.ctx.identity)
+        raft.force_new_configuration(others)
+        respond(
+            ADMIN_OK,
+            f"this member now leads alone from log entry {raft.log.last_index} (term {raft.term}); "
+            "members that do not answer will be removed and their partitions repaired",
+        )
 
     # --- the leader ----------------------------------------------------------------------------------
 
     def on_leader_request(self, sender: Replica, message: LeaderRequest) -> None:
-        def respond(ok: bool, reason: str) -> None:
-            self.ctx.send(sender, LeaderReply(message.request_id, ADMIN_OK if ok else ADMIN_FAILED, reason))
+        def respond(status: str, reason: str) -> None:
+            self.ctx.send(sender, LeaderReply(message.request_id, status, reason))
 
         self.execute(message.command, sender, respond)
 
-    def execute(self, command: AdminCommand, origin: Replica, respond: Respond) -> None:
+    def execute(self, command: AdminCommand | RecoverLostMajority, origin: Replica, respond: Respond) -> None:
+        problem = command_problem(command)
+        if problem:
+            respond(ADMIN_FAILED, problem)
+            return
         if not self.consensus.leader_ready:
-            respond(False, "not the leader, or an election is in progress")
+            respond(ADMIN_UNAVAILABLE, NOT_LEADER)
             return
         state = self.consensus.state
-        if isinstance(command, PromoteMember):
-            record = state.record_of(origin)
-            if record is None:
-                respond(False, f"{origin} is not a known member")
-            elif not record.lite:
-                respond(False, f"{origin} is already a data member")
-            else:
-                self._propose(PromoteToDataMember(origin), respond, "the leader changed during the promotion")
-        elif isinstance(command, ShutdownMember):
-            record = state.record_of(origin)
-            if record is None:
-                respond(False, f"{origin} is not a known member")
-            elif record.leaving:
-                respond(True, "")
-            else:
-                self._propose(MarkLeaving(origin), respond, "the leader changed before the shutdown was recorded")
-        elif isinstance(command, ChangeClusterState):
-            deadline = self.ctx.now_ms + self.ctx.config.admin_timeout_ms
+        deadline = self.ctx.now_ms + self.ctx.config.admin_timeout_ms
+        if isinstance(command, ChangeClusterState):
             self._state_changes.append(StateChange(command.state, respond, deadline))
             self._try_state_changes()
-        elif isinstance(command, ShutdownCluster):
-            deadline = self.ctx.now_ms + self.ctx.config.admin_timeout_ms
+            return
+        if isinstance(command, ShutdownCluster):
             self._state_changes.append(StateChange(ClusterState.PASSIVE, respond, deadline, then_shutdown=True))
             self._try_state_changes()
+            return
+        if isinstance(command, RecoverLostMajority):
+            respond(ADMIN_FAILED, "a recovery is asked of a surviving member directly, not of a leader")
+            return
+        record = state.record_of(origin)
+        if record is None:
+            respond(ADMIN_FAILED, f"{origin} is not a known member")
+        elif isinstance(command, PromoteMember):
+            if not record.lite:
+                respond(ADMIN_FAILED, f"{origin} is already a data member")
+            else:
+                self._propose(PromoteToDataMember(origin), respond, "the leader changed during the promotion")
+        elif not isinstance(command, ShutdownMember):
+            respond(ADMIN_FAILED, f"unknown command {type(command).__name__}")
+        elif record.leaving:
+            respond(ADMIN_OK, "")
+        elif not record.lite and state.table is not None and not self._others_take_data(origin):
+            respond(ADMIN_FAILED, "the last data member cannot hand its replicas over to anyone: shut the cluster down")
         else:
-            respond(False, f"unknown command {type(command).__name__}")
+            self._propose(MarkLeaving(origin), respond, "the leader changed before the shutdown was recorded")
+
+    def _others_take_data(self, leaving: Replica) -> bool:
+        return any(not r.lite and not r.leaving and r.replica != leaving for r in self.consensus.state.members)
 
     def _propose(self, command: object, respond: Respond, lost: str) -> None:
         def done(applied: bool) -> None:
-            respond(applied, "" if applied else lost)
+            if applied:
+                respond(ADMIN_OK, "")
+            else:
+                respond(ADMIN_UNAVAILABLE, lost)
 
         if not self.consensus.propose(command, done):
-            respond(False, "not the leader, or an election is in progress")
+            respond(ADMIN_UNAVAILABLE, NOT_LEADER)
 
     def _try_state_changes(self) -> None:
         if not self._state_changes:
@@ -191,11 +232,17 @@ class Admin:
             return
         waiting: list[StateChange] = []
         for change in self._state_changes:
-            why = self._tables_differ()
+            why = self._unconfirmed(change.confirm_index) if change.confirm_index else self._tables_differ()
             if not why:
-                self._commit_state_change(change)
+                if change.confirm_index:
+                    self._propose(ShutdownClusterCommand(), change.respond, "the leader changed during the shutdown")
+                else:
+                    self._commit_state_change(change)
             elif self.ctx.now_ms >= change.deadline_ms:
-                change.respond(False, f"the members' partition tables did not agree in time: {why}")
+                if change.confirm_index:
+                    change.respond(ADMIN_FAILED, f"the cluster stays PASSIVE: {why}")
+                else:
+                    change.respond(ADMIN_FAILED, f"the members' partition tables did not agree in time: {why}")
             else:
                 waiting.append(change)
         self._state_changes = waiting
@@ -203,36 +250,56 @@ class Admin:
     def _commit_state_change(self, change: StateChange) -> None:
         def after_state(applied: bool) -> None:
             if not applied:
-                change.respond(False, "the leader changed before the state change was committed")
+                change.respond(ADMIN_UNAVAILABLE, "the leader changed before the state change was committed")
             elif change.then_shutdown:
-                self._propose(ShutdownClusterCommand(), change.respond, "the leader changed during the shutdown")
+                # Every member must hold PASSIVE before anyone stops: one that cannot be reached
+                # would otherwise run on, alone, in a cluster that no longer exists.
+                change.confirm_index = self.consensus.applied_index
+                change.deadline_ms = self.ctx.now_ms + self.ctx.config.admin_timeout_ms
+                self._state_changes.append(change)
             else:
-                change.respond(True, "")
+                change.respond(ADMIN_OK, "")
 
         if not self.consensus.propose(SetClusterState(change.state), after_state):
-            change.respond(False, "not the leader, or an election is in progress")
+            change.respond(ADMIN_UNAVAILABLE, NOT_LEADER)
 
     def _tables_differ(self) -> str:
-        """'' when every member reported, since the table last changed, the leader's stamp."""
+        """'' when every member reported, lately, the leader's partition table stamp."""
         state = self.consensus.state
         if state.table is None:
             return ""
         stamp = state.table.stamp
-        fresh_ms = 2 * self.ctx.config.lease_renew_interval_ms
         for member in state.replicas:
-            if member == self.ctx.identity:
-                continue
-            report = self.leases.reports.get(member)
-            if report is None or self.ctx.now_ms - report.at_ms > fresh_ms:
-                return f"{member} has not reported its table recently"
-            if report.table_stamp != stamp:
+            report = self._fresh_report(member)
+            if isinstance(report, str):
+                return report
+            if report is not None and report.table_stamp != stamp:
                 return f"{member} holds another partition table"
         return ""
+
+    def _unconfirmed(self, index: int) -> str:
+        """'' when every member reported having applied the log up to ``index``."""
+        for member in self.consensus.state.replicas:
+            report = self._fresh_report(member)
+            if isinstance(report, str):
+                return report
+            if report is not None and report.applied_index < index:
+                return f"{member} has not confirmed it applied the PASSIVE state"
+        return ""
+
+    def _fresh_report(self, member: Replica) -> object:
+        """The member's recent report (None for the leader itself), or why there is none."""
+        if member == self.ctx.identity:
+            return None
+        report = self.leases.reports.get(member)
+        if report is None or self.ctx.now_ms - report.at_ms > 2 * self.ctx.config.lease_renew_interval_ms:
+            return f"{member} has not reported its table recently"
+        return report
 
     def _fail_state_changes(self, reason: str) -> None:
         changes, self._state_changes = self._state_changes, []
         for change in changes:
-            change.respond(False, reason)
+            change.respond(ADMIN_UNAVAILABLE, reason)
 
     def on_leadership_lost(self) -> None:
         self._fail_state_changes("the leader changed before the state change")
@@ -241,8 +308,7 @@ class Admin:
         """Requests passed to the previous leader will not be answered by it: say so now."""
         forwarded, self._forwarded = self._forwarded, {}
         for request_id in sorted(forwarded):
-            entry = forwarded[request_id]
-            self._answer(entry.client_address, entry.call_id, False, "the leader changed before it answered; retry")
+            forwarded[request_id].respond(ADMIN_UNAVAILABLE, "the leader changed before it answered; ask again")
 
     # --- time --------------------------------------------------------------------------------------
 
@@ -252,4 +318,4 @@ class Admin:
             forwarded = self._forwarded[request_id]
             if self.ctx.now_ms >= forwarded.deadline_ms:
                 del self._forwarded[request_id]
-                self._answer(forwarded.client_address, forwarded.call_id, False, "the leader did not answer in time")
+                forwarded.respond(ADMIN_UNAVAILABLE, "the leader did not answer in time")

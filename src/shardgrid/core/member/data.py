@@ -43,6 +43,7 @@ from shardgrid.core.messages import (
     OperationResult,
     ReplicaSyncAck,
     ReplicaSyncChunk,
+    ReplicaSyncRequest,
     TableReply,
     TableRequest,
 )
@@ -464,6 +465,26 @@ class DataPath:
         for pid, slots in enumerate(table.replicas):
             if self.ctx.identity in slots:
                 self.stores.setdefault(pid, PartitionData())
+
+    def ask_for_missing_data(self) -> None:
+        """Backups of partitions this member holds no data of (a snapshot named it) ask the owner."""
+        table = self.consensus.state.table
+        if table is None:
+            return
+        me = self.ctx.identity
+        migrations = self.migrations
+        for pid, slots in enumerate(table.replicas):
+            owner = slots[0]
+            if owner is None or owner == me or me not in slots or pid in self.stores or pid in self.incoming_syncs:
+                continue
+            if migrations is not None and migrations.involved(pid):
+                continue
+            self.ctx.send(owner, ReplicaSyncRequest(pid))
+
+    def on_sync_request(self, sender: Replica, message: ReplicaSyncRequest) -> None:
+        pid = message.partition_id
+        if isinstance(pid, int) and 0 <= pid < self.ctx.config.partition_count:
+            self.start_sync(pid, [sender])
 
     def sync_after_promotion(self, partition_ids: list[int]) -> None:
         """A promoted owner starts a new lineage and brings its backups into it."""

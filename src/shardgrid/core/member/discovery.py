@@ -3,13 +3,18 @@
 A process that belongs to no cluster sends ``JoinRequest`` to every address it knows (its seeds,
 and, after a removal, every member of the cluster it last knew) until it is a member. A member of a
 cluster answers with where the leader is; the leader admits it through the log. A process that
-belongs to no cluster either answers ``Unjoined``.
+belongs to no cluster either answers ``Unjoined``, saying whether it has heard of one.
 
-A brand-new cluster forms only when ``initial_cluster_size`` such processes found each other and
-none of them heard of an existing cluster; the first of them (by seed order, then address, then
-identity) proposes the founding members and all of them start the same log. So a lone process
-that restarts cut off from its cluster never forms a second one, and a process that has ever
-heard of a cluster (or was a member of one) never forms a cluster at all.
+A brand-new cluster forms only when all of these hold for the process that proposes it:
+- it has never heard of a cluster (a member's answer, a refusal, or a peer that heard of one);
+- ``initial_cluster_size`` processes that have never heard of a cluster found each other, and they
+  include more than half of the seed addresses (so processes restarted on a minority of the seed
+  hosts, cut off from their cluster, can never form a second one between them);
+- it has been in contact with them for ``bootstrap_after_ms`` (time spent cut off does not count:
+  a process that regains the network first hears whether a cluster answers);
+- it is the first of them by seed order, then address, then identity.
+Every founder starts the same log from the founding message; a process that has heard of a
+cluster refuses one.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ class Discovery:
         self.known_addresses = tuple(dict.fromkeys((*ctx.seed_addresses, *known_addresses)))
         self.cluster_seen = cluster_seen
         self.started_ms = ctx.now_ms
-        self.peers: dict[Replica, tuple[bool, int]] = {}  # unjoined peer -> (lite, when heard)
+        self.peers: dict[Replica, tuple[bool, int]] = {}  # unjoined peer that never heard of a cluster -> (lite, when)
+        self.first_contact_ms: int | None = None  # when another process first answered or asked
         self.leader_address: str | None = None
         self.rejected_reason = ""
         self._last_probe_ms = -(10**12)
@@ -40,7 +46,7 @@ class Discovery:
         config = self.ctx.config
         if self.ctx.now_ms - self._last_probe_ms >= config.join_retry_ms:
             self._last_probe_ms = self.ctx.now_ms
-            request = JoinRequest(self.ctx.identity, self.ctx.lite)
+            request = JoinRequest(self.ctx.identity, self.ctx.lite, self.cluster_seen)
             targets = list(self.known_addresses)
             if self.leader_address is not None and self.leader_address not in targets:
                 targets.append(self.leader_address)
@@ -55,39 +61,58 @@ class Discovery:
         if message.leader_address is not None and message.leader_address != self.ctx.identity.address:
             self.leader_address = message.leader_address
             asked.add(message.leader_address)
-            self.ctx.send_to_address(message.leader_address, JoinRequest(self.ctx.identity, self.ctx.lite))
+            self.ctx.send_to_address(message.leader_address, JoinRequest(self.ctx.identity, self.ctx.lite, True))
 
     def on_rejected(self, message: JoinRejected) -> None:
         self.cluster_seen = True
         self.rejected_reason = message.reason
 
     def on_unjoined(self, message: Unjoined) -> None:
-        if message.member != self.ctx.identity:
-            self.peers[message.member] = (message.lite, self.ctx.now_ms)
+        self._heard_peer(message.member, message.lite, message.heard_of_cluster)
 
     def on_join_request(self, message: JoinRequest) -> None:
         """Another process looking for a cluster: it is a peer, and it should know we are one."""
         if message.member == self.ctx.identity:
             return
-        self.peers[message.member] = (message.lite, self.ctx.now_ms)
-        self.ctx.send_to_address(message.member.address, Unjoined(self.ctx.identity, self.ctx.lite))
+        self._heard_peer(message.member, message.lite, message.heard_of_cluster)
+        reply = Unjoined(self.ctx.identity, self.ctx.lite, self.cluster_seen)
+        self.ctx.send_to_address(message.member.address, reply)
+
+    def _heard_peer(self, peer: Replica, lite: bool, heard_of_cluster: bool) -> None:
+        if peer == self.ctx.identity:
+            return
+        if self.first_contact_ms is None:
+            self.first_contact_ms = self.ctx.now_ms
+        if heard_of_cluster:
+            self.cluster_seen = True  # a cluster exists: we join it, we do not found another
+        else:
+            self.peers[peer] = (lite, self.ctx.now_ms)
 
     def accepts(self, message: Bootstrap) -> bool:
-        """Whether to found the cluster ``message`` describes: the one that names this very process
-        (its identity is unique, so the cluster it may have heard of is this one)."""
-        return any(m.replica == self.ctx.identity for m in message.members)
+        """Whether to found the cluster ``message`` describes: one that names this process, as long
+        as it never heard of another (founders send it again to a founder that missed it)."""
+        return not self.cluster_seen and any(m.replica == self.ctx.identity for m in message.members)
 
     # --- forming a new cluster -------------------------------------------------------------------
 
     def _founding(self) -> Bootstrap | None:
         config = self.ctx.config
-        if self.cluster_seen or self.ctx.now_ms - self.started_ms < config.bootstrap_after_ms:
+        now = self.ctx.now_ms
+        if self.cluster_seen or now - self.started_ms < config.bootstrap_after_ms:
+            return None
+        if config.initial_cluster_size > 1 and (
+            self.first_contact_ms is None or now - self.first_contact_ms < config.bootstrap_after_ms
+        ):
             return None
         fresh_ms = PEER_FRESH_RETRIES * config.join_retry_ms
-        peers = {p: lite for p, (lite, heard) in self.peers.items() if self.ctx.now_ms - heard <= fresh_ms}
+        peers = {p: lite for p, (lite, heard) in self.peers.items() if now - heard <= fresh_ms}
         peers[self.ctx.identity] = self.ctx.lite
         if len(peers) < config.initial_cluster_size or all(peers.values()):
             return None
+        seeds = set(self.ctx.seed_addresses) or {self.ctx.identity.address}
+        at_seeds = {p.address for p in peers} & seeds
+        if len(at_seeds) * 2 <= len(seeds):
+            return None  # not a majority of the seed hosts: they may be a cut-off part of a cluster
         ordered = sorted(peers, key=self._order)
         if ordered[0] != self.ctx.identity:
             return None  # the first of us proposes; we wait for its Bootstrap

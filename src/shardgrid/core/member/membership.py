@@ -36,10 +36,12 @@ class MembershipLeader:
         self.joiners: dict[Replica, bool] = {}  # waiting to be added -> lite
         self.last_heard: dict[Replica, int] = {}
         self.distrust_until_ms = 0
+        self.leader_since_ms = 0
 
     def reset(self) -> None:
         self.joiners = {}
         self.last_heard = {}
+        self.leader_since_ms = self.ctx.now_ms
 
     def heard_from(self, member: Replica) -> None:
         self.last_heard[member] = self.ctx.now_ms
@@ -114,6 +116,14 @@ class MembershipLeader:
         change = ConfChange(remove=tuple(chosen))
         return self.consensus.propose_change(change, (RemoveMembers(tuple(chosen)),))
 
+    def _presumed_alive(self, member: Replica) -> bool:
+        """Whether a voter may stay one: it answered this leader within a failure timeout, or this
+        leader took over less than that ago (it has had no chance to hear from everyone yet). One
+        that stood still for less (a short pause) is not a loss: demoting it would only weaken the
+        voters meanwhile."""
+        timeout_ms = self.ctx.config.failure_timeout_ms
+        return self._answering(member, timeout_ms) or self.ctx.now_ms - self.leader_since_ms < timeout_ms
+
     def _answering(self, member: Replica, within_ms: int) -> bool:
         """Whether ``member`` answered a message this leader sent within the last ``within_ms``."""
         return self.ctx.now_ms - self.consensus.raft.answered_since_ms(member) <= within_ms
@@ -165,10 +175,9 @@ class MembershipLeader:
         raft = self.consensus.raft
         me = self.ctx.identity
         voters = set(raft.membership.voters)
-        fresh_ms = self.ctx.config.failure_timeout_ms // 2
         recent_ms = 3 * self.ctx.config.raft_heartbeat_interval_ms
         eligible = [
-            r.replica for r in state.members if not r.lite and not r.leaving and self._answering(r.replica, fresh_ms)
+            r.replica for r in state.members if not r.lite and not r.leaving and self._presumed_alive(r.replica)
         ]
         # Only a learner that answered within the last heartbeats, and holds the whole log.
         candidates = [

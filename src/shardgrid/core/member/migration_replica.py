@@ -140,13 +140,25 @@ class MigrationReplica:
             del self.outgoing[pid]
 
     def on_state_loaded(self) -> None:
-        """A snapshot replaced the state: keep exactly the migrations it shows in flight."""
+        """A snapshot replaced the state: keep the migrations it shows in flight, and settle those
+        whose outcome it already holds."""
         state = self.consensus.state
-        for table in (self.outgoing, self.incoming):
-            for pid in list(table):
-                running = state.migrations.get(pid)
-                if running is None or running.migration_id != table[pid].record.migration_id:
-                    del table[pid]
+        for pid in list(self.outgoing):
+            running = state.migrations.get(pid)
+            if running is None or running.migration_id != self.outgoing[pid].record.migration_id:
+                del self.outgoing[pid]
+        for pid in list(self.incoming):
+            incoming = self.incoming[pid]
+            running = state.migrations.get(pid)
+            if running is not None and running.migration_id == incoming.record.migration_id:
+                continue
+            del self.incoming[pid]
+            # Its outcome is inside the snapshot. Committed, this member committed first (installed)
+            # and the table names it a replica: the staged data is then its copy of the partition.
+            named = state.table is not None and self.ctx.identity in state.table.replicas[pid]
+            if incoming.installed and incoming.complete and named:
+                data = PartitionData.from_entries(incoming.staged, incoming.replica_sequence, incoming.lineage)
+                self.data.install(pid, data)
         for pid, record in sorted(state.migrations.items()):
             if pid not in self.outgoing and pid not in self.incoming:
                 self.on_started(record)

@@ -102,6 +102,7 @@ class Member:
             m.BackupAck: self.data.on_backup_ack,
             m.ReplicaSyncChunk: self.data.on_sync_chunk,
             m.ReplicaSyncAck: self.data.on_sync_ack,
+            m.ReplicaSyncRequest: self.data.on_sync_request,
             m.AssignPartitions: lambda _sender, _message: self.master.request_assignment(),
             m.LeaderReply: self.admin.on_leader_reply,
         }
@@ -293,7 +294,7 @@ class Member:
             self.replica.tick()
             self.data.tick()
             self.admin.tick()
-            if self.lifecycle is Lifecycle.LEAVING:
+            if self._leaving_replies:
                 self._leaving_tick()
             if self._shutdown_index:
                 self._shutdown_tick()
@@ -326,9 +327,13 @@ class Member:
         state = self.consensus.state
         if self.lifecycle is Lifecycle.DISCOVERING and state.is_member(self.identity):
             self._become_active()
+        record = state.record_of(self.identity)
+        if record is not None and record.leaving and self.lifecycle is Lifecycle.ACTIVE:
+            self._set_lifecycle(Lifecycle.LEAVING)
         self.replica.on_state_loaded()
         if state.table is not None:
             self.data.after_table_change(list(range(state.table.partition_count)))
+            self.data.ask_for_missing_data()
         self.master.reset(self.consensus.is_leader)
         self._drive_requested = True
 
@@ -362,7 +367,9 @@ class Member:
         state = self.consensus.state
         for member in changes.members_changed:
             record = state.record_of(member)
-            if record is not None and not record.lite and not record.leaving:
+            if record is not None and record.leaving and member == me and self.lifecycle is Lifecycle.ACTIVE:
+                self._set_lifecycle(Lifecycle.LEAVING)
+            elif record is not None and not record.lite and not record.leaving:
                 self.ctx.emit(events.MemberPromoted(member, index))
                 if member == me:
                     self.ctx.lite = False
@@ -419,33 +426,37 @@ class Member:
             self.ctx.send(leader, m.AssignPartitions())
 
     def _begin_leaving(self, client: str, call_id: int) -> None:
-        """A graceful shutdown: hand every replica over (the leader plans without this member), leave
-        the voters, and stop once the leader removed it."""
+        """A graceful shutdown: the leader records this member as leaving, plans without it (its
+        replicas move to others), takes it out of the voters, and removes it once it holds nothing;
+        then it stops. It stays ACTIVE until the log says it is leaving: a refusal changes nothing."""
+        if not self._leaving_replies:
+            self._leaving_since_ms = self.ctx.now_ms
         self._leaving_replies.append((client, call_id))
         if self.lifecycle is Lifecycle.ACTIVE:
-            self._set_lifecycle(Lifecycle.LEAVING)
-            self._leaving_since_ms = self.ctx.now_ms
-            self._leaving_tick()
+            self._ask_to_leave()
+
+    def _ask_to_leave(self) -> None:
+        self._last_leave_request_ms = self.ctx.now_ms
+        self.admin.forward(m.ShutdownMember(), self._on_leave_answer)
+
+    def _on_leave_answer(self, status: str, reason: str) -> None:
+        if status == m.ADMIN_FAILED:  # refused for good (the last data member): it stays
+            replies, self._leaving_replies = self._leaving_replies, []
+            for client, call_id in replies:
+                self.ctx.reply(client, m.AdminReply(call_id, m.ADMIN_FAILED, reason))
+        # ok: the log now marks it leaving; unavailable: it asks again on a later tick
 
     def _leaving_tick(self) -> None:
         config = self.ctx.config
         record = self.consensus.state.record_of(self.identity)
         due = self.ctx.now_ms - self._last_leave_request_ms >= config.retry_interval_ms
-        if record is not None and not record.leaving and due:
-            self._last_leave_request_ms = self.ctx.now_ms
+        if self.lifecycle is Lifecycle.ACTIVE and record is not None and not record.leaving and due:
             self._ask_to_leave()
         if self.ctx.now_ms - self._leaving_since_ms > config.graceful_shutdown_timeout_ms:
             replies, self._leaving_replies = self._leaving_replies, []
             for client, call_id in replies:
                 reason = "still handing replicas over after graceful_shutdown_timeout_ms; nothing was lost"
                 self.ctx.reply(client, m.AdminReply(call_id, m.ADMIN_FAILED, reason))
-
-    def _ask_to_leave(self) -> None:
-        leader = self.consensus.leader
-        if leader == self.identity:
-            self.admin.execute(m.ShutdownMember(), self.identity, lambda ok, why: None)
-        elif leader is not None:
-            self.ctx.send(leader, m.LeaderRequest(0, m.ShutdownMember()))
 
     def _stop(self, reason: str) -> None:
         self._set_lifecycle(Lifecycle.STOPPED)

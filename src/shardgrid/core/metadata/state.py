@@ -144,6 +144,9 @@ def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataS
         changes.partitions.update(range(state.partition_count))
         return replace(state, table=command.table)
     if isinstance(command, SetClusterState):
+        if not isinstance(command.state, ClusterState):
+            changes.refused.append(f"not a cluster state: {command.state!r}")
+            return state
         changes.cluster_state = command.state
         return replace(state, cluster_state=command.state)
     if isinstance(command, PromoteToDataMember | MarkLeaving):

@@ -195,6 +195,10 @@ class RaftNode:
         settings = self.settings
         return sent[self.membership.quorum - 1] + settings.election_timeout_ms - settings.clock_drift_margin_ms
 
+    def leader_silent_ms(self) -> int:
+        """How long since this server last heard from a leader (since it started, if never)."""
+        return self.now_ms - (self._last_leader_contact_ms if self._last_leader_contact_ms is not None else 0)
+
     def match_index(self, node: Replica) -> int:
         """How far the leader knows ``node``'s log matches its own (the leader's own last index)."""
         if node == self.identity:
@@ -226,8 +230,11 @@ class RaftNode:
                 self._transfer_target = None
             if self.now_ms - self._last_heartbeat_ms >= self.settings.heartbeat_interval_ms:
                 self._heartbeat()
-        elif self._may_campaign() and self.now_ms >= self._election_deadline_ms:
-            self._campaign(pre_vote=True)
+        elif self._may_campaign():
+            if self.now_ms >= self._election_deadline_ms:
+                self._campaign(pre_vote=True)
+        elif self.leader is not None and self.leader_silent_ms() >= 2 * self.settings.election_timeout_ms:
+            self.leader = None  # a learner never campaigns, but it must not believe in a dead leader
 
     def step(self, now_ms: int, sender: Replica, message: Any) -> None:
         self._advance_clock(now_ms)
