@@ -21,6 +21,19 @@ THREE_BACKUPS = SimParams(ops=200, members=7, backups=3, max_voters=7, faults=FA
 LOSSY = SimParams(
     ops=300, members=4, partitions=31, faults=FAULTS, fault_gap_ms=(500, 2_000), drop_rate=0.1, duplicate_rate=0.1
 )
+# Lagging members catch up by snapshot in the middle of migrations (a destination once dropped the
+# data it had committed when the outcome came inside a snapshot).
+FREQUENT_SNAPSHOTS = SimParams(
+    ops=600,
+    members=3,
+    backups=2,
+    lite_members=1,
+    faults=FAULTS,
+    drop_rate=0.05,
+    duplicate_rate=0.0,
+    fault_gap_ms=(800, 2_500),
+    snapshot_every_entries=10,
+)
 FIRST_USE_WITH_LITE = SimParams(
     ops=300, members=5, lite_members=1, assign_on_first_use=True, faults=FAULTS, fault_gap_ms=(1_000, 4_000)
 )
@@ -38,6 +51,24 @@ REGRESSION_SEEDS = [
     # The leader promoted a learner that had just died before demoting a dead voter: two of four
     # voters dead, no majority left.
     (90, SimParams(ops=600, members=6, backups=2, faults=FAULTS)),
+    # Found by review: a destination that got the migration's outcome inside a snapshot dropped the
+    # data it had committed, and served the partition empty.
+    (
+        13,
+        SimParams(
+            members=3,
+            partitions=271,
+            backups=2,
+            ops=1000,
+            faults=FAULTS,
+            drop_rate=0.05,
+            duplicate_rate=0.0,
+            fault_gap_ms=(800, 2500),
+            settle_ms=300_000,
+            lite_members=1,
+            snapshot_every_entries=10,
+        ),
+    ),
 ]
 
 
@@ -48,6 +79,7 @@ CONFIGURATIONS: dict[str, tuple[SimParams, int]] = {
     "three-backups-seven-members": (THREE_BACKUPS, SCALE // 6),
     "small-very-lossy": (LOSSY, SCALE // 10),
     "first-use-assignment-with-a-lite-member": (FIRST_USE_WITH_LITE, SCALE // 10),
+    "frequent-snapshots": (FREQUENT_SNAPSHOTS, SCALE // 10),
 }
 
 
