@@ -123,6 +123,12 @@ class DataPath:
         return self.stores.setdefault(pid, PartitionData())
 
     def install(self, pid: int, data: PartitionData) -> None:
+        """Take ``data`` as this member's copy of the partition, unless what it holds is newer in
+        the same lineage (a replica sync may have overtaken a migration's staged data): a replica
+        never goes back past writes it has applied, some of them acknowledged."""
+        held = self.stores.get(pid)
+        if held is not None and held.lineage == data.lineage and held.sequence >= data.sequence:
+            return
         self.stores[pid] = data
         self.reorder.pop(pid, None)
         self.incoming_syncs.pop(pid, None)
@@ -391,6 +397,7 @@ class DataPath:
             incoming.staged.extend(message.entries)
             incoming.next_chunk += 1
             if message.last:
+                del self.incoming_syncs[pid]
                 self.install(
                     pid, PartitionData.from_entries(incoming.staged, message.replica_sequence, message.lineage)
                 )
