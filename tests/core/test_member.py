@@ -289,3 +289,17 @@ def test_a_cluster_state_that_is_not_one_is_refused_and_never_reaches_the_log(bo
     forwarded = m.LeaderRequest(1, m.ChangeClusterState(bogus))  # type: ignore[arg-type]
     effects = leader.handle(now + 2_000, Receive(B.address, B, A.uuid, forwarded))
     assert [e.message.status for e in effects if isinstance(e, Send)] == [m.ADMIN_FAILED]
+
+
+def test_a_promotion_asked_by_a_member_the_leader_does_not_know_fails() -> None:
+    """Seed 002's failure cases of a promotion, on the leader: an unknown member, a data member."""
+    leader, now = alone()
+    stranger = Replica("dddddddd-0000-4000-8000-000000000004", "127.0.0.1:5704")
+    effects = leader.handle(now + 1, Receive(stranger.address, stranger, A.uuid, m.LeaderRequest(3, m.PromoteMember())))
+    (reply,) = [e.message for e in effects if isinstance(e, Send) and isinstance(e.message, m.LeaderReply)]
+    assert reply.status == m.ADMIN_FAILED
+    assert "not a known member" in reply.reason
+    effects = leader.handle(now + 2, Receive("c", None, None, m.AdminRequest(4, m.PromoteMember())))
+    (answer,) = replies(effects)
+    assert answer.status == m.ADMIN_FAILED
+    assert "already a data member" in answer.reason
