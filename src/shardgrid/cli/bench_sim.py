@@ -20,7 +20,7 @@ from typing import Any
 
 from shardgrid.core import codec
 from shardgrid.core.metadata.commands import FinishMigrations, StartMigrations
-from shardgrid.core.raft.messages import InstallSnapshot
+from shardgrid.core.raft.messages import AppendEntries, InstallSnapshot
 from shardgrid.sim.checkers import LogChecker
 from shardgrid.sim.scenario import Scenario
 from shardgrid.sim.vopr import SimParams, run_seed
@@ -83,6 +83,8 @@ def crash_repair(partitions: int, members: int, max_parallel: int, seed: int = 1
     raft = leader.consensus.raft
     snapshot = raft.log.snapshot
     snapshot_bytes = len(codec.encode(InstallSnapshot(raft.term, snapshot, 0))) if snapshot is not None else 0
+    entries = tuple(raft.log.entries)
+    log_bytes = len(codec.encode(AppendEntries(raft.term, 0, 0, entries, 0, 0))) if entries else 0
     return {
         "partitions": partitions,
         "members": members,
@@ -94,6 +96,7 @@ def crash_repair(partitions: int, members: int, max_parallel: int, seed: int = 1
         **_outcomes_per_entry(_entries_since(scenario, index_before)),
         "log": {
             "entries_held": len(raft.log.entries),
+            "entries_bytes": log_bytes,
             "snapshot_index": raft.log.snapshot_index,
             "snapshot_bytes": snapshot_bytes,
             "applied_index": leader.consensus.applied_index,
