@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 
 from shardgrid import __version__
+from shardgrid.cli.bench_member import run_member_bench
 from shardgrid.cli.bench_plan import run_plan_bench
 from shardgrid.cli.bench_sim import run_sim_bench
 from shardgrid.cli.plan_report import render, summarize
@@ -177,6 +178,18 @@ def bench_sim(partitions: int, members: int, parallel: str) -> None:
     """Simulator events/s, and simulated time to safe after a crash at seed 003's scale."""
     values = tuple(int(v) for v in parallel.split(",") if v.strip())
     report = run_sim_bench(partitions, members, values)
+    click.echo(json.dumps(report, indent=2))
+    if not report["target"]["met"]:
+        click.echo(f"target missed: {report['target']['what']}", err=True)
+        sys.exit(1)
+
+
+@bench.command("member")
+@click.option("--migration-entries", type=click.IntRange(1_000, 1_000_000), default=100_000, show_default=True)
+@click.option("--handle-partitions", type=click.IntRange(271, 100_000), default=20_000, show_default=True)
+def bench_member(migration_entries: int, handle_partitions: int) -> None:
+    """The data path through the real codec: put_all, get_all, single put, migration, slowest handle()."""
+    report = run_member_bench(migration_entries=migration_entries, handle_partitions=handle_partitions)
     click.echo(json.dumps(report, indent=2))
     if not report["target"]["met"]:
         click.echo(f"target missed: {report['target']['what']}", err=True)

@@ -1,0 +1,313 @@
+"""``shardgrid bench member``: what the data path costs a member, through the real codec.
+
+Three members form a cluster in the simulator; then the benchmark takes over delivery itself and
+times, on one core, everything a request costs the members that handle it: decoding, the owner's
+``handle()``, the backup's ``handle()`` for the replication messages, their acknowledgements, and
+encoding every message and the reply. The clock stands still meanwhile (leases stay valid and no
+timer fires), so the figures hold the data path alone.
+
+The migration figure is the wall time, in the simulator with every message through the codec, of
+a graceful shutdown that moves one partition of 100,000 entries to another member, divided into
+the entries; its memory figure is the peak of what Python allocated during the move beyond what
+the partition's data already took. The last figure is the slowest single ``handle()`` call while a
+20,000-partition cluster repairs a crash.
+"""
+
+from __future__ import annotations
+
+import gc
+import platform
+import time
+import tracemalloc
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from shardgrid.core import codec
+from shardgrid.core import messages as m
+from shardgrid.core.effects import Receive, ReplyToClient, Send
+from shardgrid.core.hashing import partition_id_of_serialized
+from shardgrid.core.member import Member
+from shardgrid.sim.scenario import Scenario
+from shardgrid.sim.vopr import SimParams
+
+CLIENT_ADDRESS = "bench-client:1"
+MAP_NAME = "bench"
+VALUE_BYTES = 100
+BATCH_ENTRIES = 1_000
+MAX_EXCHANGE_MESSAGES = 1_000_000  # a request's exchange ends long before this; a bound all the same
+
+TARGETS = {
+    "put_all_entries_per_second": 500_000,
+    "get_all_entries_per_second": 1_000_000,
+    "single_put_max_us": 15.0,
+    "migration_entries_per_second": 1_000_000,
+    "max_handle_ms": 50.0,
+}
+
+
+class Exchange:
+    """Delivers a client request and everything it causes between members, through the codec,
+    until the member replies; the benchmark's own bookkeeping is kept small next to the work."""
+
+    def __init__(self, members: dict[str, Member], now_ms: int) -> None:
+        self.members = members
+        self.now_ms = now_ms
+
+    def call(self, target: str, request: Any) -> Any:
+        queue: list[tuple[str, str, Any, Any]] = [(target, CLIENT_ADDRESS, None, request)]
+        reply = None
+        delivered = 0
+        while queue:
+            address, sender_address, sender, message = queue.pop()
+            delivered += 1
+            if delivered > MAX_EXCHANGE_MESSAGES:
+                raise RuntimeError("a request's exchange did not end")
+            member = self.members[address]
+            decoded = codec.FrameDecoder().feed(codec.encode(message))[0]
+            effects = member.handle(self.now_ms, Receive(sender_address, sender, member.identity.uuid, decoded))
+            for effect in effects:
+                if isinstance(effect, Send):
+                    queue.append((effect.target.address, address, member.identity, effect.message))
+                elif isinstance(effect, ReplyToClient):
+                    reply = codec.FrameDecoder().feed(codec.encode(effect.message))[0]
+        if reply is None:
+            raise RuntimeError(f"no reply to {type(request).__name__}")
+        return reply
+
+
+def _settled_cluster(seed: int, partitions: int, backups: int) -> Scenario:
+    params = SimParams(
+        members=3,
+        partitions=partitions,
+        backups=backups,
+        ops=0,
+        faults=(),
+        drop_rate=0.0,
+        duplicate_rate=0.0,
+        encode_messages=True,
+    )
+    scenario = Scenario(seed, params)
+    scenario.start()
+    # Safe does not mean serving: every member must also hold its lease before the clock stops.
+    scenario.run_until(lambda: all(node.member.leases.holds() for node in scenario.sim.nodes.values()))
+    return scenario
+
+
+def _keys_owned_by(member: Member, count: int, partitions: int, start: int = 0) -> list[tuple[int, bytes]]:
+    table = member.consensus.state.table
+    if table is None:
+        raise RuntimeError("no table")
+    keys: list[tuple[int, bytes]] = []
+    i = start
+    while len(keys) < count:
+        key = b"key-%d" % i
+        pid = partition_id_of_serialized(key, partitions)
+        if table.owner(pid) == member.identity:
+            keys.append((pid, key))
+        i += 1
+    return keys
+
+
+def _batches(keys: list[tuple[int, bytes]], size: int) -> Iterable[list[tuple[int, bytes]]]:
+    for start in range(0, len(keys), size):
+        yield keys[start : start + size]
+
+
+def _put_request(call_id: int, keys: list[tuple[int, bytes]], value: bytes) -> m.ClientRequest:
+    return m.ClientRequest(call_id, tuple((pid, m.Operation(m.PUT, MAP_NAME, key, value)) for pid, key in keys))
+
+
+def _get_request(call_id: int, keys: list[tuple[int, bytes]]) -> m.ClientRequest:
+    return m.ClientRequest(call_id, tuple((pid, m.Operation(m.GET, MAP_NAME, key)) for pid, key in keys))
+
+
+def _check_ok(reply: Any, expected: int) -> None:
+    if len(reply.results) != expected or any(r.status != m.OK for r in reply.results):
+        statuses = sorted({r.status for r in reply.results})
+        raise RuntimeError(f"the member did not serve every operation: {statuses}")
+
+
+def _timed(action: Callable[[], None]) -> float:
+    gc.collect()
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def data_path(seed: int = 1, batches: int = 20, single_puts: int = 2_000) -> dict[str, Any]:
+    """put_all, get_all and single puts against a member with one sync backup."""
+    partitions = 271
+    scenario = _settled_cluster(seed, partitions, backups=1)
+    sim = scenario.sim
+    members = {address: node.member for address, node in sim.nodes.items()}
+    owner_address = sorted(members)[0]
+    owner = members[owner_address]
+    exchange = Exchange(members, sim.now_ms)
+    value = bytes(VALUE_BYTES)
+    keys = _keys_owned_by(owner, BATCH_ENTRIES * batches, partitions)
+    call_ids = iter(range(1, 10**9))
+
+    def put_all() -> None:
+        for batch in _batches(keys, BATCH_ENTRIES):
+            _check_ok(exchange.call(owner_address, _put_request(next(call_ids), batch, value)), len(batch))
+
+    def get_all() -> None:
+        for batch in _batches(keys, BATCH_ENTRIES):
+            reply = exchange.call(owner_address, _get_request(next(call_ids), batch))
+            _check_ok(reply, len(batch))
+
+    put_seconds = _timed(put_all)
+    get_seconds = _timed(get_all)
+    single_keys = _keys_owned_by(owner, single_puts, partitions, start=10**7)
+
+    def single() -> None:
+        for pid, key in single_keys:
+            _check_ok(exchange.call(owner_address, _put_request(next(call_ids), [(pid, key)], value)), 1)
+
+    single_seconds = _timed(single)
+    entries = len(keys)
+    return {
+        "cluster": f"3 members, {partitions} partitions, 1 sync backup, values of {VALUE_BYTES} bytes",
+        "put_all": {
+            "batch_entries": BATCH_ENTRIES,
+            "entries": entries,
+            "seconds": round(put_seconds, 3),
+            "entries_per_second": round(entries / put_seconds),
+        },
+        "get_all": {
+            "batch_entries": BATCH_ENTRIES,
+            "entries": entries,
+            "seconds": round(get_seconds, 3),
+            "entries_per_second": round(entries / get_seconds),
+        },
+        "single_put": {"calls": single_puts, "us_per_put": round(single_seconds / single_puts * 1e6, 1)},
+    }
+
+
+def migration(seed: int = 1, entries: int = 100_000, measure_memory: bool = True) -> dict[str, Any]:
+    """One partition of ``entries`` entries moves when its owner shuts down gracefully."""
+    partitions = 3
+    scenario = _settled_cluster(seed, partitions, backups=0)
+    sim = scenario.sim
+    members = {address: node.member for address, node in sim.nodes.items()}
+    leader = scenario.master
+    leaver_address = next(a for a in sorted(members) if members[a] is not leader)
+    leaver = members[leaver_address]
+    keys = _keys_owned_by(leaver, entries, partitions)
+    moving = {pid for pid, _ in keys}
+    exchange = Exchange(members, sim.now_ms)
+    value = bytes(VALUE_BYTES)
+    for call_id, batch in enumerate(_batches(keys, BATCH_ENTRIES), start=1):
+        _check_ok(exchange.call(leaver_address, _put_request(call_id, batch, value)), len(batch))
+
+    def moved() -> bool:
+        table = leader.consensus.state.table
+        return table is not None and all(table.owner(pid) != leaver.identity for pid in moving)
+
+    gc.collect()
+    if measure_memory:
+        tracemalloc.start()
+        baseline = tracemalloc.get_traced_memory()[0]
+    started = time.perf_counter()
+    sim.admin(leaver_address, m.ShutdownMember())
+    scenario.run_until(moved, limit_ms=600_000)
+    seconds = time.perf_counter() - started
+    result: dict[str, Any] = {
+        "partitions_moved": len(moving),
+        "entries": entries,
+        "value_bytes": VALUE_BYTES,
+        "wall_seconds": round(seconds, 3),
+        "entries_per_second": round(entries / seconds),
+        "measured_with_tracemalloc": measure_memory,
+    }
+    if measure_memory:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        result["peak_extra_bytes"] = peak - baseline
+        result["data_bytes"] = entries * (VALUE_BYTES + len(keys[-1][1]))
+    return result
+
+
+def slowest_handle(seed: int = 1, partitions: int = 20_000, members: int = 10) -> dict[str, Any]:
+    """The slowest ``handle()`` while a ``partitions``-partition cluster forms and repairs a crash."""
+    params = SimParams(
+        members=members,
+        partitions=partitions,
+        backups=1,
+        ops=0,
+        faults=(),
+        drop_rate=0.0,
+        duplicate_rate=0.0,
+        assign_on_first_use=True,
+    )
+    scenario = Scenario(seed, params)
+    slowest: dict[str, Any] = {"ms": 0.0, "event": ""}
+    wrapped: set[int] = set()
+
+    def wrap_new_members() -> None:
+        for node in scenario.sim.nodes.values():
+            member = node.member
+            if id(member) in wrapped:
+                continue
+            wrapped.add(id(member))
+            original = member.handle
+
+            def timed(now_ms: int, event: Any, original: Any = original) -> Any:
+                started = time.perf_counter()
+                effects = original(now_ms, event)
+                took_ms = (time.perf_counter() - started) * 1000
+                if took_ms > slowest["ms"]:
+                    what = type(event.message).__name__ if isinstance(event, Receive) else type(event).__name__
+                    if not isinstance(event, Receive) and hasattr(event, "name"):
+                        what = f"timer {event.name}"
+                    slowest.update(ms=round(took_ms, 1), event=what)
+                return effects
+
+            member.handle = timed  # type: ignore[method-assign]
+
+    scenario.sim.checks.append(lambda sim, address: wrap_new_members())
+    scenario.start()
+    sim = scenario.sim
+    victim = next(a for a in sorted(sim.member_addresses()) if sim.nodes[a].member is not scenario.master)
+    sim.crash(victim)
+    scenario.wait_safe()
+    return {"partitions": partitions, "members": members, "scenario": "form, assign, crash a member, repair", **slowest}
+
+
+def missed_targets(figures: dict[str, float]) -> list[str]:
+    """The targets ``figures`` miss: times (``_us``, ``_ms``) are ceilings, rates are floors."""
+    return [
+        name
+        for name, target in TARGETS.items()
+        if (figures[name] > target if name.endswith(("_us", "_ms")) else figures[name] < target)
+    ]
+
+
+def run_member_bench(
+    seed: int = 1, migration_entries: int = 100_000, handle_partitions: int = 20_000
+) -> dict[str, Any]:
+    data = data_path(seed)
+    moved = migration(seed, migration_entries, measure_memory=False)
+    moved_memory = migration(seed, migration_entries, measure_memory=True)
+    handle = slowest_handle(seed, handle_partitions)
+    figures = {
+        "put_all_entries_per_second": data["put_all"]["entries_per_second"],
+        "get_all_entries_per_second": data["get_all"]["entries_per_second"],
+        "single_put_max_us": data["single_put"]["us_per_put"],
+        "migration_entries_per_second": moved["entries_per_second"],
+        "max_handle_ms": handle["ms"],
+    }
+    missed = missed_targets(figures)
+    return {
+        "benchmark": "member data path",
+        "python": platform.python_version(),
+        "data_path": data,
+        "migration": moved,
+        "migration_memory": {
+            "peak_extra_bytes": moved_memory["peak_extra_bytes"],
+            "data_bytes": moved_memory["data_bytes"],
+        },
+        "slowest_handle": handle,
+        "targets": TARGETS,
+        "target": {"what": ", ".join(missed) if missed else "every target met", "met": not missed},
+    }
