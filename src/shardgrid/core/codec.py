@@ -1,230 +1,198 @@
-"""One codec for every message: msgpack, with a protocol version and a size limit per frame.
+"""One codec for every message: msgspec's msgpack, with a protocol version and a size limit per frame.
 
-A frame is a 4-byte big-endian length followed by a msgpack array ``[version, message]``. Every
-type that may travel has an explicit, stable code in ``WIRE_CODES`` (adding a type never renumbers
-the others); dataclasses travel as an extension value holding their fields, enums by value, and
-the partition table in seed 003's shape: the replicas once, then each partition's version and
-replica indexes. Decoding rebuilds exactly the registered types and refuses anything else, and a
-frame over ``MAX_FRAME_BYTES`` is refused on both sides.
+A frame is a 4-byte big-endian length followed by a msgpack array ``[version, message]``. Messages
+and log commands are msgspec Structs (``core/wire.py``) encoded as arrays whose first element is
+the type's explicit, stable code (its ``tag``). Decoding is typed: msgspec builds exactly the
+registered types and checks every field's type in C; anything else is the peer's fault and raises
+``ProtocolError``. The two values that are not Structs travel in a shape of their own: the partition
+table as seed 003 publishes it (the replicas once, then each partition's version and replica
+indexes) and the metadata state as its defining fields. A frame over ``MAX_FRAME_BYTES`` is refused
+on both sides.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import struct
-from typing import Any
+from typing import Any, Union
 
-import msgpack
+import msgspec
 
 from shardgrid.core import messages as m
-from shardgrid.core.errors import InvariantViolation, ProtocolError
+from shardgrid.core.errors import InvariantViolation, ProtocolError, ShardgridError
 from shardgrid.core.identity import Replica
-from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_REPLICA_COUNT
+from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_PARTITION_COUNT, MAX_REPLICA_COUNT
 from shardgrid.core.metadata import commands as c
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.metadata.state import MetadataState
-from shardgrid.core.migration import Migration, MigrationRecord, MigrationStatus
+from shardgrid.core.migration import MigrationRecord
 from shardgrid.core.raft import messages as r
-from shardgrid.core.raft.log import Entry as LogEntry
-from shardgrid.core.raft.log import Snapshot
-from shardgrid.core.raft.membership import ConfChange, Membership
 from shardgrid.core.table import PartitionTable
+from shardgrid.core.wire import Message, Record
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 LENGTH_PREFIX = struct.Struct(">I")
 
-# Stable codes: never reuse or renumber one; a new type takes the next free code. msgpack's
-# extension codes are 0..127.
-WIRE_CODES: dict[type, int] = {
-    # shared records 1-19
-    Replica: 1,
-    Migration: 2,
-    MigrationRecord: 3,
-    MigrationStatus: 4,
-    ClusterState: 5,
-    m.Entry: 6,
-    m.Operation: 7,
-    PartitionTable: 8,
-    # discovery and leases 20-39
-    m.JoinRequest: 20,
-    m.JoinRedirect: 21,
-    m.JoinRejected: 22,
-    m.Unjoined: 23,
-    m.Bootstrap: 24,
-    m.NotAMember: 25,
-    m.LeaseRequest: 26,
-    m.LeaseGrant: 27,
-    # raft 40-59
-    r.VoteRequest: 40,
-    r.VoteReply: 41,
-    r.AppendEntries: 42,
-    r.AppendReply: 43,
-    r.Heartbeat: 44,
-    r.HeartbeatReply: 45,
-    r.InstallSnapshot: 46,
-    r.TimeoutNow: 47,
-    LogEntry: 48,
-    Snapshot: 49,
-    Membership: 50,
-    ConfChange: 51,
-    MetadataState: 52,
-    # log commands 60-79
-    c.MemberRecord: 60,
-    c.AddMembers: 61,
-    c.RemoveMembers: 62,
-    c.AssignPartitions: 63,
-    c.StartMigrations: 64,
-    c.FinishMigrations: 65,
-    c.SetClusterState: 66,
-    c.PromoteToDataMember: 67,
-    c.MarkLeaving: 68,
-    c.ShutdownCluster: 69,
-    # migrations 80-99
-    m.MigrationChunk: 80,
-    m.MigrationChunkAck: 81,
-    m.MigrationDataDone: 82,
-    m.MigrationCommit: 83,
-    m.MigrationCommitAck: 84,
-    m.MigrationOutcomeQuery: 85,
-    m.MigrationOutcomeReply: 86,
-    # data and replication 100-109
-    m.BackupOperation: 100,
-    m.BackupAck: 101,
-    m.ReplicaSyncChunk: 102,
-    m.ReplicaSyncAck: 103,
-    m.AssignPartitions: 104,
-    m.ClientRequest: 105,
-    m.OperationResult: 106,
-    m.ClientReply: 107,
-    m.TableRequest: 108,
-    m.TableReply: 109,
-    m.ReplicaSyncRequest: 119,
-    # administration 110-127
-    m.ChangeClusterState: 110,
-    m.PromoteMember: 111,
-    m.ShutdownMember: 112,
-    m.ShutdownCluster: 113,
-    m.AdminRequest: 114,
-    m.AdminReply: 115,
-    m.LeaderRequest: 116,
-    m.LeaderReply: 117,
-    m.RecoverLostMajority: 118,
-}
-_TYPE_OF: dict[int, type] = {code: cls for cls, code in WIRE_CODES.items()}
-if len(_TYPE_OF) != len(WIRE_CODES) or not all(0 < code < 128 for code in _TYPE_OF):
-    raise InvariantViolation("wire codes must be distinct and within msgpack's extension codes 1..127")
-# Frame-level messages: what a frame may hold (records only travel inside them).
-FRAME_TYPES: frozenset[type] = frozenset(
-    cls
-    for cls in WIRE_CODES
-    if cls.__module__ in (m.__name__, r.__name__)
-    and cls not in (m.Entry, m.Operation, m.OperationResult)
-    and dataclasses.is_dataclass(cls)
+COMMAND_TYPES: tuple[type[Message], ...] = (
+    c.AddMembers,
+    c.RemoveMembers,
+    c.AssignPartitions,
+    c.StartMigrations,
+    c.FinishMigrations,
+    c.SetClusterState,
+    c.PromoteToDataMember,
+    c.MarkLeaving,
+    c.ShutdownCluster,
 )
+CommandBatch = tuple[Union[COMMAND_TYPES], ...]  # type: ignore[valid-type]  # noqa: UP007
 
 
-def _pack_table(table: PartitionTable) -> list[Any]:
+def _frame_types() -> tuple[type[Message], ...]:
+    found = [
+        cls
+        for module in (m, r)
+        for cls in vars(module).values()
+        if isinstance(cls, type) and issubclass(cls, Message) and cls.__module__ == module.__name__
+    ]
+    return tuple(sorted(found, key=lambda cls: cls.__struct_config__.tag))
+
+
+FRAME_TYPES: tuple[type[Message], ...] = _frame_types()
+# Raft leaves an entry's command and a snapshot's state open; on the wire they are ours.
+_FRAME_DECODE_TYPES = tuple(
+    r.AppendEntries[CommandBatch]  # type: ignore[index]
+    if cls is r.AppendEntries
+    else r.InstallSnapshot[MetadataState]  # type: ignore[index]
+    if cls is r.InstallSnapshot
+    else cls
+    for cls in FRAME_TYPES
+)
+FrameMessage = Union[_FRAME_DECODE_TYPES]  # type: ignore[valid-type]  # noqa: UP007
+
+WIRE_CODES: dict[type, int] = {cls: cls.__struct_config__.tag for cls in (*FRAME_TYPES, *COMMAND_TYPES)}
+if len(set(WIRE_CODES.values())) != len(WIRE_CODES) or not all(
+    isinstance(code, int) and 0 < code < 2**15 for code in WIRE_CODES.values()
+):
+    raise InvariantViolation("wire codes must be distinct positive ints")
+
+
+class _WireTable(Record):
+    replicas: tuple[Replica, ...]
+    versions: tuple[int, ...]
+    slots: tuple[tuple[int, ...], ...]  # per partition, an index into replicas or -1 per slot
+
+
+class _WireState(Record):
+    partition_count: int
+    members: tuple[c.MemberRecord, ...]
+    table: PartitionTable | None
+    cluster_state: ClusterState
+    migrations: tuple[MigrationRecord, ...]
+    completed: tuple[MigrationRecord, ...]
+    shut_down: bool
+
+
+def _table_to_wire(table: PartitionTable) -> _WireTable:
     replicas = table.members()
     index_of = {replica: i for i, replica in enumerate(replicas)}
-    slots = [[-1 if held is None else index_of[held] for held in row] for row in table.replicas]
-    return [list(replicas), list(table.versions), slots]
+    slots = tuple(tuple(-1 if held is None else index_of[held] for held in row) for row in table.replicas)
+    return _WireTable(tuple(replicas), tuple(table.versions), slots)
 
 
-def _unpack_table(fields: Any) -> PartitionTable:
-    replicas, versions, slots = fields
-    if not all(isinstance(x, Replica) for x in replicas):
-        raise ProtocolError("a table names something other than replicas")
-    if len(slots) != len(versions) or any(len(row) != MAX_REPLICA_COUNT for row in slots):
+def _table_from_wire(wire: _WireTable) -> PartitionTable:
+    count = len(wire.versions)
+    if not 0 < count <= MAX_PARTITION_COUNT or len(wire.slots) != count:
         raise ProtocolError("a table's slots do not match its partitions")
-    try:
-        rows = tuple(tuple(None if i == -1 else replicas[i] for i in row) for row in slots)
-    except (IndexError, TypeError) as error:
-        raise ProtocolError(f"a table names an unknown replica: {error}") from error
-    return PartitionTable(rows, tuple(versions))
+    replicas = wire.replicas
+    known = len(replicas)
+    rows = []
+    for row in wire.slots:
+        if len(row) != MAX_REPLICA_COUNT or any(not -1 <= i < known for i in row):
+            raise ProtocolError("a table row names an unknown replica or has the wrong length")
+        rows.append(tuple(None if i == -1 else replicas[i] for i in row))
+    return PartitionTable(tuple(rows), wire.versions)
 
 
-def _pack_state(state: MetadataState) -> list[Any]:
-    return [
+def _state_to_wire(state: MetadataState) -> _WireState:
+    return _WireState(
         state.partition_count,
-        list(state.members),
+        state.members,
         state.table,
         state.cluster_state,
-        [state.migrations[pid] for pid in sorted(state.migrations)],
-        list(state.completed),
+        tuple(state.migrations[pid] for pid in sorted(state.migrations)),
+        state.completed,
         state.shut_down,
-    ]
-
-
-def _unpack_state(fields: Any) -> MetadataState:
-    count, members, table, cluster_state, migrations, completed, shut_down = fields
-    return MetadataState(
-        count,
-        tuple(members),
-        table,
-        cluster_state,
-        {record.partition_id: record for record in migrations},
-        tuple(completed),
-        shut_down,
     )
 
 
-def _default(value: Any) -> msgpack.ExtType:
-    cls = type(value)
-    code = WIRE_CODES.get(cls)
-    if code is None:
-        raise TypeError(f"cannot encode {cls.__name__}")
-    if cls is PartitionTable:
-        fields: Any = _pack_table(value)
-    elif cls is MetadataState:
-        fields = _pack_state(value)
-    elif isinstance(value, enum.Enum):
-        fields = value.value
-    else:
-        fields = [getattr(value, f.name) for f in dataclasses.fields(value) if f.init]
-    return msgpack.ExtType(code, msgpack.packb(fields, default=_default, use_bin_type=True))
+def _state_from_wire(wire: _WireState) -> MetadataState:
+    migrations = {record.partition_id: record for record in wire.migrations}
+    if len(migrations) != len(wire.migrations):
+        raise ProtocolError("a state names two migrations of one partition")
+    return MetadataState(
+        wire.partition_count,
+        wire.members,
+        wire.table,
+        wire.cluster_state,
+        migrations,
+        wire.completed,
+        wire.shut_down,
+    )
 
 
-def _ext_hook(code: int, data: bytes) -> Any:
-    cls = _TYPE_OF.get(code)
-    if cls is None:
-        raise ProtocolError(f"unknown message code {code}")
-    fields = msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, use_list=False, strict_map_key=True)
-    try:
-        if cls is PartitionTable:
-            return _unpack_table(fields)
-        if cls is MetadataState:
-            return _unpack_state(fields)
-        if issubclass(cls, enum.Enum):
-            return cls(fields)
-        return cls(*fields)
-    except ProtocolError:
-        raise
-    except (TypeError, ValueError, AssertionError) as error:
-        raise ProtocolError(f"malformed {cls.__name__}: {error}") from error
+def _enc_hook(value: Any) -> Any:
+    if type(value) is PartitionTable:
+        return _table_to_wire(value)
+    if type(value) is MetadataState:
+        return _state_to_wire(value)
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
+
+
+def _dec_hook(kind: type, value: Any) -> Any:
+    if kind is PartitionTable:
+        return _table_from_wire(msgspec.convert(value, _WireTable, dec_hook=_dec_hook))
+    if kind is MetadataState:
+        return _state_from_wire(msgspec.convert(value, _WireState, dec_hook=_dec_hook))
+    raise NotImplementedError(f"cannot decode {kind.__name__}")
+
+
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+_HEADER = msgspec.msgpack.Decoder(tuple[int, msgspec.Raw])
+_MESSAGE = msgspec.msgpack.Decoder(FrameMessage, dec_hook=_dec_hook)
 
 
 def encode(message: Any) -> bytes:
     """The frame for ``message``: length prefix, then ``[PROTOCOL_VERSION, message]``."""
-    body = msgpack.packb([PROTOCOL_VERSION, message], default=_default, use_bin_type=True)
-    if len(body) > MAX_FRAME_BYTES:
-        raise ProtocolError(f"{type(message).__name__} needs {len(body)} bytes, over the {MAX_FRAME_BYTES} limit")
-    return LENGTH_PREFIX.pack(len(body)) + body
+    # What we send is ours: a value that cannot be encoded is our bug (TypeError), not the peer's.
+    if type(message) not in WIRE_CODES or type(message) in COMMAND_TYPES:
+        raise TypeError(f"cannot encode {type(message).__name__}: not a message")
+    buffer = bytearray(LENGTH_PREFIX.size)
+    try:
+        _ENCODER.encode_into((PROTOCOL_VERSION, message), buffer, LENGTH_PREFIX.size)
+    except (TypeError, NotImplementedError, OverflowError) as error:
+        raise TypeError(f"cannot encode {type(message).__name__}: {error}") from error
+    length = len(buffer) - LENGTH_PREFIX.size
+    if length > MAX_FRAME_BYTES:
+        raise ProtocolError(f"{type(message).__name__} needs {length} bytes, over the {MAX_FRAME_BYTES} limit")
+    LENGTH_PREFIX.pack_into(buffer, 0, length)
+    return bytes(buffer)
 
 
 def decode_body(body: bytes) -> Any:
     """The message of one frame body (without its length prefix)."""
     try:
-        version, message = msgpack.unpackb(body, ext_hook=_ext_hook, raw=False, use_list=False)
-    except ProtocolError:
-        raise
-    except Exception as error:  # msgpack raises several unrelated types for bad input
+        version, raw = _HEADER.decode(body)
+    except msgspec.MsgspecError as error:
         raise ProtocolError(f"undecodable frame: {error}") from error
     if version != PROTOCOL_VERSION:
         raise ProtocolError(f"protocol version {version} is not {PROTOCOL_VERSION}")
-    if type(message) not in FRAME_TYPES:
-        raise ProtocolError(f"a frame must hold one message, got {type(message).__name__}")
-    return message
+    try:
+        return _MESSAGE.decode(raw)
+    except ProtocolError:
+        raise
+    except (msgspec.MsgspecError, ShardgridError, ValueError, TypeError, IndexError) as error:
+        # A value the types accept but our constructors refuse (an index out of range, a voter that
+        # is also a learner) is as much the peer's fault as a wrong type.
+        raise ProtocolError(f"malformed message: {error}") from error
 
 
 class FrameDecoder:

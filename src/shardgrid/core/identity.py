@@ -11,18 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shardgrid.core.wire import Record
 
-@dataclass(frozen=True, slots=True, order=True)
-class Replica:
+
+class Replica(Record, order=True):
     """A member as the partition table names it; ordered by uuid so sorting is deterministic."""
 
     uuid: str
     address: str
-
-    def __hash__(self) -> int:
-        # Equal replicas share their uuid; a str caches its hash, so sets and dicts of replicas
-        # (the scheduler's loads, the table's member sets) stay cheap.
-        return hash(self.uuid)
 
     def __str__(self) -> str:
         return f"{self.address}/{self.uuid[:8]}"

@@ -1,26 +1,24 @@
-"""Every message between members, and between clients and members, as a frozen dataclass.
+"""Every message between members, and between clients and members, as a frozen msgspec Struct.
 
 Raft's own messages live in ``core.raft.messages`` and the log's commands in
 ``core.metadata.commands``; this module holds the rest: finding and joining a cluster, leases,
 the data transfer of migrations, replication, client requests and administration. Messages hold
-only ints, strs, bytes, bools, None, tuples, enums and other registered dataclasses, so that one
-codec (``codec.py``) carries them all.
+only ints, strs, bytes, bools, None, tuples, enums and ``wire.Record`` values; each class names its
+stable wire code (``tag=``), so that one codec (``codec.py``) carries and checks them all.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from shardgrid.core.identity import Replica
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.metadata.commands import MemberRecord
 from shardgrid.core.migration import MigrationRecord
+from shardgrid.core.wire import Message, Record
 
 # --- finding and joining a cluster ---------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class JoinRequest:
+class JoinRequest(Message, tag=20):
     """To any known address: admit me (the leader), tell me where the leader is (a member), or
     tell me you are looking for a cluster too (a process that has not joined one)."""
 
@@ -29,22 +27,19 @@ class JoinRequest:
     heard_of_cluster: bool = False  # the sender knows a cluster exists: it must not found one
 
 
-@dataclass(frozen=True, slots=True)
-class JoinRedirect:
+class JoinRedirect(Message, tag=21):
     """From a member of a cluster: the leader's address, when it knows one. A cluster exists."""
 
     leader_address: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class JoinRejected:
+class JoinRejected(Message, tag=22):
     """From the leader: the cluster takes no members now (FROZEN, PASSIVE, shut down)."""
 
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Unjoined:
+class Unjoined(Message, tag=23):
     """From a process that belongs to no cluster either: a peer to form the first one with,
     unless it has heard of an existing cluster."""
 
@@ -53,8 +48,7 @@ class Unjoined:
     heard_of_cluster: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Bootstrap:
+class Bootstrap(Message, tag=24):
     """From the first of ``initial_cluster_size`` processes that found each other: these are the
     first members (``voters`` among them); every one starts the same log from it."""
 
@@ -62,8 +56,7 @@ class Bootstrap:
     voters: tuple[Replica, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class NotAMember:
+class NotAMember(Message, tag=25):
     """To a sender this member's cluster does not list. The receiver leaves and joins again as a
     new member only when the sender committed more of the log than it did (so the removal is in
     the committed log; a sender that merely lags behind a new member's admission is ignored)."""
@@ -74,8 +67,7 @@ class NotAMember:
 # --- leases ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseRequest:
+class LeaseRequest(Message, tag=26):
     """Member to leader, every ``lease_renew_interval_ms``. ``sent_ms`` is the member's clock; it
     also reports what it applied, so the leader knows when every member holds the same table."""
 
@@ -84,8 +76,7 @@ class LeaseRequest:
     table_stamp: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseGrant:
+class LeaseGrant(Message, tag=27):
     """The member may serve until its own ``request_sent_ms + lease_ms``."""
 
     request_sent_ms: int
@@ -96,8 +87,7 @@ class LeaseGrant:
 # --- migrations (started and finished through the log; the data moves here) -----------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(Record):
     """One record of a map: what a migration or replica sync carries."""
 
     map_name: str
@@ -105,8 +95,7 @@ class Entry:
     value: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class MigrationChunk:
+class MigrationChunk(Message, tag=80):
     """Data sender to destination: one bounded piece of the partition's data, in order."""
 
     record: MigrationRecord
@@ -117,16 +106,14 @@ class MigrationChunk:
     lineage: str
 
 
-@dataclass(frozen=True, slots=True)
-class MigrationChunkAck:
+class MigrationChunkAck(Message, tag=81):
     migration_id: str
     sequence: int
     accepted: bool
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class MigrationDataDone:
+class MigrationDataDone(Message, tag=82):
     """Data sender to leader: the destination holds all the data (or the transfer failed)."""
 
     migration_id: str
@@ -134,23 +121,20 @@ class MigrationDataDone:
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class MigrationCommit:
+class MigrationCommit(Message, tag=83):
     """Leader to destination, before the log records the outcome (seed 000, 2.1 step 2)."""
 
     record: MigrationRecord
     term: int
 
 
-@dataclass(frozen=True, slots=True)
-class MigrationCommitAck:
+class MigrationCommitAck(Message, tag=84):
     migration_id: str
     success: bool
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class MigrationOutcomeQuery:
+class MigrationOutcomeQuery(Message, tag=85):
     """A new leader asks a destination whether it committed a migration the log shows unfinished
     (seed 000, 2.2). A destination that had not answers no, and refuses that commit from then on."""
 
@@ -158,8 +142,7 @@ class MigrationOutcomeQuery:
     term: int
 
 
-@dataclass(frozen=True, slots=True)
-class MigrationOutcomeReply:
+class MigrationOutcomeReply(Message, tag=86):
     migration_id: str
     committed: bool
 
@@ -171,8 +154,7 @@ GET = "get"
 REMOVE = "remove"
 
 
-@dataclass(frozen=True, slots=True)
-class Operation:
+class Operation(Record):
     """One map operation; ``value`` is empty for get and remove."""
 
     kind: str
@@ -181,8 +163,7 @@ class Operation:
     value: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
-class BackupOperation:
+class BackupOperation(Message, tag=100):
     """Owner to backup: apply this write as replica sequence ``sequence`` of the partition."""
 
     partition_id: int
@@ -191,14 +172,12 @@ class BackupOperation:
     lineage: str
 
 
-@dataclass(frozen=True, slots=True)
-class BackupAck:
+class BackupAck(Message, tag=101):
     partition_id: int
     sequence: int
 
 
-@dataclass(frozen=True, slots=True)
-class ReplicaSyncChunk:
+class ReplicaSyncChunk(Message, tag=102):
     """Owner to backup: the partition's whole data, in order; replaces what the backup holds."""
 
     sync_id: str
@@ -210,23 +189,20 @@ class ReplicaSyncChunk:
     lineage: str
 
 
-@dataclass(frozen=True, slots=True)
-class ReplicaSyncAck:
+class ReplicaSyncAck(Message, tag=103):
     sync_id: str
     sequence: int
     accepted: bool
 
 
-@dataclass(frozen=True, slots=True)
-class ReplicaSyncRequest:
+class ReplicaSyncRequest(Message, tag=119):
     """Backup to owner: this member is a backup of the partition but holds none of its data (it
     learned of it from a snapshot): send it the whole partition."""
 
     partition_id: int
 
 
-@dataclass(frozen=True, slots=True)
-class AssignPartitions:
+class AssignPartitions(Message, tag=104):
     """A member asked for data before any partition was assigned: the leader assigns them now."""
 
 
@@ -239,34 +215,29 @@ INDETERMINATE = "indeterminate"  # applied on the owner, but not confirmed by ev
 REJECTED = "rejected"  # malformed or over a limit: will not succeed if retried
 
 
-@dataclass(frozen=True, slots=True)
-class ClientRequest:
+class ClientRequest(Message, tag=105):
     """A batch of operations for partitions this member is believed to own."""
 
     call_id: int
     operations: tuple[tuple[int, Operation], ...]  # (partition id, operation)
 
 
-@dataclass(frozen=True, slots=True)
-class OperationResult:
+class OperationResult(Record):
     status: str
     value: bytes | None = None
     owner_address: str | None = None  # where to go instead, with NOT_OWNER
 
 
-@dataclass(frozen=True, slots=True)
-class ClientReply:
+class ClientReply(Message, tag=107):
     call_id: int
     results: tuple[OperationResult, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class TableRequest:
+class TableRequest(Message, tag=108):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class TableReply:
+class TableReply(Message, tag=109):
     """The partition owners' addresses as this member knows them (None where unknown)."""
 
     partition_count: int
@@ -276,34 +247,28 @@ class TableReply:
 # --- administration ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ChangeClusterState:
+class ChangeClusterState(Message, tag=110):
     state: ClusterState
 
 
-@dataclass(frozen=True, slots=True)
-class PromoteMember:
+class PromoteMember(Message, tag=111):
     """Seed 002's promoteLocalMember: sent to the lite member that is to become a data member."""
 
 
-@dataclass(frozen=True, slots=True)
-class ShutdownMember:
+class ShutdownMember(Message, tag=112):
     """Sent to the member that is to leave: it hands every replica over, then stops."""
 
 
-@dataclass(frozen=True, slots=True)
-class ShutdownCluster:
+class ShutdownCluster(Message, tag=113):
     """PASSIVE first, then every member stops."""
 
 
-@dataclass(frozen=True, slots=True)
-class RecoverLostMajority:
+class RecoverLostMajority(Message, tag=118):
     """To the surviving member with the most complete log, when a majority of voters is gone for
     good: it becomes the only voter and leads (see ``RaftNode.force_new_configuration``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class AdminRequest:
+class AdminRequest(Message, tag=114):
     call_id: int
     command: ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster | RecoverLostMajority
 
@@ -313,15 +278,13 @@ ADMIN_FAILED = "failed"  # refused: the reason says why; nothing changed, and as
 ADMIN_UNAVAILABLE = "unavailable"  # no leader now, an election, the leader changed: ask again
 
 
-@dataclass(frozen=True, slots=True)
-class AdminReply:
+class AdminReply(Message, tag=115):
     call_id: int
     status: str
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class LeaderRequest:
+class LeaderRequest(Message, tag=116):
     """Member to leader: carry out a change only the leader can propose (for an admin request,
     or a member's own graceful shutdown)."""
 
@@ -329,8 +292,7 @@ class LeaderRequest:
     command: ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster
 
 
-@dataclass(frozen=True, slots=True)
-class LeaderReply:
+class LeaderReply(Message, tag=117):
     request_id: int
     status: str
     reason: str = ""

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import Replica
 from shardgrid.core.limits import MAX_REPLICA_COUNT
+from shardgrid.core.wire import Record
 
 NO_INDEX = -1
 
@@ -28,8 +28,7 @@ class MigrationKind(enum.Enum):
     CLEAR = "clear"  # the slot is emptied; nobody receives it
 
 
-@dataclass(frozen=True, slots=True)
-class Migration:
+class Migration(Record):
     """A replica change of one partition; ``-1`` means 'none' for every index field."""
 
     source: Replica | None
@@ -134,8 +133,7 @@ class MigrationStatus(enum.Enum):
     ROLLED_BACK = "rolled-back"
 
 
-@dataclass(frozen=True, slots=True)
-class MigrationRecord:
+class MigrationRecord(Record):
     """A migration as the master decided it: ``version_before`` is what participants must hold.
 
     A committed record's partition is at ``version_before + 1`` after it, a rolled-back one's at

@@ -13,7 +13,6 @@ applies thousands of migrations pays for a stamp only when someone compares.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from shardgrid.core.chunked import ChunkedTuple
 from shardgrid.core.errors import invariant, require
@@ -47,24 +46,45 @@ def replica_index(slots: Sequence[Replica | None], replica: Replica | None) -> i
     return -1
 
 
-@dataclass(frozen=True, slots=True)
 class PartitionTable:
-    """Replica slots and a version for every partition; immutable, stamp cached."""
+    """Replica slots and a version for every partition; immutable, stamp cached.
 
+    A plain class rather than a dataclass or a Struct: it travels in seed 003's compact shape
+    (the replicas once, then indexes per partition), which the codec writes by hand.
+    """
+
+    __slots__ = ("_stamp", "replicas", "versions")
     replicas: Sequence[ReplicaSlots]
     versions: Sequence[int]
-    _stamp: int | None = field(default=None, init=False, repr=False, compare=False)
+    _stamp: int | None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "replicas", ChunkedTuple.of(self.replicas))
-        object.__setattr__(self, "versions", ChunkedTuple.of(self.versions))
-        count = len(self.replicas)
+    def __init__(self, replicas: Sequence[ReplicaSlots], versions: Sequence[int]) -> None:
+        rows = ChunkedTuple.of(replicas)
+        numbers = ChunkedTuple.of(versions)
+        count = len(rows)
         require(0 < count <= MAX_PARTITION_COUNT, f"partition count must be 1..{MAX_PARTITION_COUNT}, got {count}")
-        require(len(self.versions) == count, "one version per partition is required")
-        for slots in self.replicas:
+        require(len(numbers) == count, "one version per partition is required")
+        for slots in rows:
             invariant(len(slots) == MAX_REPLICA_COUNT, lambda: f"replica slots must have length {MAX_REPLICA_COUNT}")
-        for version in self.versions:
+        for version in numbers:
             require(0 <= version <= MAX_PARTITION_VERSION, f"partition version out of range: {version}")
+        object.__setattr__(self, "replicas", rows)
+        object.__setattr__(self, "versions", numbers)
+        object.__setattr__(self, "_stamp", None)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a PartitionTable is immutable: cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PartitionTable):
+            return NotImplemented
+        return self.replicas == other.replicas and self.versions == other.versions
+
+    def __hash__(self) -> int:
+        return self.stamp  # equal tables have equal versions, hence equal stamps
+
+    def __repr__(self) -> str:
+        return f"PartitionTable(partitions={self.partition_count}, stamp={self.stamp})"
 
     @property
     def stamp(self) -> int:

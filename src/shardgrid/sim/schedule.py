@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from shardgrid.core import messages as m
+from shardgrid.core.codec import FRAME_TYPES
 from shardgrid.core.errors import ConfigError, require
 from shardgrid.core.metadata import ClusterState
-from shardgrid.core.raft import messages as raft_messages
 from shardgrid.sim.cluster import Simulation
 
 ACTIONS = (
@@ -72,12 +72,7 @@ ACTIONS = (
     "wait-safe",
     "wait",
 )
-MESSAGE_TYPES: dict[str, type] = {
-    cls.__name__: cls
-    for module in (m, raft_messages)
-    for cls in vars(module).values()
-    if isinstance(cls, type) and cls.__module__ == module.__name__ and hasattr(cls, "__dataclass_fields__")
-}
+MESSAGE_TYPES: dict[str, type] = {cls.__name__: cls for cls in FRAME_TYPES}
 _RUN_FIELDS = {
     "seed",
     "members",

@@ -6,16 +6,14 @@ entry, so every member goes through exactly the same sequence of metadata states
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from shardgrid.core.identity import Replica
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.migration import MigrationRecord
 from shardgrid.core.table import PartitionTable
+from shardgrid.core.wire import Message, Record
 
 
-@dataclass(frozen=True, slots=True)
-class MemberRecord:
+class MemberRecord(Record):
     """A member of the cluster as the metadata knows it; the member list is ordered oldest first."""
 
     replica: Replica
@@ -23,56 +21,47 @@ class MemberRecord:
     leaving: bool = False  # shutting down gracefully: it hands its replicas over, then leaves
 
 
-@dataclass(frozen=True, slots=True)
-class AddMembers:
+class AddMembers(Message, tag=61):
     members: tuple[MemberRecord, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class RemoveMembers:
+class RemoveMembers(Message, tag=62):
     """Members that crashed, were cut off past their lease, left gracefully, or restarted."""
 
     members: tuple[Replica, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class AssignPartitions:
+class AssignPartitions(Message, tag=63):
     """The first table, balanced over the data members of the moment (versions start at 1)."""
 
     table: PartitionTable
 
 
-@dataclass(frozen=True, slots=True)
-class StartMigrations:
+class StartMigrations(Message, tag=64):
     records: tuple[MigrationRecord, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class FinishMigrations:
+class FinishMigrations(Message, tag=65):
     """Committed or rolled-back outcomes: many migrations that ended together share one entry."""
 
     records: tuple[MigrationRecord, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class SetClusterState:
+class SetClusterState(Message, tag=66):
     state: ClusterState
 
 
-@dataclass(frozen=True, slots=True)
-class PromoteToDataMember:
+class PromoteToDataMember(Message, tag=67):
     """Seed 002: a lite member becomes a data member and is given partitions."""
 
     member: Replica
 
 
-@dataclass(frozen=True, slots=True)
-class MarkLeaving:
+class MarkLeaving(Message, tag=68):
     member: Replica
 
 
-@dataclass(frozen=True, slots=True)
-class ShutdownCluster:
+class ShutdownCluster(Message, tag=69):
     """Every member stops (the cluster went PASSIVE first)."""
 
 

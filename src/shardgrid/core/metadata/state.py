@@ -12,7 +12,9 @@ gone) changes nothing and is reported in ``Changes.refused``: every member skips
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+
+import msgspec
 
 from shardgrid.core.errors import InvariantViolation
 from shardgrid.core.identity import Replica
@@ -35,26 +37,59 @@ from shardgrid.core.repair import remove_members as repair_table
 from shardgrid.core.schedule import participants_of
 from shardgrid.core.table import PartitionTable, ReplicaSlots
 
+_STATE_FIELDS = ("partition_count", "members", "table", "cluster_state", "migrations", "completed", "shut_down")
 
-@dataclass(frozen=True, slots=True, eq=False)
+
 class MetadataState:
-    partition_count: int
-    members: tuple[MemberRecord, ...] = ()
-    table: PartitionTable | None = None
-    cluster_state: ClusterState = ClusterState.ACTIVE
-    migrations: Mapping[int, MigrationRecord] = field(default_factory=dict)  # in flight, by partition
-    completed: tuple[MigrationRecord, ...] = ()  # the newest outcomes, oldest first
-    shut_down: bool = False
-    # Derived views, computed on first use: the state never changes, so neither do they.
-    _by_replica: dict[Replica, MemberRecord] | None = field(default=None, init=False, repr=False)
-    _load: dict[Replica, int] | None = field(default=None, init=False, repr=False)
-    _committed_ids: frozenset[str] | None = field(default=None, init=False, repr=False)
+    """The cluster's metadata after some prefix of the log. Compared by identity: two states are
+    the same only if they are the same object (a snapshot is a reference to one). A plain class,
+    so that its derived views can be cached on it and the codec writes only what defines it."""
+
+    __slots__ = (*_STATE_FIELDS, "_by_replica", "_load", "_committed_ids")
+
+    def __init__(
+        self,
+        partition_count: int,
+        members: tuple[MemberRecord, ...] = (),
+        table: PartitionTable | None = None,
+        cluster_state: ClusterState = ClusterState.ACTIVE,
+        migrations: Mapping[int, MigrationRecord] | None = None,  # in flight, by partition
+        completed: tuple[MigrationRecord, ...] = (),  # the newest outcomes, oldest first
+        shut_down: bool = False,
+    ) -> None:
+        self.partition_count = partition_count
+        self.members = members
+        self.table = table
+        self.cluster_state = cluster_state
+        self.migrations: Mapping[int, MigrationRecord] = migrations if migrations is not None else {}
+        self.completed = completed
+        self.shut_down = shut_down
+        # Derived views, computed on first use: the state never changes, so neither do they.
+        self._by_replica: dict[Replica, MemberRecord] | None = None
+        self._load: dict[Replica, int] | None = None
+        self._committed_ids: frozenset[str] | None = None
+
+    def evolve(self, **changes: object) -> MetadataState:
+        """A new state with some fields replaced (the derived views are computed afresh)."""
+        fields = {name: getattr(self, name) for name in _STATE_FIELDS}
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise InvariantViolation(f"not fields of the metadata state: {sorted(unknown)}")
+        fields.update(changes)
+        return MetadataState(**fields)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        table = self.table.stamp if self.table is not None else None
+        return (
+            f"MetadataState(partitions={self.partition_count}, members={len(self.members)}, "
+            f"table_stamp={table}, state={self.cluster_state.name}, migrations={len(self.migrations)})"
+        )
 
     def record_of(self, replica: Replica) -> MemberRecord | None:
         index = self._by_replica
         if index is None:
             index = {r.replica: r for r in self.members}
-            object.__setattr__(self, "_by_replica", index)
+            self._by_replica = index
         return index.get(replica)
 
     def is_member(self, replica: Replica | None) -> bool:
@@ -68,7 +103,7 @@ class MetadataState:
             for record in self.migrations.values():
                 for member in self.participants(record):
                     load[member] = load.get(member, 0) + 1
-            object.__setattr__(self, "_load", load)
+            self._load = load
         return load
 
     def committed(self, migration_id: str) -> bool:
@@ -76,7 +111,7 @@ class MetadataState:
         ids = self._committed_ids
         if ids is None:
             ids = frozenset(r.migration_id for r in self.completed if r.status is MigrationStatus.COMMITTED)
-            object.__setattr__(self, "_committed_ids", ids)
+            self._committed_ids = ids
         return migration_id in ids
 
     @property
@@ -129,7 +164,7 @@ def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataS
     if isinstance(command, AddMembers):
         fresh = tuple(m for m in command.members if not state.is_member(m.replica))
         changes.members_added.extend(fresh)
-        return replace(state, members=state.members + fresh)
+        return state.evolve(members=state.members + fresh)
     if isinstance(command, RemoveMembers):
         return _remove(state, command, changes)
     if isinstance(command, StartMigrations):
@@ -142,27 +177,27 @@ def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataS
             return state
         changes.table_assigned = True
         changes.partitions.update(range(state.partition_count))
-        return replace(state, table=command.table)
+        return state.evolve(table=command.table)
     if isinstance(command, SetClusterState):
         if not isinstance(command.state, ClusterState):
             changes.refused.append(f"not a cluster state: {command.state!r}")
             return state
         changes.cluster_state = command.state
-        return replace(state, cluster_state=command.state)
+        return state.evolve(cluster_state=command.state)
     if isinstance(command, PromoteToDataMember | MarkLeaving):
         record = state.record_of(command.member)
         if record is None:
             changes.refused.append(f"{command.member} is not a member")
             return state
         if isinstance(command, PromoteToDataMember):
-            updated = replace(record, lite=False)
+            updated = msgspec.structs.replace(record, lite=False)
         else:
-            updated = replace(record, leaving=True)
+            updated = msgspec.structs.replace(record, leaving=True)
         changes.members_changed.append(command.member)
-        return replace(state, members=tuple(updated if r is record else r for r in state.members))
+        return state.evolve(members=tuple(updated if r is record else r for r in state.members))
     if isinstance(command, ShutdownCluster):
         changes.shut_down = True
-        return replace(state, shut_down=True)
+        return state.evolve(shut_down=True)
     changes.refused.append(f"unknown command {type(command).__name__}")
     return state
 
@@ -176,7 +211,7 @@ def _remove(state: MetadataState, command: RemoveMembers, changes: Changes) -> M
     members = tuple(r for r in state.members if r.replica not in gone)
     table = state.table
     if table is None:
-        return replace(state, members=members)
+        return state.evolve(members=members)
     # A migration one of them took part in cannot finish: roll it back before repairing the table.
     rolled_back = [
         record for pid, record in sorted(state.migrations.items()) if gone.intersection(state.participants(record))
@@ -198,7 +233,7 @@ def _remove(state: MetadataState, command: RemoveMembers, changes: Changes) -> M
     changes.partitions.update(
         pid for pid in range(table.partition_count) if repair.table.versions[pid] != table.versions[pid]
     )
-    return replace(state, members=members, table=repair.table)
+    return state.evolve(members=members, table=repair.table)
 
 
 def _start(state: MetadataState, command: StartMigrations, changes: Changes) -> MetadataState:
@@ -222,7 +257,7 @@ def _start(state: MetadataState, command: StartMigrations, changes: Changes) -> 
             changes.started.append(record)
         if len(changes.refused) > refused_before:
             changes.refused_migrations.append(record.migration_id)
-    return replace(state, migrations=migrations)
+    return state.evolve(migrations=migrations)
 
 
 def _finish(state: MetadataState, command: FinishMigrations, changes: Changes) -> MetadataState:
@@ -248,10 +283,9 @@ def _finish(state: MetadataState, command: FinishMigrations, changes: Changes) -
         completed.append(record)
         changes.finished.append(record)
     if not updates:
-        return replace(state, migrations=migrations)
+        return state.evolve(migrations=migrations)
     changes.partitions.update(updates)
-    return replace(
-        state,
+    return state.evolve(
         table=table.with_partitions(updates),
         migrations=migrations,
         completed=tuple(completed[-MAX_COMPLETED_IN_METADATA:]),

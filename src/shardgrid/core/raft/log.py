@@ -9,15 +9,17 @@ rule for single-server changes); truncating a suffix reverts to the one before i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from shardgrid.core.errors import InvariantViolation, invariant
 from shardgrid.core.raft.membership import ConfChange, Membership
+from shardgrid.core.wire import Record
+
+C = TypeVar("C")  # what an entry's command is: the codec names it, Raft never looks
+S = TypeVar("S")  # what a snapshot's state is
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(Record, Generic[C]):
     """One log entry. ``command`` is opaque to Raft (None for a new leader's empty entry).
 
     ``forced`` replaces the configuration outright: only an operator's recovery from a lost
@@ -25,19 +27,18 @@ class Entry:
 
     term: int
     index: int
-    command: Any = None
+    command: C | None = None
     change: ConfChange | None = None
     forced: Membership | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
+class Snapshot(Record, Generic[S]):
     """The state machine after applying every entry up to ``index`` (``state`` is opaque)."""
 
     index: int
     term: int
     membership: Membership
-    state: Any
+    state: S
 
 
 class RaftLog:

@@ -9,14 +9,12 @@ towards a majority.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import Replica
+from shardgrid.core.wire import Record
 
 
-@dataclass(frozen=True, slots=True)
-class Membership:
+class Membership(Record):
     """A configuration: the voters and the learners, each sorted (deterministic iteration)."""
 
     voters: tuple[Replica, ...] = ()
@@ -46,8 +44,7 @@ class Membership:
         return node in self.voters or node in self.learners
 
 
-@dataclass(frozen=True, slots=True)
-class ConfChange:
+class ConfChange(Record):
     """Learners added or removed in any number; at most one voter added (promoted) or removed."""
 
     add_learners: tuple[Replica, ...] = ()

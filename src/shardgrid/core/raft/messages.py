@@ -4,13 +4,13 @@ majority heard from it (the leadership lease)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Generic
 
-from shardgrid.core.raft.log import Entry, Snapshot
+from shardgrid.core.raft.log import C, Entry, S, Snapshot
+from shardgrid.core.wire import Message
 
 
-@dataclass(frozen=True, slots=True)
-class VoteRequest:
+class VoteRequest(Message, tag=40):
     """A (pre-)candidate asks for a vote; a pre-vote names the term it would start, not its own."""
 
     term: int
@@ -20,25 +20,22 @@ class VoteRequest:
     transfer: bool = False  # the leader handed over: vote even while hearing from it
 
 
-@dataclass(frozen=True, slots=True)
-class VoteReply:
+class VoteReply(Message, tag=41):
     term: int
     granted: bool
     pre_vote: bool
 
 
-@dataclass(frozen=True, slots=True)
-class AppendEntries:
+class AppendEntries(Message, Generic[C], tag=42):
     term: int
     prev_index: int
     prev_term: int
-    entries: tuple[Entry, ...]
+    entries: tuple[Entry[C], ...]
     commit: int
     sent_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class AppendReply:
+class AppendReply(Message, tag=43):
     """On success ``index`` is the last entry the follower now holds from the leader. On a refusal
     of the append after ``rejected``, ``index`` is the newest entry that may still match, of term
     ``hint_term``. ``needs_snapshot``: the follower holds nothing yet."""
@@ -52,8 +49,7 @@ class AppendReply:
     hint_term: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
+class Heartbeat(Message, tag=44):
     """Keeps followers from campaigning and tells them how far they may commit."""
 
     term: int
@@ -61,21 +57,18 @@ class Heartbeat:
     sent_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class HeartbeatReply:
+class HeartbeatReply(Message, tag=45):
     term: int
     sent_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class InstallSnapshot:
+class InstallSnapshot(Message, Generic[S], tag=46):
     term: int
-    snapshot: Snapshot
+    snapshot: Snapshot[S]
     sent_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class TimeoutNow:
+class TimeoutNow(Message, tag=47):
     """The leader hands its leadership over: campaign at once, without a pre-vote."""
 
     term: int
