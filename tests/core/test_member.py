@@ -169,7 +169,7 @@ def test_an_owner_without_a_lease_does_not_serve() -> None:
     assert replies(member.handle(now + 1, Receive("c", None, None, get)))[0].results[0].status == m.OK
     # Its lease ends two seconds after the request it answered was sent, whatever it hears since.
     later = now + 2_500
-    member.handle(later, Receive(C.address, C, B.uuid, m.BackupAck(0, 0)))
+    member.handle(later, Receive(C.address, C, B.uuid, m.BackupAckBatch(((0, 0),))))
     assert replies(member.handle(later + 1, Receive("c", None, None, get)))[0].results[0].status == m.RETRY
 
 
@@ -185,21 +185,66 @@ def test_a_client_is_sent_to_the_owner_and_the_owner_answers_after_its_backup() 
     batch = m.ClientRequest(8, tuple((pid, m.Operation(m.PUT, "m", key_in(pid), b"v")) for pid in range(4)))
     effects = owner.handle(now + 1, Receive("client-1", None, None, batch))
     assert replies(effects) == []  # waiting for A's acks
-    operations = sent(effects, m.BackupOperation)
-    assert len(operations) == 4
-    for i, op in enumerate(operations):
-        effects = owner.handle(now + 2 + i, Receive(A.address, A, B.uuid, m.BackupAck(op.partition_id, op.sequence)))
+    (batch_to_a,) = sent(effects, m.BackupBatch)  # one batch for the whole request
+    assert [run.partition_id for run in batch_to_a.runs] == [0, 1, 2, 3]
+    for i, run in enumerate(batch_to_a.runs[:3]):
+        ack = m.BackupAckBatch(((run.partition_id, run.last_sequence),))
+        assert replies(owner.handle(now + 2 + i, Receive(A.address, A, B.uuid, ack))) == []
+    ack = m.BackupAckBatch(((3, batch_to_a.runs[3].last_sequence),))
+    effects = owner.handle(now + 9, Receive(A.address, A, B.uuid, ack))
     assert [r.status for r in replies(effects)[0].results] == [m.OK] * 4
 
 
 def test_a_backup_takes_writes_only_from_the_owner_its_table_names() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
     backup.data.install(0, PartitionData())
-    operation = m.BackupOperation(0, 1, m.Operation(m.PUT, "m", b"k", b"v"), "")
-    assert sent(backup.handle(now + 1, Receive(C.address, C, B.uuid, operation)), m.BackupAck) == []
+    batch = m.BackupBatch((m.WriteRun(0, "", 1, m.PUT, "m", (b"k",), (b"v",)),))
+    assert sent(backup.handle(now + 1, Receive(C.address, C, B.uuid, batch)), m.BackupAckBatch) == []
     assert backup.data.stores[0].maps == {}
-    assert sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, operation)), m.BackupAck) == [m.BackupAck(0, 1)]
+    acks = sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, batch)), m.BackupAckBatch)
+    assert acks == [m.BackupAckBatch(((0, 1),))]
     assert backup.data.stores[0].maps == {"m": {b"k": b"v"}}
+
+
+def test_a_backup_applies_runs_in_sequence_order_whatever_order_they_arrive_in() -> None:
+    backup, now = following(B, A_OWNS_B_BACKS)
+    backup.data.install(0, PartitionData())
+    first = m.WriteRun(0, "", 1, m.PUT, "m", (b"a", b"b"), (b"1", b"2"))
+    second = m.WriteRun(0, "", 3, m.REMOVE, "m", (b"a",), ())
+    third = m.WriteRun(0, "", 4, m.PUT, "m", (b"c",), (b"3",))
+    # The second and third come first: held, acknowledged at what the backup holds (nothing yet).
+    early = backup.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupBatch((third, second))))
+    assert sent(early, m.BackupAckBatch) == [m.BackupAckBatch(((0, 0),))]
+    assert backup.data.stores[0].maps == {}
+    acks = sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, m.BackupBatch((first,)))), m.BackupAckBatch)
+    assert acks == [m.BackupAckBatch(((0, 4),))]
+    assert backup.data.stores[0].maps == {"m": {b"b": b"2", b"c": b"3"}}
+    # A resent run that overlaps what is held applies only its new part.
+    overlap = m.WriteRun(0, "", 4, m.PUT, "m", (b"c", b"d"), (b"X", b"4"))
+    backup.handle(now + 3, Receive(A.address, A, B.uuid, m.BackupBatch((overlap,))))
+    assert backup.data.stores[0].maps == {"m": {b"b": b"2", b"c": b"3", b"d": b"4"}}
+    assert backup.data.stores[0].sequence == 5
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        m.WriteRun(0, "", 1, "drop-table", "m", (b"k",), ()),
+        m.WriteRun(0, "", 1, m.PUT, "m", (b"k", b"l"), (b"v",)),  # a value missing
+        m.WriteRun(0, "", 1, m.REMOVE, "m", (b"k",), (b"v",)),
+        m.WriteRun(0, "", 1, m.PUT, "", (b"k",), (b"v",)),
+        m.WriteRun(0, "", 0, m.PUT, "m", (b"k",), (b"v",)),
+        m.WriteRun(0, "", 1, m.PUT, "m", (), ()),
+        m.WriteRun(99_999, "", 1, m.PUT, "m", (b"k",), (b"v",)),
+    ],
+)
+def test_a_malformed_run_changes_nothing_and_is_not_acknowledged(run: m.WriteRun) -> None:
+    backup, now = following(B, A_OWNS_B_BACKS)
+    backup.data.install(0, PartitionData())
+    effects = backup.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupBatch((run,))))
+    assert sent(effects, m.BackupAckBatch) == []
+    assert backup.data.stores[0].maps == {}
+    assert backup.data.stores[0].sequence == 0
 
 
 def test_a_late_copy_of_an_old_replica_sync_does_not_roll_a_backup_back() -> None:

@@ -163,18 +163,38 @@ class Operation(Record):
     value: bytes = b""
 
 
-class BackupOperation(Message, tag=100):
-    """Owner to backup: apply this write as replica sequence ``sequence`` of the partition."""
+class WriteRun(Record):
+    """Consecutive writes of one kind to one map of a partition, as the owner applied them: replica
+    sequences ``first_sequence``, ``first_sequence + 1``, ... one per key. Columns, not one object
+    per write: a put_all of a thousand keys to one partition is one run."""
 
     partition_id: int
-    sequence: int
-    operation: Operation
     lineage: str
+    first_sequence: int
+    kind: str  # PUT or REMOVE
+    map_name: str
+    keys: tuple[bytes, ...]
+    values: tuple[bytes, ...]  # one per key for PUT, none for REMOVE
+
+    @property
+    def last_sequence(self) -> int:
+        return self.first_sequence + len(self.keys) - 1
 
 
-class BackupAck(Message, tag=101):
-    partition_id: int
-    sequence: int
+# Codes 100 and 101 (one message per write and per acknowledgement) are retired.
+
+
+class BackupBatch(Message, tag=120):
+    """Owner to one backup: every write it has for that backup from one handled event, in runs."""
+
+    runs: tuple[WriteRun, ...]
+
+
+class BackupAckBatch(Message, tag=121):
+    """Backup to owner: for each partition of a batch, the replica sequence it now holds (cumulative:
+    every write up to it is applied)."""
+
+    acks: tuple[tuple[int, int], ...]
 
 
 class ReplicaSyncChunk(Message, tag=102):

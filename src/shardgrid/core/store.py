@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from shardgrid.core.messages import GET, PUT, REMOVE, Entry, Operation
+from shardgrid.core.messages import GET, PUT, REMOVE, Entry, Operation, WriteRun
 
 
 @dataclass(slots=True)
@@ -44,6 +44,22 @@ class PartitionData:
                 del self.maps[operation.map_name]
             return previous
         raise ValueError(f"unknown operation {operation.kind!r}")
+
+    def apply_run(self, run: WriteRun, start: int) -> None:
+        """Apply the writes of ``run`` from position ``start`` on, and advance the sequence to the
+        run's last. The backup checked the run whole (kind, lengths) before calling this."""
+        keys = run.keys[start:] if start else run.keys
+        if run.kind == PUT:
+            values = run.values[start:] if start else run.values
+            self.maps.setdefault(run.map_name, {}).update(zip(keys, values, strict=True))
+        else:
+            records = self.maps.get(run.map_name)
+            if records is not None:
+                for key in keys:
+                    records.pop(key, None)
+                if not records:
+                    del self.maps[run.map_name]
+        self.sequence = run.last_sequence
 
     def entries(self) -> Iterator[Entry]:
         """Every record, maps and keys in sorted order (deterministic chunks)."""

@@ -26,6 +26,7 @@ from shardgrid.core.limits import MAX_KEY_BYTES, MAX_MAP_NAME_CHARS, MAX_OPERATI
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.member.leases import Leases
+from shardgrid.core.member.replication import Outbox, PendingCall, PendingPartition, PendingWrite
 from shardgrid.core.messages import (
     GET,
     INDETERMINATE,
@@ -35,8 +36,8 @@ from shardgrid.core.messages import (
     REJECTED,
     REMOVE,
     RETRY,
-    BackupAck,
-    BackupOperation,
+    BackupAckBatch,
+    BackupBatch,
     ClientReply,
     ClientRequest,
     Operation,
@@ -46,6 +47,7 @@ from shardgrid.core.messages import (
     ReplicaSyncRequest,
     TableReply,
     TableRequest,
+    WriteRun,
 )
 from shardgrid.core.store import PartitionData, chunk_entries
 
@@ -56,24 +58,6 @@ class MigrationView(Protocol):
     def writes_blocked(self, pid: int) -> bool: ...
     def reads_blocked(self, pid: int) -> bool: ...
     def involved(self, pid: int) -> bool: ...
-
-
-@dataclass(slots=True)
-class PendingCall:
-    client_address: str
-    call_id: int
-    results: list[OperationResult | None]
-    open_writes: int
-    deadline_ms: int
-
-
-@dataclass(slots=True)
-class PendingWrite:
-    call: PendingCall
-    index: int  # position of the operation in the call
-    operation: BackupOperation
-    waiting: set[Replica]
-    last_sent_ms: int
 
 
 @dataclass(slots=True)
@@ -111,8 +95,10 @@ class DataPath:
         self.request_assignment = request_assignment
         self.migrations: MigrationView | None = None  # wired by the member (they ask each other)
         self.stores: dict[int, PartitionData] = {}
-        self.pending_writes: dict[tuple[int, int], PendingWrite] = {}
-        self.reorder: dict[int, dict[int, Operation]] = {}
+        self.pending: dict[int, PendingPartition] = {}  # owner: writes waiting for backups
+        self.pending_count = 0
+        self.outbox = Outbox()
+        self.reorder: dict[int, dict[int, WriteRun]] = {}  # backup: runs that arrived early
         self.outgoing_syncs: dict[int, OutgoingSync] = {}
         self.incoming_syncs: dict[int, IncomingSync] = {}
         self._sync_counter = 0
@@ -135,10 +121,10 @@ class DataPath:
 
     def settled(self, pid: int) -> bool:
         """No write of the partition is still on its way to a backup, and no sync is running."""
-        return pid not in self.outgoing_syncs and not any(key[0] == pid for key in self.pending_writes)
+        return pid not in self.outgoing_syncs and pid not in self.pending
 
     def busy(self) -> bool:
-        return bool(self.pending_writes or self.outgoing_syncs or self.incoming_syncs)
+        return bool(self.pending or self.outgoing_syncs or self.incoming_syncs)
 
     def _backups_of(self, pid: int) -> list[Replica]:
         table = self.consensus.state.table
@@ -173,6 +159,7 @@ class DataPath:
         )
         for index, (pid, operation) in enumerate(operations):
             call.results[index] = self._execute(call, index, pid, operation)
+        self._send_outbox()
         if call.open_writes == 0:
             self._reply(call)
 
@@ -221,21 +208,35 @@ class DataPath:
         blocked = migrations.writes_blocked(pid) or pid in self.outgoing_syncs
         if blocked or not state.cluster_state.writes_allowed:
             return OperationResult(RETRY)
-        if len(self.pending_writes) >= self.ctx.config.max_pending_writes:
+        if self.pending_count >= self.ctx.config.max_pending_writes:
             return OperationResult(RETRY)
         data = self.store(pid)
         previous = data.apply(operation)
         data.sequence += 1
         result = OperationResult(OK, previous)
-        backups = self._backups_of(pid)
+        backups = tuple(self._backups_of(pid))
         if not backups:
             return result
-        backup_op = BackupOperation(pid, data.sequence, operation, data.lineage)
-        for backup in backups:
-            self.ctx.send(backup, backup_op)
-        self.pending_writes[(pid, data.sequence)] = PendingWrite(call, index, backup_op, set(backups), self.ctx.now_ms)
+        value = operation.value if operation.kind == PUT else None
+        kind, map_name = operation.kind, operation.map_name
+        self.outbox.add(pid, data.lineage, data.sequence, kind, map_name, operation.key, value, backups)
+        pending = self.pending.get(pid)
+        if pending is None:
+            pending = self.pending[pid] = PendingPartition(last_sent_ms=self.ctx.now_ms)
+        pending.writes.append(PendingWrite(data.sequence, call, index, backups))
+        self.pending_count += 1
         call.open_writes += 1
         return result
+
+    def _send_outbox(self) -> None:
+        """One batch per backup for everything this event wrote."""
+        batches: dict[Replica, list[WriteRun]] = {}
+        for pid, runs, backups in self.outbox.take():
+            self.pending[pid].runs.extend(runs)
+            for backup in backups:
+                batches.setdefault(backup, []).extend(runs)
+        for backup in sorted(batches):
+            self.ctx.send(backup, BackupBatch(tuple(batches[backup])))
 
     def on_table_request(self, client: str, message: TableRequest) -> None:
         del message
@@ -255,71 +256,109 @@ class DataPath:
 
     # --- owner: acknowledgements, retries, timeouts ------------------------------------------------
 
-    def on_backup_ack(self, sender: Replica, message: BackupAck) -> None:
-        keys = sorted(k for k in self.pending_writes if k[0] == message.partition_id and k[1] <= message.sequence)
-        for key in keys:
-            self._acknowledged(key, sender)
+    def on_backup_acks(self, sender: Replica, message: BackupAckBatch) -> None:
+        for item in message.acks:
+            pid, sequence = item
+            pending = self.pending.get(pid)
+            if pending is not None:
+                pending.acknowledge(sender, sequence)
+                self._complete(pid, pending)
 
-    def _acknowledged(self, key: tuple[int, int], backup: Replica) -> None:
-        write = self.pending_writes.get(key)
-        if write is None:
+    def _complete(self, pid: int, pending: PendingPartition) -> None:
+        done = pending.complete(set(self._backups_of(pid)))
+        if not done:
             return
-        write.waiting.discard(backup)
-        if not write.waiting:
-            del self.pending_writes[key]
-            if not self.leases.holds():
+        holds = self.leases.holds()
+        for write in done:
+            if not holds:
                 # Every backup has it, but an owner without a lease may already have been replaced.
                 write.call.results[write.index] = OperationResult(INDETERMINATE)
-            self._finish_write(write.call)
+            self._finish_write(write)
+        if not pending.writes:
+            del self.pending[pid]
 
-    def _finish_write(self, call: PendingCall) -> None:
+    def _finish_write(self, write: PendingWrite) -> None:
+        self.pending_count -= 1
+        call = write.call
         call.open_writes -= 1
         if call.open_writes == 0:
             self._reply(call)
 
+    def _fail(self, writes: list[PendingWrite]) -> None:
+        for write in writes:
+            write.call.results[write.index] = OperationResult(INDETERMINATE)
+            self._finish_write(write)
+
     def tick(self) -> None:
-        for key in sorted(self.pending_writes):
-            write = self.pending_writes.get(key)
-            if write is None:
-                continue
-            if self.ctx.now_ms >= write.call.deadline_ms:
-                del self.pending_writes[key]
-                write.call.results[write.index] = OperationResult(INDETERMINATE)
-                self._finish_write(write.call)
-                self.start_sync(key[0], sorted(write.waiting))
-            elif self.ctx.now_ms - write.last_sent_ms >= self.ctx.config.retry_interval_ms:
-                write.last_sent_ms = self.ctx.now_ms
-                for backup in sorted(write.waiting):
-                    self.ctx.send(backup, write.operation)
+        now = self.ctx.now_ms
+        for pid in sorted(self.pending):
+            pending = self.pending[pid]
+            backups = self._backups_of(pid)
+            expired = pending.expire(now)
+            if expired:
+                last = expired[-1].sequence
+                lagging = {b for w in expired for b in w.backups if b in backups and not pending.holds(b, last)}
+                self._fail(expired)
+                self.start_sync(pid, sorted(lagging))
+                if not pending.writes:
+                    del self.pending[pid]
+                    continue
+            if now - pending.last_sent_ms >= self.ctx.config.retry_interval_ms:
+                pending.last_sent_ms = now
+                for backup in sorted(backups):
+                    runs = pending.runs_for(backup)
+                    if runs:
+                        self.ctx.send(backup, BackupBatch(runs))
         self._sync_tick()
 
     # --- backup: applying in order ---------------------------------------------------------------
 
-    def on_backup_operation(self, sender: Replica, message: BackupOperation) -> None:
-        pid = message.partition_id
+    def on_backup_batch(self, sender: Replica, message: BackupBatch) -> None:
         table = self.consensus.state.table
-        if table is None or not 0 <= pid < table.partition_count:
+        if table is None:
             return
-        if table.owner(pid) != sender or self._index_of(pid) < 1:
-            return  # not from the owner this member knows: fenced off (the sender retries)
-        data = self.stores.get(pid)
-        if data is None or pid in self.incoming_syncs or data.lineage != message.lineage:
-            return  # not yet in the owner's lineage: its sync (or a timeout that starts one) fixes that
-        if message.sequence > data.sequence + 1:
+        acks: dict[int, int] = {}
+        for run in message.runs:
+            pid = run.partition_id
+            if not 0 <= pid < table.partition_count or not self._well_formed(run):
+                continue
+            if table.owner(pid) != sender or self._index_of(pid) < 1:
+                continue  # not from the owner this member knows: fenced off (the sender retries)
+            data = self.stores.get(pid)
+            if data is None or pid in self.incoming_syncs or data.lineage != run.lineage:
+                continue  # not yet in the owner's lineage: its sync (or a timeout that starts one) fixes that
+            self._apply_in_order(pid, data, run)
+            acks[pid] = data.sequence
+        if acks:
+            self.ctx.send(sender, BackupAckBatch(tuple(acks.items())))
+
+    @staticmethod
+    def _well_formed(run: WriteRun) -> bool:
+        if run.first_sequence < 1 or not run.keys or not 0 < len(run.map_name) <= MAX_MAP_NAME_CHARS:
+            return False
+        if run.kind == PUT:
+            return len(run.values) == len(run.keys)
+        return run.kind == REMOVE and not run.values
+
+    def _apply_in_order(self, pid: int, data: PartitionData, run: WriteRun) -> None:
+        """Apply what ``run`` adds after the sequence held; hold a run that comes early (bounded)."""
+        if run.first_sequence > data.sequence + 1:
             held = self.reorder.setdefault(pid, {})
-            if len(held) < self.ctx.config.max_backup_reorder:
-                held[message.sequence] = message.operation
+            if sum(len(r.keys) for r in held.values()) + len(run.keys) <= self.ctx.config.max_backup_reorder:
+                held[run.first_sequence] = run
             return
-        if message.sequence == data.sequence + 1:
-            data.apply(message.operation)
-            data.sequence += 1
-            held = self.reorder.get(pid, {})
-            while data.sequence + 1 in held:
-                data.apply(held.pop(data.sequence + 1))
-                data.sequence += 1
-            for stale in [s for s in held if s <= data.sequence]:
-                del held[stale]
-        self.ctx.send(sender, BackupAck(pid, data.sequence))
+        if run.last_sequence > data.sequence:
+            data.apply_run(run, data.sequence + 1 - run.first_sequence)
+        held = self.reorder.get(pid)
+        while held:
+            first = min(held)
+            if first > data.sequence + 1:
+                break
+            early = held.pop(first)
+            if early.last_sequence > data.sequence:
+                data.apply_run(early, data.sequence + 1 - early.first_sequence)
+        if held is not None and not held:
+            del self.reorder[pid]
 
     # --- replica sync: the owner's whole partition to its backups ----------------------------------
 
@@ -443,9 +482,9 @@ class DataPath:
                 self.incoming_syncs.pop(pid, None)
             if index == 0:
                 backups = set(self._backups_of(pid))
-                for key in sorted(k for k in self.pending_writes if k[0] == pid):
-                    for former in sorted(self.pending_writes[key].waiting - backups):
-                        self._acknowledged(key, former)
+                pending = self.pending.get(pid)
+                if pending is not None:
+                    self._complete(pid, pending)  # former backups are waited on no longer
                 sync = self.outgoing_syncs.get(pid)
                 if sync is not None:
                     for former in [b for b in sync.progress if b not in backups]:
@@ -458,10 +497,9 @@ class DataPath:
 
     def _fail_pending_writes(self, pid: int) -> None:
         """No longer the owner: writes still waiting for backups cannot be confirmed here."""
-        for key in sorted(k for k in self.pending_writes if k[0] == pid):
-            write = self.pending_writes.pop(key)
-            write.call.results[write.index] = OperationResult(INDETERMINATE)
-            self._finish_write(write.call)
+        pending = self.pending.pop(pid, None)
+        if pending is not None:
+            self._fail(pending.take_all())
 
     def on_table_assigned(self) -> None:
         """The first table: every partition is empty, so each replica starts with an empty store
@@ -504,10 +542,8 @@ class DataPath:
 
     def drop_everything(self) -> None:
         """This member left (or was removed): its data is no longer any replica's."""
-        for key in sorted(self.pending_writes):
-            write = self.pending_writes.pop(key)
-            write.call.results[write.index] = OperationResult(INDETERMINATE)
-            self._finish_write(write.call)
+        for pid in sorted(self.pending):
+            self._fail(self.pending.pop(pid).take_all())
         self.stores.clear()
         self.reorder.clear()
         self.outgoing_syncs.clear()
