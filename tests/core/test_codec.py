@@ -156,7 +156,7 @@ def test_codes_are_explicit_unique_and_stable() -> None:
     assert codec.WIRE_CODES[m.JoinRequest] == 20
     assert codec.WIRE_CODES[r.AppendEntries] == 42
     assert codec.WIRE_CODES[c.AddMembers] == 61
-    assert codec.WIRE_CODES[m.ClientRequest] == 105
+    assert codec.WIRE_CODES[m.MapRequest] == 122
     # The tag is the first element of the encoded array.
     assert msgspec.msgpack.decode(codec.encode(r.Heartbeat(1, 2, 3))[4:]) == [codec.PROTOCOL_VERSION, [44, 1, 2, 3]]
 
@@ -196,15 +196,17 @@ def test_garbage_unknown_codes_and_other_versions_are_refused() -> None:
 
 
 def test_wrong_field_types_are_protocol_errors() -> None:
-    # The reproduction: ClientRequest(1, (5,)) once raised TypeError inside the member.
+    # The reproduction was ClientRequest(1, (5,)): a TypeError inside the member.
     with pytest.raises(ProtocolError, match="malformed"):
-        codec.decode_body(_body([105, 1, [5]]))
+        codec.decode_body(_body([122, 1, "put", "m", [5], [5], []]))
+    with pytest.raises(ProtocolError, match="malformed"):
+        codec.decode_body(_body([123, 1, [99]]))  # no status 99
     with pytest.raises(ProtocolError, match="malformed"):
         codec.decode_body(_body([44, True, 2, 3]))  # a bool is not a term
     with pytest.raises(ProtocolError, match="malformed"):
         codec.decode_body(_body([44, 1, 2]))  # a field missing
     with pytest.raises(ProtocolError, match="malformed"):
-        codec.decode_body(_body([100, 1, 2, ["put", "m", "key-is-not-bytes", b""], "lineage"]))
+        codec.decode_body(_body([120, [[0, "lineage", 1, "put", "m", ["key-is-not-bytes"], [b""]]]]))
     with pytest.raises(ProtocolError, match="malformed"):
         codec.decode_body(_body([110, "no-such-state"]))
 

@@ -104,12 +104,10 @@ def test_a_member_configured_to_start_alone_leads_and_assigns_the_partitions() -
     state = member.consensus.state
     assert state.table is not None
     assert all(slots[0] == A for slots in state.table.replicas)
-    request = m.ClientRequest(1, ((0, m.Operation(m.PUT, "m", key_in(0), b"v")),))
-    assert replies(member.handle(now + 1, Receive("c", None, None, request))) == [
-        m.ClientReply(1, (m.OperationResult(m.OK, None),))
-    ]
-    get = m.ClientRequest(2, ((0, m.Operation(m.GET, "m", key_in(0))),))
-    assert replies(member.handle(now + 2, Receive("c", None, None, get)))[0].results[0].value == b"v"
+    request = put(1, [0])
+    assert replies(member.handle(now + 1, Receive("c", None, None, request))) == [m.MapReply(1, (m.Status.OK,))]
+    get = m.MapRequest(2, m.GET, "m", (0,), (key_in(0),))
+    assert replies(member.handle(now + 2, Receive("c", None, None, get)))[0].values == (b"v",)
 
 
 def test_a_process_that_heard_of_a_cluster_never_founds_one() -> None:
@@ -139,51 +137,72 @@ def test_time_never_goes_backwards() -> None:
 # --- serving -------------------------------------------------------------------------------------------
 
 
+def put(call_id: int, pids: list[int], previous: bool = False) -> m.MapRequest:
+    keys = tuple(key_in(pid) for pid in pids)
+    return m.MapRequest(call_id, m.PUT, "m", tuple(pids), keys, (b"v",) * len(pids), previous)
+
+
 def test_a_malformed_request_is_refused_whole_and_changes_nothing() -> None:
     member, now = alone()
-    good = (0, m.Operation(m.PUT, "m", key_in(0), b"v"))
-    wrong_partition = (1, m.Operation(m.PUT, "m", key_in(0), b"v"))
+    k0, k1 = key_in(0), key_in(1)
     bad = [
-        (5,),
-        (good, (1, "not an operation")),
-        (good, (99, m.Operation(m.PUT, "m", key_in(0)))),
-        (good, wrong_partition),
+        m.MapRequest(7, "drop", "m", (0,), (k0,)),
+        m.MapRequest(7, m.PUT, "", (0,), (k0,), (b"v",)),
+        m.MapRequest(7, m.PUT, "m", (0, 1), (k0, k1), (b"v",)),  # a value missing
+        m.MapRequest(7, m.GET, "m", (0,), (k0,), (b"v",)),  # a value where none belongs
+        m.MapRequest(7, m.PUT, "m", (0, 1), (k0, k0), (b"v", b"w")),  # not the key's partition
+        m.MapRequest(7, m.PUT, "m", (0, 99), (k0, k1), (b"v", b"w")),
+        m.MapRequest(7, m.PUT, "m", (0, 1), (k0, "not bytes"), (b"v", b"w")),  # type: ignore[arg-type]
+        m.MapRequest(7, m.PUT, "m", (0,), (k0,), (b"x" * (4 * 1024 * 1024 + 1),)),
+        m.MapRequest(7, m.PUT, "m", (0,) * 10_001, (k0,) * 10_001, (b"v",) * 10_001),
     ]
-    for operations in bad:
-        effects = member.handle(now + 1, Receive("c", None, None, m.ClientRequest(7, operations)))  # type: ignore[arg-type]
-        (reply,) = replies(effects)
-        assert {r.status for r in reply.results} == {m.REJECTED}
-        assert len(reply.results) == len(operations)
+    for request in bad:
+        (reply,) = replies(member.handle(now + 1, Receive("c", None, None, request)))
+        assert set(reply.statuses) == {m.Status.REJECTED}
+        assert len(reply.statuses) == len(request.keys)
+        assert reply.reason
     assert member.data.stores[0].maps == {}
-    too_many = tuple([good] * 10_001)
-    (reply,) = replies(member.handle(now + 2, Receive("c", None, None, m.ClientRequest(8, too_many))))
-    assert len(reply.results) == len(too_many)
+    assert member.data.stores[1].maps == {}
+
+
+def test_a_batch_spanning_partitions_answers_each_key_and_previous_values_on_request() -> None:
+    member, now = alone()
+    (first,) = replies(member.handle(now + 1, Receive("c", None, None, put(1, [0, 1, 2], previous=True))))
+    assert first.statuses == (m.Status.OK,) * 3
+    assert first.values == (None, None, None)
+    again = m.MapRequest(2, m.PUT, "m", (2, 0), (key_in(2), key_in(0)), (b"w", b"x"), True)
+    (second,) = replies(member.handle(now + 2, Receive("c", None, None, again)))
+    assert second.values == (b"v", b"v")
+    remove = m.MapRequest(3, m.REMOVE, "m", (0, 3), (key_in(0), key_in(3)), (), True)
+    (third,) = replies(member.handle(now + 3, Receive("c", None, None, remove)))
+    assert third.values == (b"x", None)
     assert member.data.stores[0].maps == {}
+    assert member.data.stores[0].sequence == 3  # two puts and a remove
 
 
 def test_an_owner_without_a_lease_does_not_serve() -> None:
     member, now = following(B, B_OWNS_A_BACKS)
-    get = m.ClientRequest(1, ((0, m.Operation(m.GET, "m", key_in(0))),))
-    assert replies(member.handle(now + 1, Receive("c", None, None, get)))[0].results[0].status == m.RETRY
+    get = m.MapRequest(1, m.GET, "m", (0,), (key_in(0),))
+    assert replies(member.handle(now + 1, Receive("c", None, None, get)))[0].statuses == (m.Status.NOT_READY,)
     now = grant_lease(member, now)
-    assert replies(member.handle(now + 1, Receive("c", None, None, get)))[0].results[0].status == m.OK
+    assert replies(member.handle(now + 1, Receive("c", None, None, get)))[0].statuses == (m.Status.OK,)
     # Its lease ends two seconds after the request it answered was sent, whatever it hears since.
     later = now + 2_500
     member.handle(later, Receive(C.address, C, B.uuid, m.BackupAckBatch(((0, 0),))))
-    assert replies(member.handle(later + 1, Receive("c", None, None, get)))[0].results[0].status == m.RETRY
+    (reply,) = replies(member.handle(later + 1, Receive("c", None, None, get)))
+    assert reply.statuses == (m.Status.NOT_READY,)
+    assert reply.retry_after_ms > 0
 
 
 def test_a_client_is_sent_to_the_owner_and_the_owner_answers_after_its_backup() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
-    request = m.ClientRequest(7, ((0, m.Operation(m.PUT, "m", key_in(0), b"v")),))
-    reply = replies(backup.handle(now + 1, Receive("client-1", None, None, request)))[0]
-    assert reply.results[0].status == m.NOT_OWNER
-    assert reply.results[0].owner_address == A.address
+    (reply,) = replies(backup.handle(now + 1, Receive("client-1", None, None, put(7, [0]))))
+    assert reply.statuses == (m.Status.WRONG_OWNER,)
+    assert reply.redirects == (m.PartitionRedirect(0, backup.consensus.state.table.versions[0], A.address),)
 
     owner, now = following(B, B_OWNS_A_BACKS)
     now = grant_lease(owner, now)
-    batch = m.ClientRequest(8, tuple((pid, m.Operation(m.PUT, "m", key_in(pid), b"v")) for pid in range(4)))
-    effects = owner.handle(now + 1, Receive("client-1", None, None, batch))
+    effects = owner.handle(now + 1, Receive("client-1", None, None, put(8, [0, 1, 2, 3])))
     assert replies(effects) == []  # waiting for A's acks
     (batch_to_a,) = sent(effects, m.BackupBatch)  # one batch for the whole request
     assert [run.partition_id for run in batch_to_a.runs] == [0, 1, 2, 3]
@@ -192,7 +211,7 @@ def test_a_client_is_sent_to_the_owner_and_the_owner_answers_after_its_backup() 
         assert replies(owner.handle(now + 2 + i, Receive(A.address, A, B.uuid, ack))) == []
     ack = m.BackupAckBatch(((3, batch_to_a.runs[3].last_sequence),))
     effects = owner.handle(now + 9, Receive(A.address, A, B.uuid, ack))
-    assert [r.status for r in replies(effects)[0].results] == [m.OK] * 4
+    assert replies(effects)[0].statuses == (m.Status.OK,) * 4
 
 
 def test_a_backup_takes_writes_only_from_the_owner_its_table_names() -> None:

@@ -137,14 +137,13 @@ def test_a_request_reaching_the_old_owner_after_the_commit_is_redirected() -> No
     pid = moved.partition_id
     count = run.sim.config.partition_count
     key = next(k for k in (f"k{i}".encode() for i in range(100_000)) if partition_id_of_serialized(k, count) == pid)
-    request = m.ClientRequest(1, ((pid, m.Operation("put", "m", key, b"v")),))
+    request = m.MapRequest(1, m.PUT, "m", (pid,), (key,), (b"v",))
     effects = old_owner.handle(run.sim.now_ms, Receive("client-x", None, None, request))
     (reply,) = [e.message for e in effects if isinstance(e, ReplyToClient)]
-    result = reply.results[0]
     if table.owner(pid) == old_owner.identity:
         pytest.skip("the partition moved back to its old owner")
-    assert result.status == m.NOT_OWNER
-    assert result.owner_address == table.owner(pid).address
+    assert reply.statuses == (m.Status.WRONG_OWNER,)
+    assert [r.owner_address for r in reply.redirects] == [table.owner(pid).address]
 
 
 def test_a_member_paused_past_the_failure_timeout_is_removed_and_joins_again() -> None:
@@ -177,7 +176,7 @@ def test_a_seed_member_restarted_cut_off_forms_no_second_cluster() -> None:
     def watch(run: Run) -> None:
         def check(sim: Any, address: str, client: str, reply: Any) -> None:
             there = address == sim.started_addresses[0] and sim.network.groups
-            if there and isinstance(reply, m.ClientReply) and any(r.status == m.OK for r in reply.results):
+            if there and isinstance(reply, m.MapReply) and m.Status.OK in reply.statuses:
                 acknowledged_by_isolated.append(sim.now_ms)
 
         run.sim.reply_checks.append(check)
@@ -199,12 +198,12 @@ def test_a_cut_off_minority_commits_nothing_and_stops_acknowledging() -> None:
 
         def check(sim: Any, address: str, client: str, reply: Any) -> None:
             groups = sim.network.groups
-            if not groups or not isinstance(reply, m.ClientReply) or groups.get(address) != 0:
+            if not groups or not isinstance(reply, m.MapReply) or groups.get(address) != 0:
                 return  # side 0 of the split is the minority: the old leader and the new member
             split_at = step_time(run, 2)
             if sim.now_ms > split_at + config.lease_ms + config.clock_drift_margin_ms:
                 calls = sim.clients[client].call
-                if calls is not None and calls.write is not None and reply.results[0].status == m.OK:
+                if calls is not None and calls.write is not None and reply.statuses == (m.Status.OK,):
                     late_acks.append((sim.now_ms, address))
 
         run.sim.reply_checks.append(check)
@@ -233,12 +232,12 @@ def test_a_removed_member_serves_no_stale_reads() -> None:
         config = run.sim.config
 
         def check(sim: Any, address: str, client: str, reply: Any) -> None:
-            if not sim.network.groups or not isinstance(reply, m.ClientReply):
+            if not sim.network.groups or not isinstance(reply, m.MapReply):
                 return
             cut_off = next((a for a, side in sim.network.groups.items() if side == 1), None)
             split_at = step_time(run, 1) if run.faults else sim.now_ms
             late = sim.now_ms > split_at + config.lease_ms + config.clock_drift_margin_ms
-            if address == cut_off and late and any(r.status == m.OK for r in reply.results):
+            if address == cut_off and late and m.Status.OK in reply.statuses:
                 served_late.append(sim.now_ms)
 
         run.sim.reply_checks.append(check)

@@ -113,18 +113,19 @@ def _batches(keys: list[tuple[int, bytes]], size: int) -> Iterable[list[tuple[in
         yield keys[start : start + size]
 
 
-def _put_request(call_id: int, keys: list[tuple[int, bytes]], value: bytes) -> m.ClientRequest:
-    return m.ClientRequest(call_id, tuple((pid, m.Operation(m.PUT, MAP_NAME, key, value)) for pid, key in keys))
+def _put_request(call_id: int, keys: list[tuple[int, bytes]], value: bytes, previous: bool = False) -> m.MapRequest:
+    pids = tuple(pid for pid, _ in keys)
+    return m.MapRequest(call_id, m.PUT, MAP_NAME, pids, tuple(k for _, k in keys), (value,) * len(keys), previous)
 
 
-def _get_request(call_id: int, keys: list[tuple[int, bytes]]) -> m.ClientRequest:
-    return m.ClientRequest(call_id, tuple((pid, m.Operation(m.GET, MAP_NAME, key)) for pid, key in keys))
+def _get_request(call_id: int, keys: list[tuple[int, bytes]]) -> m.MapRequest:
+    return m.MapRequest(call_id, m.GET, MAP_NAME, tuple(pid for pid, _ in keys), tuple(k for _, k in keys))
 
 
 def _check_ok(reply: Any, expected: int) -> None:
-    if len(reply.results) != expected or any(r.status != m.OK for r in reply.results):
-        statuses = sorted({r.status for r in reply.results})
-        raise RuntimeError(f"the member did not serve every operation: {statuses}")
+    if len(reply.statuses) != expected or any(s is not m.Status.OK for s in reply.statuses):
+        statuses = sorted({s.name for s in reply.statuses})
+        raise RuntimeError(f"the member did not serve every key: {statuses} {reply.reason}")
 
 
 def _timed(action: Callable[[], None]) -> float:
@@ -155,6 +156,8 @@ def data_path(seed: int = 1, batches: int = 20, single_puts: int = 2_000) -> dic
         for batch in _batches(keys, BATCH_ENTRIES):
             reply = exchange.call(owner_address, _get_request(next(call_ids), batch))
             _check_ok(reply, len(batch))
+            if any(v != value for v in reply.values):
+                raise RuntimeError("a get returned something other than what was put")
 
     put_seconds = _timed(put_all)
     get_seconds = _timed(get_all)
@@ -162,7 +165,8 @@ def data_path(seed: int = 1, batches: int = 20, single_puts: int = 2_000) -> dic
 
     def single() -> None:
         for pid, key in single_keys:
-            _check_ok(exchange.call(owner_address, _put_request(next(call_ids), [(pid, key)], value)), 1)
+            # A single put answers the previous value, as a map's put does.
+            _check_ok(exchange.call(owner_address, _put_request(next(call_ids), [(pid, key)], value, True)), 1)
 
     single_seconds = _timed(single)
     entries = len(keys)

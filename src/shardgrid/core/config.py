@@ -49,7 +49,8 @@ class MemberConfig:
     admin_timeout_ms: int = 30_000  # an administrative request not done by then fails
     max_chunk_entries: int = 1_000
     max_chunk_bytes: int = 1024 * 1024
-    max_pending_writes: int = 10_000  # writes waiting for backup acks; beyond it, RETRY
+    max_pending_writes: int = 10_000  # writes waiting for backup acks; beyond it, OVERLOADED
+    client_retry_after_ms: int = 50  # what a reply asking a client to retry tells it to wait
     max_backup_reorder: int = 1_024  # out-of-order backup operations held per partition
     max_pending_joins: int = 100  # joiners waiting for the leader's next configuration change
     # The leader assigns the partitions as soon as the cluster has a data member (the default), or,

@@ -9,6 +9,8 @@ stable wire code (``tag=``), so that one codec (``codec.py``) carries and checks
 
 from __future__ import annotations
 
+import enum
+
 from shardgrid.core.identity import Replica
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.metadata.commands import MemberRecord
@@ -154,15 +156,6 @@ GET = "get"
 REMOVE = "remove"
 
 
-class Operation(Record):
-    """One map operation; ``value`` is empty for get and remove."""
-
-    kind: str
-    map_name: str
-    key: bytes
-    value: bytes = b""
-
-
 class WriteRun(Record):
     """Consecutive writes of one kind to one map of a partition, as the owner applied them: replica
     sequences ``first_sequence``, ``first_sequence + 1``, ... one per key. Columns, not one object
@@ -228,29 +221,59 @@ class AssignPartitions(Message, tag=104):
 
 # --- clients ---------------------------------------------------------------------------------------
 
-OK = "ok"
-NOT_OWNER = "not-owner"
-RETRY = "retry"  # migrating, no owner yet, no lease: try again shortly
-INDETERMINATE = "indeterminate"  # applied on the owner, but not confirmed by every backup under lease
-REJECTED = "rejected"  # malformed or over a limit: will not succeed if retried
+
+class Status(enum.IntEnum):
+    """What happened to one key of a request, in a form a smart client acts on without parsing text."""
+
+    OK = 0
+    WRONG_OWNER = 1  # another member owns the partition: the reply's redirects name it and the version
+    MIGRATING = 2  # the partition is moving or re-syncing its backups: retry after retry_after_ms
+    NOT_READY = 3  # no table, no owner or no lease here yet: retry after retry_after_ms
+    OVERLOADED = 4  # too many writes wait for backups here: retry after retry_after_ms
+    SHUTTING_DOWN = 5  # this member is leaving or left: ask another member for the table
+    REJECTED = 6  # malformed, over a limit, or refused by the cluster state: retrying will not help
+    INDETERMINATE = 7  # applied by the owner, but not confirmed by every backup under lease
 
 
-class ClientRequest(Message, tag=105):
-    """A batch of operations for partitions this member is believed to own."""
+RETRYABLE: frozenset[Status] = frozenset({Status.MIGRATING, Status.NOT_READY, Status.OVERLOADED, Status.SHUTTING_DOWN})
+
+
+class MapRequest(Message, tag=122):
+    """One operation on many keys of one map, as columns: ``partition_ids[i]`` is ``keys[i]``'s
+    partition (the member checks it), ``values[i]`` its value for a put. The keys may span
+    partitions; the member answers for each. ``previous`` asks a put or remove for each key's
+    previous value (a column the member skips otherwise, like a putAll)."""
 
     call_id: int
-    operations: tuple[tuple[int, Operation], ...]  # (partition id, operation)
+    kind: str  # GET, PUT or REMOVE
+    map_name: str
+    partition_ids: tuple[int, ...]
+    keys: tuple[bytes, ...]
+    values: tuple[bytes, ...] = ()
+    previous: bool = False
 
 
-class OperationResult(Record):
-    status: str
-    value: bytes | None = None
-    owner_address: str | None = None  # where to go instead, with NOT_OWNER
+class PartitionRedirect(Record):
+    """Where a partition is, as this member's table says: its owner at that partition version."""
+
+    partition_id: int
+    version: int
+    owner_address: str
 
 
-class ClientReply(Message, tag=107):
+class MapReply(Message, tag=123):
+    """One status per key; ``values`` (a get's values, or a put's or remove's previous values when
+    asked) one per key, or empty; one redirect per partition answered WRONG_OWNER."""
+
     call_id: int
-    results: tuple[OperationResult, ...]
+    statuses: tuple[Status, ...]
+    values: tuple[bytes | None, ...] = ()
+    redirects: tuple[PartitionRedirect, ...] = ()
+    retry_after_ms: int = 0
+    reason: str = ""  # why, when a key is REJECTED
+
+
+# Codes 105-107 (one object per operation and per result) are retired.
 
 
 class TableRequest(Message, tag=108):

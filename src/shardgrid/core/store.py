@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from shardgrid.core.messages import GET, PUT, REMOVE, Entry, Operation, WriteRun
+from shardgrid.core.messages import PUT, Entry, WriteRun
 
 
 @dataclass(slots=True)
@@ -25,25 +25,6 @@ class PartitionData:
     maps: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     sequence: int = 0
     lineage: str = ""
-
-    def apply(self, operation: Operation) -> bytes | None:
-        """Apply one operation; returns the value (get) or the previous value (put, remove)."""
-        if operation.kind == GET:
-            return self.maps.get(operation.map_name, {}).get(operation.key)
-        if operation.kind == PUT:
-            records = self.maps.setdefault(operation.map_name, {})
-            previous = records.get(operation.key)
-            records[operation.key] = operation.value
-            return previous
-        if operation.kind == REMOVE:
-            records = self.maps.get(operation.map_name)
-            if records is None:
-                return None
-            previous = records.pop(operation.key, None)
-            if not records:
-                del self.maps[operation.map_name]
-            return previous
-        raise ValueError(f"unknown operation {operation.kind!r}")
 
     def apply_run(self, run: WriteRun, start: int) -> None:
         """Apply the writes of ``run`` from position ``start`` on, and advance the sequence to the

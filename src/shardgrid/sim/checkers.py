@@ -18,7 +18,7 @@ from typing import Any
 
 from shardgrid.core.hashing import partition_id_of_serialized
 from shardgrid.core.member import Member
-from shardgrid.core.messages import OK, ClientReply
+from shardgrid.core.messages import MapReply, Status
 from shardgrid.core.placement import replica_count_for
 from shardgrid.sim.cluster import Simulation
 from shardgrid.sim.workload import MAP_NAME
@@ -97,9 +97,9 @@ def check_single_writer(sim: Simulation, address: str, client_address: str, repl
     """A member acknowledged a write: nobody else may have been taking writes to that partition."""
     client = sim.clients.get(client_address)
     call = client.call if client is not None else None
-    if call is None or call.write is None or not isinstance(reply, ClientReply) or reply.call_id != call.call_id:
+    if call is None or call.write is None or not isinstance(reply, MapReply) or reply.call_id != call.call_id:
         return
-    if not reply.results or reply.results[0].status != OK:
+    if reply.statuses[:1] != (Status.OK,):
         return
     for other_address, node in sim.nodes.items():
         if other_address != address and node.alive and node.member.serves_writes(call.partition_id, sim.now_ms):

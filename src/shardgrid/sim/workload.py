@@ -2,7 +2,7 @@
 
 Each client owns its keys (no other client writes them) and works through its budget of
 operations one at a time, routing each to the partition owner from a table it fetches and
-corrects on NOT_OWNER. A write's outcome in the ledger is ``acked`` (the owner and every backup
+corrects on WRONG_OWNER. A write's outcome in the ledger is ``acked`` (the owner and every backup
 had it), ``failed`` (definitely not applied) or ``maybe`` (it may or may not have been applied:
 timed out, or indeterminate).
 
@@ -22,14 +22,11 @@ from shardgrid.core.errors import InvariantViolation
 from shardgrid.core.hashing import partition_id_of_serialized, serialize_key
 from shardgrid.core.messages import (
     GET,
-    INDETERMINATE,
-    NOT_OWNER,
-    OK,
     PUT,
-    RETRY,
-    ClientReply,
-    ClientRequest,
-    Operation,
+    RETRYABLE,
+    MapReply,
+    MapRequest,
+    Status,
     TableReply,
     TableRequest,
 )
@@ -88,7 +85,7 @@ class Ledger:
 class Call:
     call_id: int
     key: bytes
-    operation: Operation
+    kind: str  # PUT or GET
     partition_id: int
     write: Write | None
     attempts: int = 0
@@ -159,11 +156,11 @@ class SimClient:
         if self.rng.random() < 0.7:
             write = Write(f"{self.address}:{self.counter}".encode(), now_ms)
             self.ledger.writes.setdefault(key, []).append(write)
-            operation = Operation(PUT, MAP_NAME, key, write.value)
+            kind = PUT
         else:
             write = None
-            operation = Operation(GET, MAP_NAME, key)
-        return Call(self.counter, key, operation, pid, write)
+            kind = GET
+        return Call(self.counter, key, kind, pid, write)
 
     def _send(self, now_ms: int, members: list[str]) -> list[tuple[str, Any]]:
         call = self.call
@@ -181,7 +178,9 @@ class SimClient:
         call.retry_at_ms = 0
         self.counter += 1
         call.call_id = self.counter
-        return [(target, ClientRequest(call.call_id, ((call.partition_id, call.operation),)))]
+        values = (call.write.value,) if call.write is not None else ()
+        request = MapRequest(call.call_id, call.kind, MAP_NAME, (call.partition_id,), (call.key,), values)
+        return [(target, request)]
 
     def on_message(self, now_ms: int, message: Any, members: list[str]) -> list[tuple[str, Any]]:
         if isinstance(message, TableReply):
@@ -189,27 +188,29 @@ class SimClient:
                 self.owners = list(message.owner_addresses)
             return []
         call = self.call
-        if not isinstance(message, ClientReply) or call is None or message.call_id != call.call_id:
+        if not isinstance(message, MapReply) or call is None or message.call_id != call.call_id:
             return []  # a late answer to a call already given up on
-        result = message.results[0] if message.results else None
-        if result is None or result.status not in (OK, NOT_OWNER, RETRY, INDETERMINATE):
-            self._finish(now_ms, FAILED)
-            return []
-        if result.status == OK:
+        status = message.statuses[0] if len(message.statuses) == 1 else None
+        if status is Status.OK:
             if call.write is None:
-                self.ledger.check_read(call.key, result.value, call.first_sent_ms, now_ms, call.target or "?")
+                value = message.values[0] if message.values else None
+                self.ledger.check_read(call.key, value, call.first_sent_ms, now_ms, call.target or "?")
             self._finish(now_ms, ACKED)
             return []
-        if result.status == INDETERMINATE:
+        if status is Status.INDETERMINATE:
             self._finish(now_ms, MAYBE)
             return []
-        if result.status == NOT_OWNER:
-            self.owners[call.partition_id] = result.owner_address
+        if status is Status.WRONG_OWNER:
+            redirect = next((r for r in message.redirects if r.partition_id == call.partition_id), None)
+            self.owners[call.partition_id] = redirect.owner_address if redirect is not None else None
             call.retry_at_ms = now_ms  # go to the right owner at once
-        else:
-            call.retry_at_ms = now_ms + self.RETRY_BACKOFF_MS
+            return []
+        if status in RETRYABLE:
+            call.retry_at_ms = now_ms + max(message.retry_after_ms, self.RETRY_BACKOFF_MS)
             if self.rng.random() < 0.2:
                 return [(self.rng.choice(members), TableRequest())]
+            return []
+        self._finish(now_ms, FAILED)  # rejected (or an answer that makes no sense): not applied
         return []
 
     def _finish(self, now_ms: int, outcome: str) -> None:

@@ -29,22 +29,18 @@ from shardgrid.core.member.leases import Leases
 from shardgrid.core.member.replication import Outbox, PendingCall, PendingPartition, PendingWrite
 from shardgrid.core.messages import (
     GET,
-    INDETERMINATE,
-    NOT_OWNER,
-    OK,
     PUT,
-    REJECTED,
     REMOVE,
-    RETRY,
+    RETRYABLE,
     BackupAckBatch,
     BackupBatch,
-    ClientReply,
-    ClientRequest,
-    Operation,
-    OperationResult,
+    MapReply,
+    MapRequest,
+    PartitionRedirect,
     ReplicaSyncAck,
     ReplicaSyncChunk,
     ReplicaSyncRequest,
+    Status,
     TableReply,
     TableRequest,
     WriteRun,
@@ -86,12 +82,14 @@ class DataPath:
         consensus: Consensus,
         leases: Leases,
         member_serves: Callable[[], bool],
+        unavailable: Callable[[], Status | None],
         request_assignment: Callable[[], None],
     ) -> None:
         self.ctx = ctx
         self.consensus = consensus
         self.leases = leases
         self.member_serves = member_serves
+        self.unavailable = unavailable  # NOT_READY or SHUTTING_DOWN while the member serves nothing
         self.request_assignment = request_assignment
         self.migrations: MigrationView | None = None  # wired by the member (they ask each other)
         self.stores: dict[int, PartitionData] = {}
@@ -142,99 +140,144 @@ class DataPath:
 
     # --- client requests -------------------------------------------------------------------------
 
-    def on_client_request(self, client: str, message: ClientRequest) -> None:
-        operations = message.operations
-        problem = self._request_problem(operations)
+    def on_map_request(self, client: str, message: MapRequest) -> None:
+        count = len(message.keys) if isinstance(message.keys, tuple) else 0
+        problem = self._request_problem(message)
         if problem:
-            # Nothing of it is applied: one result per operation, each refused.
-            count = len(operations) if isinstance(operations, tuple) else 0
-            self.ctx.reply(client, ClientReply(message.call_id, (OperationResult(REJECTED),) * max(count, 1)))
+            # Nothing of it is applied: every key refused, with the reason.
+            statuses = (Status.REJECTED,) * count
+            self.ctx.reply(client, MapReply(message.call_id, statuses, reason=problem))
             return
+        wants_values = message.kind == GET or message.previous
         call = PendingCall(
             client,
             message.call_id,
-            [None] * len(operations),
+            [Status.OK] * count,
+            [None] * count if wants_values else None,
+            {},
             0,
             self.ctx.now_ms + self.ctx.config.backup_ack_timeout_ms,
         )
-        for index, (pid, operation) in enumerate(operations):
-            call.results[index] = self._execute(call, index, pid, operation)
+        groups: dict[int, list[int]] = {}
+        for index, pid in enumerate(message.partition_ids):
+            groups.setdefault(pid, []).append(index)
+        for pid, indexes in groups.items():
+            self._execute(call, message, pid, indexes)
         self._send_outbox()
         if call.open_writes == 0:
             self._reply(call)
 
-    def _request_problem(self, operations: object) -> str:
-        if not isinstance(operations, tuple) or len(operations) > MAX_OPERATIONS_PER_REQUEST:
-            return "too many operations"
+    def _request_problem(self, message: MapRequest) -> str:
+        kind, keys, values, pids = message.kind, message.keys, message.values, message.partition_ids
+        if kind not in (GET, PUT, REMOVE):
+            return f"unknown operation {kind!r}"
+        if not (isinstance(message.map_name, str) and 0 < len(message.map_name) <= MAX_MAP_NAME_CHARS):
+            return f"a map name is 1 to {MAX_MAP_NAME_CHARS} characters"
+        if not (isinstance(keys, tuple) and isinstance(pids, tuple) and isinstance(values, tuple)):
+            return "keys, partition ids and values are tuples"
+        if len(keys) > MAX_OPERATIONS_PER_REQUEST:
+            return f"{len(keys)} keys in one request, over the limit of {MAX_OPERATIONS_PER_REQUEST}"
+        if len(pids) != len(keys) or len(values) != (len(keys) if kind == PUT else 0):
+            return "one partition id per key, and one value per key for a put (none otherwise)"
+        if not all(type(key) is bytes and len(key) <= MAX_KEY_BYTES for key in keys):
+            return f"a key is bytes of at most {MAX_KEY_BYTES}"
+        if not all(type(value) is bytes and len(value) <= MAX_VALUE_BYTES for value in values):
+            return f"a value is bytes of at most {MAX_VALUE_BYTES}"
         count = self.ctx.config.partition_count
-        for item in operations:
-            if not (isinstance(item, tuple) and len(item) == 2):
-                return "an operation is not a (partition, operation) pair"
-            pid, operation = item
-            if not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid < count:
-                return "partition id out of range"
-            if not isinstance(operation, Operation):
-                return "not an operation"
-            if operation.kind not in (GET, PUT, REMOVE):
-                return "unknown operation kind"
-            if not (isinstance(operation.map_name, str) and 0 < len(operation.map_name) <= MAX_MAP_NAME_CHARS):
-                return "bad map name"
-            if not (isinstance(operation.key, bytes) and len(operation.key) <= MAX_KEY_BYTES):
-                return "bad key"
-            if partition_id_of_serialized(operation.key, count) != pid:
-                return "the partition id is not the key's partition"
-            if not (isinstance(operation.value, bytes) and len(operation.value) <= MAX_VALUE_BYTES):
-                return "bad value"
+        for pid, key in zip(pids, keys, strict=True):
+            if type(pid) is not int or partition_id_of_serialized(key, count) != pid:
+                return f"partition id {pid!r} is not its key's partition"
         return ""
 
-    def _execute(self, call: PendingCall, index: int, pid: int, operation: Operation) -> OperationResult:
+    def _partition_status(self, pid: int, write: bool) -> Status:
+        unavailable = self.unavailable()
         state = self.consensus.state
-        if not self.member_serves() or state.table is None:
-            if self.member_serves():
-                self.request_assignment()
-            return OperationResult(RETRY)
+        if unavailable is not None:
+            return unavailable
+        if state.table is None:
+            self.request_assignment()
+            return Status.NOT_READY
         owner = state.table.owner(pid)
         if owner != self.ctx.identity:
-            if owner is None:
-                return OperationResult(RETRY)
-            return OperationResult(NOT_OWNER, owner_address=owner.address)
+            return Status.NOT_READY if owner is None else Status.WRONG_OWNER
         migrations = self.migrations
         if not self.leases.holds() or migrations is None:
-            return OperationResult(RETRY)
-        if operation.kind == GET:
-            if migrations.reads_blocked(pid):
-                return OperationResult(RETRY)
-            return OperationResult(OK, self.store(pid).apply(operation))
-        blocked = migrations.writes_blocked(pid) or pid in self.outgoing_syncs
-        if blocked or not state.cluster_state.writes_allowed:
-            return OperationResult(RETRY)
-        if self.pending_count >= self.ctx.config.max_pending_writes:
-            return OperationResult(RETRY)
+            return Status.NOT_READY
+        if not write:
+            return Status.MIGRATING if migrations.reads_blocked(pid) else Status.OK
+        if migrations.writes_blocked(pid) or pid in self.outgoing_syncs:
+            return Status.MIGRATING
+        if not state.cluster_state.writes_allowed:
+            return Status.REJECTED
+        return Status.OK
+
+    def _execute(self, call: PendingCall, message: MapRequest, pid: int, indexes: list[int]) -> None:
+        kind = message.kind
+        status = self._partition_status(pid, kind != GET)
+        if (
+            status is Status.OK
+            and kind != GET
+            and self.pending_count + len(indexes) > self.ctx.config.max_pending_writes
+        ):
+            status = Status.OVERLOADED
+        if status is not Status.OK:
+            for index in indexes:
+                call.statuses[index] = status
+            if status is Status.WRONG_OWNER:
+                table = self.consensus.state.table
+                owner = table.owner(pid) if table is not None else None
+                if table is not None and owner is not None:
+                    call.redirects[pid] = PartitionRedirect(pid, table.versions[pid], owner.address)
+            elif status is Status.REJECTED:
+                call.reason = f"the cluster is {self.consensus.state.cluster_state.value}: it takes no writes"
+            return
         data = self.store(pid)
-        previous = data.apply(operation)
-        data.sequence += 1
-        result = OperationResult(OK, previous)
+        keys, values, out = message.keys, message.values, call.values
+        if kind == GET:
+            records = data.maps.get(message.map_name)
+            if records and out is not None:
+                for index in indexes:
+                    out[index] = records.get(keys[index])
+            return
+        first = data.sequence + 1
+        run_keys = [keys[i] for i in indexes]
+        run_values = [values[i] for i in indexes] if kind == PUT else []
+        if kind == PUT:
+            records = data.maps.setdefault(message.map_name, {})
+            if out is not None:
+                for index in indexes:
+                    out[index] = records.get(keys[index])
+                    records[keys[index]] = values[index]
+            else:
+                records.update(zip(run_keys, run_values, strict=True))
+        else:
+            records = data.maps.get(message.map_name, {})
+            for index in indexes:
+                previous = records.pop(keys[index], None)
+                if out is not None:
+                    out[index] = previous
+            if not records:
+                data.maps.pop(message.map_name, None)
+        data.sequence += len(indexes)
         backups = tuple(self._backups_of(pid))
         if not backups:
-            return result
-        value = operation.value if operation.kind == PUT else None
-        kind, map_name = operation.kind, operation.map_name
-        self.outbox.add(pid, data.lineage, data.sequence, kind, map_name, operation.key, value, backups)
+            return
+        run = WriteRun(pid, data.lineage, first, kind, message.map_name, tuple(run_keys), tuple(run_values))
+        self.outbox.add(run, backups)
         pending = self.pending.get(pid)
         if pending is None:
             pending = self.pending[pid] = PendingPartition(last_sent_ms=self.ctx.now_ms)
-        pending.writes.append(PendingWrite(data.sequence, call, index, backups))
-        self.pending_count += 1
+        pending.writes.append(PendingWrite(first, data.sequence, call, indexes, backups))
+        self.pending_count += len(indexes)
         call.open_writes += 1
-        return result
 
     def _send_outbox(self) -> None:
         """One batch per backup for everything this event wrote."""
         batches: dict[Replica, list[WriteRun]] = {}
-        for pid, runs, backups in self.outbox.take():
-            self.pending[pid].runs.extend(runs)
+        for run, backups in self.outbox.take():
+            self.pending[run.partition_id].runs.append(run)
             for backup in backups:
-                batches.setdefault(backup, []).extend(runs)
+                batches.setdefault(backup, []).append(run)
         for backup in sorted(batches):
             self.ctx.send(backup, BackupBatch(tuple(batches[backup])))
 
@@ -251,8 +294,13 @@ class DataPath:
         self.ctx.reply(client, TableReply(table.partition_count, owners))
 
     def _reply(self, call: PendingCall) -> None:
-        results = tuple(r if r is not None else OperationResult(RETRY) for r in call.results)
-        self.ctx.reply(call.client_address, ClientReply(call.call_id, results))
+        statuses = tuple(call.statuses)
+        retry_after = self.ctx.config.client_retry_after_ms if any(s in RETRYABLE for s in statuses) else 0
+        values = tuple(call.values) if call.values is not None else ()
+        redirects = tuple(call.redirects[pid] for pid in sorted(call.redirects))
+        self.ctx.reply(
+            call.client_address, MapReply(call.call_id, statuses, values, redirects, retry_after, call.reason)
+        )
 
     # --- owner: acknowledgements, retries, timeouts ------------------------------------------------
 
@@ -272,13 +320,13 @@ class DataPath:
         for write in done:
             if not holds:
                 # Every backup has it, but an owner without a lease may already have been replaced.
-                write.call.results[write.index] = OperationResult(INDETERMINATE)
+                write.call.mark(write.indexes, Status.INDETERMINATE)
             self._finish_write(write)
         if not pending.writes:
             del self.pending[pid]
 
     def _finish_write(self, write: PendingWrite) -> None:
-        self.pending_count -= 1
+        self.pending_count -= len(write.indexes)
         call = write.call
         call.open_writes -= 1
         if call.open_writes == 0:
@@ -286,7 +334,7 @@ class DataPath:
 
     def _fail(self, writes: list[PendingWrite]) -> None:
         for write in writes:
-            write.call.results[write.index] = OperationResult(INDETERMINATE)
+            write.call.mark(write.indexes, Status.INDETERMINATE)
             self._finish_write(write)
 
     def tick(self) -> None:
@@ -296,7 +344,7 @@ class DataPath:
             backups = self._backups_of(pid)
             expired = pending.expire(now)
             if expired:
-                last = expired[-1].sequence
+                last = expired[-1].last_sequence
                 lagging = {b for w in expired for b in w.backups if b in backups and not pending.holds(b, last)}
                 self._fail(expired)
                 self.start_sync(pid, sorted(lagging))

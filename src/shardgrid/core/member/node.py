@@ -42,7 +42,7 @@ from shardgrid.core.raft.messages import VoteRequest
 TICK = "tick"
 
 # Messages from clients (no member identity): the data path and administration.
-_FROM_CLIENTS = (m.ClientRequest, m.TableRequest, m.AdminRequest)
+_FROM_CLIENTS = (m.MapRequest, m.TableRequest, m.AdminRequest)
 # Messages of processes looking for a cluster, taken only while this member looks for one too.
 _DISCOVERY = (m.JoinRedirect, m.JoinRejected, m.Unjoined, m.Bootstrap)
 
@@ -82,7 +82,9 @@ class Member:
         self.consensus = Consensus(ctx, self)
         self.discovery = Discovery(ctx, known_addresses, cluster_seen)
         self.leases = Leases(ctx, self.consensus)
-        self.data = DataPath(ctx, self.consensus, self.leases, self._serves, self._request_assignment)
+        self.data = DataPath(
+            ctx, self.consensus, self.leases, self._serves, self._unavailable, self._request_assignment
+        )
         self.replica = MigrationReplica(ctx, self.consensus, self.data, self._to_leader)
         self.data.migrations = self.replica
         self.master = MigrationMaster(ctx, self.consensus, self._deliver_to_self)
@@ -209,8 +211,8 @@ class Member:
             handler(sender, message)
 
     def _client_message(self, client: str, message: Any) -> None:
-        if isinstance(message, m.ClientRequest):
-            self.data.on_client_request(client, message)
+        if isinstance(message, m.MapRequest):
+            self.data.on_map_request(client, message)
         elif isinstance(message, m.TableRequest):
             self.data.on_table_request(client, message)
         elif self.joined:
@@ -411,6 +413,12 @@ class Member:
 
     def _serves(self) -> bool:
         return self.joined
+
+    def _unavailable(self) -> m.Status | None:
+        if self.joined:
+            return None
+        leaving = self.lifecycle in (Lifecycle.LEAVING, Lifecycle.STOPPED)
+        return m.Status.SHUTTING_DOWN if leaving else m.Status.NOT_READY
 
     def _request_assignment(self) -> None:
         if self.consensus.is_leader:

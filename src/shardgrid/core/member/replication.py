@@ -15,24 +15,37 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from shardgrid.core.identity import Replica
-from shardgrid.core.messages import OperationResult, WriteRun
+from shardgrid.core.messages import PartitionRedirect, Status, WriteRun
 
 
 @dataclass(slots=True)
 class PendingCall:
+    """A client request waiting for its writes' backups: its answer, filled in as columns."""
+
     client_address: str
     call_id: int
-    results: list[OperationResult | None]
-    open_writes: int
+    statuses: list[Status]
+    values: list[bytes | None] | None  # None when the request asked for no values back
+    redirects: dict[int, PartitionRedirect]
+    open_writes: int  # pending writes (one per partition written) still waiting
     deadline_ms: int
+    reason: str = ""
+
+    def mark(self, indexes: list[int], status: Status) -> None:
+        statuses = self.statuses
+        for index in indexes:
+            statuses[index] = status
 
 
 @dataclass(slots=True)
 class PendingWrite:
-    sequence: int
+    """One request's writes to one partition: replica sequences ``first_sequence..last_sequence``."""
+
+    first_sequence: int
+    last_sequence: int
     call: PendingCall
-    index: int  # position of the operation in the call
-    backups: tuple[Replica, ...]  # the partition's backups when the owner applied it
+    indexes: list[int]  # the keys of the call they answer
+    backups: tuple[Replica, ...]  # the partition's backups when the owner applied them
 
 
 @dataclass(slots=True)
@@ -55,7 +68,7 @@ class PendingPartition:
         writes = self.writes
         while writes:
             write = writes[0]
-            if not all(self.holds(b, write.sequence) for b in write.backups if b in required):
+            if not all(self.holds(b, write.last_sequence) for b in write.backups if b in required):
                 break
             done.append(writes.popleft())
         self._prune_runs()
@@ -81,65 +94,21 @@ class PendingPartition:
         return tuple(run for run in self.runs if run.last_sequence > held)
 
     def _prune_runs(self) -> None:
-        oldest = self.writes[0].sequence if self.writes else None
+        oldest = self.writes[0].first_sequence if self.writes else None
         while self.runs and (oldest is None or self.runs[0].last_sequence < oldest):
             self.runs.popleft()
 
 
-@dataclass(slots=True)
-class _OpenRun:
-    lineage: str
-    first_sequence: int
-    kind: str
-    map_name: str
-    keys: list[bytes]
-    values: list[bytes]
-
-
 class Outbox:
-    """The writes of one handled event, gathered into runs per partition, then one batch per
-    backup: a put_all of a thousand keys costs each backup one message, not a thousand."""
+    """The writes of one handled event, then one batch per backup: a put_all of a thousand keys
+    costs each backup one message, not a thousand."""
 
     def __init__(self) -> None:
-        self._runs: dict[int, list[_OpenRun]] = {}
-        self._backups: dict[int, tuple[Replica, ...]] = {}
+        self._runs: list[tuple[WriteRun, tuple[Replica, ...]]] = []
 
-    def add(
-        self,
-        pid: int,
-        lineage: str,
-        sequence: int,
-        kind: str,
-        map_name: str,
-        key: bytes,
-        value: bytes | None,
-        backups: tuple[Replica, ...],
-    ) -> None:
-        runs = self._runs.setdefault(pid, [])
-        self._backups[pid] = backups
-        last = runs[-1] if runs else None
-        if (
-            last is None
-            or last.kind != kind
-            or last.map_name != map_name
-            or last.lineage != lineage
-            or last.first_sequence + len(last.keys) != sequence
-        ):
-            last = _OpenRun(lineage, sequence, kind, map_name, [], [])
-            runs.append(last)
-        last.keys.append(key)
-        if value is not None:
-            last.values.append(value)
+    def add(self, run: WriteRun, backups: tuple[Replica, ...]) -> None:
+        self._runs.append((run, backups))
 
-    def take(self) -> list[tuple[int, tuple[WriteRun, ...], tuple[Replica, ...]]]:
-        """Each partition's runs and backups, in the order the partitions were first written."""
-        out = []
-        for pid, runs in self._runs.items():
-            built = tuple(
-                WriteRun(pid, r.lineage, r.first_sequence, r.kind, r.map_name, tuple(r.keys), tuple(r.values))
-                for r in runs
-            )
-            out.append((pid, built, self._backups[pid]))
-        self._runs.clear()
-        self._backups.clear()
-        return out
+    def take(self) -> list[tuple[WriteRun, tuple[Replica, ...]]]:
+        runs, self._runs = self._runs, []
+        return runs
