@@ -17,7 +17,7 @@ from shardgrid.core import codec
 from shardgrid.core import messages as m
 from shardgrid.core.errors import ProtocolError
 from shardgrid.core.identity import Replica
-from shardgrid.core.limits import MAX_REPLICA_COUNT
+from shardgrid.core.limits import MAX_KEY_BYTES, MAX_REPLICA_COUNT
 from shardgrid.core.metadata import commands as c
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.metadata.state import MetadataState
@@ -77,6 +77,8 @@ def strategy_for(annotation: object) -> st.SearchStrategy:
     if annotation in SPECIAL:
         return SPECIAL[annotation]
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _bounded(*typing.get_args(annotation))
     if origin in (LogEntry, Snapshot):  # Raft's generic records, as the codec parametrizes them
         return strategy_for(origin)
     if origin in (typing.Union, types.UnionType):
@@ -113,8 +115,23 @@ def strategy_for(annotation: object) -> st.SearchStrategy:
     raise AssertionError(f"no strategy for {annotation!r}")
 
 
+def _bounded(base: object, *metas: object) -> st.SearchStrategy:
+    """Values of ``base`` within the msgspec.Meta bounds the wire declares."""
+    meta = next(x for x in metas if isinstance(x, msgspec.Meta))
+    if base is int:
+        low = meta.ge if meta.ge is not None else -(2**63)
+        high = meta.lt - 1 if meta.lt is not None else 2**63 - 1
+        return st.integers(low, high)
+    size = {"min_size": meta.min_length or 0, "max_size": min(meta.max_length or 40, 40)}
+    if base is str:
+        return st.text(**size)
+    if base is bytes:
+        return st.binary(**size)
+    raise AssertionError(f"no strategy for {base!r} with {meta!r}")
+
+
 def instances(cls: type) -> st.SearchStrategy:
-    hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
+    hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]), include_extras=True)
     return st.builds(cls, *(strategy_for(hints[name]) for name in cls.__struct_fields__))
 
 
@@ -201,6 +218,14 @@ def test_wrong_field_types_are_protocol_errors() -> None:
         codec.decode_body(_body([122, 1, "put", "m", [5], [5], []]))
     with pytest.raises(ProtocolError, match="malformed"):
         codec.decode_body(_body([123, 1, [99]]))  # no status 99
+    with pytest.raises(ProtocolError, match="malformed"):
+        codec.decode_body(_body([122, 1, "put", "m", [0], ["a str, not bytes"], [b"v"]]))
+    with pytest.raises(ProtocolError, match="malformed"):
+        codec.decode_body(_body([122, 1, "put", "m", [0], [b"k" * (MAX_KEY_BYTES + 1)], [b"v"]]))
+    with pytest.raises(ProtocolError, match="malformed"):
+        codec.decode_body(_body([122, 1, "get", "", [0], [b"k"], []]))  # an empty map name
+    with pytest.raises(ProtocolError, match="malformed"):
+        codec.decode_body(_body([122, 1, "get", "m", [-1], [b"k"], []]))
     with pytest.raises(ProtocolError, match="malformed"):
         codec.decode_body(_body([44, True, 2, 3]))  # a bool is not a term
     with pytest.raises(ProtocolError, match="malformed"):

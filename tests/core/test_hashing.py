@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from shardgrid.core.errors import ConfigError
 from shardgrid.core.hashing import (
     MURMUR_SEED,
+    fold_hashes,
     hash_to_index,
     partition_id,
     partition_id_of_serialized,
+    partition_ids_of_serialized,
     serialize_key,
     table_stamp,
 )
@@ -80,3 +82,13 @@ def test_stamp_is_a_function_of_the_versions(versions: list[int]) -> None:
 
 def test_stamp_depends_on_position_not_only_on_the_multiset() -> None:
     assert table_stamp([1, 2]) != table_stamp([2, 1])
+
+
+@given(st.lists(st.binary(max_size=40), max_size=50), st.integers(1, 100_000))
+def test_the_columnar_partition_ids_match_one_key_at_a_time(keys: list[bytes], partitions: int) -> None:
+    assert partition_ids_of_serialized(keys, partitions) == [partition_id_of_serialized(k, partitions) for k in keys]
+
+
+@given(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=50), st.integers(1, 100_000))
+def test_the_columnar_fold_is_hazelcasts_fold(hashes: list[int], partitions: int) -> None:
+    assert fold_hashes([-(2**31), *hashes], partitions) == [0] + [hash_to_index(h, partitions) for h in hashes]

@@ -68,6 +68,17 @@ def partition_id_of_serialized(serialized_key: bytes, partition_count: int = DEF
     return hash_to_index(mmh3.hash(serialized_key, MURMUR_SEED, signed=True), partition_count)
 
 
+def partition_ids_of_serialized(serialized_keys: Sequence[bytes], partition_count: int) -> list[int]:
+    """The partition ids of many serialized keys: the columnar form for a batch (no call per key)."""
+    murmur = mmh3.hash
+    return fold_hashes([murmur(key, MURMUR_SEED, signed=True) for key in serialized_keys], partition_count)
+
+
+def fold_hashes(hashes: Sequence[int], partition_count: int) -> list[int]:
+    """``hash_to_index`` over a column of hashes."""
+    return [0 if h == INT32_MIN else abs(h) % partition_count for h in hashes]
+
+
 def partition_id(key: Key, partition_count: int = DEFAULT_PARTITION_COUNT) -> int:
     """The partition id of ``key`` among ``partition_count`` partitions (see ``serialize_key``)."""
     require(

@@ -10,8 +10,12 @@ stable wire code (``tag=``), so that one codec (``codec.py``) carries and checks
 from __future__ import annotations
 
 import enum
+from typing import Annotated
+
+import msgspec
 
 from shardgrid.core.identity import Replica
+from shardgrid.core.limits import MAX_KEY_BYTES, MAX_MAP_NAME_CHARS, MAX_PARTITION_COUNT, MAX_VALUE_BYTES
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.metadata.commands import MemberRecord
 from shardgrid.core.migration import MigrationRecord
@@ -238,6 +242,13 @@ class Status(enum.IntEnum):
 RETRYABLE: frozenset[Status] = frozenset({Status.MIGRATING, Status.NOT_READY, Status.OVERLOADED, Status.SHUTTING_DOWN})
 
 
+# Bounds the codec enforces in C while it decodes, before a member sees the request.
+Key = Annotated[bytes, msgspec.Meta(max_length=MAX_KEY_BYTES)]
+Value = Annotated[bytes, msgspec.Meta(max_length=MAX_VALUE_BYTES)]
+MapName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_MAP_NAME_CHARS)]
+PartitionId = Annotated[int, msgspec.Meta(ge=0, lt=MAX_PARTITION_COUNT)]
+
+
 class MapRequest(Message, tag=122):
     """One operation on many keys of one map, as columns: ``partition_ids[i]`` is ``keys[i]``'s
     partition (the member checks it), ``values[i]`` its value for a put. The keys may span
@@ -246,10 +257,10 @@ class MapRequest(Message, tag=122):
 
     call_id: int
     kind: str  # GET, PUT or REMOVE
-    map_name: str
-    partition_ids: tuple[int, ...]
-    keys: tuple[bytes, ...]
-    values: tuple[bytes, ...] = ()
+    map_name: MapName
+    partition_ids: tuple[PartitionId, ...]
+    keys: tuple[Key, ...]
+    values: tuple[Value, ...] = ()
     previous: bool = False
 
 

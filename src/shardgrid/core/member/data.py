@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shardgrid.core.hashing import partition_id_of_serialized
+from shardgrid.core.errors import invariant
+from shardgrid.core.hashing import partition_ids_of_serialized
 from shardgrid.core.identity import Replica
 from shardgrid.core.limits import MAX_KEY_BYTES, MAX_MAP_NAME_CHARS, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES
 from shardgrid.core.member.consensus import Consensus
@@ -161,9 +162,17 @@ class DataPath:
         groups: dict[int, list[int]] = {}
         for index, pid in enumerate(message.partition_ids):
             groups.setdefault(pid, []).append(index)
-        for pid, indexes in groups.items():
-            self._execute(call, message, pid, indexes)
-        self._send_outbox()
+        refused = self._refusal(message.kind != GET)
+        if refused is not None:
+            for indexes in groups.values():
+                call.mark(indexes, refused)
+            if refused is Status.REJECTED:
+                call.reason = f"the cluster is {self.consensus.state.cluster_state.value}: it takes no writes"
+        else:
+            serving = self.leases.holds() and self.migrations is not None
+            for pid, indexes in groups.items():
+                self._execute(call, message, pid, indexes, serving)
+            self._send_outbox()
         if call.open_writes == 0:
             self._reply(call)
 
@@ -179,65 +188,66 @@ class DataPath:
             return f"{len(keys)} keys in one request, over the limit of {MAX_OPERATIONS_PER_REQUEST}"
         if len(pids) != len(keys) or len(values) != (len(keys) if kind == PUT else 0):
             return "one partition id per key, and one value per key for a put (none otherwise)"
-        if not all(type(key) is bytes and len(key) <= MAX_KEY_BYTES for key in keys):
-            return f"a key is bytes of at most {MAX_KEY_BYTES}"
-        if not all(type(value) is bytes and len(value) <= MAX_VALUE_BYTES for value in values):
-            return f"a value is bytes of at most {MAX_VALUE_BYTES}"
-        count = self.ctx.config.partition_count
-        for pid, key in zip(pids, keys, strict=True):
-            if type(pid) is not int or partition_id_of_serialized(key, count) != pid:
-                return f"partition id {pid!r} is not its key's partition"
+        # The codec already checked every field's type; lengths and partitions are checked here,
+        # in C-speed passes over the columns rather than a Python step per key.
+        try:
+            if max(map(len, keys), default=0) > MAX_KEY_BYTES:
+                return f"a key is at most {MAX_KEY_BYTES} bytes"
+            if max(map(len, values), default=0) > MAX_VALUE_BYTES:
+                return f"a value is at most {MAX_VALUE_BYTES} bytes"
+            expected = partition_ids_of_serialized(keys, self.ctx.config.partition_count)
+        except TypeError:
+            return "keys and values are bytes"
+        if list(pids) != expected:
+            wrong = next(i for i, (got, want) in enumerate(zip(pids, expected, strict=True)) if got != want)
+            return f"partition id {pids[wrong]!r} of key {wrong} is not its key's partition"
         return ""
 
-    def _partition_status(self, pid: int, write: bool) -> Status:
+    def _refusal(self, write: bool) -> Status | None:
+        """Why this member serves no partition of the request now, or None: asked once per request."""
         unavailable = self.unavailable()
-        state = self.consensus.state
         if unavailable is not None:
             return unavailable
-        if state.table is None:
+        if self.consensus.state.table is None:
             self.request_assignment()
             return Status.NOT_READY
-        owner = state.table.owner(pid)
-        if owner != self.ctx.identity:
-            return Status.NOT_READY if owner is None else Status.WRONG_OWNER
-        migrations = self.migrations
-        if not self.leases.holds() or migrations is None:
-            return Status.NOT_READY
-        if not write:
-            return Status.MIGRATING if migrations.reads_blocked(pid) else Status.OK
-        if migrations.writes_blocked(pid) or pid in self.outgoing_syncs:
-            return Status.MIGRATING
-        if not state.cluster_state.writes_allowed:
+        if write and not self.consensus.state.cluster_state.writes_allowed:
             return Status.REJECTED
-        return Status.OK
+        return None
 
-    def _execute(self, call: PendingCall, message: MapRequest, pid: int, indexes: list[int]) -> None:
+    def _execute(self, call: PendingCall, message: MapRequest, pid: int, indexes: list[int], serving: bool) -> None:
+        table = self.consensus.state.table
+        migrations = self.migrations
+        invariant(table is not None, "a request is served only with a table")
         kind = message.kind
-        status = self._partition_status(pid, kind != GET)
-        if (
-            status is Status.OK
-            and kind != GET
-            and self.pending_count + len(indexes) > self.ctx.config.max_pending_writes
-        ):
-            status = Status.OVERLOADED
-        if status is not Status.OK:
-            for index in indexes:
-                call.statuses[index] = status
-            if status is Status.WRONG_OWNER:
-                table = self.consensus.state.table
-                owner = table.owner(pid) if table is not None else None
-                if table is not None and owner is not None:
-                    call.redirects[pid] = PartitionRedirect(pid, table.versions[pid], owner.address)
-            elif status is Status.REJECTED:
-                call.reason = f"the cluster is {self.consensus.state.cluster_state.value}: it takes no writes"
+        slots = table.replicas[pid]
+        owner = slots[0]
+        if owner != self.ctx.identity:
+            if owner is None:
+                call.mark(indexes, Status.NOT_READY)
+            else:
+                call.mark(indexes, Status.WRONG_OWNER)
+                call.redirects[pid] = PartitionRedirect(pid, table.versions[pid], owner.address)
+            return
+        if not serving or migrations is None:
+            call.mark(indexes, Status.NOT_READY)  # no lease: the leader may have given it away
             return
         data = self.store(pid)
         keys, values, out = message.keys, message.values, call.values
         if kind == GET:
+            if migrations.reads_blocked(pid):
+                call.mark(indexes, Status.MIGRATING)
+                return
             records = data.maps.get(message.map_name)
             if records and out is not None:
                 for index in indexes:
                     out[index] = records.get(keys[index])
+            return
+        if migrations.writes_blocked(pid) or pid in self.outgoing_syncs:
+            call.mark(indexes, Status.MIGRATING)
+            return
+        if self.pending_count + len(indexes) > self.ctx.config.max_pending_writes:
+            call.mark(indexes, Status.OVERLOADED)
             return
         first = data.sequence + 1
         run_keys = [keys[i] for i in indexes]
@@ -259,14 +269,14 @@ class DataPath:
             if not records:
                 data.maps.pop(message.map_name, None)
         data.sequence += len(indexes)
-        backups = tuple(self._backups_of(pid))
+        backups = tuple(r for r in slots[1 : self.ctx.config.backup_count + 1] if r is not None)
         if not backups:
             return
         run = WriteRun(pid, data.lineage, first, kind, message.map_name, tuple(run_keys), tuple(run_values))
         self.outbox.add(run, backups)
         pending = self.pending.get(pid)
         if pending is None:
-            pending = self.pending[pid] = PendingPartition(last_sent_ms=self.ctx.now_ms)
+            pending = self.pending[pid] = PendingPartition(set(backups), last_sent_ms=self.ctx.now_ms)
         pending.writes.append(PendingWrite(first, data.sequence, call, indexes, backups))
         self.pending_count += len(indexes)
         call.open_writes += 1
@@ -313,7 +323,7 @@ class DataPath:
                 self._complete(pid, pending)
 
     def _complete(self, pid: int, pending: PendingPartition) -> None:
-        done = pending.complete(set(self._backups_of(pid)))
+        done = pending.complete()
         if not done:
             return
         holds = self.leases.holds()
@@ -342,6 +352,7 @@ class DataPath:
         for pid in sorted(self.pending):
             pending = self.pending[pid]
             backups = self._backups_of(pid)
+            pending.required = set(backups)
             expired = pending.expire(now)
             if expired:
                 last = expired[-1].last_sequence
@@ -532,6 +543,7 @@ class DataPath:
                 backups = set(self._backups_of(pid))
                 pending = self.pending.get(pid)
                 if pending is not None:
+                    pending.required = backups
                     self._complete(pid, pending)  # former backups are waited on no longer
                 sync = self.outgoing_syncs.get(pid)
                 if sync is not None:

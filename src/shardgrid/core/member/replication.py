@@ -50,6 +50,7 @@ class PendingWrite:
 
 @dataclass(slots=True)
 class PendingPartition:
+    required: set[Replica]  # the partition's backups now: only they are waited on
     writes: deque[PendingWrite] = field(default_factory=deque)
     runs: deque[WriteRun] = field(default_factory=deque)
     acked: dict[Replica, int] = field(default_factory=dict)  # the sequence each backup said it holds
@@ -62,10 +63,11 @@ class PendingPartition:
     def holds(self, backup: Replica, sequence: int) -> bool:
         return self.acked.get(backup, -1) >= sequence
 
-    def complete(self, required: set[Replica]) -> list[PendingWrite]:
+    def complete(self) -> list[PendingWrite]:
         """Pop the writes at the front that every backup of theirs still required holds."""
         done = []
         writes = self.writes
+        required = self.required
         while writes:
             write = writes[0]
             if not all(self.holds(b, write.last_sequence) for b in write.backups if b in required):
