@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from hypothesis import given, settings
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 
 from shardgrid.core.identity import Replica
 from shardgrid.core.limits import MAX_REPLICA_COUNT
-from shardgrid.core.migration import Migration, MigrationKind, apply_migration
+from shardgrid.core.migration import NO_INDEX, Migration, MigrationKind, apply_migration
 from shardgrid.core.planner import (
     eliminate_cycles,
     plan_migrations,
@@ -96,18 +97,31 @@ def test_prioritization_moves_a_copy_ahead_of_an_unrelated_move() -> None:
     assert prioritize_copies_and_shift_ups(plan) == [plan[1], plan[0]]
 
 
-def test_prioritization_keeps_order_with_a_common_participant_or_a_colder_move() -> None:
+def test_prioritization_keeps_order_with_a_common_participant() -> None:
     common = [M(A, 0, -1, D, -1, 0), M(None, -1, -1, D, -1, 2)]
     assert prioritize_copies_and_shift_ups(common) == common
+
+
+def test_a_copy_overtakes_a_move_whatever_the_moves_index() -> None:
+    """The issue's defect: a MOVE on a colder index held a COPY back."""
     colder_move = [M(C, 3, -1, D, -1, 3), M(None, -1, -1, E, -1, 1)]
-    assert prioritize_copies_and_shift_ups(colder_move) == colder_move
+    assert prioritize_copies_and_shift_ups(colder_move) == [colder_move[1], colder_move[0]]
+    shift_up_from_empty = [M(C, 2, -1, D, -1, 2), M(None, -1, -1, E, 3, 1)]
+    assert prioritize_copies_and_shift_ups(shift_up_from_empty) == [shift_up_from_empty[1], shift_up_from_empty[0]]
 
 
-def test_prioritization_never_passes_a_shift_down_to_a_hotter_index() -> None:
-    plan = [M(A, 0, 1, D, -1, 0), M(None, -1, -1, E, -1, 2)]
-    assert prioritize_copies_and_shift_ups(plan) == plan
-    plan = [M(A, 0, 3, D, -1, 0), M(None, -1, -1, E, -1, 2)]
-    assert prioritize_copies_and_shift_ups(plan) == [plan[1], plan[0]]
+def test_prioritization_passes_a_shift_down_only_to_a_colder_index() -> None:
+    hotter = [M(A, 0, 1, D, -1, 0), M(None, -1, -1, E, -1, 2)]
+    assert prioritize_copies_and_shift_ups(hotter) == hotter
+    same = [M(A, 0, 2, D, -1, 0), M(None, -1, -1, E, -1, 2)]
+    assert prioritize_copies_and_shift_ups(same) == same
+    colder = [M(A, 0, 3, D, -1, 0), M(None, -1, -1, E, -1, 2)]
+    assert prioritize_copies_and_shift_ups(colder) == [colder[1], colder[0]]
+
+
+def test_copies_keep_their_order_among_themselves() -> None:
+    copies = [M(None, -1, -1, D, -1, 2), M(None, -1, -1, E, -1, 1)]
+    assert prioritize_copies_and_shift_ups(copies) == copies
 
 
 # --- properties -------------------------------------------------------------------------------
@@ -152,6 +166,23 @@ def test_any_plan_replays_safely_to_the_cycle_free_target(
     plan = plan_migrations(current, target)
     _assert_safe_replay(current, target, plan)
     _assert_safe_replay(current, target, prioritize_copies_and_shift_ups(plan))
+
+
+@settings(max_examples=1000, deadline=None)
+@given(replica_arrays(), target_arrays())
+def test_prioritization_leaves_no_copy_behind_a_migration_it_may_pass(
+    current: list[Replica | None], target: list[Replica | None]
+) -> None:
+    plan = prioritize_copies_and_shift_ups(plan_migrations(current, target))
+    for earlier, migration in itertools.pairwise(plan):
+        if migration.source is not None or migration.kind not in (MigrationKind.COPY, MigrationKind.SHIFT_UP):
+            continue
+        held_back = (
+            earlier.source is None
+            or migration.destination in earlier.participants
+            or NO_INDEX != earlier.source_new_index <= migration.destination_new_index
+        )
+        assert held_back, f"{migration} waits behind {earlier} in {plan}"
 
 
 @settings(max_examples=1000, deadline=None)

@@ -186,12 +186,13 @@ def _parked(shift_up: Migration) -> Migration:
 
 
 def prioritize_copies_and_shift_ups(migrations: Sequence[Migration]) -> list[Migration]:
-    """Move COPY and SHIFT UP (into an empty slot) ahead of MOVE and SHIFT DOWN (section 3.2.3).
+    """Move each COPY and SHIFT UP into an empty slot ahead of what it may pass (section 3.2.3).
 
     They raise the available replica count while a MOVE keeps it, so they should not wait behind
-    one. A migration is moved back past a preceding MOVE or SHIFT DOWN only when the two share no
-    participant and the other does not shift its source down to a hotter index than the one this
-    migration fills; it never passes another COPY, SHIFT UP or CLEAR. Order is otherwise kept.
+    one, whatever index the MOVE is on. As in Hazelcast's planner, such a migration walks back past
+    every earlier migration except another COPY or SHIFT UP from an empty slot (their order is
+    kept) and a migration that shifts its source down to an index no colder than the one this
+    migration fills; it also never passes a migration it shares a participant with.
     """
     result = list(migrations)
     for position in range(len(result)):
@@ -208,10 +209,8 @@ def prioritize_copies_and_shift_ups(migrations: Sequence[Migration]) -> list[Mig
 
 
 def _may_pass(migration: Migration, earlier: Migration) -> bool:
-    if earlier.kind not in (MigrationKind.MOVE, MigrationKind.SHIFT_DOWN):
-        return False
+    if earlier.source_current_index == NO_INDEX:
+        return False  # another COPY or SHIFT UP from an empty slot
     if migration.destination in earlier.participants:
         return False
-    if earlier.source_new_index != NO_INDEX and earlier.source_new_index < migration.destination_new_index:
-        return False
-    return not (earlier.kind is MigrationKind.MOVE and earlier.destination_new_index > migration.destination_new_index)
+    return earlier.source_new_index == NO_INDEX or earlier.source_new_index > migration.destination_new_index
