@@ -290,7 +290,7 @@ def test_a_destination_that_told_a_newer_leader_it_had_not_committed_refuses_tha
     state = MetadataState(4, (MemberRecord(A), MemberRecord(B), MemberRecord(C)), table, migrations={0: record})
     snapshot = Snapshot(7, 1, Membership.of([A], [B, C]), state)
     destination.handle(10, Receive(A.address, A, C.uuid, InstallSnapshot(1, snapshot, 10)))
-    chunk = m.MigrationChunk(record, 0, (m.Entry("m", b"k", b"v"),), True, 1, "")
+    chunk = m.MigrationChunk(record, 0, "m", (b"k",), (b"v",), True, 1, "")
     assert sent(destination.handle(11, Receive(A.address, A, C.uuid, chunk)), m.MigrationChunkAck)[0].accepted
     query = m.MigrationOutcomeQuery(record, 1)
     reply = sent(destination.handle(12, Receive(A.address, A, C.uuid, query)), m.MigrationOutcomeReply)
@@ -298,6 +298,44 @@ def test_a_destination_that_told_a_newer_leader_it_had_not_committed_refuses_tha
     commit = m.MigrationCommit(record, 1)
     acks = sent(destination.handle(13, Receive(A.address, A, C.uuid, commit)), m.MigrationCommitAck)
     assert acks == [m.MigrationCommitAck("m-1", False, "refused to a newer leader")]
+
+
+def _destination_of(record: MigrationRecord) -> tuple[Member, int]:
+    destination = Member(C, CONFIG, SEEDS, random.Random(4))
+    destination.handle(0, Start())
+    state = MetadataState(
+        4, (MemberRecord(A), MemberRecord(B), MemberRecord(C)), A_OWNS_B_BACKS, migrations={0: record}
+    )
+    snapshot = Snapshot(7, 1, Membership.of([A], [B, C]), state)
+    destination.handle(10, Receive(A.address, A, C.uuid, InstallSnapshot(1, snapshot, 10)))
+    return destination, 11
+
+
+def test_a_destination_takes_a_window_of_chunks_in_any_order_and_acknowledges_cumulatively() -> None:
+    record = MigrationRecord("m-2", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
+    destination, now = _destination_of(record)
+    chunks = [
+        m.MigrationChunk(record, 0, "m", (b"a", b"b"), (b"1", b"2"), False, 9, "L"),
+        m.MigrationChunk(record, 1, "m", (b"c",), (b"3",), False, 9, "L"),
+        m.MigrationChunk(record, 2, "n", (b"a",), (b"4",), True, 9, "L"),
+    ]
+    acks = []
+    for chunk in (chunks[2], chunks[1], chunks[0], chunks[1]):  # a gap first, then a duplicate
+        now += 1
+        acks += sent(destination.handle(now, Receive(A.address, A, C.uuid, chunk)), m.MigrationChunkAck)
+    assert [a.sequence for a in acks] == [-1, -1, 2, 2]
+    incoming = destination.replica.incoming[0]
+    assert incoming.complete
+    assert incoming.staged == {"m": {b"a": b"1", b"b": b"2", b"c": b"3"}, "n": {b"a": b"4"}}
+
+
+def test_a_chunk_whose_columns_differ_in_length_is_refused() -> None:
+    record = MigrationRecord("m-3", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
+    destination, now = _destination_of(record)
+    bad = m.MigrationChunk(record, 0, "m", (b"a", b"b"), (b"1",), True, 9, "L")
+    (ack,) = sent(destination.handle(now, Receive(A.address, A, C.uuid, bad)), m.MigrationChunkAck)
+    assert not ack.accepted
+    assert destination.replica.incoming[0].staged == {}
 
 
 # --- leaving and rejoining ---------------------------------------------------------------------------------

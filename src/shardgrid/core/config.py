@@ -49,6 +49,7 @@ class MemberConfig:
     admin_timeout_ms: int = 30_000  # an administrative request not done by then fails
     max_chunk_entries: int = 1_000
     max_chunk_bytes: int = 1024 * 1024
+    migration_window_chunks: int = 4  # chunks of one migration in flight before the first is acknowledged
     max_pending_writes: int = 10_000  # writes waiting for backup acks; beyond it, OVERLOADED
     client_retry_after_ms: int = 50  # what a reply asking a client to retry tells it to wait
     max_backup_reorder: int = 1_024  # out-of-order backup operations held per partition
@@ -75,6 +76,7 @@ class MemberConfig:
             "failure_timeout_ms must exceed lease_ms plus clock_drift_margin_ms",
         )
         require(self.max_chunk_entries > 0 and self.max_chunk_bytes > 0, "chunk bounds must be positive")
+        require(1 <= self.migration_window_chunks <= 64, "migration_window_chunks must be 1..64")
         require(self.snapshot_every_entries >= 10, "snapshot_every_entries must be at least 10")
         self.raft_settings().validate()
 

@@ -101,18 +101,26 @@ class Entry(Record):
     value: bytes
 
 
-class MigrationChunk(Message, tag=80):
-    """Data sender to destination: one bounded piece of the partition's data, in order."""
+# Codes 80 and 81 (a chunk of one object per entry, acknowledged one by one) are retired.
+
+
+class MigrationChunk(Message, tag=88):
+    """Data sender to destination: the next bounded piece of one map of the partition, as key and
+    value columns, in order. Several are in flight at once (``migration_window_chunks``)."""
 
     record: MigrationRecord
     sequence: int
-    entries: tuple[Entry, ...]
+    map_name: str
+    keys: tuple[bytes, ...]
+    values: tuple[bytes, ...]
     last: bool
     replica_sequence: int
     lineage: str
 
 
-class MigrationChunkAck(Message, tag=81):
+class MigrationChunkAck(Message, tag=89):
+    """Cumulative: the destination holds every chunk up to ``sequence`` (-1: none yet)."""
+
     migration_id: str
     sequence: int
     accepted: bool

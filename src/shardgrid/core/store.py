@@ -7,6 +7,7 @@ the same data. Keys and values are bytes: they were serialized once, at the clie
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -74,3 +75,41 @@ def chunk_entries(entries: list[Entry], max_entries: int, max_bytes: int) -> lis
         size += entry_bytes
     chunks.append(tuple(current))  # an empty partition still sends one (empty, last) chunk
     return chunks
+
+
+def stream_columns(
+    maps: dict[str, dict[bytes, bytes]], max_entries: int, max_bytes: int
+) -> Iterator[tuple[str, tuple[bytes, ...], tuple[bytes, ...]]]:
+    """The maps as bounded chunks of key and value columns, map by map, read straight from the
+    dicts (their order is deterministic, and the partition takes no writes while it is read).
+
+    Bounded by count and by bytes (a single larger record stands alone). An empty partition yields
+    one empty chunk, so that a transfer always has a last chunk.
+    """
+    produced = False
+    for map_name, records in maps.items():
+        items = iter(records.items())
+        while True:
+            batch = list(itertools.islice(items, max_entries))
+            if not batch:
+                break
+            keys, values = zip(*batch, strict=True)
+            while keys:
+                take = _within_bytes(keys, values, max_bytes)
+                produced = True
+                yield map_name, keys[:take], values[:take]
+                keys, values = keys[take:], values[take:]
+    if not produced:
+        yield "", (), ()
+
+
+def _within_bytes(keys: tuple[bytes, ...], values: tuple[bytes, ...], max_bytes: int) -> int:
+    """How many of the first records fit in ``max_bytes`` (at least one)."""
+    if sum(map(len, keys)) + sum(map(len, values)) + 16 * len(keys) <= max_bytes:
+        return len(keys)
+    size = 0
+    for count, (key, value) in enumerate(zip(keys, values, strict=True)):
+        size += len(key) + len(value) + 16
+        if size > max_bytes:
+            return max(count, 1)
+    return len(keys)

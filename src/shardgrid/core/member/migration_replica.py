@@ -17,7 +17,7 @@ a destination that had not says so and refuses that commit from then on (seed 00
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,6 @@ from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.member.data import DataPath
 from shardgrid.core.messages import (
-    Entry,
     MigrationChunk,
     MigrationChunkAck,
     MigrationCommit,
@@ -36,26 +35,28 @@ from shardgrid.core.messages import (
     MigrationOutcomeReply,
 )
 from shardgrid.core.migration import MigrationRecord, MigrationStatus
-from shardgrid.core.store import PartitionData, chunk_entries
+from shardgrid.core.store import PartitionData, stream_columns
 
 # Migration ids a destination refused to commit before it even applied their start; bounded.
 MAX_FENCED_IDS = 10_000
-# First chunks that arrive before their migration's start is applied here (the sender and the
-# destination learn of the commit independently); kept per migration the member may be in.
+# First windows of chunks that arrive before their migration's start is applied here (the sender
+# and the destination learn of the start independently); kept per migration the member may be in.
 EARLY_CHUNKS_PER_SLOT = 2
 
 
 @dataclass(slots=True)
 class Outgoing:
-    """This member owns the partition and sends its data to the destination."""
+    """This member owns the partition and streams its data to the destination."""
 
     record: MigrationRecord
     destination: Replica
-    chunks: list[tuple[Entry, ...]] = field(default_factory=list)
-    next_chunk: int = 0  # the chunk awaiting an ack
+    source: Iterator[tuple[str, tuple[bytes, ...], tuple[bytes, ...]]] | None = None  # chunks not built yet
+    ahead: tuple[str, tuple[bytes, ...], tuple[bytes, ...]] | None = None  # the next chunk, built
+    window: dict[int, MigrationChunk] = field(default_factory=dict)  # sent, not yet acknowledged
+    next_sequence: int = 0  # of the next chunk to build
     replica_sequence: int = 0
     lineage: str = ""
-    sending: bool = False  # the snapshot was taken and chunks are going out
+    sending: bool = False  # the stream was opened and chunks are going out
     complete: bool = False  # every chunk acknowledged, or the transfer failed
     success: bool = False
     reason: str = ""
@@ -69,7 +70,8 @@ class Incoming:
     """This member is the destination: it stages the data until the outcome is in the log."""
 
     record: MigrationRecord
-    staged: list[Any] = field(default_factory=list)
+    staged: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
+    early: dict[int, MigrationChunk] = field(default_factory=dict)  # ahead of a gap; bounded by the window
     next_chunk: int = 0
     complete: bool = False
     replica_sequence: int = 0
@@ -88,7 +90,7 @@ class MigrationReplica:
         self.incoming: dict[int, Incoming] = {}
         self._fenced_ids: dict[str, int] = {}
         self._fence_term = 0
-        self._early: dict[str, tuple[Replica, MigrationChunk]] = {}
+        self._early: dict[str, tuple[Replica, dict[int, MigrationChunk]]] = {}
 
     # --- what the data path asks -------------------------------------------------------------------
 
@@ -120,7 +122,9 @@ class MigrationReplica:
             self.incoming[pid] = Incoming(record, complete=owner is None)  # a lost partition restarts empty
             early = self._early.pop(record.migration_id, None)
             if early is not None:
-                self.on_chunk(*early)
+                sender, chunks = early
+                for sequence in sorted(chunks):
+                    self.on_chunk(sender, chunks[sequence])
         elif owner == self.ctx.identity:
             self.outgoing[pid] = Outgoing(
                 record, destination, last_sent_ms=self.ctx.now_ms, last_progress_ms=self.ctx.now_ms
@@ -133,8 +137,7 @@ class MigrationReplica:
         if incoming is not None and incoming.record.migration_id == record.migration_id:
             del self.incoming[pid]
             if record.status is MigrationStatus.COMMITTED and incoming.complete:
-                data = PartitionData.from_entries(incoming.staged, incoming.replica_sequence, incoming.lineage)
-                self.data.install(pid, data)
+                self.data.install(pid, self._staged_data(incoming))
         outgoing = self.outgoing.get(pid)
         if outgoing is not None and outgoing.record.migration_id == record.migration_id:
             del self.outgoing[pid]
@@ -157,8 +160,7 @@ class MigrationReplica:
             # and the table names it a replica: the staged data is then its copy of the partition.
             named = state.table is not None and self.ctx.identity in state.table.replicas[pid]
             if incoming.installed and incoming.complete and named:
-                data = PartitionData.from_entries(incoming.staged, incoming.replica_sequence, incoming.lineage)
-                self.data.install(pid, data)
+                self.data.install(pid, self._staged_data(incoming))
         for pid, record in sorted(state.migrations.items()):
             if pid not in self.outgoing and pid not in self.incoming:
                 self.on_started(record)
@@ -171,21 +173,43 @@ class MigrationReplica:
             return  # the writes already sent to backups settle first: no backup may miss one
         data = self.data.store(pid)
         config = self.ctx.config
-        outgoing.chunks = chunk_entries(list(data.entries()), config.max_chunk_entries, config.max_chunk_bytes)
+        # Streamed straight from the maps: the partition takes no writes until the migration ends.
+        outgoing.source = stream_columns(data.maps, config.max_chunk_entries, config.max_chunk_bytes)
+        outgoing.ahead = next(outgoing.source)
         outgoing.replica_sequence = data.sequence
         outgoing.lineage = data.lineage
         outgoing.sending = True
         outgoing.last_progress_ms = self.ctx.now_ms
-        self._send_chunk(outgoing)
+        self._fill_window(outgoing)
 
-    def _send_chunk(self, outgoing: Outgoing) -> None:
-        index = outgoing.next_chunk
+    def _fill_window(self, outgoing: Outgoing) -> None:
+        window = self.ctx.config.migration_window_chunks
+        while outgoing.ahead is not None and len(outgoing.window) < window:
+            map_name, keys, values = outgoing.ahead
+            try:
+                outgoing.ahead = next(outgoing.source, None) if outgoing.source is not None else None
+            except RuntimeError as error:  # the maps changed under the stream: never expected
+                self._finish_sending(outgoing, False, f"the partition changed while it was sent: {error}")
+                return
+            chunk = MigrationChunk(
+                outgoing.record,
+                outgoing.next_sequence,
+                map_name,
+                keys,
+                values,
+                outgoing.ahead is None,
+                outgoing.replica_sequence,
+                outgoing.lineage,
+            )
+            outgoing.window[chunk.sequence] = chunk
+            outgoing.next_sequence += 1
+            outgoing.last_sent_ms = self.ctx.now_ms
+            self.ctx.send(outgoing.destination, chunk)
+
+    def _resend_window(self, outgoing: Outgoing) -> None:
         outgoing.last_sent_ms = self.ctx.now_ms
-        last = index == len(outgoing.chunks) - 1
-        chunk = MigrationChunk(
-            outgoing.record, index, outgoing.chunks[index], last, outgoing.replica_sequence, outgoing.lineage
-        )
-        self.ctx.send(outgoing.destination, chunk)
+        for sequence in sorted(outgoing.window):
+            self.ctx.send(outgoing.destination, outgoing.window[sequence])
 
     def on_chunk_ack(self, sender: Replica, message: MigrationChunkAck) -> None:
         outgoing = self._outgoing_by_id(message.migration_id)
@@ -194,20 +218,25 @@ class MigrationReplica:
         if not message.accepted:
             self._finish_sending(outgoing, False, message.reason or "the destination refused the data")
             return
-        if message.sequence != outgoing.next_chunk:
+        acknowledged = [sequence for sequence in outgoing.window if sequence <= message.sequence]
+        if not acknowledged:
             return
+        last_acknowledged = any(outgoing.window[sequence].last for sequence in acknowledged)
+        for sequence in acknowledged:
+            del outgoing.window[sequence]
         outgoing.last_progress_ms = self.ctx.now_ms
-        if outgoing.next_chunk == len(outgoing.chunks) - 1:
+        if last_acknowledged:
             self._finish_sending(outgoing, True, "")
         else:
-            outgoing.next_chunk += 1
-            self._send_chunk(outgoing)
+            self._fill_window(outgoing)
 
     def _finish_sending(self, outgoing: Outgoing, success: bool, reason: str) -> None:
         outgoing.complete = True
         outgoing.success = success
         outgoing.reason = reason
-        outgoing.chunks = []
+        outgoing.source = None
+        outgoing.ahead = None
+        outgoing.window = {}
         self._report(outgoing)
 
     def _report(self, outgoing: Outgoing) -> None:
@@ -224,27 +253,45 @@ class MigrationReplica:
 
     def on_chunk(self, sender: Replica, message: MigrationChunk) -> None:
         pid = message.record.partition_id
+        window = self.ctx.config.migration_window_chunks
         incoming = self.incoming.get(pid)
         if incoming is None or incoming.record.migration_id != message.record.migration_id:
-            # Its start is not applied here yet: keep the first chunk for when it is (the sender
-            # would send it again, but only a retry interval later).
-            if message.sequence == 0 and message.record.migration.destination == self.ctx.identity:
-                if len(self._early) >= EARLY_CHUNKS_PER_SLOT * self.ctx.config.max_parallel_migrations:
-                    del self._early[next(iter(self._early))]
-                self._early[message.record.migration_id] = (sender, message)
+            # Its start is not applied here yet: keep the first window of chunks for when it is
+            # (the sender would send them again, but only a retry interval later).
+            if message.sequence < window and message.record.migration.destination == self.ctx.identity:
+                held = self._early.get(message.record.migration_id)
+                if held is None:
+                    if len(self._early) >= EARLY_CHUNKS_PER_SLOT * self.ctx.config.max_parallel_migrations:
+                        del self._early[next(iter(self._early))]
+                    held = self._early[message.record.migration_id] = (sender, {})
+                held[1][message.sequence] = message
             return
         table = self.consensus.state.table
         if table is None or table.owner(pid) != sender:
             self.ctx.send(sender, MigrationChunkAck(message.record.migration_id, message.sequence, False, "not owner"))
             return
-        if message.sequence == incoming.next_chunk and not incoming.complete:
-            incoming.staged.extend(message.entries)
+        if len(message.keys) != len(message.values):
+            reason = "a chunk's keys and values differ in number"
+            self.ctx.send(sender, MigrationChunkAck(message.record.migration_id, message.sequence, False, reason))
+            return
+        if not incoming.complete and incoming.next_chunk < message.sequence < incoming.next_chunk + window:
+            incoming.early[message.sequence] = message  # after a gap: held until the gap fills
+        chunk: MigrationChunk | None = message
+        while chunk is not None and chunk.sequence == incoming.next_chunk and not incoming.complete:
+            if chunk.keys:
+                incoming.staged.setdefault(chunk.map_name, {}).update(zip(chunk.keys, chunk.values, strict=True))
             incoming.next_chunk += 1
-            incoming.complete = message.last
-            incoming.replica_sequence = message.replica_sequence
-            incoming.lineage = message.lineage
-        if message.sequence < incoming.next_chunk:
-            self.ctx.send(sender, MigrationChunkAck(message.record.migration_id, message.sequence, True))
+            incoming.complete = chunk.last
+            incoming.replica_sequence = chunk.replica_sequence
+            incoming.lineage = chunk.lineage
+            chunk = incoming.early.pop(incoming.next_chunk, None)
+        if incoming.complete:
+            incoming.early.clear()
+        ack = MigrationChunkAck(message.record.migration_id, incoming.next_chunk - 1, True)
+        self.ctx.send(sender, ack)
+
+    def _staged_data(self, incoming: Incoming) -> PartitionData:
+        return PartitionData(incoming.staged, incoming.replica_sequence, incoming.lineage)
 
     def on_commit(self, sender: Replica, message: MigrationCommit) -> None:
         record = message.record
@@ -301,4 +348,4 @@ class MigrationReplica:
             elif self.ctx.now_ms - outgoing.last_progress_ms > config.migration_timeout_ms:
                 self._finish_sending(outgoing, False, "the destination made no progress in time")
             elif self.ctx.now_ms - outgoing.last_sent_ms >= config.retry_interval_ms:
-                self._send_chunk(outgoing)
+                self._resend_window(outgoing)
