@@ -256,3 +256,14 @@ def test_unencodable_values_are_refused_by_the_sender() -> None:
         codec.encode(r.Heartbeat(1, object(), 2))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="not a message"):
         codec.encode(Replica("u", "a"))
+
+
+def test_a_table_of_100000_partitions_with_6_backups_travels_in_one_snapshot_frame() -> None:
+    members = [Replica(f"{i:08d}-0000-4000-8000-000000000000", f"10.0.{i // 250}.{i % 250}:5701") for i in range(200)]
+    rows = [[members[(pid + k * 31) % 200] for k in range(MAX_REPLICA_COUNT)] for pid in range(100_000)]
+    table = PartitionTable.from_lists(rows, [pid % 1000 + 1 for pid in range(100_000)])
+    state = MetadataState(100_000, tuple(c.MemberRecord(r) for r in members), table)
+    frame = codec.encode(r.InstallSnapshot(3, Snapshot(10, 2, Membership.of(members[:5], []), state), 0))
+    assert len(frame) < codec.MAX_FRAME_BYTES
+    (decoded,) = codec.FrameDecoder().feed(frame)
+    assert decoded.snapshot.state.table == table

@@ -214,6 +214,24 @@ def test_a_client_is_sent_to_the_owner_and_the_owner_answers_after_its_backup() 
     assert replies(effects)[0].statuses == (m.Status.OK,) * 4
 
 
+def test_a_table_reply_names_each_member_once_with_versions_and_backups_and_pages_large_tables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shardgrid.core.member import data as data_module
+
+    member, now = following(B, PartitionTable.from_lists([[A, B], [B, A], [A], [B, A]], [3, 4, 5, 6]))
+    (reply,) = replies(member.handle(now + 1, Receive("c", None, None, m.TableRequest())))
+    assert reply == m.TableReply(4, 0, (A.address, B.address), (3, 4, 5, 6), ((0, 1), (1, 0), (0, -1), (1, 0)))
+    monkeypatch.setattr(data_module, "MAX_TABLE_REPLY_PARTITIONS", 3)
+    (first,) = replies(member.handle(now + 2, Receive("c", None, None, m.TableRequest())))
+    assert (first.first_partition, len(first.replicas), first.more) == (0, 3, True)
+    (second,) = replies(member.handle(now + 3, Receive("c", None, None, m.TableRequest(3))))
+    assert second == m.TableReply(4, 3, (B.address, A.address), (6,), ((0, 1),), False)
+    (beyond,) = replies(member.handle(now + 4, Receive("c", None, None, m.TableRequest(99))))
+    assert beyond.replicas == ()
+    assert not beyond.more
+
+
 def test_a_backup_takes_writes_only_from_the_owner_its_table_names() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
     backup.data.install(0, PartitionData())

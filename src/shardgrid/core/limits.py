@@ -33,6 +33,8 @@ MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 MAX_KEY_BYTES: Final = 64 * 1024
 MAX_VALUE_BYTES: Final = 4 * 1024 * 1024
 MAX_OPERATIONS_PER_REQUEST: Final = 10_000
+# Partitions in one table reply to a client (7 slots of small ints each: well under a frame).
+MAX_TABLE_REPLY_PARTITIONS: Final = 20_000
 MAX_MAP_NAME_CHARS: Final = 256
 
 # The newest migration outcomes the metadata keeps (seed 000's completed-migrations list; the log

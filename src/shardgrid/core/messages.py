@@ -296,14 +296,27 @@ class MapReply(Message, tag=123):
 
 
 class TableRequest(Message, tag=108):
-    pass
+    """A client asks for the partition table, from ``first_partition`` on."""
+
+    first_partition: int = 0
 
 
-class TableReply(Message, tag=109):
-    """The partition owners' addresses as this member knows them (None where unknown)."""
+# Code 109 (the owners' addresses only) is retired.
+
+
+class TableReply(Message, tag=124):
+    """The table as this member applied it, in seed 003's shape: the members it names once, then
+    per partition (from ``first_partition`` on) its version and replicas as indexes into
+    ``addresses`` (the owner first, then the backups; -1 for an empty slot). At most
+    ``MAX_TABLE_REPLY_PARTITIONS`` partitions a reply: ``more`` says to ask again from where it
+    ends. No rows: this member has no table yet."""
 
     partition_count: int
-    owner_addresses: tuple[str | None, ...]
+    first_partition: int
+    addresses: tuple[str, ...]
+    versions: tuple[int, ...]
+    replicas: tuple[tuple[int, ...], ...]
+    more: bool = False
 
 
 # --- administration ----------------------------------------------------------------------------------

@@ -184,8 +184,14 @@ class SimClient:
 
     def on_message(self, now_ms: int, message: Any, members: list[str]) -> list[tuple[str, Any]]:
         if isinstance(message, TableReply):
-            if message.partition_count == self.partition_count:
-                self.owners = list(message.owner_addresses)
+            if message.partition_count != self.partition_count:
+                return []
+            for offset, row in enumerate(message.replicas):
+                owner = row[0] if row else -1
+                self.owners[message.first_partition + offset] = message.addresses[owner] if owner >= 0 else None
+            if message.more:
+                next_part = TableRequest(message.first_partition + len(message.replicas))
+                return [(self.rng.choice(members), next_part)]
             return []
         call = self.call
         if not isinstance(message, MapReply) or call is None or message.call_id != call.call_id:

@@ -23,7 +23,13 @@ from typing import Any, Protocol
 from shardgrid.core.errors import invariant
 from shardgrid.core.hashing import partition_ids_of_serialized
 from shardgrid.core.identity import Replica
-from shardgrid.core.limits import MAX_KEY_BYTES, MAX_MAP_NAME_CHARS, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES
+from shardgrid.core.limits import (
+    MAX_KEY_BYTES,
+    MAX_MAP_NAME_CHARS,
+    MAX_OPERATIONS_PER_REQUEST,
+    MAX_TABLE_REPLY_PARTITIONS,
+    MAX_VALUE_BYTES,
+)
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.member.leases import Leases
@@ -292,16 +298,29 @@ class DataPath:
             self.ctx.send(backup, BackupBatch(tuple(batches[backup])))
 
     def on_table_request(self, client: str, message: TableRequest) -> None:
-        del message
         table = self.consensus.state.table
         count = self.ctx.config.partition_count
-        if table is None:
-            if self.member_serves():
+        start = message.first_partition
+        if table is None or not (isinstance(start, int) and 0 <= start < count):
+            if table is None and self.member_serves():
                 self.request_assignment()
-            self.ctx.reply(client, TableReply(count, (None,) * count))
+            self.ctx.reply(client, TableReply(count, start if isinstance(start, int) else 0, (), (), ()))
             return
-        owners = tuple(slots[0].address if slots[0] is not None else None for slots in table.replicas)
-        self.ctx.reply(client, TableReply(table.partition_count, owners))
+        end = min(count, start + MAX_TABLE_REPLY_PARTITIONS)
+        width = self.ctx.config.backup_count + 1
+        index_of: dict[Replica, int] = {}
+        rows = []
+        for pid in range(start, end):
+            row = []
+            for replica in table.replicas[pid][:width]:
+                if replica is None:
+                    row.append(-1)
+                else:
+                    row.append(index_of.setdefault(replica, len(index_of)))
+            rows.append(tuple(row))
+        addresses = tuple(replica.address for replica in index_of)
+        versions = tuple(table.versions[pid] for pid in range(start, end))
+        self.ctx.reply(client, TableReply(count, start, addresses, versions, tuple(rows), end < count))
 
     def _reply(self, call: PendingCall) -> None:
         statuses = tuple(call.statuses)
