@@ -63,7 +63,7 @@ class Simulation:
         config: MemberConfig,
         network: NetworkConfig | None = None,
         *,
-        encode_messages: bool = False,
+        encode_messages: bool = True,
         trace_events: bool = True,
     ) -> None:
         self.seed = seed

@@ -53,7 +53,7 @@ class SimParams:
     fault_gap_ms: tuple[int, int] = (1_500, 5_000)
     max_time_ms: int = 600_000
     settle_ms: int = 120_000  # after the workload: how long the cluster has to become safe
-    encode_messages: bool = False
+    encode_messages: bool = True  # every message through the real codec, as between processes
     assign_on_first_use: bool = False
     initial_cluster_size: int = 0  # 0: the smaller of 3 and ``members``
     max_voters: int = 5
