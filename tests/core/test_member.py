@@ -62,9 +62,11 @@ def alone() -> tuple[Member, int]:
     return member, now
 
 
-def following(identity: Replica, table: PartitionTable, lite: bool = False) -> tuple[Member, int]:
+def following(
+    identity: Replica, table: PartitionTable, lite: bool = False, config: MemberConfig = CONFIG
+) -> tuple[Member, int]:
     """A member of [A, B, C] led by A, with ``table``, given to it by A's snapshot."""
-    member = Member(identity, CONFIG, SEEDS, random.Random(2), lite=lite)
+    member = Member(identity, config, SEEDS, random.Random(2), lite=lite)
     member.handle(0, Start())  # asks A (among others) to admit it
     records = (MemberRecord(A), MemberRecord(B), MemberRecord(C, lite=identity == C and lite))
     state = MetadataState(CONFIG.partition_count, records, table)
@@ -232,6 +234,19 @@ def test_a_table_reply_names_each_member_once_with_versions_and_backups_and_page
     assert not beyond.more
 
 
+def test_writes_waiting_for_backups_are_bounded_in_bytes_as_well_as_in_count() -> None:
+    """Found by review: 10,000 waiting writes of 4 MB values would have been held for resending."""
+    owner, now = following(B, B_OWNS_A_BACKS, config=replace(CONFIG, max_pending_write_bytes=1_000))
+    now = grant_lease(owner, now)
+    big = m.MapRequest(1, m.PUT, "m", (0,), (key_in(0),), (b"x" * 900,))
+    assert replies(owner.handle(now + 1, Receive("c", None, None, big))) == []  # waiting for A
+    again = m.MapRequest(2, m.PUT, "m", (1,), (key_in(1),), (b"y" * 200,))
+    (reply,) = replies(owner.handle(now + 2, Receive("c", None, None, again)))
+    assert reply.statuses == (m.Status.OVERLOADED,)
+    assert reply.retry_after_ms > 0
+    assert owner.data.pending_bytes == len(key_in(0)) + 900
+
+
 def test_a_backup_takes_writes_only_from_the_owner_its_table_names() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
     backup.data.install(0, PartitionData())
@@ -261,6 +276,32 @@ def test_a_backup_applies_runs_in_sequence_order_whatever_order_they_arrive_in()
     backup.handle(now + 3, Receive(A.address, A, B.uuid, m.BackupBatch((overlap,))))
     assert backup.data.stores[0].maps == {"m": {b"b": b"2", b"c": b"3", b"d": b"4"}}
     assert backup.data.stores[0].sequence == 5
+
+
+def test_a_run_held_from_an_old_owner_is_never_applied_in_a_new_lineage() -> None:
+    """Found by review: a run held for a gap survived a promotion and was applied as the new
+    owner's write of the same sequence, and that owner's real write was acknowledged unheld."""
+    backup, now = following(B, A_OWNS_B_BACKS)
+    backup.data.install(0, PartitionData())
+    stale = m.WriteRun(0, "", 2, m.PUT, "m", (b"k2",), (b"stale",))  # write 1 never arrived
+    backup.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupBatch((stale,))))
+
+    def snapshot(index: int, table: PartitionTable) -> InstallSnapshot:
+        state = MetadataState(CONFIG.partition_count, (MemberRecord(A), MemberRecord(B), MemberRecord(C)), table)
+        return InstallSnapshot(1, Snapshot(index, 1, Membership.of([A], [B, C]), state), now)
+
+    backup.handle(now + 2, Receive(A.address, A, B.uuid, snapshot(8, PartitionTable.from_lists([[B, C]] * 4, [2] * 4))))
+    backup.data.sync_after_promotion([0])  # B is the owner now, in a lineage of its own
+    lineage = backup.data.stores[0].lineage
+    backup.handle(now + 3, Receive(A.address, A, B.uuid, snapshot(9, PartitionTable.from_lists([[C, B]] * 4, [3] * 4))))
+    backup.data.reorder[0] = {2: stale}  # even if it were still held, it is not applied
+    first = m.WriteRun(0, lineage, 1, m.PUT, "m", (b"k1",), (b"d1",))
+    acks = sent(backup.handle(now + 4, Receive(C.address, C, B.uuid, m.BackupBatch((first,)))), m.BackupAckBatch)
+    assert acks == [m.BackupAckBatch(((0, 1),))]
+    second = m.WriteRun(0, lineage, 2, m.PUT, "m", (b"k3",), (b"d2",))
+    acks = sent(backup.handle(now + 5, Receive(C.address, C, B.uuid, m.BackupBatch((second,)))), m.BackupAckBatch)
+    assert acks == [m.BackupAckBatch(((0, 2),))]
+    assert backup.data.stores[0].maps == {"m": {b"k1": b"d1", b"k3": b"d2"}}
 
 
 @pytest.mark.parametrize(
@@ -345,6 +386,43 @@ def test_a_destination_takes_a_window_of_chunks_in_any_order_and_acknowledges_cu
     incoming = destination.replica.incoming[0]
     assert incoming.complete
     assert incoming.staged == {"m": {b"a": b"1", b"b": b"2", b"c": b"3"}, "n": {b"a": b"4"}}
+
+
+def test_early_chunks_are_held_only_from_the_owner_within_the_first_window_and_in_bytes() -> None:
+    """Found by review: chunks of a migration not started here yet were held without bound, from
+    anyone, at any (even negative) sequence."""
+    record = MigrationRecord("m-4", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
+    destination = Member(C, CONFIG, SEEDS, random.Random(4))
+    destination.handle(0, Start())
+    state = MetadataState(4, (MemberRecord(A), MemberRecord(B), MemberRecord(C)), A_OWNS_B_BACKS)
+    destination.handle(
+        10, Receive(A.address, A, C.uuid, InstallSnapshot(1, Snapshot(7, 1, Membership.of([A], [B, C]), state), 10))
+    )
+    now = 11
+    for sequence in (-1, -20_000, 4, 99):
+        chunk = m.MigrationChunk(record, sequence, "m", (b"k",), (b"v",), False, 1, "")
+        destination.handle(now, Receive(A.address, A, C.uuid, chunk))
+    from_not_owner = m.MigrationChunk(record, 0, "m", (b"k",), (b"v",), False, 1, "")
+    destination.handle(now + 1, Receive(B.address, B, C.uuid, from_not_owner))
+    assert destination.replica._early == {}
+    for i in range(100):  # many migrations' first chunks: bounded by count and bytes
+        other = MigrationRecord(f"x-{i}", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
+        big = m.MigrationChunk(other, 0, "m", (b"k",), (b"v" * 600_000,), False, 1, "")
+        destination.handle(now + 2 + i, Receive(A.address, A, C.uuid, big))
+    limit = 2 * CONFIG.max_parallel_migrations
+    assert len(destination.replica._early) <= limit
+    assert destination.replica._early_bytes <= limit * CONFIG.migration_window_chunks * CONFIG.max_chunk_bytes
+
+
+def test_a_snapshot_for_another_partition_count_is_not_taken() -> None:
+    member = Member(C, CONFIG, SEEDS, random.Random(4))
+    member.handle(0, Start())
+    wrong = MetadataState(2, (MemberRecord(A), MemberRecord(C)), PartitionTable.from_lists([[A, C]] * 2, [1, 1]))
+    member.handle(
+        10, Receive(A.address, A, C.uuid, InstallSnapshot(1, Snapshot(7, 1, Membership.of([A], [C]), wrong), 10))
+    )
+    assert member.consensus.state.table is None
+    assert member.lifecycle is Lifecycle.DISCOVERING
 
 
 def test_a_chunk_whose_columns_differ_in_length_is_refused() -> None:

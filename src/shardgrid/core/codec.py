@@ -108,6 +108,9 @@ def _table_from_wire(wire: _WireTable) -> PartitionTable:
     for row in wire.slots:
         if len(row) != MAX_REPLICA_COUNT or any(not -1 <= i < known for i in row):
             raise ProtocolError("a table row names an unknown replica or has the wrong length")
+        named = [i for i in row if i != -1]
+        if len(named) != len(set(named)):
+            raise ProtocolError("a table row names a replica twice")
         rows.append(tuple(None if i == -1 else replicas[i] for i in row))
     return PartitionTable(tuple(rows), wire.versions)
 
@@ -125,9 +128,14 @@ def _state_to_wire(state: MetadataState) -> _WireState:
 
 
 def _state_from_wire(wire: _WireState) -> MetadataState:
+    count = wire.partition_count
+    if wire.table is not None and wire.table.partition_count != count:
+        raise ProtocolError(f"a state of {count} partitions holds a table of {wire.table.partition_count}")
     migrations = {record.partition_id: record for record in wire.migrations}
     if len(migrations) != len(wire.migrations):
         raise ProtocolError("a state names two migrations of one partition")
+    if any(not 0 <= pid < count for pid in migrations):
+        raise ProtocolError("a state names a migration of a partition it does not have")
     return MetadataState(
         wire.partition_count,
         wire.members,
@@ -181,7 +189,7 @@ def decode_body(body: bytes) -> Any:
     """The message of one frame body (without its length prefix)."""
     try:
         version, raw = _HEADER.decode(body)
-    except msgspec.MsgspecError as error:
+    except (msgspec.MsgspecError, RecursionError) as error:
         raise ProtocolError(f"undecodable frame: {error}") from error
     if version != PROTOCOL_VERSION:
         raise ProtocolError(f"protocol version {version} is not {PROTOCOL_VERSION}")
@@ -189,7 +197,8 @@ def decode_body(body: bytes) -> Any:
         return _MESSAGE.decode(raw)
     except ProtocolError:
         raise
-    except (msgspec.MsgspecError, ShardgridError, ValueError, TypeError, IndexError) as error:
+    except (msgspec.MsgspecError, ShardgridError, ValueError, TypeError, IndexError, RecursionError) as error:
+        # RecursionError: a frame nested deep enough to exhaust the stack (found by review).
         # A value the types accept but our constructors refuse (an index out of range, a voter that
         # is also a learner) is as much the peer's fault as a wrong type.
         raise ProtocolError(f"malformed message: {error}") from error

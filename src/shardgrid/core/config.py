@@ -51,8 +51,10 @@ class MemberConfig:
     max_chunk_bytes: int = 1024 * 1024
     migration_window_chunks: int = 4  # chunks of one migration in flight before the first is acknowledged
     max_pending_writes: int = 10_000  # writes waiting for backup acks; beyond it, OVERLOADED
+    max_pending_write_bytes: int = 256 * 1024 * 1024  # their keys and values; beyond it, OVERLOADED
     client_retry_after_ms: int = 50  # what a reply asking a client to retry tells it to wait
-    max_backup_reorder: int = 1_024  # out-of-order backup operations held per partition
+    max_backup_reorder: int = 1_024  # out-of-order backup writes held per partition
+    max_backup_reorder_bytes: int = 16 * 1024 * 1024  # and their keys and values, per partition
     max_pending_joins: int = 100  # joiners waiting for the leader's next configuration change
     # The leader assigns the partitions as soon as the cluster has a data member (the default), or,
     # as Hazelcast does, when data is first asked for.

@@ -19,7 +19,7 @@ from shardgrid.core.member.context import Context
 from shardgrid.core.messages import Bootstrap
 from shardgrid.core.metadata import Changes, MemberRecord, MetadataState, apply_commands
 from shardgrid.core.raft import ConfChange, Membership, RaftNode, Snapshot
-from shardgrid.core.raft.messages import RAFT_MESSAGE_TYPES
+from shardgrid.core.raft.messages import RAFT_MESSAGE_TYPES, InstallSnapshot
 
 # Commands gathered into one entry at most (one entry at a time is in flight while gathering).
 MAX_COMMANDS_PER_ENTRY = 1_000
@@ -106,7 +106,15 @@ class Consensus:
     # --- inputs ------------------------------------------------------------------------------------
 
     def step(self, sender: Replica, message: Any) -> None:
+        if isinstance(message, InstallSnapshot) and not self._fits(message.snapshot.state):
+            return  # a state for another partition count: not this cluster's, whoever sent it
         self.raft.step(self.ctx.now_ms, sender, message)
+
+    def _fits(self, state: object) -> bool:
+        count = self.ctx.config.partition_count
+        if not isinstance(state, MetadataState) or state.partition_count != count:
+            return False
+        return state.table is None or state.table.partition_count == count
 
     def tick(self) -> None:
         self.raft.tick(self.ctx.now_ms)

@@ -102,6 +102,7 @@ class DataPath:
         self.stores: dict[int, PartitionData] = {}
         self.pending: dict[int, PendingPartition] = {}  # owner: writes waiting for backups
         self.pending_count = 0
+        self.pending_bytes = 0
         self.outbox = Outbox()
         self.reorder: dict[int, dict[int, WriteRun]] = {}  # backup: runs that arrived early
         self.outgoing_syncs: dict[int, OutgoingSync] = {}
@@ -252,12 +253,15 @@ class DataPath:
         if migrations.writes_blocked(pid) or pid in self.outgoing_syncs:
             call.mark(indexes, Status.MIGRATING)
             return
-        if self.pending_count + len(indexes) > self.ctx.config.max_pending_writes:
+        run_keys = [keys[i] for i in indexes]
+        run_values = [values[i] for i in indexes] if kind == PUT else []
+        size = sum(map(len, run_keys)) + sum(map(len, run_values))
+        config = self.ctx.config
+        over_count = self.pending_count + len(indexes) > config.max_pending_writes
+        if over_count or self.pending_bytes + size > config.max_pending_write_bytes:
             call.mark(indexes, Status.OVERLOADED)
             return
         first = data.sequence + 1
-        run_keys = [keys[i] for i in indexes]
-        run_values = [values[i] for i in indexes] if kind == PUT else []
         if kind == PUT:
             records = data.maps.setdefault(message.map_name, {})
             if out is not None:
@@ -283,8 +287,9 @@ class DataPath:
         pending = self.pending.get(pid)
         if pending is None:
             pending = self.pending[pid] = PendingPartition(set(backups), last_sent_ms=self.ctx.now_ms)
-        pending.writes.append(PendingWrite(first, data.sequence, call, indexes, backups))
+        pending.writes.append(PendingWrite(first, data.sequence, call, indexes, backups, size))
         self.pending_count += len(indexes)
+        self.pending_bytes += size
         call.open_writes += 1
 
     def _send_outbox(self) -> None:
@@ -356,6 +361,7 @@ class DataPath:
 
     def _finish_write(self, write: PendingWrite) -> None:
         self.pending_count -= len(write.indexes)
+        self.pending_bytes -= write.size_bytes
         call = write.call
         call.open_writes -= 1
         if call.open_writes == 0:
@@ -422,7 +428,10 @@ class DataPath:
         """Apply what ``run`` adds after the sequence held; hold a run that comes early (bounded)."""
         if run.first_sequence > data.sequence + 1:
             held = self.reorder.setdefault(pid, {})
-            if sum(len(r.keys) for r in held.values()) + len(run.keys) <= self.ctx.config.max_backup_reorder:
+            config = self.ctx.config
+            writes = sum(len(r.keys) for r in held.values()) + len(run.keys)
+            size = sum(_run_bytes(r) for r in held.values()) + _run_bytes(run)
+            if writes <= config.max_backup_reorder and size <= config.max_backup_reorder_bytes:
                 held[run.first_sequence] = run
             return
         if run.last_sequence > data.sequence:
@@ -433,7 +442,9 @@ class DataPath:
             if first > data.sequence + 1:
                 break
             early = held.pop(first)
-            if early.last_sequence > data.sequence:
+            # Held under another lineage (the partition changed hands since): its sequences mean
+            # nothing here, and applying it would acknowledge a write this backup does not hold.
+            if early.lineage == data.lineage and early.last_sequence > data.sequence:
                 data.apply_run(early, data.sequence + 1 - early.first_sequence)
         if held is not None and not held:
             del self.reorder[pid]
@@ -617,6 +628,7 @@ class DataPath:
             if table is not None and table.owner(pid) == self.ctx.identity:
                 data = self.store(pid)
                 data.lineage = f"{self.ctx.identity.uuid[:8]}@{table.versions[pid]}"
+                self.reorder.pop(pid, None)  # runs held from the old owner belong to its lineage
                 self.start_sync(pid, self._backups_of(pid))
 
     def drop_everything(self) -> None:
@@ -627,3 +639,7 @@ class DataPath:
         self.reorder.clear()
         self.outgoing_syncs.clear()
         self.incoming_syncs.clear()
+
+
+def _run_bytes(run: WriteRun) -> int:
+    return sum(map(len, run.keys)) + sum(map(len, run.values))

@@ -91,6 +91,7 @@ class MigrationReplica:
         self._fenced_ids: dict[str, int] = {}
         self._fence_term = 0
         self._early: dict[str, tuple[Replica, dict[int, MigrationChunk]]] = {}
+        self._early_bytes = 0
 
     # --- what the data path asks -------------------------------------------------------------------
 
@@ -120,7 +121,7 @@ class MigrationReplica:
             return  # a CLEAR: the source drops its data when the outcome is applied
         if destination == self.ctx.identity:
             self.incoming[pid] = Incoming(record, complete=owner is None)  # a lost partition restarts empty
-            early = self._early.pop(record.migration_id, None)
+            early = self._take_early(record.migration_id)
             if early is not None:
                 sender, chunks = early
                 for sequence in sorted(chunks):
@@ -256,15 +257,7 @@ class MigrationReplica:
         window = self.ctx.config.migration_window_chunks
         incoming = self.incoming.get(pid)
         if incoming is None or incoming.record.migration_id != message.record.migration_id:
-            # Its start is not applied here yet: keep the first window of chunks for when it is
-            # (the sender would send them again, but only a retry interval later).
-            if message.sequence < window and message.record.migration.destination == self.ctx.identity:
-                held = self._early.get(message.record.migration_id)
-                if held is None:
-                    if len(self._early) >= EARLY_CHUNKS_PER_SLOT * self.ctx.config.max_parallel_migrations:
-                        del self._early[next(iter(self._early))]
-                    held = self._early[message.record.migration_id] = (sender, {})
-                held[1][message.sequence] = message
+            self._hold_early(sender, message)
             return
         table = self.consensus.state.table
         if table is None or table.owner(pid) != sender:
@@ -289,6 +282,50 @@ class MigrationReplica:
             incoming.early.clear()
         ack = MigrationChunkAck(message.record.migration_id, incoming.next_chunk - 1, True)
         self.ctx.send(sender, ack)
+
+    def _hold_early(self, sender: Replica, message: MigrationChunk) -> None:
+        """A chunk of a migration whose start is not applied here yet: keep the first window of
+        chunks for when it is (the sender would send them again, but only a retry interval
+        later). Only from the partition's owner, only the first window, bounded in bytes."""
+        pid = message.record.partition_id
+        table = self.consensus.state.table
+        window = self.ctx.config.migration_window_chunks
+        if message.record.migration.destination != self.ctx.identity or not 0 <= message.sequence < window:
+            return
+        if table is None or not 0 <= pid < table.partition_count or table.owner(pid) != sender:
+            return
+        size = self._chunk_bytes(message)
+        config = self.ctx.config
+        slots = EARLY_CHUNKS_PER_SLOT * config.max_parallel_migrations
+        budget = slots * window * config.max_chunk_bytes
+        if size > budget:
+            return
+        while self._early and (self._early_bytes + size > budget or len(self._early) > slots):
+            self._drop_newest_early()  # older ones are nearer their start
+        held = self._early.get(message.record.migration_id)
+        if held is None:
+            if len(self._early) >= slots:
+                self._drop_newest_early()
+            held = self._early[message.record.migration_id] = (sender, {})
+        previous = held[1].get(message.sequence)
+        if previous is not None:
+            self._early_bytes -= self._chunk_bytes(previous)
+        held[1][message.sequence] = message
+        self._early_bytes += size
+
+    def _drop_newest_early(self) -> None:
+        _, (_, dropped) = self._early.popitem()
+        self._early_bytes -= sum(self._chunk_bytes(chunk) for chunk in dropped.values())
+
+    @staticmethod
+    def _chunk_bytes(chunk: MigrationChunk) -> int:
+        return sum(map(len, chunk.keys)) + sum(map(len, chunk.values))
+
+    def _take_early(self, migration_id: str) -> tuple[Replica, dict[int, MigrationChunk]] | None:
+        held = self._early.pop(migration_id, None)
+        if held is not None:
+            self._early_bytes -= sum(self._chunk_bytes(chunk) for chunk in held[1].values())
+        return held
 
     def _staged_data(self, incoming: Incoming) -> PartitionData:
         return PartitionData(incoming.staged, incoming.replica_sequence, incoming.lineage)

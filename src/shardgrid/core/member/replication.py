@@ -46,6 +46,7 @@ class PendingWrite:
     call: PendingCall
     indexes: list[int]  # the keys of the call they answer
     backups: tuple[Replica, ...]  # the partition's backups when the owner applied them
+    size_bytes: int = 0  # their keys and values, held (for resending) until every backup has them
 
 
 @dataclass(slots=True)
