@@ -247,6 +247,27 @@ def test_writes_waiting_for_backups_are_bounded_in_bytes_as_well_as_in_count() -
     assert owner.data.pending_bytes == len(key_in(0)) + 900
 
 
+def test_an_owner_tells_its_backups_where_it_stands_and_a_lagging_backup_asks_for_a_sync() -> None:
+    owner, now = following(B, B_OWNS_A_BACKS)
+    for pid in range(4):
+        owner.data.install(pid, PartitionData(sequence=pid, lineage="L"))
+    effects, now = run_ticks(owner, now, now + CONFIG.anti_entropy_interval_ms + 1_000)
+    summaries = sent(effects, m.ReplicaSummary)
+    assert summaries[0] == m.ReplicaSummary((0, 1, 2, 3), ("L",) * 4, (0, 1, 2, 3))
+
+    backup, now = following(B, A_OWNS_B_BACKS, config=replace(CONFIG, max_parallel_replications=2))
+    backup.data.install(0, PartitionData(sequence=0, lineage="L"))  # equal: nothing to do
+    backup.data.install(1, PartitionData(sequence=0, lineage="L"))  # behind
+    backup.data.install(2, PartitionData(sequence=2, lineage="old"))  # another lineage
+    backup.data.stores.pop(3, None)  # no data at all
+    summary = m.ReplicaSummary((0, 1, 2, 3), ("L",) * 4, (0, 1, 2, 3))
+    asked = sent(backup.handle(now + 1, Receive(A.address, A, B.uuid, summary)), m.ReplicaSyncRequest)
+    assert asked == [m.ReplicaSyncRequest(1), m.ReplicaSyncRequest(2)]  # at most two per summary
+    assert sent(backup.handle(now + 2, Receive(C.address, C, B.uuid, summary)), m.ReplicaSyncRequest) == []
+    uneven = m.ReplicaSummary((1, 2), ("L",), (1, 2))
+    assert sent(backup.handle(now + 3, Receive(A.address, A, B.uuid, uneven)), m.ReplicaSyncRequest) == []
+
+
 def test_a_backup_takes_writes_only_from_the_owner_its_table_names() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
     backup.data.install(0, PartitionData())

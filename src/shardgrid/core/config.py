@@ -55,6 +55,8 @@ class MemberConfig:
     client_retry_after_ms: int = 50  # what a reply asking a client to retry tells it to wait
     max_backup_reorder: int = 1_024  # out-of-order backup writes held per partition
     max_backup_reorder_bytes: int = 16 * 1024 * 1024  # and their keys and values, per partition
+    anti_entropy_interval_ms: int = 30_000  # how often an owner tells each backup where it stands
+    max_parallel_replications: int = 5  # syncs a backup asks for after one summary
     max_pending_joins: int = 100  # joiners waiting for the leader's next configuration change
     # The leader assigns the partitions as soon as the cluster has a data member (the default), or,
     # as Hazelcast does, when data is first asked for.
@@ -79,6 +81,8 @@ class MemberConfig:
         )
         require(self.max_chunk_entries > 0 and self.max_chunk_bytes > 0, "chunk bounds must be positive")
         require(1 <= self.migration_window_chunks <= 64, "migration_window_chunks must be 1..64")
+        require(self.anti_entropy_interval_ms > 0, "anti_entropy_interval_ms must be positive")
+        require(1 <= self.max_parallel_replications <= 1_000, "max_parallel_replications must be 1..1000")
         require(self.snapshot_every_entries >= 10, "snapshot_every_entries must be at least 10")
         self.raft_settings().validate()
 

@@ -227,6 +227,16 @@ class ReplicaSyncRequest(Message, tag=119):
     partition_id: int
 
 
+class ReplicaSummary(Message, tag=125):
+    """Owner to one backup, every ``anti_entropy_interval_ms``: where each settled partition it
+    owns and the backup backs stands (its lineage and replica sequence), as columns. A backup that
+    is behind asks for a sync of that partition (anti-entropy: repairs what nothing else noticed)."""
+
+    partition_ids: tuple[int, ...]
+    lineages: tuple[str, ...]
+    sequences: tuple[int, ...]
+
+
 class AssignPartitions(Message, tag=104):
     """A member asked for data before any partition was assigned: the leader assigns them now."""
 

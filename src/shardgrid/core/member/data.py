@@ -44,6 +44,7 @@ from shardgrid.core.messages import (
     MapReply,
     MapRequest,
     PartitionRedirect,
+    ReplicaSummary,
     ReplicaSyncAck,
     ReplicaSyncChunk,
     ReplicaSyncRequest,
@@ -103,6 +104,7 @@ class DataPath:
         self.pending: dict[int, PendingPartition] = {}  # owner: writes waiting for backups
         self.pending_count = 0
         self.pending_bytes = 0
+        self._last_summary_ms = 0
         self.outbox = Outbox()
         self.reorder: dict[int, dict[int, WriteRun]] = {}  # backup: runs that arrived early
         self.outgoing_syncs: dict[int, OutgoingSync] = {}
@@ -394,6 +396,9 @@ class DataPath:
                     if runs:
                         self.ctx.send(backup, BackupBatch(runs))
         self._sync_tick()
+        if now - self._last_summary_ms >= self.ctx.config.anti_entropy_interval_ms:
+            self._last_summary_ms = now
+            self._send_summaries()
 
     # --- backup: applying in order ---------------------------------------------------------------
 
@@ -448,6 +453,54 @@ class DataPath:
                 data.apply_run(early, data.sequence + 1 - early.first_sequence)
         if held is not None and not held:
             del self.reorder[pid]
+
+    # --- anti-entropy ------------------------------------------------------------------------------
+
+    def _send_summaries(self) -> None:
+        """Tell each backup where every settled partition this member owns stands."""
+        table = self.consensus.state.table
+        if table is None or not self.member_serves():
+            return
+        me = self.ctx.identity
+        width = self.ctx.config.backup_count + 1
+        per_backup: dict[Replica, tuple[list[int], list[str], list[int]]] = {}
+        for pid, slots in enumerate(table.replicas):
+            if slots[0] != me or not self.settled(pid) or (self.migrations and self.migrations.involved(pid)):
+                continue
+            data = self.stores.get(pid)
+            if data is None:
+                continue
+            for backup in slots[1:width]:
+                if backup is not None:
+                    pids, lineages, sequences = per_backup.setdefault(backup, ([], [], []))
+                    pids.append(pid)
+                    lineages.append(data.lineage)
+                    sequences.append(data.sequence)
+        for backup in sorted(per_backup):
+            pids, lineages, sequences = per_backup[backup]
+            self.ctx.send(backup, ReplicaSummary(tuple(pids), tuple(lineages), tuple(sequences)))
+
+    def on_summary(self, sender: Replica, message: ReplicaSummary) -> None:
+        """Ask for a sync of each partition this backup holds behind its owner (bounded per summary)."""
+        table = self.consensus.state.table
+        columns = (message.partition_ids, message.lineages, message.sequences)
+        if table is None or len({len(column) for column in columns}) != 1:
+            return
+        migrations = self.migrations
+        asked = 0
+        for pid, lineage, sequence in zip(*columns, strict=True):
+            if asked >= self.ctx.config.max_parallel_replications:
+                break
+            if not 0 <= pid < table.partition_count or table.owner(pid) != sender or self._index_of(pid) < 1:
+                continue
+            if pid in self.incoming_syncs or (migrations is not None and migrations.involved(pid)):
+                continue
+            data = self.stores.get(pid)
+            # Settled on the owner means every backup acknowledged its sequence: holding less, or
+            # another lineage, this backup lost something.
+            if data is None or data.lineage != lineage or data.sequence < sequence:
+                self.ctx.send(sender, ReplicaSyncRequest(pid))
+                asked += 1
 
     # --- replica sync: the owner's whole partition to its backups ----------------------------------
 

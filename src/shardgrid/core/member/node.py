@@ -101,6 +101,7 @@ class Member:
             m.MigrationCommitAck: self.master.on_commit_ack,
             m.MigrationOutcomeReply: self.master.on_outcome_reply,
             m.BackupBatch: self.data.on_backup_batch,
+            m.ReplicaSummary: self.data.on_summary,
             m.BackupAckBatch: self.data.on_backup_acks,
             m.ReplicaSyncChunk: self.data.on_sync_chunk,
             m.ReplicaSyncAck: self.data.on_sync_ack,
