@@ -78,18 +78,22 @@ class Exchange:
         return reply
 
 
-def _settled_cluster(seed: int, partitions: int, backups: int) -> Scenario:
-    params = SimParams(
-        members=3,
+def _quiet(members: int, partitions: int, backups: int, assign_on_first_use: bool = False) -> SimParams:
+    """A cluster with no faults, no loss and no workload of its own: the benchmark drives it."""
+    return SimParams(
+        members=members,
         partitions=partitions,
         backups=backups,
         ops=0,
         faults=(),
         drop_rate=0.0,
         duplicate_rate=0.0,
-        encode_messages=True,
+        assign_on_first_use=assign_on_first_use,
     )
-    scenario = Scenario(seed, params)
+
+
+def _settled_cluster(seed: int, partitions: int, backups: int) -> Scenario:
+    scenario = Scenario(seed, _quiet(3, partitions, backups))
     scenario.start()
     # Safe does not mean serving: every member must also hold its lease before the clock stops.
     scenario.run_until(lambda: all(node.member.leases.holds() for node in scenario.sim.nodes.values()))
@@ -246,17 +250,7 @@ def migration(seed: int = 1, entries: int = 100_000, measure_memory: bool = True
 
 def slowest_handle(seed: int = 1, partitions: int = 20_000, members: int = 10) -> dict[str, Any]:
     """The slowest ``handle()`` while a ``partitions``-partition cluster forms and repairs a crash."""
-    params = SimParams(
-        members=members,
-        partitions=partitions,
-        backups=1,
-        ops=0,
-        faults=(),
-        drop_rate=0.0,
-        duplicate_rate=0.0,
-        assign_on_first_use=True,
-    )
-    scenario = Scenario(seed, params)
+    scenario = Scenario(seed, _quiet(members, partitions, 1, assign_on_first_use=True))
     slowest: dict[str, Any] = {"ms": 0.0, "event": ""}
     wrapped: set[int] = set()
 
