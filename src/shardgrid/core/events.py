@@ -6,6 +6,7 @@ so events from different members about the same change can be matched up.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from shardgrid.core.identity import Replica
@@ -46,11 +47,17 @@ class MemberPromoted:
     log_index: int
 
 
+class MigrationEventStatus(enum.StrEnum):
+    STARTED = "started"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
 @dataclass(frozen=True, slots=True)
 class MigrationEvent:
-    """Seed 000's PartitionMigrationEvent: ``status`` is started, finished or failed."""
+    """Seed 000's PartitionMigrationEvent."""
 
-    status: str
+    status: MigrationEventStatus
     migration_id: str
     partition_id: int
     kind: str

@@ -163,9 +163,16 @@ class MigrationOutcomeReply(Message, tag=86):
 
 # --- data and replication ------------------------------------------------------------------------
 
-PUT = "put"
-GET = "get"
-REMOVE = "remove"
+
+class OpKind(enum.StrEnum):
+    """What a map operation does (a str enum: it travels, and compares, as its value)."""
+
+    GET = "get"
+    PUT = "put"
+    REMOVE = "remove"
+
+
+GET, PUT, REMOVE = OpKind.GET, OpKind.PUT, OpKind.REMOVE
 
 
 class WriteRun(Record):
@@ -176,7 +183,7 @@ class WriteRun(Record):
     partition_id: int
     lineage: str
     first_sequence: int
-    kind: str  # PUT or REMOVE
+    kind: OpKind  # PUT or REMOVE
     map_name: str
     keys: tuple[bytes, ...]
     values: tuple[bytes, ...]  # one per key for PUT, none for REMOVE
@@ -274,7 +281,7 @@ class MapRequest(Message, tag=122):
     previous value (a column the member skips otherwise, like a putAll)."""
 
     call_id: int
-    kind: str  # GET, PUT or REMOVE
+    kind: OpKind
     map_name: MapName
     partition_ids: tuple[PartitionId, ...]
     keys: tuple[Key, ...]
@@ -358,14 +365,18 @@ class AdminRequest(Message, tag=114):
     command: ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster | RecoverLostMajority
 
 
-ADMIN_OK = "ok"
-ADMIN_FAILED = "failed"  # refused: the reason says why; nothing changed, and asking again will not help
-ADMIN_UNAVAILABLE = "unavailable"  # no leader now, an election, the leader changed: ask again
+class AdminStatus(enum.StrEnum):
+    OK = "ok"
+    FAILED = "failed"  # refused: the reason says why; nothing changed, and asking again will not help
+    UNAVAILABLE = "unavailable"  # no leader now, an election, the leader changed: ask again
+
+
+ADMIN_OK, ADMIN_FAILED, ADMIN_UNAVAILABLE = AdminStatus.OK, AdminStatus.FAILED, AdminStatus.UNAVAILABLE
 
 
 class AdminReply(Message, tag=115):
     call_id: int
-    status: str
+    status: AdminStatus
     reason: str = ""
 
 
@@ -379,5 +390,5 @@ class LeaderRequest(Message, tag=116):
 
 class LeaderReply(Message, tag=117):
     request_id: int
-    status: str
+    status: AdminStatus
     reason: str = ""

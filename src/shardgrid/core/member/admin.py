@@ -33,6 +33,7 @@ from shardgrid.core.messages import (
     ADMIN_UNAVAILABLE,
     AdminReply,
     AdminRequest,
+    AdminStatus,
     ChangeClusterState,
     LeaderReply,
     LeaderRequest,
@@ -104,7 +105,7 @@ class Admin:
     def on_admin_request(self, client: str, message: AdminRequest) -> None:
         command = message.command
 
-        def respond(status: str, reason: str) -> None:
+        def respond(status: AdminStatus, reason: str) -> None:
             self.ctx.reply(client, AdminReply(message.call_id, status, reason))
 
         problem = command_problem(command)
@@ -168,7 +169,7 @@ class Admin:
     # --- the leader ----------------------------------------------------------------------------------
 
     def on_leader_request(self, sender: Replica, message: LeaderRequest) -> None:
-        def respond(status: str, reason: str) -> None:
+        def respond(status: AdminStatus, reason: str) -> None:
             self.ctx.send(sender, LeaderReply(message.request_id, status, reason))
 
         self.execute(message.command, sender, respond)

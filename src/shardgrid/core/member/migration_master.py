@@ -110,7 +110,7 @@ class MigrationMaster:
         own_entry = self.consensus.is_leader and term == self.consensus.term
         for record in changes.started:
             if own_entry:
-                self._emit("started", record)
+                self._emit(events.MigrationEventStatus.STARTED, record)
             if not self.consensus.leader_ready:
                 continue
             self._proposed_starts.pop(record.partition_id, None)
@@ -122,7 +122,10 @@ class MigrationMaster:
             self.needs_rebalance = True
         for record in changes.finished:
             if own_entry:
-                self._emit("finished" if record.status is MigrationStatus.COMMITTED else "failed", record)
+                outcome = events.MigrationEventStatus.FINISHED
+                if record.status is not MigrationStatus.COMMITTED:
+                    outcome = events.MigrationEventStatus.FAILED
+                self._emit(outcome, record)
             flight = self.flights.get(record.partition_id)
             if flight is not None and flight.record.migration_id == record.migration_id:
                 del self.flights[record.partition_id]
@@ -360,7 +363,7 @@ class MigrationMaster:
                 return flight
         return None
 
-    def _emit(self, status: str, record: MigrationRecord) -> None:
+    def _emit(self, status: events.MigrationEventStatus, record: MigrationRecord) -> None:
         m = record.migration
         self.ctx.emit(
             events.MigrationEvent(

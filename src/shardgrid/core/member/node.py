@@ -448,7 +448,7 @@ class Member:
         self._last_leave_request_ms = self.ctx.now_ms
         self.admin.forward(m.ShutdownMember(), self._on_leave_answer)
 
-    def _on_leave_answer(self, status: str, reason: str) -> None:
+    def _on_leave_answer(self, status: m.AdminStatus, reason: str) -> None:
         if status == m.ADMIN_FAILED:  # refused for good (the last data member): it stays
             replies, self._leaving_replies = self._leaving_replies, []
             for client, call_id in replies:
