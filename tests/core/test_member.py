@@ -268,6 +268,23 @@ def test_an_owner_tells_its_backups_where_it_stands_and_a_lagging_backup_asks_fo
     assert sent(backup.handle(now + 3, Receive(A.address, A, B.uuid, uneven)), m.ReplicaSyncRequest) == []
 
 
+def test_writes_waiting_for_a_backup_are_resent_in_batches_that_stay_under_a_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shardgrid.core.member import data as data_module
+
+    monkeypatch.setattr(data_module, "MAX_BACKUP_BATCH_BYTES", 250)
+    owner, now = following(B, B_OWNS_A_BACKS)
+    now = grant_lease(owner, now)
+    for call_id in range(1, 5):  # four requests of 100-byte values to partition 0, none acknowledged
+        request = m.MapRequest(call_id, m.PUT, "m", (0,), (key_in(0),), (b"v" * 100,))
+        owner.handle(now + call_id, Receive("c", None, None, request))
+    effects, now = run_ticks(owner, now + 5, now + 5 + CONFIG.retry_interval_ms + CONFIG.tick_ms)
+    resent = sent(effects, m.BackupBatch)
+    assert [len(batch.runs) for batch in resent] == [2, 2]  # 4 runs of ~105 bytes, 250 a batch
+    assert [run.first_sequence for batch in resent for run in batch.runs] == [1, 2, 3, 4]
+
+
 def test_a_backup_takes_writes_only_from_the_owner_its_table_names() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
     backup.data.install(0, PartitionData())

@@ -16,7 +16,7 @@ A request is checked whole before any of it is applied: a malformed one changes 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,6 +24,7 @@ from shardgrid.core.errors import invariant
 from shardgrid.core.hashing import partition_ids_of_serialized
 from shardgrid.core.identity import Replica
 from shardgrid.core.limits import (
+    MAX_BACKUP_BATCH_BYTES,
     MAX_KEY_BYTES,
     MAX_MAP_NAME_CHARS,
     MAX_OPERATIONS_PER_REQUEST,
@@ -302,7 +303,22 @@ class DataPath:
             for backup in backups:
                 batches.setdefault(backup, []).append(run)
         for backup in sorted(batches):
-            self.ctx.send(backup, BackupBatch(tuple(batches[backup])))
+            self._send_runs(backup, batches[backup])
+
+    def _send_runs(self, backup: Replica, runs: Sequence[WriteRun]) -> None:
+        """As few batches as fit in ``MAX_BACKUP_BATCH_BYTES`` each (a run fits alone: it is no
+        larger than the client request that carried it)."""
+        batch: list[WriteRun] = []
+        size = 0
+        for run in runs:
+            run_bytes = _run_bytes(run)
+            if batch and size + run_bytes > MAX_BACKUP_BATCH_BYTES:
+                self.ctx.send(backup, BackupBatch(tuple(batch)))
+                batch, size = [], 0
+            batch.append(run)
+            size += run_bytes
+        if batch:
+            self.ctx.send(backup, BackupBatch(tuple(batch)))
 
     def on_table_request(self, client: str, message: TableRequest) -> None:
         table = self.consensus.state.table
@@ -392,9 +408,7 @@ class DataPath:
             if now - pending.last_sent_ms >= self.ctx.config.retry_interval_ms:
                 pending.last_sent_ms = now
                 for backup in sorted(backups):
-                    runs = pending.runs_for(backup)
-                    if runs:
-                        self.ctx.send(backup, BackupBatch(runs))
+                    self._send_runs(backup, pending.runs_for(backup))
         self._sync_tick()
         if now - self._last_summary_ms >= self.ctx.config.anti_entropy_interval_ms:
             self._last_summary_ms = now
