@@ -285,6 +285,21 @@ def test_writes_waiting_for_a_backup_are_resent_in_batches_that_stay_under_a_bou
     assert [run.first_sequence for batch in resent for run in batch.runs] == [1, 2, 3, 4]
 
 
+def test_an_answer_with_more_values_than_a_frame_holds_comes_in_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardgrid.core.member import data as data_module
+
+    member, now = alone()
+    for pid in range(4):
+        put_one = m.MapRequest(pid, m.PUT, "m", (pid,), (key_in(pid),), (b"v" * 100,))
+        member.handle(now + 1, Receive("c", None, None, put_one))
+    monkeypatch.setattr(data_module, "MAX_REPLY_VALUE_BYTES", 250)
+    get = m.MapRequest(9, m.GET, "m", (0, 1, 2, 3), tuple(key_in(p) for p in range(4)))
+    parts = replies(member.handle(now + 2, Receive("c", None, None, get)))
+    assert [(p.first_index, len(p.values), p.more) for p in parts] == [(0, 2, True), (2, 2, False)]
+    assert all(p.call_id == 9 for p in parts)
+    assert [v for p in parts for v in p.values] == [b"v" * 100] * 4
+
+
 def test_a_backup_takes_writes_only_from_the_owner_its_table_names() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
     backup.data.install(0, PartitionData())

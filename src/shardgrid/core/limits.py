@@ -36,6 +36,8 @@ MAX_OPERATIONS_PER_REQUEST: Final = 10_000
 # Keys and values in one backup batch (resends of many waiting runs are split to stay well under a
 # frame; a single run is never larger than the request that carried it).
 MAX_BACKUP_BATCH_BYTES: Final = 4 * 1024 * 1024
+# Values in one reply frame to a client (a larger answer is split; one value is at most 4 MiB).
+MAX_REPLY_VALUE_BYTES: Final = 8 * 1024 * 1024
 # Partitions in one table reply to a client (7 slots of small ints each: well under a frame).
 MAX_TABLE_REPLY_PARTITIONS: Final = 20_000
 MAX_MAP_NAME_CHARS: Final = 256

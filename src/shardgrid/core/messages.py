@@ -299,7 +299,11 @@ class PartitionRedirect(Record):
 
 class MapReply(Message, tag=123):
     """One status per key; ``values`` (a get's values, or a put's or remove's previous values when
-    asked) one per key, or empty; one redirect per partition answered WRONG_OWNER."""
+    asked) one per key, or empty; one redirect per partition answered WRONG_OWNER.
+
+    An answer whose values pass ``MAX_REPLY_VALUE_BYTES`` comes in several replies to the same
+    call: each covers the keys from ``first_index`` on, and ``more`` says another follows (the
+    redirects, the retry hint and the reason come with the first)."""
 
     call_id: int
     statuses: tuple[Status, ...]
@@ -307,6 +311,8 @@ class MapReply(Message, tag=123):
     redirects: tuple[PartitionRedirect, ...] = ()
     retry_after_ms: int = 0
     reason: str = ""  # why, when a key is REJECTED
+    first_index: int = 0
+    more: bool = False
 
 
 # Codes 105-107 (one object per operation and per result) are retired.

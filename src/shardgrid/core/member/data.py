@@ -28,6 +28,7 @@ from shardgrid.core.limits import (
     MAX_KEY_BYTES,
     MAX_MAP_NAME_CHARS,
     MAX_OPERATIONS_PER_REQUEST,
+    MAX_REPLY_VALUE_BYTES,
     MAX_TABLE_REPLY_PARTITIONS,
     MAX_VALUE_BYTES,
 )
@@ -346,13 +347,46 @@ class DataPath:
         self.ctx.reply(client, TableReply(count, start, addresses, versions, tuple(rows), end < count))
 
     def _reply(self, call: PendingCall) -> None:
-        statuses = tuple(call.statuses)
+        statuses = call.statuses
         retry_after = self.ctx.config.client_retry_after_ms if any(s in RETRYABLE for s in statuses) else 0
-        values = tuple(call.values) if call.values is not None else ()
         redirects = tuple(call.redirects[pid] for pid in sorted(call.redirects))
-        self.ctx.reply(
-            call.client_address, MapReply(call.call_id, statuses, values, redirects, retry_after, call.reason)
+        values = call.values
+        if values is None:
+            reply = MapReply(call.call_id, tuple(statuses), (), redirects, retry_after, call.reason)
+            self.ctx.reply(call.client_address, reply)
+            return
+        # Split by the values' bytes so that every reply stays well under a frame.
+        start, size = 0, 0
+        for index, value in enumerate(values):
+            value_bytes = len(value) if value is not None else 0
+            if index > start and size + value_bytes > MAX_REPLY_VALUE_BYTES:
+                self._reply_part(call, start, index, redirects, retry_after, more=True)
+                start, size = index, 0
+            size += value_bytes
+        self._reply_part(call, start, len(values), redirects, retry_after, more=False)
+
+    def _reply_part(
+        self,
+        call: PendingCall,
+        start: int,
+        end: int,
+        redirects: tuple[PartitionRedirect, ...],
+        retry_after: int,
+        more: bool,
+    ) -> None:
+        values = call.values if call.values is not None else []
+        first = start == 0
+        reply = MapReply(
+            call.call_id,
+            tuple(call.statuses[start:end]),
+            tuple(values[start:end]),
+            redirects if first else (),
+            retry_after if first else 0,
+            call.reason if first else "",
+            start,
+            more,
         )
+        self.ctx.reply(call.client_address, reply)
 
     # --- owner: acknowledgements, retries, timeouts ------------------------------------------------
 
