@@ -23,6 +23,7 @@ test: lint
 bench: venv
 	$(BIN)/shardgrid bench plan
 	$(BIN)/shardgrid bench sim
+	$(BIN)/shardgrid bench member
 
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache .hypothesis
