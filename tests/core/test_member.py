@@ -394,14 +394,25 @@ def test_a_late_copy_of_an_old_replica_sync_does_not_roll_a_backup_back() -> Non
 # --- migrations ------------------------------------------------------------------------------------------
 
 
+def _c_given(state: MetadataState, voters: list[Replica], learners: list[Replica]) -> tuple[Member, int]:
+    """C, started, then given ``state`` in A's snapshot."""
+    member = Member(C, CONFIG, SEEDS, random.Random(4))
+    member.handle(0, Start())
+    snapshot = Snapshot(7, 1, Membership.of(voters, learners), state)
+    member.handle(10, Receive(A.address, A, C.uuid, InstallSnapshot(1, snapshot, 10)))
+    return member, 11
+
+
+def _destination_of(record: MigrationRecord | None) -> tuple[Member, int]:
+    """C in A's cluster (A owns, B backs every partition), the destination of ``record`` if given."""
+    running = {0: record} if record is not None else {}
+    state = MetadataState(4, (MemberRecord(A), MemberRecord(B), MemberRecord(C)), A_OWNS_B_BACKS, migrations=running)
+    return _c_given(state, [A], [B, C])
+
+
 def test_a_destination_that_told_a_newer_leader_it_had_not_committed_refuses_that_commit() -> None:
     record = MigrationRecord("m-1", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
-    table = A_OWNS_B_BACKS
-    destination = Member(C, CONFIG, SEEDS, random.Random(4))
-    destination.handle(0, Start())
-    state = MetadataState(4, (MemberRecord(A), MemberRecord(B), MemberRecord(C)), table, migrations={0: record})
-    snapshot = Snapshot(7, 1, Membership.of([A], [B, C]), state)
-    destination.handle(10, Receive(A.address, A, C.uuid, InstallSnapshot(1, snapshot, 10)))
+    destination, _ = _destination_of(record)
     chunk = m.MigrationChunk(record, 0, "m", (b"k",), (b"v",), True, 1, "")
     assert sent(destination.handle(11, Receive(A.address, A, C.uuid, chunk)), m.MigrationChunkAck)[0].accepted
     query = m.MigrationOutcomeQuery(record, 1)
@@ -410,17 +421,6 @@ def test_a_destination_that_told_a_newer_leader_it_had_not_committed_refuses_tha
     commit = m.MigrationCommit(record, 1)
     acks = sent(destination.handle(13, Receive(A.address, A, C.uuid, commit)), m.MigrationCommitAck)
     assert acks == [m.MigrationCommitAck("m-1", False, "refused to a newer leader")]
-
-
-def _destination_of(record: MigrationRecord) -> tuple[Member, int]:
-    destination = Member(C, CONFIG, SEEDS, random.Random(4))
-    destination.handle(0, Start())
-    state = MetadataState(
-        4, (MemberRecord(A), MemberRecord(B), MemberRecord(C)), A_OWNS_B_BACKS, migrations={0: record}
-    )
-    snapshot = Snapshot(7, 1, Membership.of([A], [B, C]), state)
-    destination.handle(10, Receive(A.address, A, C.uuid, InstallSnapshot(1, snapshot, 10)))
-    return destination, 11
 
 
 def test_a_destination_takes_a_window_of_chunks_in_any_order_and_acknowledges_cumulatively() -> None:
@@ -445,13 +445,7 @@ def test_early_chunks_are_held_only_from_the_owner_within_the_first_window_and_i
     """Found by review: chunks of a migration not started here yet were held without bound, from
     anyone, at any (even negative) sequence."""
     record = MigrationRecord("m-4", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
-    destination = Member(C, CONFIG, SEEDS, random.Random(4))
-    destination.handle(0, Start())
-    state = MetadataState(4, (MemberRecord(A), MemberRecord(B), MemberRecord(C)), A_OWNS_B_BACKS)
-    destination.handle(
-        10, Receive(A.address, A, C.uuid, InstallSnapshot(1, Snapshot(7, 1, Membership.of([A], [B, C]), state), 10))
-    )
-    now = 11
+    destination, now = _destination_of(None)  # its start is not applied here yet
     for sequence in (-1, -20_000, 4, 99):
         chunk = m.MigrationChunk(record, sequence, "m", (b"k",), (b"v",), False, 1, "")
         destination.handle(now, Receive(A.address, A, C.uuid, chunk))
@@ -468,12 +462,8 @@ def test_early_chunks_are_held_only_from_the_owner_within_the_first_window_and_i
 
 
 def test_a_snapshot_for_another_partition_count_is_not_taken() -> None:
-    member = Member(C, CONFIG, SEEDS, random.Random(4))
-    member.handle(0, Start())
     wrong = MetadataState(2, (MemberRecord(A), MemberRecord(C)), PartitionTable.from_lists([[A, C]] * 2, [1, 1]))
-    member.handle(
-        10, Receive(A.address, A, C.uuid, InstallSnapshot(1, Snapshot(7, 1, Membership.of([A], [C]), wrong), 10))
-    )
+    member, _ = _c_given(wrong, [A], [C])
     assert member.consensus.state.table is None
     assert member.lifecycle is Lifecycle.DISCOVERING
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -55,19 +56,7 @@ REGRESSION_SEEDS = [
     # data it had committed, and served the partition empty.
     (
         13,
-        SimParams(
-            members=3,
-            partitions=271,
-            backups=2,
-            ops=1000,
-            faults=FAULTS,
-            drop_rate=0.05,
-            duplicate_rate=0.0,
-            fault_gap_ms=(800, 2500),
-            settle_ms=300_000,
-            lite_members=1,
-            snapshot_every_entries=10,
-        ),
+        replace(FREQUENT_SNAPSHOTS, ops=1000, settle_ms=300_000),
     ),
 ]
 

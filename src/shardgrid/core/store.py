@@ -8,7 +8,7 @@ the same data. Keys and values are bytes: they were serialized once, at the clie
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from shardgrid.core.messages import PUT, Entry, WriteRun
@@ -103,9 +103,14 @@ def stream_columns(
         yield "", (), ()
 
 
+def columns_bytes(keys: Sequence[bytes], values: Sequence[bytes]) -> int:
+    """The bytes of a key column and a value column (what bounds on runs and chunks count)."""
+    return sum(map(len, keys)) + sum(map(len, values))
+
+
 def _within_bytes(keys: tuple[bytes, ...], values: tuple[bytes, ...], max_bytes: int) -> int:
     """How many of the first records fit in ``max_bytes`` (at least one)."""
-    if sum(map(len, keys)) + sum(map(len, values)) + 16 * len(keys) <= max_bytes:
+    if columns_bytes(keys, values) + 16 * len(keys) <= max_bytes:
         return len(keys)
     size = 0
     for count, (key, value) in enumerate(zip(keys, values, strict=True)):

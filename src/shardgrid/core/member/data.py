@@ -35,7 +35,7 @@ from shardgrid.core.limits import (
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.member.leases import Leases
-from shardgrid.core.member.replication import Outbox, PendingCall, PendingPartition, PendingWrite
+from shardgrid.core.member.replication import PendingCall, PendingPartition, PendingWrite
 from shardgrid.core.messages import (
     GET,
     PUT,
@@ -55,7 +55,7 @@ from shardgrid.core.messages import (
     TableRequest,
     WriteRun,
 )
-from shardgrid.core.store import PartitionData, chunk_entries
+from shardgrid.core.store import PartitionData, chunk_entries, columns_bytes
 
 
 class MigrationView(Protocol):
@@ -107,7 +107,7 @@ class DataPath:
         self.pending_count = 0
         self.pending_bytes = 0
         self._last_summary_ms = 0
-        self.outbox = Outbox()
+        self.outbox: list[tuple[WriteRun, tuple[Replica, ...]]] = []  # this event's runs, sent at its end
         self.reorder: dict[int, dict[int, WriteRun]] = {}  # backup: runs that arrived early
         self.outgoing_syncs: dict[int, OutgoingSync] = {}
         self.incoming_syncs: dict[int, IncomingSync] = {}
@@ -138,10 +138,11 @@ class DataPath:
 
     def _backups_of(self, pid: int) -> list[Replica]:
         table = self.consensus.state.table
-        if table is None:
-            return []
-        slots = table.replicas[pid][1 : self.ctx.config.backup_count + 1]
-        return [r for r in slots if r is not None]
+        return self._backups_in(table.replicas[pid]) if table is not None else []
+
+    def _backups_in(self, slots: Sequence[Replica | None]) -> list[Replica]:
+        """The backups a partition's replica slots name, within the configured backup count."""
+        return [r for r in slots[1 : self.ctx.config.backup_count + 1] if r is not None]
 
     def _index_of(self, pid: int) -> int:
         table = self.consensus.state.table
@@ -259,7 +260,7 @@ class DataPath:
             return
         run_keys = [keys[i] for i in indexes]
         run_values = [values[i] for i in indexes] if kind == PUT else []
-        size = sum(map(len, run_keys)) + sum(map(len, run_values))
+        size = columns_bytes(run_keys, run_values)
         config = self.ctx.config
         over_count = self.pending_count + len(indexes) > config.max_pending_writes
         if over_count or self.pending_bytes + size > config.max_pending_write_bytes:
@@ -283,11 +284,11 @@ class DataPath:
             if not records:
                 data.maps.pop(message.map_name, None)
         data.sequence += len(indexes)
-        backups = tuple(r for r in slots[1 : self.ctx.config.backup_count + 1] if r is not None)
+        backups = tuple(self._backups_in(slots))
         if not backups:
             return
         run = WriteRun(pid, data.lineage, first, kind, message.map_name, tuple(run_keys), tuple(run_values))
-        self.outbox.add(run, backups)
+        self.outbox.append((run, backups))
         pending = self.pending.get(pid)
         if pending is None:
             pending = self.pending[pid] = PendingPartition(set(backups), last_sent_ms=self.ctx.now_ms)
@@ -299,7 +300,8 @@ class DataPath:
     def _send_outbox(self) -> None:
         """One batch per backup for everything this event wrote."""
         batches: dict[Replica, list[WriteRun]] = {}
-        for run, backups in self.outbox.take():
+        runs, self.outbox = self.outbox, []
+        for run, backups in runs:
             self.pending[run.partition_id].runs.append(run)
             for backup in backups:
                 batches.setdefault(backup, []).append(run)
@@ -312,7 +314,7 @@ class DataPath:
         batch: list[WriteRun] = []
         size = 0
         for run in runs:
-            run_bytes = _run_bytes(run)
+            run_bytes = columns_bytes(run.keys, run.values)
             if batch and size + run_bytes > MAX_BACKUP_BATCH_BYTES:
                 self.ctx.send(backup, BackupBatch(tuple(batch)))
                 batch, size = [], 0
@@ -483,7 +485,7 @@ class DataPath:
             held = self.reorder.setdefault(pid, {})
             config = self.ctx.config
             writes = sum(len(r.keys) for r in held.values()) + len(run.keys)
-            size = sum(_run_bytes(r) for r in held.values()) + _run_bytes(run)
+            size = sum(columns_bytes(r.keys, r.values) for r in [*held.values(), run])
             if writes <= config.max_backup_reorder and size <= config.max_backup_reorder_bytes:
                 held[run.first_sequence] = run
             return
@@ -510,7 +512,6 @@ class DataPath:
         if table is None or not self.member_serves():
             return
         me = self.ctx.identity
-        width = self.ctx.config.backup_count + 1
         per_backup: dict[Replica, tuple[list[int], list[str], list[int]]] = {}
         for pid, slots in enumerate(table.replicas):
             if slots[0] != me or not self.settled(pid) or (self.migrations and self.migrations.involved(pid)):
@@ -518,12 +519,11 @@ class DataPath:
             data = self.stores.get(pid)
             if data is None:
                 continue
-            for backup in slots[1:width]:
-                if backup is not None:
-                    pids, lineages, sequences = per_backup.setdefault(backup, ([], [], []))
-                    pids.append(pid)
-                    lineages.append(data.lineage)
-                    sequences.append(data.sequence)
+            for backup in self._backups_in(slots):
+                pids, lineages, sequences = per_backup.setdefault(backup, ([], [], []))
+                pids.append(pid)
+                lineages.append(data.lineage)
+                sequences.append(data.sequence)
         for backup in sorted(per_backup):
             pids, lineages, sequences = per_backup[backup]
             self.ctx.send(backup, ReplicaSummary(tuple(pids), tuple(lineages), tuple(sequences)))
@@ -740,7 +740,3 @@ class DataPath:
         self.reorder.clear()
         self.outgoing_syncs.clear()
         self.incoming_syncs.clear()
-
-
-def _run_bytes(run: WriteRun) -> int:
-    return sum(map(len, run.keys)) + sum(map(len, run.values))

@@ -35,7 +35,7 @@ from shardgrid.core.messages import (
     MigrationOutcomeReply,
 )
 from shardgrid.core.migration import MigrationRecord, MigrationStatus
-from shardgrid.core.store import PartitionData, stream_columns
+from shardgrid.core.store import PartitionData, columns_bytes, stream_columns
 
 # Migration ids a destination refused to commit before it even applied their start; bounded.
 MAX_FENCED_IDS = 10_000
@@ -319,7 +319,7 @@ class MigrationReplica:
 
     @staticmethod
     def _chunk_bytes(chunk: MigrationChunk) -> int:
-        return sum(map(len, chunk.keys)) + sum(map(len, chunk.values))
+        return columns_bytes(chunk.keys, chunk.values)
 
     def _take_early(self, migration_id: str) -> tuple[Replica, dict[int, MigrationChunk]] | None:
         held = self._early.pop(migration_id, None)

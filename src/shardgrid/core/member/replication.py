@@ -100,18 +100,3 @@ class PendingPartition:
         oldest = self.writes[0].first_sequence if self.writes else None
         while self.runs and (oldest is None or self.runs[0].last_sequence < oldest):
             self.runs.popleft()
-
-
-class Outbox:
-    """The writes of one handled event, then one batch per backup: a put_all of a thousand keys
-    costs each backup one message, not a thousand."""
-
-    def __init__(self) -> None:
-        self._runs: list[tuple[WriteRun, tuple[Replica, ...]]] = []
-
-    def add(self, run: WriteRun, backups: tuple[Replica, ...]) -> None:
-        self._runs.append((run, backups))
-
-    def take(self) -> list[tuple[WriteRun, tuple[Replica, ...]]]:
-        runs, self._runs = self._runs, []
-        return runs
