@@ -134,7 +134,7 @@ def _bounded(base: object, *metas: object) -> st.SearchStrategy:
     meta = next(x for x in metas if isinstance(x, msgspec.Meta))
     if base is int:
         low = meta.ge if meta.ge is not None else -(2**63)
-        high = meta.lt - 1 if meta.lt is not None else 2**63 - 1
+        high = meta.lt - 1 if meta.lt is not None else meta.le if meta.le is not None else 2**63 - 1
         return st.integers(low, high)
     size = {"min_size": meta.min_length or 0, "max_size": min(meta.max_length or 40, 40)}
     if base is str:

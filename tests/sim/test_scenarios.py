@@ -15,11 +15,13 @@ from shardgrid.core import events
 from shardgrid.core import messages as m
 from shardgrid.core.effects import Receive, ReplyToClient
 from shardgrid.core.hashing import partition_id_of_serialized
+from shardgrid.core.limits import MAX_REPLICA_COUNT
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.metadata import ClusterState
 from shardgrid.core.store import PartitionData
 from shardgrid.sim.schedule import load_schedule
 from shardgrid.sim.vopr import Run, SimResult, params_of
+from shardgrid.sim.workload import ASYNC_MAP_NAME
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -46,6 +48,28 @@ def emitted(run: Run, kind: type, at: str | None = None) -> list[tuple[int, str,
 def step_time(run: Run, number: int) -> int:
     line = next(f for f in run.faults if f"step {number}:" in f)
     return int(line.split(":", 1)[0])
+
+
+def remembering_the_table_at_step_1(before: dict[str, Any]) -> Any:
+    """A scenario preparation that keeps, in ``before``, the table, the third and fourth members
+    started (the victims of the crash steps) and the time, just before step 1."""
+
+    def remember_table(run: Run) -> None:
+        original = run.faults_log
+
+        def log(line: str) -> None:
+            if "step 1:" in line:
+                leader = run.sim.master()
+                assert leader is not None
+                before["table"] = leader.consensus.state.table
+                before["victims"] = {run.sim.started_addresses[2], run.sim.started_addresses[3]}
+                before["ms"] = run.sim.now_ms
+            original(line)
+
+        assert run.runner is not None
+        run.runner.on_step = log
+
+    return remember_table
 
 
 def test_every_scenario_file_is_a_valid_schedule() -> None:
@@ -85,22 +109,7 @@ def test_fault_during_migrations_loses_nothing(name: str) -> None:
 
 def test_one_crash_more_than_the_backups_reports_exactly_the_partitions_lost() -> None:
     before: dict[str, Any] = {}
-
-    def remember_table(run: Run) -> None:
-        original = run.faults_log
-
-        def log(line: str) -> None:
-            if "step 1:" in line:
-                leader = run.sim.master()
-                assert leader is not None
-                before["table"] = leader.consensus.state.table
-                before["victims"] = {run.sim.started_addresses[2], run.sim.started_addresses[3]}
-                before["ms"] = run.sim.now_ms
-            original(line)
-
-        assert run.runner is not None
-        run.runner.on_step = log
-
+    remember_table = remembering_the_table_at_step_1(before)
     run = passed("one-crash-too-many", remember_table)
     table, victims = before["table"], before["victims"]
     expected = {
@@ -433,3 +442,28 @@ def test_backups_converge_after_their_messages_were_lost_with_no_user_action() -
     assert summaries, "owners told their backups where they stand"
     assert corrupted
     assert corrupted[0] in asked, "anti-entropy found the backup behind and it asked for a sync"
+
+
+def test_a_promoted_async_backup_reports_how_many_replicas_were_lost_and_keeps_its_map() -> None:
+    before: dict[str, Any] = {}
+    remember_table = remembering_the_table_at_step_1(before)
+    run = passed("async-backup-survives-two-crashes", remember_table)
+    table, victims = before["table"], before["victims"]
+    lost = {e.partition_id: e.lost_replica_count for _, _, e in emitted(run, events.PartitionLost)}
+    hottest_gone = {}
+    for pid, slots in enumerate(table.replicas):
+        addresses = [r.address if r is not None else None for r in slots[:3]]
+        if addresses[0] in victims and addresses[1] in victims:
+            hottest_gone[pid] = 2 if addresses[2] not in victims else MAX_REPLICA_COUNT
+    assert 2 in hottest_gone.values(), "the seed should leave some partition with only its async backup"
+    assert lost == hottest_gone
+    # The async map survived where its async backup did: the new owner holds its keys.
+    leader = run.sim.master()
+    assert leader is not None
+    kept = 0
+    for pid, count in hottest_gone.items():
+        if count == 2:
+            owner = leader.consensus.state.table.owner(pid)
+            data = run.sim.nodes[owner.address].member.data.stores[pid]
+            kept += len(data.maps.get(ASYNC_MAP_NAME, {}))
+    assert kept > 0

@@ -76,6 +76,12 @@ def plan(
     "--partitions", type=click.IntRange(1, 100_000), default=None, help=f"[default: {DEFAULT_PARTITION_COUNT}]"
 )
 @click.option("--backups", type=click.IntRange(0, 6), default=None, help="[default: 1]")
+@click.option(
+    "--async-backups",
+    type=click.IntRange(0, 6),
+    default=None,
+    help="Half the keys go to a map with these async backups after the sync ones.  [default: 0]",
+)
 @click.option("--ops", type=click.IntRange(0, 10_000_000), default=None, help="[default: 2000]")
 @click.option(
     "--faults",
@@ -101,6 +107,7 @@ def sim(
     members: int | None,
     partitions: int | None,
     backups: int | None,
+    async_backups: int | None,
     ops: int | None,
     faults: str | None,
     schedule_path: str | None,
@@ -128,6 +135,7 @@ def sim(
         "members": members,
         "partitions": partitions,
         "backups": backups,
+        "async_backups": async_backups,
         "ops": ops,
         "max_parallel_migrations": max_parallel_migrations,
         "max_voters": max_voters,

@@ -19,6 +19,7 @@ def replay_command(result: SimResult, schedule_path: str | None = None) -> str:
         f"--members {p.members}",
         f"--partitions {p.partitions}",
         f"--backups {p.backups}",
+        f"--async-backups {p.async_backups}",
         f"--ops {p.ops}",
         f"--faults '{','.join(p.faults)}'",
         f"--max-parallel-migrations {p.max_parallel_migrations}",

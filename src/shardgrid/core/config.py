@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shardgrid.core.errors import require
 from shardgrid.core.limits import (
@@ -10,6 +10,7 @@ from shardgrid.core.limits import (
     DEFAULT_MAX_PARALLEL_MIGRATIONS,
     DEFAULT_PARTITION_COUNT,
     MAX_BACKUP_COUNT,
+    MAX_MAP_NAME_CHARS,
     MAX_MEMBER_COUNT,
     MAX_PARALLEL_MIGRATIONS_LIMIT,
     MAX_PARTITION_COUNT,
@@ -18,9 +19,36 @@ from shardgrid.core.raft import RaftSettings
 
 
 @dataclass(frozen=True, slots=True)
+class MapConfig:
+    """How one map is replicated (seed 001). Its sync backups hold every write before the owner
+    answers; its async backups get the writes without being waited on. Together they use the
+    partition's replica slots 1..(backup_count + async_backup_count), sync first."""
+
+    backup_count: int = DEFAULT_BACKUP_COUNT
+    async_backup_count: int = 0
+    read_backup_data: bool = False  # a backup may answer reads of this map (monotonic, not strong)
+
+    @property
+    def total_backup_count(self) -> int:
+        return self.backup_count + self.async_backup_count
+
+    def validate(self, name: str) -> None:
+        require(0 <= self.backup_count <= MAX_BACKUP_COUNT, f"map {name!r}: backup_count out of range")
+        require(0 <= self.async_backup_count <= MAX_BACKUP_COUNT, f"map {name!r}: async_backup_count out of range")
+        require(
+            self.total_backup_count <= MAX_BACKUP_COUNT,
+            f"map {name!r}: backup_count + async_backup_count is at most {MAX_BACKUP_COUNT}",
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class MemberConfig:
     partition_count: int = DEFAULT_PARTITION_COUNT
+    # Replication of every map not named in ``maps`` (seed 001's defaults: one sync backup).
     backup_count: int = DEFAULT_BACKUP_COUNT
+    async_backup_count: int = 0
+    read_backup_data: bool = False
+    maps: tuple[tuple[str, MapConfig], ...] = ()  # per-map replication, by map name
     max_parallel_migrations: int = DEFAULT_MAX_PARALLEL_MIGRATIONS
     tick_ms: int = 100  # the member's clock granularity: every retry and timeout is checked this often
     # Forming a cluster: a brand-new cluster forms only once this many processes found each other
@@ -61,10 +89,42 @@ class MemberConfig:
     # The leader assigns the partitions as soon as the cluster has a data member (the default), or,
     # as Hazelcast does, when data is first asked for.
     assign_partitions_on_first_use: bool = False
+    _map_configs: dict[str, MapConfig] = field(init=False, repr=False, compare=False, hash=False)
+    _default_map: MapConfig = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # Looked up on every write: built once, here.
+        object.__setattr__(self, "_map_configs", dict(self.maps))
+        default = MapConfig(self.backup_count, self.async_backup_count, self.read_backup_data)
+        object.__setattr__(self, "_default_map", default)
+
+    def map_config(self, map_name: str) -> MapConfig:
+        return self._map_configs.get(map_name, self._default_map)
+
+    def keeps_copy(self, map_name: str, index: int) -> bool:
+        """Whether the replica at slot ``index`` of a partition holds a copy of the map."""
+        return index == 0 or self.map_config(map_name).total_backup_count >= index
+
+    @property
+    def fewest_backups(self) -> int:
+        """The smallest backup count (sync and async) of any configured map, the default included."""
+        return min(config.total_backup_count for config in (self._default_map, *self._map_configs.values()))
+
+    @property
+    def table_backup_count(self) -> int:
+        """Backup slots every partition has: as many as the map that keeps the most needs."""
+        return max(config.total_backup_count for config in (self._default_map, *self._map_configs.values()))
 
     def validate(self) -> None:
         require(1 <= self.partition_count <= MAX_PARTITION_COUNT, "partition_count out of range")
-        require(0 <= self.backup_count <= MAX_BACKUP_COUNT, "backup_count out of range")
+        self._default_map.validate("(default)")
+        require(len(self._map_configs) == len(self.maps), "a map is configured twice")
+        for name, map_config in self.maps:
+            require(
+                isinstance(name, str) and 0 < len(name) <= MAX_MAP_NAME_CHARS,
+                f"a map name is 1 to {MAX_MAP_NAME_CHARS} characters: {name!r}",
+            )
+            map_config.validate(name)
         require(
             1 <= self.max_parallel_migrations <= MAX_PARALLEL_MIGRATIONS_LIMIT, "max_parallel_migrations out of range"
         )

@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass
 
 from shardgrid.core.identity import Replica
+from shardgrid.core.limits import MAX_REPLICA_COUNT
 from shardgrid.core.metadata.cluster_state import ClusterState
 
 
@@ -71,9 +72,13 @@ class MigrationEvent:
 
 @dataclass(frozen=True, slots=True)
 class PartitionLost:
-    """Every replica of the partition is gone: its data is lost and it restarts empty."""
+    """The partition's ``lost_replica_count`` hottest replicas were lost at once (every replica
+    when none survived): the maps whose backup count (sync and async) is below that count lost
+    their data in it (Hazelcast's lost backup count). A partition with no survivor restarts empty;
+    otherwise the hottest survivor became its owner."""
 
     partition_id: int
+    lost_replica_count: int = MAX_REPLICA_COUNT
 
 
 @dataclass(frozen=True, slots=True)

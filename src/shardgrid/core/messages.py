@@ -15,7 +15,13 @@ from typing import Annotated
 import msgspec
 
 from shardgrid.core.identity import Replica
-from shardgrid.core.limits import MAX_KEY_BYTES, MAX_MAP_NAME_CHARS, MAX_PARTITION_COUNT, MAX_VALUE_BYTES
+from shardgrid.core.limits import (
+    MAX_KEY_BYTES,
+    MAX_MAP_NAME_CHARS,
+    MAX_OPERATIONS_PER_REQUEST,
+    MAX_PARTITION_COUNT,
+    MAX_VALUE_BYTES,
+)
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.metadata.commands import MemberRecord
 from shardgrid.core.migration import MigrationRecord
@@ -187,10 +193,22 @@ class WriteRun(Record):
     map_name: str
     keys: tuple[bytes, ...]
     values: tuple[bytes, ...]  # one per key for PUT, none for REMOVE
+    # For a backup that keeps no copy of this map (its slot is past the map's backup count): the
+    # writes' sequences without their keys and values, so that every backup of the partition
+    # follows one sequence.
+    skipped: Annotated[int, msgspec.Meta(ge=0, le=MAX_OPERATIONS_PER_REQUEST)] = 0
 
     @property
     def last_sequence(self) -> int:
-        return self.first_sequence + len(self.keys) - 1
+        return self.first_sequence + len(self.keys) + self.skipped - 1
+
+    @property
+    def write_count(self) -> int:
+        return len(self.keys) + self.skipped
+
+    def without_data(self) -> WriteRun:
+        first = self.first_sequence
+        return WriteRun(self.partition_id, self.lineage, first, self.kind, self.map_name, (), (), self.write_count)
 
 
 # Codes 100 and 101 (one message per write and per acknowledgement) are retired.

@@ -26,10 +26,16 @@ class PartitionData:
     maps: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     sequence: int = 0
     lineage: str = ""
+    # The replica slot whose maps this copy holds: 0 holds every map; a copy kept at a colder
+    # slot lacks the maps whose backup count does not reach it.
+    copy_index: int = 0
 
     def apply_run(self, run: WriteRun, start: int) -> None:
         """Apply the writes of ``run`` from position ``start`` on, and advance the sequence to the
         run's last. The backup checked the run whole (kind, lengths) before calling this."""
+        if run.skipped:
+            self.sequence = run.last_sequence  # a map this replica keeps no copy of
+            return
         keys = run.keys[start:] if start else run.keys
         if run.kind == PUT:
             values = run.values[start:] if start else run.values

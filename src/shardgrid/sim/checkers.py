@@ -21,7 +21,7 @@ from shardgrid.core.member import Member
 from shardgrid.core.messages import MapReply, Status
 from shardgrid.core.placement import replica_count_for
 from shardgrid.sim.cluster import Simulation
-from shardgrid.sim.workload import MAP_NAME
+from shardgrid.sim.workload import ASYNC_MAP_NAME, MAP_NAME
 
 
 class SimulationFailure(AssertionError):
@@ -147,7 +147,7 @@ def unsafe_reason(sim: Simulation) -> str:
     for member in members:
         if member.replica.partitions_involved() or member.data.busy():
             return f"{member.identity} has migrations, syncs or writes in progress"
-    wanted = replica_count_for(len(data_members), len(data_members), leader.config.backup_count)
+    wanted = replica_count_for(len(data_members), len(data_members), leader.config.table_backup_count)
     by_identity = {m.identity: m for m in members}
     for pid, slots in enumerate(state.table.replicas):
         holders = [r for r in slots if r is not None]
@@ -182,7 +182,9 @@ def final_violations(sim: Simulation) -> list[str]:
             continue  # lost with every replica: reported by a PartitionLost event, checked elsewhere
         owner = table.owner(pid)
         data = by_identity[owner].data.stores.get(pid) if owner in by_identity else None
-        value = data.maps.get(MAP_NAME, {}).get(key) if data else None
+        # A key is written in one map only (the workload's ledger or its async twin).
+        maps = data.maps if data else {}
+        value = maps.get(MAP_NAME, {}).get(key, maps.get(ASYNC_MAP_NAME, {}).get(key))
         allowed = sim.ledger.allowed_final_values(key)
         if value not in allowed:
             problems.append(f"key {key!r} in partition {pid} holds {value!r}; allowed {sorted(map(repr, allowed))}")
@@ -191,10 +193,19 @@ def final_violations(sim: Simulation) -> list[str]:
         if not holders:
             continue
         reference = by_identity[holders[0]].data.stores.get(pid)
-        for backup in holders[1:]:
+        config = master.config
+        for index, backup in enumerate(slots[1:], start=1):
+            if backup is None:
+                continue
             data = by_identity[backup].data.stores.get(pid)
-            if (reference.maps if reference else {}) != (data.maps if data else {}):
-                problems.append(f"partition {pid}: backup {backup} differs from its owner")
+            # A backup keeps a copy of exactly the maps whose backup count reaches its slot.
+            expected = {
+                name: records
+                for name, records in (reference.maps if reference else {}).items()
+                if config.keeps_copy(name, index)
+            }
+            if expected != (data.maps if data else {}):
+                problems.append(f"partition {pid}: backup {backup} at index {index} differs from its owner")
     for member in sim.live_members():
         extra = sorted(pid for pid in member.data.stores if member.identity not in table.replicas[pid])
         if extra:

@@ -23,7 +23,7 @@ from shardgrid.core.member import Member
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.messages import AdminReply, AdminRequest, TableRequest
 from shardgrid.sim.network import Network, NetworkConfig
-from shardgrid.sim.workload import Ledger, SimClient
+from shardgrid.sim.workload import ASYNC_MAP_NAME, Ledger, SimClient
 
 FIRST_PORT = 5701
 ADMIN_ADDRESS = "admin"
@@ -133,7 +133,12 @@ class Simulation:
     def add_client(self, key_count: int = 20) -> SimClient:
         name = f"client-{len(self.clients) + 1}"
         client = SimClient(
-            name, random.Random(self.rng.getrandbits(64)), self.ledger, self.config.partition_count, key_count
+            name,
+            random.Random(self.rng.getrandbits(64)),
+            self.ledger,
+            self.config.partition_count,
+            key_count,
+            use_async_map=self.config.map_config(ASYNC_MAP_NAME).async_backup_count > 0,
         )
         self.clients[name] = client
         self._schedule(self.now_ms + 1, "client", name)
@@ -314,7 +319,8 @@ class Simulation:
                 self.stats.migrations_finished += 1
             elif event.status == "failed":
                 self.stats.migrations_failed += 1
-        elif isinstance(event, events.PartitionLost):
+        elif isinstance(event, events.PartitionLost) and event.lost_replica_count > self.config.backup_count:
+            # The workload's maps keep at least the sync backups: lost only beyond them.
             self.stats.partitions_lost.add(event.partition_id)
         if self.trace_events:
             self._trace_line("e", address, repr(event))

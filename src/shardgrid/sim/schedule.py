@@ -79,6 +79,7 @@ _RUN_FIELDS = {
     "lite_members",
     "partitions",
     "backups",
+    "async_backups",
     "ops",
     "clients",
     "faults",

@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from shardgrid.core.config import MemberConfig
+from shardgrid.core.config import MapConfig, MemberConfig
 from shardgrid.core.errors import ConfigError
 from shardgrid.core.messages import ChangeClusterState, PromoteMember, ShutdownMember
 from shardgrid.core.metadata import ClusterState
@@ -23,6 +23,7 @@ from shardgrid.sim.checkers import SimulationFailure, final_violations, install_
 from shardgrid.sim.cluster import Simulation
 from shardgrid.sim.network import NetworkConfig
 from shardgrid.sim.schedule import Schedule, ScheduleRunner
+from shardgrid.sim.workload import ASYNC_MAP_NAME
 
 FAULTS = (
     "crash",
@@ -44,6 +45,7 @@ class SimParams:
     members: int = 5
     partitions: int = 271
     backups: int = 1
+    async_backups: int = 0  # > 0: half the keys go to a map with these async backups after the sync ones
     ops: int = 2000
     faults: tuple[str, ...] = ("crash", "master-crash", "join", "split")
     clients: int = 3
@@ -75,6 +77,9 @@ class SimParams:
         return MemberConfig(
             partition_count=self.partitions,
             backup_count=self.backups,
+            maps=((ASYNC_MAP_NAME, MapConfig(self.backups, self.async_backups, read_backup_data=True)),)
+            if self.async_backups
+            else (),
             max_parallel_migrations=self.max_parallel_migrations,
             assign_partitions_on_first_use=self.assign_on_first_use,
             initial_cluster_size=self.initial_cluster_size or min(3, self.members),

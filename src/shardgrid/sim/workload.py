@@ -32,6 +32,9 @@ from shardgrid.core.messages import (
 )
 
 MAP_NAME = "ledger"
+# With async backups configured, half of each client's keys live in this map: the same sync
+# backups as the ledger, and async backups in the slots after them.
+ASYNC_MAP_NAME = "ledger-async"
 ACKED = "acked"
 MAYBE = "maybe"
 FAILED = "failed"
@@ -88,6 +91,7 @@ class Call:
     kind: str  # PUT or GET
     partition_id: int
     write: Write | None
+    map_name: str = MAP_NAME
     attempts: int = 0
     sent_ms: int = 0
     retry_at_ms: int = 0
@@ -104,12 +108,21 @@ class SimClient:
     RETRY_BACKOFF_MS = 50
     THINK_MS = 5
 
-    def __init__(self, name: str, rng: random.Random, ledger: Ledger, partition_count: int, key_count: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        rng: random.Random,
+        ledger: Ledger,
+        partition_count: int,
+        key_count: int,
+        use_async_map: bool = False,
+    ) -> None:
         self.address = name
         self.rng = rng
         self.ledger = ledger
         self.partition_count = partition_count
         self.keys = [serialize_key(f"{name}-key-{i}") for i in range(key_count)]
+        self.map_of = {key: ASYNC_MAP_NAME if use_async_map and i % 2 else MAP_NAME for i, key in enumerate(self.keys)}
         self.owners: list[str | None] = [None] * partition_count
         self.budget = 0
         self.call: Call | None = None
@@ -160,7 +173,7 @@ class SimClient:
         else:
             write = None
             kind = GET
-        return Call(self.counter, key, kind, pid, write)
+        return Call(self.counter, key, kind, pid, write, self.map_of[key])
 
     def _send(self, now_ms: int, members: list[str]) -> list[tuple[str, Any]]:
         call = self.call
@@ -179,7 +192,7 @@ class SimClient:
         self.counter += 1
         call.call_id = self.counter
         values = (call.write.value,) if call.write is not None else ()
-        request = MapRequest(call.call_id, call.kind, MAP_NAME, (call.partition_id,), (call.key,), values)
+        request = MapRequest(call.call_id, call.kind, call.map_name, (call.partition_id,), (call.key,), values)
         return [(target, request)]
 
     def on_message(self, now_ms: int, message: Any, members: list[str]) -> list[tuple[str, Any]]:

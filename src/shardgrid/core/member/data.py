@@ -107,7 +107,9 @@ class DataPath:
         self.pending_count = 0
         self.pending_bytes = 0
         self._last_summary_ms = 0
-        self.outbox: list[tuple[WriteRun, tuple[Replica, ...]]] = []  # this event's runs, sent at its end
+        # This event's runs, sent at its end: to the backups that keep the map, and (without the
+        # keys and values) to the partition's other backups.
+        self.outbox: list[tuple[WriteRun, tuple[Replica, ...], tuple[Replica, ...]]] = []
         self.reorder: dict[int, dict[int, WriteRun]] = {}  # backup: runs that arrived early
         self.outgoing_syncs: dict[int, OutgoingSync] = {}
         self.incoming_syncs: dict[int, IncomingSync] = {}
@@ -118,13 +120,24 @@ class DataPath:
     def store(self, pid: int) -> PartitionData:
         return self.stores.setdefault(pid, PartitionData())
 
-    def install(self, pid: int, data: PartitionData) -> None:
-        """Take ``data`` as this member's copy of the partition, unless what it holds is newer in
-        the same lineage (a replica sync may have overtaken a migration's staged data): a replica
-        never goes back past writes it has applied, some of them acknowledged."""
+    def install(self, pid: int, data: PartitionData, index: int) -> None:
+        """Take ``data`` as this member's copy of the partition, at replica ``index``, unless what
+        it holds is newer in the same lineage (a replica sync may have overtaken a migration's
+        staged data): a replica never goes back past writes it has applied, some acknowledged."""
         held = self.stores.get(pid)
         if held is not None and held.lineage == data.lineage and held.sequence >= data.sequence:
-            return
+            if held.copy_index <= max(index, 0):
+                return
+            if held.sequence > data.sequence:
+                # Newer, but kept for a colder slot: it lacks maps this slot keeps, and the staged
+                # copy lacks the newer writes. Only the owner has both.
+                self.stores.pop(pid)
+                self.reorder.pop(pid, None)
+                owner = self.consensus.state.table.owner(pid) if self.consensus.state.table else None
+                if owner is not None and owner != self.ctx.identity:
+                    self.ctx.send(owner, ReplicaSyncRequest(pid))
+                return
+        self._trim(data, index)
         self.stores[pid] = data
         self.reorder.pop(pid, None)
         self.incoming_syncs.pop(pid, None)
@@ -141,8 +154,19 @@ class DataPath:
         return self._backups_in(table.replicas[pid]) if table is not None else []
 
     def _backups_in(self, slots: Sequence[Replica | None]) -> list[Replica]:
-        """The backups a partition's replica slots name, within the configured backup count."""
-        return [r for r in slots[1 : self.ctx.config.backup_count + 1] if r is not None]
+        """The backups a partition's replica slots name: every one follows the partition's
+        sequence, whether or not it keeps a copy of a given map."""
+        return [r for r in slots[1 : self.ctx.config.table_backup_count + 1] if r is not None]
+
+    def _trim(self, data: PartitionData, index: int) -> None:
+        """Drop the maps a replica at ``index`` keeps no copy of: it gets none of their writes, so
+        a copy would only go stale (and could be promoted)."""
+        if index < 1:
+            return
+        config = self.ctx.config
+        for map_name in [name for name in data.maps if not config.keeps_copy(name, index)]:
+            del data.maps[map_name]
+        data.copy_index = max(data.copy_index, index)
 
     def _index_of(self, pid: int) -> int:
         table = self.consensus.state.table
@@ -235,6 +259,8 @@ class DataPath:
         slots = table.replicas[pid]
         owner = slots[0]
         if owner != self.ctx.identity:
+            if kind == GET and serving and self._read_from_backup(call, message, pid, indexes, slots):
+                return
             if owner is None:
                 call.mark(indexes, Status.NOT_READY)
             else:
@@ -258,6 +284,7 @@ class DataPath:
         if migrations.writes_blocked(pid) or pid in self.outgoing_syncs:
             call.mark(indexes, Status.MIGRATING)
             return
+        map_config = self.ctx.config.map_config(message.map_name)
         run_keys = [keys[i] for i in indexes]
         run_values = [values[i] for i in indexes] if kind == PUT else []
         size = columns_bytes(run_keys, run_values)
@@ -284,15 +311,21 @@ class DataPath:
             if not records:
                 data.maps.pop(message.map_name, None)
         data.sequence += len(indexes)
-        backups = tuple(self._backups_in(slots))
+        sync_end = 1 + map_config.backup_count
+        copies_end = sync_end + map_config.async_backup_count
+        backups = self._backups_in(slots)
         if not backups:
             return
         run = WriteRun(pid, data.lineage, first, kind, message.map_name, tuple(run_keys), tuple(run_values))
-        self.outbox.append((run, backups))
+        copies = tuple(r for r in slots[1:copies_end] if r is not None)
+        self.outbox.append((run, copies, tuple(r for r in slots[copies_end:] if r is not None and r in backups)))
+        sync_backups = tuple(r for r in slots[1:sync_end] if r is not None)
+        if not sync_backups:
+            return  # async backups only: nobody is waited on (fire and forget)
         pending = self.pending.get(pid)
         if pending is None:
             pending = self.pending[pid] = PendingPartition(set(backups), last_sent_ms=self.ctx.now_ms)
-        pending.writes.append(PendingWrite(first, data.sequence, call, indexes, backups, size))
+        pending.writes.append(PendingWrite(first, data.sequence, call, indexes, sync_backups, size))
         self.pending_count += len(indexes)
         self.pending_bytes += size
         call.open_writes += 1
@@ -301,10 +334,16 @@ class DataPath:
         """One batch per backup for everything this event wrote."""
         batches: dict[Replica, list[WriteRun]] = {}
         runs, self.outbox = self.outbox, []
-        for run, backups in runs:
-            self.pending[run.partition_id].runs.append(run)
-            for backup in backups:
+        for run, copies, skips in runs:
+            pending = self.pending.get(run.partition_id)
+            if pending is not None:
+                pending.runs.append(run)
+            for backup in copies:
                 batches.setdefault(backup, []).append(run)
+            if skips:
+                bare = run.without_data()
+                for backup in skips:
+                    batches.setdefault(backup, []).append(bare)
         for backup in sorted(batches):
             self._send_runs(backup, batches[backup])
 
@@ -323,6 +362,35 @@ class DataPath:
         if batch:
             self.ctx.send(backup, BackupBatch(tuple(batch)))
 
+    def _runs_held_at(self, index: int, runs: Sequence[WriteRun]) -> list[WriteRun]:
+        """``runs`` as the backup at replica ``index`` takes them: without the data of maps it keeps
+        no copy of."""
+        config = self.ctx.config
+        return [run if config.keeps_copy(run.map_name, index) else run.without_data() for run in runs]
+
+    def _read_from_backup(
+        self, call: PendingCall, message: MapRequest, pid: int, indexes: list[int], slots: Sequence[Replica | None]
+    ) -> bool:
+        """Serve a read here, a backup, when the map allows it (seed 001's read_backup_data):
+        never from a copy that is being replaced or that this slot does not keep."""
+        map_config = self.ctx.config.map_config(message.map_name)
+        if not map_config.read_backup_data or self.ctx.identity not in slots:
+            return False
+        index = slots.index(self.ctx.identity)
+        data = self.stores.get(pid)
+        migrations = self.migrations
+        if data is None or not 1 <= index <= map_config.total_backup_count or pid in self.incoming_syncs:
+            return False
+        if migrations is None or migrations.involved(pid):
+            return False
+        records = data.maps.get(message.map_name)
+        out = call.values
+        if records and out is not None:
+            keys = message.keys
+            for i in indexes:
+                out[i] = records.get(keys[i])
+        return True
+
     def on_table_request(self, client: str, message: TableRequest) -> None:
         table = self.consensus.state.table
         count = self.ctx.config.partition_count
@@ -333,7 +401,7 @@ class DataPath:
             self.ctx.reply(client, TableReply(count, start if isinstance(start, int) else 0, (), (), ()))
             return
         end = min(count, start + MAX_TABLE_REPLY_PARTITIONS)
-        width = self.ctx.config.backup_count + 1
+        width = self.ctx.config.table_backup_count + 1
         index_of: dict[Replica, int] = {}
         rows = []
         for pid in range(start, end):
@@ -443,8 +511,9 @@ class DataPath:
                     continue
             if now - pending.last_sent_ms >= self.ctx.config.retry_interval_ms:
                 pending.last_sent_ms = now
+                slots = self.consensus.state.table.replicas[pid] if self.consensus.state.table else ()
                 for backup in sorted(backups):
-                    self._send_runs(backup, pending.runs_for(backup))
+                    self._send_runs(backup, self._runs_held_at(slots.index(backup), pending.runs_for(backup)))
         self._sync_tick()
         if now - self._last_summary_ms >= self.ctx.config.anti_entropy_interval_ms:
             self._last_summary_ms = now
@@ -473,7 +542,11 @@ class DataPath:
 
     @staticmethod
     def _well_formed(run: WriteRun) -> bool:
-        if run.first_sequence < 1 or not run.keys or not 0 < len(run.map_name) <= MAX_MAP_NAME_CHARS:
+        if run.first_sequence < 1 or not 0 < len(run.map_name) <= MAX_MAP_NAME_CHARS:
+            return False
+        if run.skipped:
+            return not run.keys and not run.values and run.kind in (PUT, REMOVE)
+        if not run.keys:
             return False
         if run.kind == PUT:
             return len(run.values) == len(run.keys)
@@ -484,7 +557,7 @@ class DataPath:
         if run.first_sequence > data.sequence + 1:
             held = self.reorder.setdefault(pid, {})
             config = self.ctx.config
-            writes = sum(len(r.keys) for r in held.values()) + len(run.keys)
+            writes = sum(len(r.keys) or 1 for r in held.values()) + (len(run.keys) or 1)
             size = sum(columns_bytes(r.keys, r.values) for r in [*held.values(), run])
             if writes <= config.max_backup_reorder and size <= config.max_backup_reorder_bytes:
                 held[run.first_sequence] = run
@@ -627,9 +700,8 @@ class DataPath:
             incoming.next_chunk += 1
             if message.last:
                 del self.incoming_syncs[pid]
-                self.install(
-                    pid, PartitionData.from_entries(incoming.staged, message.replica_sequence, message.lineage)
-                )
+                staged = PartitionData.from_entries(incoming.staged, message.replica_sequence, message.lineage)
+                self.install(pid, staged, self._index_of(pid))
         if message.sequence < incoming.next_chunk or pid not in self.incoming_syncs:
             self.ctx.send(sender, ReplicaSyncAck(message.sync_id, message.sequence, True))
 
@@ -670,6 +742,9 @@ class DataPath:
                 self.stores.pop(pid, None)
                 self.reorder.pop(pid, None)
                 self.incoming_syncs.pop(pid, None)
+            data = self.stores.get(pid)
+            if data is not None:
+                self._trim(data, index)
             if index == 0:
                 backups = set(self._backups_of(pid))
                 pending = self.pending.get(pid)

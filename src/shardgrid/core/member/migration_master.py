@@ -136,6 +136,12 @@ class MigrationMaster:
         if own_entry:
             for pid in changes.lost:
                 self.ctx.emit(events.PartitionLost(pid))
+            # A backup promoted from slot k survived k lost replicas: maps with fewer backups than
+            # that had no copy left (seed 001: a map's backup count is what it may lose).
+            fewest = self.ctx.config.fewest_backups
+            for pid, index in changes.promoted_from:
+                if index > fewest:
+                    self.ctx.emit(events.PartitionLost(pid, index))
         if (
             changes.members_added
             or changes.members_removed
@@ -200,7 +206,7 @@ class MigrationMaster:
         if not any(not i.lite for i in infos):
             return
         arranged = arrange(
-            infos, PartitionTable.empty(config.partition_count), self.ctx.rng, backup_count=config.backup_count
+            infos, PartitionTable.empty(config.partition_count), self.ctx.rng, backup_count=config.table_backup_count
         )
         table = PartitionTable(arranged.replicas, (1,) * arranged.partition_count)
         self.consensus.propose(AssignPartitions(table))
@@ -219,7 +225,7 @@ class MigrationMaster:
         if not any(not i.lite for i in infos):
             self.pending = {}
             return
-        plan = plan_rebalance(infos, table, self.ctx.rng, backup_count=self.ctx.config.backup_count)
+        plan = plan_rebalance(infos, table, self.ctx.rng, backup_count=self.ctx.config.table_backup_count)
         self.target = plan.target
         busy = set(state.migrations) | set(self._proposed_starts)
         self.pending = {pid: list(queue) for pid, queue in plan.migrations.items() if pid not in busy}

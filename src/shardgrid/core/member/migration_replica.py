@@ -138,7 +138,7 @@ class MigrationReplica:
         if incoming is not None and incoming.record.migration_id == record.migration_id:
             del self.incoming[pid]
             if record.status is MigrationStatus.COMMITTED and incoming.complete:
-                self.data.install(pid, self._staged_data(incoming))
+                self.data.install(pid, self._staged_data(incoming), incoming.record.migration.destination_new_index)
         outgoing = self.outgoing.get(pid)
         if outgoing is not None and outgoing.record.migration_id == record.migration_id:
             del self.outgoing[pid]
@@ -161,7 +161,7 @@ class MigrationReplica:
             # and the table names it a replica: the staged data is then its copy of the partition.
             named = state.table is not None and self.ctx.identity in state.table.replicas[pid]
             if incoming.installed and incoming.complete and named:
-                self.data.install(pid, self._staged_data(incoming))
+                self.data.install(pid, self._staged_data(incoming), incoming.record.migration.destination_new_index)
         for pid, record in sorted(state.migrations.items()):
             if pid not in self.outgoing and pid not in self.incoming:
                 self.on_started(record)
@@ -175,7 +175,12 @@ class MigrationReplica:
         data = self.data.store(pid)
         config = self.ctx.config
         # Streamed straight from the maps: the partition takes no writes until the migration ends.
-        outgoing.source = stream_columns(data.maps, config.max_chunk_entries, config.max_chunk_bytes)
+        # A destination at a backup index gets only the maps that keep a copy there.
+        index = outgoing.record.migration.destination_new_index
+        maps = data.maps
+        if index > 0:
+            maps = {name: records for name, records in maps.items() if config.keeps_copy(name, index)}
+        outgoing.source = stream_columns(maps, config.max_chunk_entries, config.max_chunk_bytes)
         outgoing.ahead = next(outgoing.source)
         outgoing.replica_sequence = data.sequence
         outgoing.lineage = data.lineage

@@ -140,6 +140,7 @@ class Changes:
     partitions: set[int] = field(default_factory=set)  # slots or version changed
     promoted: list[tuple[int, Replica]] = field(default_factory=list)  # (partition, new owner) by repair
     lost: list[int] = field(default_factory=list)
+    promoted_from: list[tuple[int, int]] = field(default_factory=list)  # (partition, the new owner's old index)
     started: list[MigrationRecord] = field(default_factory=list)
     finished: list[MigrationRecord] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
@@ -229,6 +230,7 @@ def _remove(state: MetadataState, command: RemoveMembers, changes: Changes) -> M
     for pid, promotion in repair.promotions:
         if promotion.destination is not None:
             changes.promoted.append((pid, promotion.destination))
+            changes.promoted_from.append((pid, promotion.destination_current_index))
     changes.lost.extend(repair.lost_partitions)
     changes.partitions.update(
         pid for pid in range(table.partition_count) if repair.table.versions[pid] != table.versions[pid]

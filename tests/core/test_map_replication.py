@@ -1,0 +1,152 @@
+"""Seed 001's per-map replication: sync and async backups, reads from backups, maps kept per slot."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from shardgrid.core import messages as m
+from shardgrid.core.config import MapConfig, MemberConfig
+from shardgrid.core.effects import Receive, Send
+from shardgrid.core.errors import ConfigError
+from shardgrid.core.store import PartitionData
+from shardgrid.core.table import PartitionTable
+from tests.core.test_member import CONFIG, A, B, C, following, grant_lease, key_in, replies, run_ticks, sent
+
+# B owns every partition; A is the first backup, C the second.
+B_A_C = PartitionTable.from_lists([[B, A, C]] * 4, [1, 1, 1, 1])
+MAPS = replace(
+    CONFIG,
+    maps=(
+        ("wide", MapConfig(backup_count=1, async_backup_count=1, read_backup_data=True)),
+        ("two", MapConfig(backup_count=2)),
+        ("none", MapConfig(backup_count=0)),
+    ),
+)
+
+
+def put(call_id: int, map_name: str, pid: int = 0, value: bytes = b"v") -> m.MapRequest:
+    return m.MapRequest(call_id, m.PUT, map_name, (pid,), (key_in(pid),), (value,))
+
+
+def batches_to(effects: list, target: object) -> list[m.BackupBatch]:
+    return [
+        e.message
+        for e in effects
+        if isinstance(e, Send) and e.target == target and isinstance(e.message, m.BackupBatch)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("maps", "problem"),
+    [
+        ((("a", MapConfig(backup_count=4, async_backup_count=3)),), "at most 6"),
+        ((("a", MapConfig()), ("a", MapConfig(2))), "configured twice"),
+        ((("", MapConfig()),), "1 to 256"),
+        ((("a", MapConfig(backup_count=-1)),), "out of range"),
+    ],
+)
+def test_a_map_configuration_out_of_bounds_is_refused_by_name(maps: tuple, problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        MemberConfig(maps=maps).validate()
+
+
+def test_the_table_has_as_many_backup_slots_as_the_widest_map() -> None:
+    assert MAPS.table_backup_count == 2
+    assert MemberConfig(backup_count=0).table_backup_count == 0
+    assert MAPS.keeps_copy("m", 1)
+    assert not MAPS.keeps_copy("m", 2)
+    assert MAPS.keeps_copy("wide", 2)
+    assert MAPS.keeps_copy("none", 0)
+    assert not MAPS.keeps_copy("none", 1)
+
+
+def test_the_owner_waits_for_sync_backups_only_and_tells_the_others_the_sequence_without_the_data() -> None:
+    owner, now = following(B, B_A_C, config=MAPS)
+    now = grant_lease(owner, now)
+    # The default map: one sync backup (A). C, the second slot, gets the sequence only.
+    effects = owner.handle(now + 1, Receive("c", None, None, put(1, "m")))
+    assert replies(effects) == []
+    (to_a,) = batches_to(effects, A)
+    (to_c,) = batches_to(effects, C)
+    assert to_a.runs[0].keys == (key_in(0),)
+    assert (to_c.runs[0].keys, to_c.runs[0].skipped, to_c.runs[0].first_sequence) == ((), 1, 1)
+    (reply,) = replies(owner.handle(now + 2, Receive(A.address, A, B.uuid, m.BackupAckBatch(((0, 1),)))))
+    assert reply.statuses == (m.Status.OK,)
+
+    # "wide": A is sync, C async: both get the data, the answer waits for A alone.
+    effects = owner.handle(now + 3, Receive("c", None, None, put(2, "wide")))
+    assert batches_to(effects, C)[0].runs[0].keys == (key_in(0),)
+    (reply,) = replies(owner.handle(now + 4, Receive(A.address, A, B.uuid, m.BackupAckBatch(((0, 2),)))))
+    assert reply.statuses == (m.Status.OK,)
+
+    # "two": both are sync; one ack is not enough.
+    owner.handle(now + 5, Receive("c", None, None, put(3, "two")))
+    assert replies(owner.handle(now + 6, Receive(A.address, A, B.uuid, m.BackupAckBatch(((0, 3),))))) == []
+    (reply,) = replies(owner.handle(now + 7, Receive(C.address, C, B.uuid, m.BackupAckBatch(((0, 3),)))))
+    assert reply.statuses == (m.Status.OK,)
+
+    # "none": no backup is waited on, every backup still follows the sequence.
+    effects = owner.handle(now + 8, Receive("c", None, None, put(4, "none")))
+    assert replies(effects)[0].statuses == (m.Status.OK,)
+    assert [b.runs[0].skipped for b in (*batches_to(effects, A), *batches_to(effects, C))] == [1, 1]
+
+
+def test_a_write_resent_to_a_lagging_backup_still_leaves_out_the_maps_it_keeps_no_copy_of() -> None:
+    owner, now = following(B, B_A_C, config=MAPS)
+    now = grant_lease(owner, now)
+    owner.handle(now + 1, Receive("c", None, None, put(1, "m")))
+    owner.handle(now + 2, Receive("c", None, None, put(2, "two", pid=0, value=b"w")))
+    effects, _ = run_ticks(owner, now + 2, now + 2 + MAPS.retry_interval_ms + 200)
+    runs = [run for batch in batches_to(effects, C) for run in batch.runs]
+    assert [(run.map_name, run.skipped, len(run.keys)) for run in runs] == [("m", 1, 0), ("two", 0, 1)]
+
+
+def test_a_backup_follows_the_sequence_of_a_map_it_keeps_no_copy_of_and_never_creates_it() -> None:
+    backup, now = following(C, B_A_C, config=MAPS)
+    backup.data.install(0, PartitionData(), 2)
+    skip = m.WriteRun(0, "", 1, m.PUT, "m", (), (), 3)
+    data = m.WriteRun(0, "", 4, m.PUT, "two", (b"k",), (b"v",))
+    acks = sent(backup.handle(now + 1, Receive(B.address, B, C.uuid, m.BackupBatch((data, skip)))), m.BackupAckBatch)
+    assert acks == [m.BackupAckBatch(((0, 4),))]
+    assert backup.data.stores[0].maps == {"two": {b"k": b"v"}}
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        m.WriteRun(0, "", 1, m.PUT, "m", (b"k",), (b"v",), 1),  # data and a skip at once
+        m.WriteRun(0, "", 1, m.PUT, "m", (), (b"v",), 1),
+        m.WriteRun(0, "", 1, m.GET, "m", (), (), 1),
+    ],
+)
+def test_a_malformed_skip_changes_nothing(run: m.WriteRun) -> None:
+    backup, now = following(C, B_A_C, config=MAPS)
+    backup.data.install(0, PartitionData(), 2)
+    assert sent(backup.handle(now + 1, Receive(B.address, B, C.uuid, m.BackupBatch((run,)))), m.BackupAckBatch) == []
+    assert backup.data.stores[0].sequence == 0
+
+
+def test_a_backup_answers_reads_only_of_maps_that_allow_it_and_that_it_keeps() -> None:
+    backup, now = following(C, B_A_C, config=MAPS)
+    now = grant_lease(backup, now)
+    backup.data.install(0, PartitionData({"wide": {key_in(0): b"w"}, "two": {key_in(0): b"t"}}), 2)
+
+    def get(map_name: str) -> m.MapReply:
+        request = m.MapRequest(9, m.GET, map_name, (0,), (key_in(0),))
+        (reply,) = replies(backup.handle(now + 1, Receive("c", None, None, request)))
+        return reply
+
+    assert (get("wide").statuses, get("wide").values) == ((m.Status.OK,), (b"w",))
+    assert get("two").statuses == (m.Status.WRONG_OWNER,)  # kept here, but not readable from a backup
+    assert get("m").statuses == (m.Status.WRONG_OWNER,)
+
+
+def test_a_copy_installed_at_a_colder_slot_drops_the_maps_that_slot_does_not_keep() -> None:
+    backup, _ = following(C, B_A_C, config=MAPS)
+    backup.data.install(0, PartitionData({"m": {b"k": b"1"}, "wide": {b"k": b"2"}, "two": {b"k": b"3"}}), 2)
+    assert set(backup.data.stores[0].maps) == {"wide", "two"}
+    # The same sequence again for a hotter slot (a shift up): the staged copy is whole, it is taken.
+    backup.data.install(0, PartitionData({"m": {b"k": b"1"}, "wide": {b"k": b"2"}, "two": {b"k": b"3"}}), 1)
+    assert set(backup.data.stores[0].maps) == {"m", "wide", "two"}
