@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import sys
+import tracemalloc
 import types
 import typing
 
@@ -13,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardgrid.core import codec
+from shardgrid.core import codec, limits
 from shardgrid.core import messages as m
 from shardgrid.core.errors import ProtocolError
 from shardgrid.core.identity import Replica
-from shardgrid.core.limits import MAX_KEY_BYTES, MAX_REPLICA_COUNT
+from shardgrid.core.limits import MAX_COUNTER, MAX_KEY_BYTES, MAX_REPLICA_COUNT
 from shardgrid.core.metadata import commands as c
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.metadata.state import MetadataState
@@ -29,6 +30,7 @@ from shardgrid.core.raft.membership import ConfChange, Membership
 from shardgrid.core.table import PartitionTable
 
 replicas = st.builds(Replica, st.uuids().map(str), st.text(min_size=1, max_size=30))
+counters = st.integers(0, MAX_COUNTER)  # Raft's own records carry no Meta: the codec bounds them
 indexes = st.integers(min_value=-1, max_value=MAX_REPLICA_COUNT - 1)
 migrations = st.builds(
     Migration,
@@ -120,10 +122,10 @@ def strategy_for(annotation: object) -> st.SearchStrategy:
             st.booleans(),
         )
     if annotation is Snapshot:
-        return st.builds(Snapshot, SPECIAL[int], SPECIAL[int], memberships, strategy_for(MetadataState))
+        return st.builds(Snapshot, counters, counters, memberships, strategy_for(MetadataState))
     if annotation is LogEntry:
         commands = st.lists(st.sampled_from(COMMAND_TYPES).flatmap(instances), max_size=3).map(tuple)
-        return st.builds(LogEntry, SPECIAL[int], SPECIAL[int], st.none() | commands, st.none() | instances(ConfChange))
+        return st.builds(LogEntry, counters, counters, st.none() | commands, st.none() | instances(ConfChange))
     if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
         return st.deferred(lambda: instances(annotation))
     raise AssertionError(f"no strategy for {annotation!r}")
@@ -136,6 +138,10 @@ def _bounded(base: object, *metas: object) -> st.SearchStrategy:
         low = meta.ge if meta.ge is not None else -(2**63)
         high = meta.lt - 1 if meta.lt is not None else meta.le if meta.le is not None else 2**63 - 1
         return st.integers(low, high)
+    if typing.get_origin(base) is tuple:
+        (item, _) = typing.get_args(base)
+        low = meta.min_length or 0
+        return st.lists(strategy_for(item), min_size=low, max_size=max(low, min(meta.max_length or 3, 3))).map(tuple)
     size = {"min_size": meta.min_length or 0, "max_size": min(meta.max_length or 40, 40)}
     if base is str:
         return st.text(**size)
@@ -149,7 +155,7 @@ def instances(cls: type) -> st.SearchStrategy:
     return st.builds(cls, *(strategy_for(hints[name]) for name in cls.__struct_fields__))
 
 
-COMMAND_TYPES = [c.AddMembers, c.RemoveMembers, c.StartMigrations, c.FinishMigrations, c.SetClusterState]
+COMMAND_TYPES = list(codec.COMMAND_TYPES)
 WIRE_TYPES = sorted(codec.FRAME_TYPES, key=lambda cls: codec.WIRE_CODES[cls])
 
 
@@ -179,6 +185,36 @@ def test_snapshot_of_a_real_state_round_trips() -> None:
     assert got.migrations == {2: record}
     assert got.cluster_state is ClusterState.FROZEN
     assert got.members == state.members
+
+
+def test_an_entry_of_every_command_round_trips_through_the_mirrors() -> None:
+    """AppendEntries is decoded into the codec's bounded mirrors and turned back: every command,
+    a configuration change and a forced configuration come out as the types that went in."""
+    a, b = Replica("a" * 8, "x:1"), Replica("b" * 8, "x:2")
+    record = MigrationRecord("m-1", 0, Migration(None, -1, -1, b, -1, 1), 5)
+    commands = (
+        c.AddMembers((c.MemberRecord(a), c.MemberRecord(b, lite=True))),
+        c.RemoveMembers((b,)),
+        c.AssignPartitions(PartitionTable.from_lists([[a, b], [b]], [1, 2])),
+        c.StartMigrations((record,)),
+        c.FinishMigrations((record.with_status(MigrationStatus.COMMITTED),)),
+        c.SetClusterState(ClusterState.FROZEN),
+        c.PromoteToDataMember(b),
+        c.MarkLeaving(a),
+        c.ShutdownCluster(),
+    )
+    assert {type(command) for command in commands} == set(codec.COMMAND_TYPES)
+    entries = (
+        LogEntry(2, 8, commands),
+        LogEntry(2, 9, None, ConfChange(add_learners=(b,), promote=None)),
+        LogEntry(3, 10, (), None, Membership.of([a], [b])),
+    )
+    message = r.AppendEntries(3, 7, 2, entries, 9, 100)
+    (decoded,) = codec.FrameDecoder().feed(codec.encode(message))
+    assert decoded == message
+    assert [type(x) for x in decoded.entries[0].command] == [type(x) for x in commands]
+    assert type(decoded.entries[1].change) is ConfChange
+    assert type(decoded.entries[2].forced) is Membership
 
 
 def test_codes_are_explicit_unique_and_stable() -> None:
@@ -308,3 +344,224 @@ def test_a_snapshot_state_that_does_not_hang_together_is_refused(table: object, 
     state = [3, [], table, ClusterState.ACTIVE.value, migrations, [], False]
     with pytest.raises(ProtocolError, match=what):
         codec.decode_body(_body([46, 1, [1, 1, [[], []], state], 0]))
+
+
+# --- counters: a peer cannot push one to where our own increment stops encoding ----------------------
+
+
+def _append_of(entries: list) -> bytes:
+    return _body([42, 1, 0, 0, entries, 0, 0])
+
+
+def _snapshot_of(index: int, term: int, membership: list | None = None) -> bytes:
+    state = [1, [], None, ClusterState.ACTIVE.value, [], [], False]
+    return _body([46, 1, [index, term, membership or [[], []], state], 0])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _body([44, MAX_COUNTER + 1, 0, 0]),  # Heartbeat: the tester's term, one past the limit
+        _body([44, 2**64 - 1, 0, 0]),  # the tester's term exactly
+        _body([44, -1, 0, 0]),
+        _body([40, 1, MAX_COUNTER + 1, 1, False]),  # VoteRequest's last index
+        _body([43, 1, True, 2**64 - 1, 0]),  # AppendReply's index
+        _append_of([[MAX_COUNTER + 1, 1, None, None, None]]),  # a log entry's term
+        _append_of([[1, 2**63, None, None, None]]),  # a log entry's index
+        _snapshot_of(MAX_COUNTER + 1, 1),  # a snapshot's index
+        _snapshot_of(1, 2**64 - 1),  # a snapshot's term
+        _body([26, 2**64 - 1, 0, None]),  # LeaseRequest's clock
+        _body([122, 2**64 - 1, "get", "m", [], [], []]),  # MapRequest's call id
+        _body([120, [[0, "lineage", MAX_COUNTER + 1, "remove", "m", [b"k"], []]]]),  # a run's sequence
+        _body([121, [[0, 2**64 - 1]]]),  # an acknowledged replica sequence
+    ],
+)
+def test_counters_past_max_counter_are_refused(body: bytes) -> None:
+    """Found by an outside tester: a term of 2**64-1 passed the codec, and the next election needed
+    2**64, which cannot be encoded: no member could send a vote request again."""
+    with pytest.raises(ProtocolError, match=r"malformed message: Expected `int` (<=|>=)"):
+        codec.decode_body(body)
+
+
+def test_a_counter_at_the_limit_is_taken_and_one_more_still_encodes() -> None:
+    (decoded,) = codec.FrameDecoder().feed(codec.encode(r.Heartbeat(MAX_COUNTER, MAX_COUNTER, MAX_COUNTER)))
+    assert decoded == r.Heartbeat(MAX_COUNTER, MAX_COUNTER, MAX_COUNTER)
+    assert codec.encode(r.VoteRequest(MAX_COUNTER + 1, MAX_COUNTER + 1, MAX_COUNTER, pre_vote=False))
+
+
+# Ints of records defined outside the wire modules that the codec does not bound: a migration's
+# replica indexes are checked by Migration itself (-1 to 6), its partition and version are not.
+INTS_NOT_BOUNDED_BY_THE_CODEC = {
+    "Migration.source_current_index",
+    "Migration.source_new_index",
+    "Migration.destination_current_index",
+    "Migration.destination_new_index",
+    "MigrationRecord.partition_id",
+    "MigrationRecord.version_before",
+    "LeaseRequest.table_stamp",  # a hash: any 64-bit int is one
+}
+
+
+def _unbounded(annotation: object, where: str, seen: set[type]) -> list[str]:
+    """Every int without both bounds and every variable-length tuple without a length bound that
+    decoding ``annotation`` may build."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        base, *metas = typing.get_args(annotation)
+        meta = next(x for x in metas if isinstance(x, msgspec.Meta))
+        if base is int:
+            low = meta.ge is not None or meta.gt is not None
+            high = meta.le is not None or meta.lt is not None
+            return [] if low and high else [where]
+        if typing.get_origin(base) is tuple and meta.max_length is not None:
+            return _unbounded(typing.get_args(base)[0], f"{where}[]", seen)
+        return _unbounded(base, where, seen)
+    if annotation is int:
+        return [where]
+    if origin in (typing.Union, types.UnionType):
+        return [found for arg in typing.get_args(annotation) for found in _unbounded(arg, where, seen)]
+    if origin is tuple:
+        args = typing.get_args(annotation)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return [f"{where} (its length)", *_unbounded(args[0], f"{where}[]", seen)]
+        return [found for i, arg in enumerate(args) for found in _unbounded(arg, f"{where}[{i}]", seen)]
+    if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct) and annotation not in seen:
+        seen.add(annotation)
+        hints = typing.get_type_hints(annotation, vars(sys.modules[annotation.__module__]), include_extras=True)
+        name = annotation.__name__.removeprefix("_Wire")
+        return [found for f in annotation.__struct_fields__ for found in _unbounded(hints[f], f"{name}.{f}", seen)]
+    return []
+
+
+def test_every_int_and_every_collection_the_codec_decodes_is_bounded() -> None:
+    """So that a field added later cannot bring back an overflowing counter or a frame that
+    inflates many times over: every new int or tuple needs a bound (or a reason here)."""
+    seen: set[type] = set()
+    found = [where for cls in codec._FRAME_DECODE_TYPES for where in _unbounded(cls, cls.__name__, seen)]
+    assert set(found) == INTS_NOT_BOUNDED_BY_THE_CODEC
+
+
+# --- tables -----------------------------------------------------------------------------------------
+
+
+def test_a_table_listing_one_replica_twice_is_refused() -> None:
+    """Found by an outside tester: two indexes naming the same replica put one member in two slots
+    of a row (which ``PartitionTable.from_lists`` refuses); the member took it from a snapshot, and
+    the cluster failed later, re-encoding it."""
+    twice = [["u", "a"], ["u", "a"]]
+    table = [twice, [1], [[0, 1, -1, -1, -1, -1, -1]]]
+    state = [1, [], table, ClusterState.ACTIVE.value, [], [], False]
+    with pytest.raises(ProtocolError, match="lists a replica twice"):
+        codec.decode_body(_body([46, 1, [1, 1, [[], []], state], 0]))
+    # The same table, assigned by a log entry.
+    with pytest.raises(ProtocolError, match="lists a replica twice"):
+        codec.decode_body(_append_of([[1, 1, [[63, table]], None, None]]))
+
+
+# --- collections: refused from their length, before their items are built ---------------------------
+
+
+def _array(count: int, item: bytes) -> bytes:
+    return b"\xdd" + count.to_bytes(4, "big") + item * count
+
+
+def _raw_body(message: bytes) -> bytes:
+    return b"\x92" + msgspec.msgpack.encode(codec.PROTOCOL_VERSION) + message
+
+
+_REPLICA = b"\x92\xa0\xa0"  # Replica("", "")
+_ROW = b"\x97" + b"\xff" * 7  # seven empty slots
+_STATE_NO_TABLE = b"\x97\x01\x90\xc0\xa6active\x90\x90\xc2"
+
+
+def _snapshot_table(rows: int) -> bytes:
+    table = b"\x93\x90" + _array(rows, b"\x01") + _array(rows, _ROW)
+    state = b"\x97" + msgspec.msgpack.encode(limits.MAX_PARTITION_COUNT) + b"\x90" + table + b"\xa6active\x90\x90\xc2"
+    return b"\x94\x2e\x01\x94\x01\x01\x92\x90\x90" + state + b"\x00"
+
+
+OVER_THE_BOUNDS = {
+    # The outside tester's four, one item past each bound.
+    "Bootstrap voters": b"\x93\x18\x90" + _array(limits.MAX_MEMBER_COUNT + 1, _REPLICA),
+    "MapRequest keys": b"\x97\x7a\x01\xa3get\xa1m\x90"
+    + _array(limits.MAX_OPERATIONS_PER_REQUEST + 1, b"\xc4\x00")
+    + b"\x90",
+    "BackupBatch runs": b"\x92\x78"
+    + _array(limits.MAX_RUNS_PER_BACKUP_BATCH + 1, b"\x97\x00\xa0\x01\xa6remove\xa1m\x91\xc4\x00\x90"),
+    "snapshot table rows": _snapshot_table(limits.MAX_PARTITION_COUNT + 1),
+    # The same through Raft's own records, which the codec mirrors to bound them.
+    "AppendEntries entries": b"\x97\x2a\x01\x00\x00"
+    + _array(limits.MAX_ENTRIES_PER_APPEND + 1, b"\x92\x01\x01")
+    + b"\x00\x00",
+    "commands of an entry": b"\x97\x2a\x01\x00\x00\x91\x93\x01\x01"
+    + _array(limits.MAX_COMMANDS_PER_ENTRY + 1, b"\x91\x45")
+    + b"\x00\x00",
+    "members of AddMembers": b"\x97\x2a\x01\x00\x00\x91\x93\x01\x01\x91\x92\x3d"
+    + _array(limits.MAX_MEMBER_COUNT + 1, b"\x91" + _REPLICA)
+    + b"\x00\x00",
+    "snapshot voters": b"\x94\x2e\x01\x94\x01\x01\x92"
+    + _array(limits.MAX_MEMBER_COUNT + 1, _REPLICA)
+    + b"\x90"
+    + _STATE_NO_TABLE
+    + b"\x00",
+    "ReplicaSummary partitions": b"\x94\x7d" + _array(limits.MAX_PARTITION_COUNT + 1, b"\x00") + b"\x90\x90",
+}
+
+
+@pytest.mark.parametrize("message", OVER_THE_BOUNDS.values(), ids=OVER_THE_BOUNDS.keys())
+def test_a_collection_over_its_bound_is_refused_before_its_items_are_built(message: bytes) -> None:
+    """Found by an outside tester: one frame under 16 MiB (millions of voters, keys, runs or table
+    rows) made a member allocate about 25 times its size before anything looked at it."""
+    body = _raw_body(message)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProtocolError, match="of length <="):
+            codec.decode_body(body)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024, f"{peak} bytes allocated for a frame of {len(body)}"
+
+
+def test_collections_at_their_bound_are_taken() -> None:
+    keys = tuple(b"k%d" % i for i in range(limits.MAX_OPERATIONS_PER_REQUEST))
+    request = m.MapRequest(1, m.GET, "m", (0,) * len(keys), keys)
+    (decoded,) = codec.FrameDecoder().feed(codec.encode(request))
+    assert decoded == request
+    voters = tuple(Replica(f"{i:04d}", "a") for i in range(limits.MAX_MEMBER_COUNT))
+    bootstrap = m.Bootstrap(tuple(c.MemberRecord(v) for v in voters), voters)
+    assert codec.FrameDecoder().feed(codec.encode(bootstrap)) == [bootstrap]
+
+
+# --- streams: a bad frame loses none of the good ones before it ---------------------------------------
+
+
+def test_the_good_frames_before_a_bad_one_come_with_the_error() -> None:
+    """Found by an outside tester: the ProtocolError of a bad frame discarded the good frames
+    decoded before it in the same feed."""
+    good = [r.Heartbeat(1, 1, 1), r.Heartbeat(2, 2, 2)]
+    bad = (3).to_bytes(4, "big") + b"\xc1\xc1\xc1"
+    decoder = codec.FrameDecoder()
+    with pytest.raises(codec.StreamError, match="undecodable") as caught:
+        decoder.feed(b"".join(map(codec.encode, good)) + bad + codec.encode(r.Heartbeat(3, 3, 3)))
+    assert isinstance(caught.value, ProtocolError)
+    assert caught.value.decoded == good
+    # Nothing after a bad frame is trusted: the decoder stays broken, with nothing decoded.
+    with pytest.raises(codec.StreamError, match="already broke") as again:
+        decoder.feed(codec.encode(r.Heartbeat(4, 4, 4)))
+    assert again.value.decoded == []
+
+
+def test_the_good_frames_before_an_oversized_one_come_with_the_error() -> None:
+    decoder = codec.FrameDecoder(max_frame_bytes=100)
+    first = codec.encode(r.Heartbeat(1, 1, 1))
+    assert decoder.feed(first[:3]) == []
+    with pytest.raises(codec.StreamError, match="over the 100 limit") as caught:
+        decoder.feed(first[3:] + (1000).to_bytes(4, "big"))
+    assert caught.value.decoded == [r.Heartbeat(1, 1, 1)]
+
+
+def test_a_bad_first_frame_raises_with_nothing_decoded() -> None:
+    with pytest.raises(codec.StreamError) as caught:
+        codec.FrameDecoder().feed((1).to_bytes(4, "big") + b"\xc1")
+    assert caught.value.decoded == []

@@ -3,31 +3,47 @@
 A frame is a 4-byte big-endian length followed by a msgpack array ``[version, message]``. Messages
 and log commands are msgspec Structs (``core/wire.py``) encoded as arrays whose first element is
 the type's explicit, stable code (its ``tag``). Decoding is typed: msgspec builds exactly the
-registered types and checks every field's type in C; anything else is the peer's fault and raises
-``ProtocolError``. The two values that are not Structs travel in a shape of their own: the partition
-table as seed 003 publishes it (the replicas once, then each partition's version and replica
-indexes) and the metadata state as its defining fields. A frame over ``MAX_FRAME_BYTES`` is refused
-on both sides.
+registered types and checks every field's type and bound in C; anything else is the peer's fault
+and raises ``ProtocolError``. The two values that are not Structs travel in a shape of their own:
+the partition table as seed 003 publishes it (the replicas once, then each partition's version and
+replica indexes) and the metadata state as its defining fields. A frame over ``MAX_FRAME_BYTES`` is
+refused on both sides.
+
+Raft's entries, snapshots and configurations and the log's commands are defined where they are
+used, without wire bounds. A frame that carries them (AppendEntries, InstallSnapshot) is decoded
+into mirrors defined here, which add the bounds, and then turned into the real types: a bound is
+only worth something if msgspec checks it before it builds what lies past it.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any, Union
+from collections.abc import Callable
+from typing import Annotated, Any, Union
 
 import msgspec
 
 from shardgrid.core import messages as m
-from shardgrid.core.errors import InvariantViolation, ProtocolError, ShardgridError
+from shardgrid.core.errors import InvariantViolation, ProtocolError, ShardgridError, invariant
 from shardgrid.core.identity import Replica
-from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_PARTITION_COUNT, MAX_REPLICA_COUNT
+from shardgrid.core.limits import (
+    MAX_COMMANDS_PER_ENTRY,
+    MAX_COMPLETED_IN_METADATA,
+    MAX_ENTRIES_PER_APPEND,
+    MAX_FRAME_BYTES,
+    MAX_MEMBER_COUNT,
+    MAX_PARTITION_COUNT,
+    MAX_REPLICA_COUNT,
+)
 from shardgrid.core.metadata import commands as c
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.metadata.state import MetadataState
 from shardgrid.core.migration import MigrationRecord
 from shardgrid.core.raft import messages as r
+from shardgrid.core.raft.log import Entry, Snapshot
+from shardgrid.core.raft.membership import ConfChange, Membership
 from shardgrid.core.table import PartitionTable
-from shardgrid.core.wire import Message, Record
+from shardgrid.core.wire import Counter, Message, Record
 
 PROTOCOL_VERSION = 3
 LENGTH_PREFIX = struct.Struct(">I")
@@ -43,7 +59,6 @@ COMMAND_TYPES: tuple[type[Message], ...] = (
     c.MarkLeaving,
     c.ShutdownCluster,
 )
-CommandBatch = tuple[Union[COMMAND_TYPES], ...]  # type: ignore[valid-type]  # noqa: UP007
 
 
 def _frame_types() -> tuple[type[Message], ...]:
@@ -57,16 +72,6 @@ def _frame_types() -> tuple[type[Message], ...]:
 
 
 FRAME_TYPES: tuple[type[Message], ...] = _frame_types()
-# Raft leaves an entry's command and a snapshot's state open; on the wire they are ours.
-_FRAME_DECODE_TYPES = tuple(
-    r.AppendEntries[CommandBatch]  # type: ignore[index]
-    if cls is r.AppendEntries
-    else r.InstallSnapshot[MetadataState]  # type: ignore[index]
-    if cls is r.InstallSnapshot
-    else cls
-    for cls in FRAME_TYPES
-)
-FrameMessage = Union[_FRAME_DECODE_TYPES]  # type: ignore[valid-type]  # noqa: UP007
 
 WIRE_CODES: dict[type, int] = {cls: cls.__struct_config__.tag for cls in (*FRAME_TYPES, *COMMAND_TYPES)}
 if len(set(WIRE_CODES.values())) != len(WIRE_CODES) or not all(
@@ -75,19 +80,29 @@ if len(set(WIRE_CODES.values())) != len(WIRE_CODES) or not all(
     raise InvariantViolation("wire codes must be distinct positive ints")
 
 
+# --- the wire shapes of values that are not Structs -------------------------------------------------
+
+# Per partition, an index into the table's replicas or -1 per slot.
+_TableRow = Annotated[
+    tuple[Annotated[int, msgspec.Meta(ge=-1, lt=MAX_MEMBER_COUNT)], ...],
+    msgspec.Meta(min_length=MAX_REPLICA_COUNT, max_length=MAX_REPLICA_COUNT),
+]
+_MigrationRecords = Annotated[tuple[MigrationRecord, ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
+
+
 class _WireTable(Record):
-    replicas: tuple[Replica, ...]
-    versions: tuple[int, ...]
-    slots: tuple[tuple[int, ...], ...]  # per partition, an index into replicas or -1 per slot
+    replicas: m.Replicas
+    versions: Annotated[tuple[m.PartitionVersion, ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
+    slots: Annotated[tuple[_TableRow, ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
 
 
 class _WireState(Record):
-    partition_count: int
-    members: tuple[c.MemberRecord, ...]
-    table: PartitionTable | None
+    partition_count: Annotated[int, msgspec.Meta(ge=1, le=MAX_PARTITION_COUNT)]
+    members: m.Members
+    table: _WireTable | None
     cluster_state: ClusterState
-    migrations: tuple[MigrationRecord, ...]
-    completed: tuple[MigrationRecord, ...]
+    migrations: _MigrationRecords  # at most one in flight per partition
+    completed: Annotated[tuple[MigrationRecord, ...], msgspec.Meta(max_length=MAX_COMPLETED_IN_METADATA)]
     shut_down: bool
 
 
@@ -103,6 +118,10 @@ def _table_from_wire(wire: _WireTable) -> PartitionTable:
     if not 0 < count <= MAX_PARTITION_COUNT or len(wire.slots) != count:
         raise ProtocolError("a table's slots do not match its partitions")
     replicas = wire.replicas
+    # Distinct replicas make distinct indexes name distinct members: with one replica listed twice,
+    # a row could hold it in two slots, which no table may (``normalize_slots``).
+    if len(set(replicas)) != len(replicas):
+        raise ProtocolError("a table lists a replica twice")
     known = len(replicas)
     rows = []
     for row in wire.slots:
@@ -119,7 +138,7 @@ def _state_to_wire(state: MetadataState) -> _WireState:
     return _WireState(
         state.partition_count,
         state.members,
-        state.table,
+        None if state.table is None else _table_to_wire(state.table),
         state.cluster_state,
         tuple(state.migrations[pid] for pid in sorted(state.migrations)),
         state.completed,
@@ -129,8 +148,9 @@ def _state_to_wire(state: MetadataState) -> _WireState:
 
 def _state_from_wire(wire: _WireState) -> MetadataState:
     count = wire.partition_count
-    if wire.table is not None and wire.table.partition_count != count:
-        raise ProtocolError(f"a state of {count} partitions holds a table of {wire.table.partition_count}")
+    table = None if wire.table is None else _table_from_wire(wire.table)
+    if table is not None and table.partition_count != count:
+        raise ProtocolError(f"a state of {count} partitions holds a table of {table.partition_count}")
     migrations = {record.partition_id: record for record in wire.migrations}
     if len(migrations) != len(wire.migrations):
         raise ProtocolError("a state names two migrations of one partition")
@@ -139,12 +159,171 @@ def _state_from_wire(wire: _WireState) -> MetadataState:
     return MetadataState(
         wire.partition_count,
         wire.members,
-        wire.table,
+        table,
         wire.cluster_state,
         migrations,
         wire.completed,
         wire.shut_down,
     )
+
+
+# --- mirrors: Raft's records and the log's commands, with the bounds the wire needs ---------------
+# Each has its original's fields in its original's order (checked below), so both encode alike.
+
+
+class _WireMembership(Record):
+    voters: m.Replicas = ()
+    learners: m.Replicas = ()
+
+
+class _WireConfChange(Record):
+    add_learners: m.Replicas = ()
+    remove: m.Replicas = ()
+    promote: Replica | None = None
+    demote: Replica | None = None
+
+
+class _WireAddMembers(Message, tag=61):
+    members: m.Members
+
+
+class _WireRemoveMembers(Message, tag=62):
+    members: m.Replicas
+
+
+class _WireAssignPartitions(Message, tag=63):
+    table: _WireTable
+
+
+class _WireStartMigrations(Message, tag=64):
+    records: _MigrationRecords
+
+
+class _WireFinishMigrations(Message, tag=65):
+    records: _MigrationRecords
+
+
+_WIRE_COMMAND_TYPES: tuple[type[Message], ...] = (
+    _WireAddMembers,
+    _WireRemoveMembers,
+    _WireAssignPartitions,
+    _WireStartMigrations,
+    _WireFinishMigrations,
+    c.SetClusterState,
+    c.PromoteToDataMember,
+    c.MarkLeaving,
+    c.ShutdownCluster,
+)
+_WireCommands = Annotated[
+    tuple[Union[_WIRE_COMMAND_TYPES], ...],  # type: ignore[valid-type]  # noqa: UP007
+    msgspec.Meta(max_length=MAX_COMMANDS_PER_ENTRY),
+]
+
+
+class _WireEntry(Record):
+    term: Counter
+    index: Counter
+    command: _WireCommands | None = None
+    change: _WireConfChange | None = None
+    forced: _WireMembership | None = None
+
+
+class _WireSnapshot(Record):
+    index: Counter
+    term: Counter
+    membership: _WireMembership
+    state: _WireState
+
+
+class _WireAppendEntries(Message, tag=42):
+    term: Counter
+    prev_index: Counter
+    prev_term: Counter
+    entries: Annotated[tuple[_WireEntry, ...], msgspec.Meta(max_length=MAX_ENTRIES_PER_APPEND)]
+    commit: Counter
+    sent_ms: Counter
+
+
+class _WireInstallSnapshot(Message, tag=46):
+    term: Counter
+    snapshot: _WireSnapshot
+    sent_ms: Counter
+
+
+_MIRRORS: dict[type, type] = {
+    _WireMembership: Membership,
+    _WireConfChange: ConfChange,
+    _WireAddMembers: c.AddMembers,
+    _WireRemoveMembers: c.RemoveMembers,
+    _WireAssignPartitions: c.AssignPartitions,
+    _WireStartMigrations: c.StartMigrations,
+    _WireFinishMigrations: c.FinishMigrations,
+    _WireEntry: Entry,
+    _WireSnapshot: Snapshot,
+    _WireAppendEntries: r.AppendEntries,
+    _WireInstallSnapshot: r.InstallSnapshot,
+}
+
+
+def _check_mirrors() -> None:
+    # A field added to an original but not to its mirror would make frames of it undecodable.
+    for mirror, original in _MIRRORS.items():
+        same = mirror.__struct_fields__ == original.__struct_fields__
+        same = same and mirror.__struct_config__.tag == original.__struct_config__.tag
+        invariant(same, f"the codec's mirror of {original.__name__} no longer matches it")
+
+
+_check_mirrors()
+# Straight copies: the same fields, none of them needing a conversion of its own.
+_COPIED: dict[type, type] = {
+    mirror: _MIRRORS[mirror]
+    for mirror in (_WireAddMembers, _WireRemoveMembers, _WireStartMigrations, _WireFinishMigrations, _WireConfChange)
+}
+
+
+def _membership_from_wire(wire: _WireMembership) -> Membership:
+    return Membership(wire.voters, wire.learners)
+
+
+def _copied(wire: Any) -> Any:
+    original = _COPIED.get(type(wire))
+    return wire if original is None else original(*msgspec.structs.astuple(wire))
+
+
+def _command_from_wire(wire: Any) -> Any:
+    if type(wire) is _WireAssignPartitions:
+        return c.AssignPartitions(_table_from_wire(wire.table))
+    return _copied(wire)
+
+
+def _entry_from_wire(wire: _WireEntry) -> Entry:
+    return Entry(
+        wire.term,
+        wire.index,
+        None if wire.command is None else tuple(_command_from_wire(command) for command in wire.command),
+        None if wire.change is None else _copied(wire.change),
+        None if wire.forced is None else _membership_from_wire(wire.forced),
+    )
+
+
+def _append_from_wire(wire: _WireAppendEntries) -> r.AppendEntries:
+    entries = tuple(_entry_from_wire(entry) for entry in wire.entries)
+    return r.AppendEntries(wire.term, wire.prev_index, wire.prev_term, entries, wire.commit, wire.sent_ms)
+
+
+def _install_from_wire(wire: _WireInstallSnapshot) -> r.InstallSnapshot:
+    shot = wire.snapshot
+    snapshot = Snapshot(shot.index, shot.term, _membership_from_wire(shot.membership), _state_from_wire(shot.state))
+    return r.InstallSnapshot(wire.term, snapshot, wire.sent_ms)
+
+
+_FROM_WIRE: dict[type, Callable[[Any], Any]] = {
+    _WireAppendEntries: _append_from_wire,
+    _WireInstallSnapshot: _install_from_wire,
+}
+_DECODED_AS: dict[type, type] = {original: mirror for mirror, original in _MIRRORS.items() if mirror in _FROM_WIRE}
+_FRAME_DECODE_TYPES = tuple(_DECODED_AS.get(cls, cls) for cls in FRAME_TYPES)
+FrameMessage = Union[_FRAME_DECODE_TYPES]  # type: ignore[valid-type]  # noqa: UP007
 
 
 def _enc_hook(value: Any) -> Any:
@@ -155,17 +334,9 @@ def _enc_hook(value: Any) -> Any:
     raise NotImplementedError(f"cannot encode {type(value).__name__}")
 
 
-def _dec_hook(kind: type, value: Any) -> Any:
-    if kind is PartitionTable:
-        return _table_from_wire(msgspec.convert(value, _WireTable, dec_hook=_dec_hook))
-    if kind is MetadataState:
-        return _state_from_wire(msgspec.convert(value, _WireState, dec_hook=_dec_hook))
-    raise NotImplementedError(f"cannot decode {kind.__name__}")
-
-
 _ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 _HEADER = msgspec.msgpack.Decoder(tuple[int, msgspec.Raw])
-_MESSAGE = msgspec.msgpack.Decoder(FrameMessage, dec_hook=_dec_hook)
+_MESSAGE = msgspec.msgpack.Decoder(FrameMessage)
 
 
 def encode(message: Any) -> bytes:
@@ -194,7 +365,9 @@ def decode_body(body: bytes) -> Any:
     if version != PROTOCOL_VERSION:
         raise ProtocolError(f"protocol version {version} is not {PROTOCOL_VERSION}")
     try:
-        return _MESSAGE.decode(raw)
+        message = _MESSAGE.decode(raw)
+        convert = _FROM_WIRE.get(type(message))
+        return message if convert is None else convert(message)
     except ProtocolError:
         raise
     except (msgspec.MsgspecError, ShardgridError, ValueError, TypeError, IndexError, RecursionError) as error:
@@ -204,24 +377,59 @@ def decode_body(body: bytes) -> Any:
         raise ProtocolError(f"malformed message: {error}") from error
 
 
+class StreamError(ProtocolError):
+    """A byte stream broke at a bad frame. ``decoded`` holds the good messages that came before it
+    in the same ``FrameDecoder.feed``, in order: they are as good as any, and a runtime handles
+    them before it closes the connection."""
+
+    def __init__(self, reason: str, decoded: list[Any]) -> None:
+        super().__init__(reason)
+        self.decoded = decoded
+
+
 class FrameDecoder:
-    """Splits a byte stream into messages; holds at most one partial frame."""
+    """Splits a byte stream into messages; holds at most one partial frame.
+
+    A runtime calls ``feed`` with what it read, handles the messages it returns, and on
+    ``StreamError`` handles the error's ``decoded`` messages, then closes the connection::
+
+        try:
+            messages = decoder.feed(data)
+        except StreamError as error:
+            handle(error.decoded)
+            close()
+        else:
+            handle(messages)
+
+    The error comes in the same call as the bad frame, so the connection is closed at once, and no
+    good frame before it is lost. The decoder is spent after a bad frame: nothing after it can be
+    trusted to be framed right, so every later ``feed`` raises again (with nothing decoded).
+    """
 
     def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
         self._buffer = bytearray()
         self._max_frame_bytes = max_frame_bytes
+        self._broken = ""  # why the stream broke ('' while it has not)
 
     def feed(self, data: bytes) -> list[Any]:
+        if self._broken:
+            raise StreamError(f"the stream already broke: {self._broken}", [])
         self._buffer += data
-        out = []
-        while len(self._buffer) >= LENGTH_PREFIX.size:
-            (length,) = LENGTH_PREFIX.unpack_from(self._buffer)
-            if length > self._max_frame_bytes:
-                raise ProtocolError(f"frame of {length} bytes is over the {self._max_frame_bytes} limit")
-            end = LENGTH_PREFIX.size + length
-            if len(self._buffer) < end:
-                break
-            body = bytes(self._buffer[LENGTH_PREFIX.size : end])
-            del self._buffer[:end]
-            out.append(decode_body(body))
+        out: list[Any] = []
+        try:
+            while len(self._buffer) >= LENGTH_PREFIX.size:
+                (length,) = LENGTH_PREFIX.unpack_from(self._buffer)
+                if length > self._max_frame_bytes:
+                    raise ProtocolError(f"frame of {length} bytes is over the {self._max_frame_bytes} limit")
+                end = LENGTH_PREFIX.size + length
+                if len(self._buffer) < end:
+                    break
+                with memoryview(self._buffer) as view:
+                    body = bytes(view[LENGTH_PREFIX.size : end])  # one copy of the frame, not two
+                del self._buffer[:end]
+                out.append(decode_body(body))
+        except ProtocolError as error:
+            self._broken = str(error) or type(error).__name__
+            self._buffer = bytearray()
+            raise StreamError(self._broken, out) from error
         return out

@@ -42,6 +42,27 @@ MAX_REPLY_VALUE_BYTES: Final = 8 * 1024 * 1024
 MAX_TABLE_REPLY_PARTITIONS: Final = 20_000
 MAX_MAP_NAME_CHARS: Final = 256
 
+# Counters that only grow (Raft terms and log indexes, replica and chunk sequences, clocks in ms,
+# call ids). A peer or client may send at most this: a counter one past it still encodes (msgpack
+# carries 64-bit ints), so no member's own increment can make a message unencodable, and a double
+# holds it exactly (a client in a language without 64-bit ints reads it right). No legitimate
+# counter gets near it: a term a millisecond would take 285,000 years.
+MAX_COUNTER: Final = 2**53
+
+# Wire: bounds on the collections of one message, checked while decoding, before anything is built
+# beyond them. Each is one the senders never reach, so that one frame under MAX_FRAME_BYTES cannot
+# make a member allocate many times its size.
+# Raft entries in one AppendEntries (RaftSettings.max_append_entries, 64 by default).
+MAX_ENTRIES_PER_APPEND: Final = 10_000
+# Commands in one log entry (the leader gathers up to 1,000 into one, plus what one event adds).
+MAX_COMMANDS_PER_ENTRY: Final = 10_000
+# Records in one migration or replica-sync chunk (MemberConfig.max_chunk_entries, 1,000 by default).
+MAX_ENTRIES_PER_CHUNK: Final = 100_000
+# Runs in one backup batch. New writes come as at most one run per key of the request that made them;
+# a resend is one partition's waiting runs, of one write at least each (max_pending_writes, 10,000 by
+# default, bounds the sync ones).
+MAX_RUNS_PER_BACKUP_BATCH: Final = 10 * MAX_OPERATIONS_PER_REQUEST
+
 # The newest migration outcomes the metadata keeps (seed 000's completed-migrations list; the log
 # holds every one until it is compacted).
 MAX_COMPLETED_IN_METADATA: Final = 1_000

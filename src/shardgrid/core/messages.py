@@ -4,7 +4,10 @@ Raft's own messages live in ``core.raft.messages`` and the log's commands in
 ``core.metadata.commands``; this module holds the rest: finding and joining a cluster, leases,
 the data transfer of migrations, replication, client requests and administration. Messages hold
 only ints, strs, bytes, bools, None, tuples, enums and ``wire.Record`` values; each class names its
-stable wire code (``tag=``), so that one codec (``codec.py``) carries and checks them all.
+stable wire code (``tag=``), so that one codec (``codec.py``) carries and checks them all. Every
+growing int is a ``Counter`` and every tuple has a length bound, so that the codec refuses a
+message no member sends before building it: a counter a peer pushed near overflow, or a frame of
+millions of tiny items that would take many times its size in memory.
 """
 
 from __future__ import annotations
@@ -16,16 +19,41 @@ import msgspec
 
 from shardgrid.core.identity import Replica
 from shardgrid.core.limits import (
+    MAX_COUNTER,
+    MAX_ENTRIES_PER_CHUNK,
     MAX_KEY_BYTES,
     MAX_MAP_NAME_CHARS,
+    MAX_MEMBER_COUNT,
     MAX_OPERATIONS_PER_REQUEST,
     MAX_PARTITION_COUNT,
+    MAX_REPLICA_COUNT,
+    MAX_RUNS_PER_BACKUP_BATCH,
+    MAX_TABLE_REPLY_PARTITIONS,
     MAX_VALUE_BYTES,
 )
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.metadata.commands import MemberRecord
 from shardgrid.core.migration import MigrationRecord
-from shardgrid.core.wire import Message, Record
+from shardgrid.core.table import MAX_PARTITION_VERSION
+from shardgrid.core.wire import Counter, Message, Record
+
+# Bounds the codec enforces in C while it decodes, before a member sees the message: a collection
+# is refused from its length alone, before any of its items is built.
+Key = Annotated[bytes, msgspec.Meta(max_length=MAX_KEY_BYTES)]
+Value = Annotated[bytes, msgspec.Meta(max_length=MAX_VALUE_BYTES)]
+MapName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_MAP_NAME_CHARS)]
+PartitionId = Annotated[int, msgspec.Meta(ge=0, lt=MAX_PARTITION_COUNT)]
+PartitionVersion = Annotated[int, msgspec.Meta(ge=0, le=MAX_PARTITION_VERSION)]
+# An acknowledged chunk sequence: -1 before the first.
+AckedSequence = Annotated[int, msgspec.Meta(ge=-1, le=MAX_COUNTER)]
+Members = Annotated[tuple[MemberRecord, ...], msgspec.Meta(max_length=MAX_MEMBER_COUNT)]
+Replicas = Annotated[tuple[Replica, ...], msgspec.Meta(max_length=MAX_MEMBER_COUNT)]
+# Columns of one request, or of a run of its writes: one item per key.
+KeyColumn = Annotated[tuple[Key, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
+ValueColumn = Annotated[tuple[Value, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
+# Columns of one migration chunk.
+ChunkKeys = Annotated[tuple[bytes, ...], msgspec.Meta(max_length=MAX_ENTRIES_PER_CHUNK)]
+ChunkValues = Annotated[tuple[bytes, ...], msgspec.Meta(max_length=MAX_ENTRIES_PER_CHUNK)]
 
 # --- finding and joining a cluster ---------------------------------------------------------------
 
@@ -64,8 +92,8 @@ class Bootstrap(Message, tag=24):
     """From the first of ``initial_cluster_size`` processes that found each other: these are the
     first members (``voters`` among them); every one starts the same log from it."""
 
-    members: tuple[MemberRecord, ...]
-    voters: tuple[Replica, ...]
+    members: Members
+    voters: Replicas
 
 
 class NotAMember(Message, tag=25):
@@ -73,7 +101,7 @@ class NotAMember(Message, tag=25):
     new member only when the sender committed more of the log than it did (so the removal is in
     the committed log; a sender that merely lags behind a new member's admission is ignored)."""
 
-    commit_index: int
+    commit_index: Counter
 
 
 # --- leases ----------------------------------------------------------------------------------------
@@ -83,17 +111,17 @@ class LeaseRequest(Message, tag=26):
     """Member to leader, every ``lease_renew_interval_ms``. ``sent_ms`` is the member's clock; it
     also reports what it applied, so the leader knows when every member holds the same table."""
 
-    sent_ms: int
-    applied_index: int
-    table_stamp: int | None
+    sent_ms: Counter
+    applied_index: Counter
+    table_stamp: int | None  # a hash: any 64-bit int
 
 
 class LeaseGrant(Message, tag=27):
     """The member may serve until its own ``request_sent_ms + lease_ms``."""
 
-    request_sent_ms: int
-    lease_ms: int
-    term: int
+    request_sent_ms: Counter
+    lease_ms: Counter
+    term: Counter
 
 
 # --- migrations (started and finished through the log; the data moves here) -----------------------
@@ -115,12 +143,12 @@ class MigrationChunk(Message, tag=88):
     value columns, in order. Several are in flight at once (``migration_window_chunks``)."""
 
     record: MigrationRecord
-    sequence: int
-    map_name: str
-    keys: tuple[bytes, ...]
-    values: tuple[bytes, ...]
+    sequence: Counter
+    map_name: str  # "" in the one chunk of a partition that holds nothing
+    keys: ChunkKeys
+    values: ChunkValues
     last: bool
-    replica_sequence: int
+    replica_sequence: Counter
     lineage: str
 
 
@@ -128,7 +156,7 @@ class MigrationChunkAck(Message, tag=89):
     """Cumulative: the destination holds every chunk up to ``sequence`` (-1: none yet)."""
 
     migration_id: str
-    sequence: int
+    sequence: AckedSequence
     accepted: bool
     reason: str = ""
 
@@ -145,7 +173,7 @@ class MigrationCommit(Message, tag=83):
     """Leader to destination, before the log records the outcome (seed 000, 2.1 step 2)."""
 
     record: MigrationRecord
-    term: int
+    term: Counter
 
 
 class MigrationCommitAck(Message, tag=84):
@@ -159,7 +187,7 @@ class MigrationOutcomeQuery(Message, tag=85):
     (seed 000, 2.2). A destination that had not answers no, and refuses that commit from then on."""
 
     record: MigrationRecord
-    term: int
+    term: Counter
 
 
 class MigrationOutcomeReply(Message, tag=86):
@@ -186,13 +214,13 @@ class WriteRun(Record):
     sequences ``first_sequence``, ``first_sequence + 1``, ... one per key. Columns, not one object
     per write: a put_all of a thousand keys to one partition is one run."""
 
-    partition_id: int
+    partition_id: PartitionId
     lineage: str
-    first_sequence: int
+    first_sequence: Counter
     kind: OpKind  # PUT or REMOVE
     map_name: str
-    keys: tuple[bytes, ...]
-    values: tuple[bytes, ...]  # one per key for PUT, none for REMOVE
+    keys: KeyColumn  # a run holds some of one request's keys
+    values: ValueColumn  # one per key for PUT, none for REMOVE
     # For a backup that keeps no copy of this map (its slot is past the map's backup count): the
     # writes' sequences without their keys and values, so that every backup of the partition
     # follows one sequence.
@@ -217,31 +245,31 @@ class WriteRun(Record):
 class BackupBatch(Message, tag=120):
     """Owner to one backup: every write it has for that backup from one handled event, in runs."""
 
-    runs: tuple[WriteRun, ...]
+    runs: Annotated[tuple[WriteRun, ...], msgspec.Meta(max_length=MAX_RUNS_PER_BACKUP_BATCH)]
 
 
 class BackupAckBatch(Message, tag=121):
     """Backup to owner: for each partition of a batch, the replica sequence it now holds (cumulative:
     every write up to it is applied)."""
 
-    acks: tuple[tuple[int, int], ...]
+    acks: Annotated[tuple[tuple[PartitionId, Counter], ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
 
 
 class ReplicaSyncChunk(Message, tag=102):
     """Owner to backup: the partition's whole data, in order; replaces what the backup holds."""
 
     sync_id: str
-    partition_id: int
-    sequence: int
-    entries: tuple[Entry, ...]
+    partition_id: PartitionId
+    sequence: Counter
+    entries: Annotated[tuple[Entry, ...], msgspec.Meta(max_length=MAX_ENTRIES_PER_CHUNK)]
     last: bool
-    replica_sequence: int
+    replica_sequence: Counter
     lineage: str
 
 
 class ReplicaSyncAck(Message, tag=103):
     sync_id: str
-    sequence: int
+    sequence: Counter
     accepted: bool
 
 
@@ -249,7 +277,7 @@ class ReplicaSyncRequest(Message, tag=119):
     """Backup to owner: this member is a backup of the partition but holds none of its data (it
     learned of it from a snapshot): send it the whole partition."""
 
-    partition_id: int
+    partition_id: PartitionId
 
 
 class ReplicaSummary(Message, tag=125):
@@ -257,9 +285,9 @@ class ReplicaSummary(Message, tag=125):
     owns and the backup backs stands (its lineage and replica sequence), as columns. A backup that
     is behind asks for a sync of that partition (anti-entropy: repairs what nothing else noticed)."""
 
-    partition_ids: tuple[int, ...]
-    lineages: tuple[str, ...]
-    sequences: tuple[int, ...]
+    partition_ids: Annotated[tuple[PartitionId, ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
+    lineages: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
+    sequences: Annotated[tuple[Counter, ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
 
 
 class AssignPartitions(Message, tag=104):
@@ -285,33 +313,26 @@ class Status(enum.IntEnum):
 RETRYABLE: frozenset[Status] = frozenset({Status.MIGRATING, Status.NOT_READY, Status.OVERLOADED, Status.SHUTTING_DOWN})
 
 
-# Bounds the codec enforces in C while it decodes, before a member sees the request.
-Key = Annotated[bytes, msgspec.Meta(max_length=MAX_KEY_BYTES)]
-Value = Annotated[bytes, msgspec.Meta(max_length=MAX_VALUE_BYTES)]
-MapName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_MAP_NAME_CHARS)]
-PartitionId = Annotated[int, msgspec.Meta(ge=0, lt=MAX_PARTITION_COUNT)]
-
-
 class MapRequest(Message, tag=122):
     """One operation on many keys of one map, as columns: ``partition_ids[i]`` is ``keys[i]``'s
     partition (the member checks it), ``values[i]`` its value for a put. The keys may span
     partitions; the member answers for each. ``previous`` asks a put or remove for each key's
     previous value (a column the member skips otherwise, like a putAll)."""
 
-    call_id: int
+    call_id: Counter
     kind: OpKind
     map_name: MapName
-    partition_ids: tuple[PartitionId, ...]
-    keys: tuple[Key, ...]
-    values: tuple[Value, ...] = ()
+    partition_ids: Annotated[tuple[PartitionId, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
+    keys: KeyColumn
+    values: ValueColumn = ()
     previous: bool = False
 
 
 class PartitionRedirect(Record):
     """Where a partition is, as this member's table says: its owner at that partition version."""
 
-    partition_id: int
-    version: int
+    partition_id: PartitionId
+    version: PartitionVersion
     owner_address: str
 
 
@@ -323,13 +344,13 @@ class MapReply(Message, tag=123):
     call: each covers the keys from ``first_index`` on, and ``more`` says another follows (the
     redirects, the retry hint and the reason come with the first)."""
 
-    call_id: int
-    statuses: tuple[Status, ...]
-    values: tuple[bytes | None, ...] = ()
-    redirects: tuple[PartitionRedirect, ...] = ()
-    retry_after_ms: int = 0
+    call_id: Counter
+    statuses: Annotated[tuple[Status, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
+    values: Annotated[tuple[bytes | None, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)] = ()
+    redirects: Annotated[tuple[PartitionRedirect, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)] = ()
+    retry_after_ms: Counter = 0
     reason: str = ""  # why, when a key is REJECTED
-    first_index: int = 0
+    first_index: Annotated[int, msgspec.Meta(ge=0, lt=MAX_OPERATIONS_PER_REQUEST)] = 0
     more: bool = False
 
 
@@ -339,10 +360,16 @@ class MapReply(Message, tag=123):
 class TableRequest(Message, tag=108):
     """A client asks for the partition table, from ``first_partition`` on."""
 
-    first_partition: int = 0
+    first_partition: Counter = 0
 
 
 # Code 109 (the owners' addresses only) is retired.
+
+
+# Per partition of a table reply: an index into its addresses (-1: an empty slot) per replica slot.
+TableRow = Annotated[
+    tuple[Annotated[int, msgspec.Meta(ge=-1, lt=MAX_MEMBER_COUNT)], ...], msgspec.Meta(max_length=MAX_REPLICA_COUNT)
+]
 
 
 class TableReply(Message, tag=124):
@@ -352,11 +379,11 @@ class TableReply(Message, tag=124):
     ``MAX_TABLE_REPLY_PARTITIONS`` partitions a reply: ``more`` says to ask again from where it
     ends. No rows: this member has no table yet."""
 
-    partition_count: int
-    first_partition: int
-    addresses: tuple[str, ...]
-    versions: tuple[int, ...]
-    replicas: tuple[tuple[int, ...], ...]
+    partition_count: Annotated[int, msgspec.Meta(ge=1, le=MAX_PARTITION_COUNT)]
+    first_partition: Counter
+    addresses: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_MEMBER_COUNT)]
+    versions: Annotated[tuple[PartitionVersion, ...], msgspec.Meta(max_length=MAX_TABLE_REPLY_PARTITIONS)]
+    replicas: Annotated[tuple[TableRow, ...], msgspec.Meta(max_length=MAX_TABLE_REPLY_PARTITIONS)]
     more: bool = False
 
 
@@ -385,7 +412,7 @@ class RecoverLostMajority(Message, tag=118):
 
 
 class AdminRequest(Message, tag=114):
-    call_id: int
+    call_id: Counter
     command: ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster | RecoverLostMajority
 
 
@@ -399,7 +426,7 @@ ADMIN_OK, ADMIN_FAILED, ADMIN_UNAVAILABLE = AdminStatus.OK, AdminStatus.FAILED, 
 
 
 class AdminReply(Message, tag=115):
-    call_id: int
+    call_id: Counter
     status: AdminStatus
     reason: str = ""
 
@@ -408,11 +435,11 @@ class LeaderRequest(Message, tag=116):
     """Member to leader: carry out a change only the leader can propose (for an admin request,
     or a member's own graceful shutdown)."""
 
-    request_id: int
+    request_id: Counter
     command: ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster
 
 
 class LeaderReply(Message, tag=117):
-    request_id: int
+    request_id: Counter
     status: AdminStatus
     reason: str = ""

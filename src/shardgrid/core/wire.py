@@ -10,7 +10,11 @@ code.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
+
+from shardgrid.core.limits import MAX_COUNTER
 
 
 class Record(msgspec.Struct, frozen=True, array_like=True):
@@ -19,3 +23,8 @@ class Record(msgspec.Struct, frozen=True, array_like=True):
 
 class Message(msgspec.Struct, frozen=True, array_like=True):
     """A message or a log command; every subclass gives its code as ``tag=``."""
+
+
+# Here rather than in ``messages`` because Raft's messages, which sit below it, carry counters too.
+Counter = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNTER)]
+"""A term, log index, sequence, clock or call id: see ``MAX_COUNTER`` for why it is bounded."""

@@ -4,35 +4,38 @@ majority heard from it (the leadership lease)."""
 
 from __future__ import annotations
 
-from typing import Generic
+from typing import Annotated, Generic
 
+import msgspec
+
+from shardgrid.core.limits import MAX_ENTRIES_PER_APPEND
 from shardgrid.core.raft.log import C, Entry, S, Snapshot
-from shardgrid.core.wire import Message
+from shardgrid.core.wire import Counter, Message
 
 
 class VoteRequest(Message, tag=40):
     """A (pre-)candidate asks for a vote; a pre-vote names the term it would start, not its own."""
 
-    term: int
-    last_index: int
-    last_term: int
+    term: Counter
+    last_index: Counter
+    last_term: Counter
     pre_vote: bool
     transfer: bool = False  # the leader handed over: vote even while hearing from it
 
 
 class VoteReply(Message, tag=41):
-    term: int
+    term: Counter
     granted: bool
     pre_vote: bool
 
 
 class AppendEntries(Message, Generic[C], tag=42):
-    term: int
-    prev_index: int
-    prev_term: int
-    entries: tuple[Entry[C], ...]
-    commit: int
-    sent_ms: int
+    term: Counter
+    prev_index: Counter
+    prev_term: Counter
+    entries: Annotated[tuple[Entry[C], ...], msgspec.Meta(max_length=MAX_ENTRIES_PER_APPEND)]
+    commit: Counter
+    sent_ms: Counter
 
 
 class AppendReply(Message, tag=43):
@@ -40,38 +43,38 @@ class AppendReply(Message, tag=43):
     of the append after ``rejected``, ``index`` is the newest entry that may still match, of term
     ``hint_term``. ``needs_snapshot``: the follower holds nothing yet."""
 
-    term: int
+    term: Counter
     success: bool
-    index: int
-    sent_ms: int
+    index: Counter
+    sent_ms: Counter
     needs_snapshot: bool = False
-    rejected: int = 0
-    hint_term: int = 0
+    rejected: Counter = 0
+    hint_term: Counter = 0
 
 
 class Heartbeat(Message, tag=44):
     """Keeps followers from campaigning and tells them how far they may commit."""
 
-    term: int
-    commit: int
-    sent_ms: int
+    term: Counter
+    commit: Counter
+    sent_ms: Counter
 
 
 class HeartbeatReply(Message, tag=45):
-    term: int
-    sent_ms: int
+    term: Counter
+    sent_ms: Counter
 
 
 class InstallSnapshot(Message, Generic[S], tag=46):
-    term: int
+    term: Counter
     snapshot: Snapshot[S]
-    sent_ms: int
+    sent_ms: Counter
 
 
 class TimeoutNow(Message, tag=47):
     """The leader hands its leadership over: campaign at once, without a pre-vote."""
 
-    term: int
+    term: Counter
 
 
 RaftMessage = (
