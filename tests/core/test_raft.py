@@ -27,6 +27,17 @@ def committed_everywhere(cluster: Cluster, index: int, limit_ms: int = 5_000) ->
     return cluster.run_until(lambda: all(cluster.nodes[i].applied_index >= index for i in cluster.alive), limit_ms)
 
 
+def three_voters_that_committed(seed: int, command: str) -> tuple[Cluster, RaftNode]:
+    """Three voters that elected a leader and committed ``command`` everywhere."""
+    cluster = Cluster(seed=seed)
+    cluster.bootstrap(3)
+    leader = elected(cluster)
+    index = cluster.propose(command)
+    assert index is not None
+    assert committed_everywhere(cluster, index)
+    return cluster, leader
+
+
 # --- membership ------------------------------------------------------------------------------------
 
 
@@ -70,12 +81,7 @@ def test_a_single_voter_leads_at_once_and_commits_alone() -> None:
 
 
 def test_three_voters_elect_one_leader_and_replicate() -> None:
-    cluster = Cluster(seed=2)
-    cluster.bootstrap(3)
-    leader = elected(cluster)
-    index = cluster.propose("hello")
-    assert index is not None
-    assert committed_everywhere(cluster, index)
+    cluster, leader = three_voters_that_committed(seed=2, command="hello")
     assert all(("hello" in [c for _, _, c in cluster.applied[i]]) for i in cluster.alive)
     assert [n.role for n in cluster.nodes.values()].count(Role.LEADER) == 1
     assert leader.leader_lease_until() > cluster.now_ms
@@ -290,3 +296,30 @@ def _random_fault(cluster: Cluster, rng: random.Random) -> None:
 def test_random_runs_keep_raft_safe_and_live(seed: int) -> None:
     cluster = random_run(seed)
     assert len(cluster.committed) > 10
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        lambda last, term: (Entry(term, last + 5),),  # indexes that do not follow on
+        lambda last, term: (Entry(term, last + 1), Entry(term, last + 3)),
+        lambda last, term: (Entry(0, last + 1),),  # a term below the entry before it
+        lambda last, term: (Entry(term + 1, last + 1),),  # a term past the sender's own
+        lambda last, term: (Entry(term, last + 1, None, ConfChange(remove=(replica(99),))),),  # cannot apply
+        lambda last, term: (
+            Entry(term, last + 1, None, ConfChange(add_learners=(replica(98),))),
+            Entry(term, last + 2, None, ConfChange(add_learners=(replica(98),))),  # applies alone, not after the first
+        ),
+    ],
+)
+def test_a_malformed_append_changes_nothing_and_raises_nothing(entries: object) -> None:
+    """Found by an outside tester: one crafted AppendEntries made the follower raise (and a bad
+    configuration change was appended before it failed)."""
+    cluster, leader = three_voters_that_committed(seed=8, command="x")
+    follower = next(n for n in cluster.nodes.values() if n is not leader)
+    log = follower.log
+    before = (log.last_index, log.last_term, follower.commit_index, follower.log.membership)
+    term = leader.term
+    message = AppendEntries(term, log.last_index, log.last_term, entries(log.last_index, term), 0, 0)  # type: ignore[operator]
+    follower.step(cluster.now_ms, leader.identity, message)
+    assert (log.last_index, log.last_term, follower.commit_index, follower.log.membership) == before

@@ -122,6 +122,36 @@ class RaftLog:
         elif entry.change is not None:
             self._changes.append((entry.index, entry.change.apply(self.membership)))
 
+    @staticmethod
+    def shape_problem(prev_index: int, prev_term: int, entries: Sequence[Entry], leader_term: int) -> str:
+        """Why a leader's entries after ``prev_index`` cannot be a leader's log ('' when they can):
+        indexes follow on one by one, terms never go down and never pass the leader's own."""
+        term = prev_term
+        for offset, entry in enumerate(entries):
+            if entry.index != prev_index + 1 + offset:
+                return f"entry {entry.index} where {prev_index + 1 + offset} belongs"
+            if not term <= entry.term <= leader_term:
+                return f"entry {entry.index} of term {entry.term} after term {term}, from a leader of {leader_term}"
+            term = entry.term
+        return ""
+
+    def changes_problem(self, prev_index: int, entries: Sequence[Entry]) -> str:
+        """Why the configuration changes among ``entries`` (after ``prev_index``, which this log
+        holds and at or after its snapshot) cannot apply one after another ('' when they can)."""
+        membership = self.snapshot.membership if self.snapshot is not None else Membership()
+        for change_index, changed in self._changes:
+            if change_index <= prev_index:
+                membership = changed
+        for entry in entries:
+            if entry.forced is not None:
+                membership = entry.forced
+            elif entry.change is not None:
+                problem = entry.change.problem(membership)
+                if problem:
+                    return f"entry {entry.index}: {problem}"
+                membership = entry.change.apply(membership)
+        return ""
+
     def append_after(self, prev_index: int, entries: Sequence[Entry], commit_index: int) -> int:
         """A leader's entries after ``prev_index`` (which matches): skip those we hold, truncate at
         the first conflict, append the rest. Returns the index of the last entry received."""

@@ -465,6 +465,10 @@ class RaftNode:
         self._reset_election_deadline()
 
     def _on_append(self, sender: Replica, message: AppendEntries) -> None:
+        # A leader's entries are checked whole before any is taken: a malformed message is the
+        # sender's fault and changes nothing here (it is not answered: no leader sends one).
+        if self.log.shape_problem(message.prev_index, message.prev_term, message.entries, message.term):
+            return
         self._heard_from_leader(sender)
         if self.log.snapshot is None:
             self._send(sender, AppendReply(self.term, False, 0, message.sent_ms, needs_snapshot=True))
@@ -490,6 +494,8 @@ class RaftNode:
                 self.term, False, hint, message.sent_ms, rejected=message.prev_index, hint_term=hint_term
             )
             self._send(sender, refusal)
+            return
+        if self.log.changes_problem(message.prev_index, message.entries):
             return
         last_new = self.log.append_after(message.prev_index, message.entries, self.commit_index)
         self._advance_commit(min(message.commit, last_new))
