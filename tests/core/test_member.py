@@ -20,7 +20,7 @@ from shardgrid.core.metadata import ClusterState, MemberRecord, MetadataState
 from shardgrid.core.migration import Migration, MigrationRecord
 from shardgrid.core.raft import Membership, Snapshot
 from shardgrid.core.raft.messages import InstallSnapshot
-from shardgrid.core.store import PartitionData
+from shardgrid.core.store import ITEM_OVERHEAD_BYTES, PartitionData
 from shardgrid.core.table import PartitionTable
 
 A = Replica("aaaaaaaa-0000-4000-8000-000000000001", "127.0.0.1:5701")
@@ -244,7 +244,7 @@ def test_writes_waiting_for_backups_are_bounded_in_bytes_as_well_as_in_count() -
     (reply,) = replies(owner.handle(now + 2, Receive("c", None, None, again)))
     assert reply.statuses == (m.Status.OVERLOADED,)
     assert reply.retry_after_ms > 0
-    assert owner.data.pending_bytes == len(key_in(0)) + 900
+    assert owner.data.pending_bytes == len(key_in(0)) + 900 + 2 * ITEM_OVERHEAD_BYTES
 
 
 def test_an_owner_tells_its_backups_where_it_stands_and_a_lagging_backup_asks_for_a_sync() -> None:
@@ -548,3 +548,18 @@ def test_a_promotion_asked_by_a_member_the_leader_does_not_know_fails() -> None:
     (answer,) = replies(effects)
     assert answer.status == m.ADMIN_FAILED
     assert "already a data member" in answer.reason
+
+
+def test_a_request_whose_backup_batch_would_not_fit_a_frame_is_refused_whole() -> None:
+    """Found by an outside tester: a put of exactly one frame was applied, then its backup batch
+    (the same keys and values plus the lineage) could not be encoded."""
+    from shardgrid.core.limits import MAX_VALUE_BYTES
+
+    member, now = alone()
+    keys = tuple(key_in(0) + bytes([i]) for i in range(5))
+    pids = tuple(partition_id_of_serialized(k, CONFIG.partition_count) for k in keys)
+    big = m.MapRequest(1, m.PUT, "m", pids, keys, (b"x" * MAX_VALUE_BYTES,) * 4 + (b"y",))
+    (reply,) = replies(member.handle(now + 1, Receive("c", None, None, big)))
+    assert reply.statuses == (m.Status.REJECTED,) * 5
+    assert "at most" in reply.reason
+    assert all(not data.maps for data in member.data.stores.values())

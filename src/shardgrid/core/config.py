@@ -10,6 +10,7 @@ from shardgrid.core.limits import (
     DEFAULT_MAX_PARALLEL_MIGRATIONS,
     DEFAULT_PARTITION_COUNT,
     MAX_BACKUP_COUNT,
+    MAX_ENTRIES_PER_CHUNK,
     MAX_MAP_NAME_CHARS,
     MAX_MEMBER_COUNT,
     MAX_PARALLEL_MIGRATIONS_LIMIT,
@@ -139,7 +140,10 @@ class MemberConfig:
             self.lease_ms + self.clock_drift_margin_ms < self.failure_timeout_ms,
             "failure_timeout_ms must exceed lease_ms plus clock_drift_margin_ms",
         )
-        require(self.max_chunk_entries > 0 and self.max_chunk_bytes > 0, "chunk bounds must be positive")
+        require(self.max_chunk_bytes > 0, "max_chunk_bytes must be positive")
+        require(
+            0 < self.max_chunk_entries <= MAX_ENTRIES_PER_CHUNK, f"max_chunk_entries must be 1..{MAX_ENTRIES_PER_CHUNK}"
+        )
         require(1 <= self.migration_window_chunks <= 64, "migration_window_chunks must be 1..64")
         require(self.anti_entropy_interval_ms > 0, "anti_entropy_interval_ms must be positive")
         require(1 <= self.max_parallel_replications <= 1_000, "max_parallel_replications must be 1..1000")

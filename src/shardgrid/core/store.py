@@ -109,14 +109,19 @@ def stream_columns(
         yield "", (), ()
 
 
+# What one key or value costs beyond its bytes, in memory (its reference) and on the wire (its
+# header): counted so that a bound in bytes also bounds a column of empty keys.
+ITEM_OVERHEAD_BYTES = 8
+
+
 def columns_bytes(keys: Sequence[bytes], values: Sequence[bytes]) -> int:
     """The bytes of a key column and a value column (what bounds on runs and chunks count)."""
-    return sum(map(len, keys)) + sum(map(len, values))
+    return sum(map(len, keys)) + sum(map(len, values)) + ITEM_OVERHEAD_BYTES * (len(keys) + len(values))
 
 
 def _within_bytes(keys: tuple[bytes, ...], values: tuple[bytes, ...], max_bytes: int) -> int:
     """How many of the first records fit in ``max_bytes`` (at least one)."""
-    if columns_bytes(keys, values) + 16 * len(keys) <= max_bytes:
+    if columns_bytes(keys, values) <= max_bytes:
         return len(keys)
     size = 0
     for count, (key, value) in enumerate(zip(keys, values, strict=True)):

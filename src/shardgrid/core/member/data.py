@@ -25,10 +25,12 @@ from shardgrid.core.hashing import partition_ids_of_serialized
 from shardgrid.core.identity import Replica
 from shardgrid.core.limits import (
     MAX_BACKUP_BATCH_BYTES,
+    MAX_FRAME_BYTES,
     MAX_KEY_BYTES,
     MAX_MAP_NAME_CHARS,
     MAX_OPERATIONS_PER_REQUEST,
     MAX_REPLY_VALUE_BYTES,
+    MAX_RUNS_PER_BACKUP_BATCH,
     MAX_TABLE_REPLY_PARTITIONS,
     MAX_VALUE_BYTES,
 )
@@ -56,6 +58,10 @@ from shardgrid.core.messages import (
     WriteRun,
 )
 from shardgrid.core.store import PartitionData, chunk_entries, columns_bytes
+
+# The keys and values of one request: a frame less room for what the owner's backup batch adds to
+# them (its lineage and sequence), so that forwarding an accepted request always fits a frame.
+MAX_REQUEST_DATA_BYTES = MAX_FRAME_BYTES - 64 * 1024
 
 
 class MigrationView(Protocol):
@@ -231,6 +237,8 @@ class DataPath:
                 return f"a key is at most {MAX_KEY_BYTES} bytes"
             if max(map(len, values), default=0) > MAX_VALUE_BYTES:
                 return f"a value is at most {MAX_VALUE_BYTES} bytes"
+            if columns_bytes(keys, values) > MAX_REQUEST_DATA_BYTES:
+                return f"keys and values of one request are at most {MAX_REQUEST_DATA_BYTES} bytes"
             expected = partition_ids_of_serialized(keys, self.ctx.config.partition_count)
         except TypeError:
             return "keys and values are bytes"
@@ -354,7 +362,7 @@ class DataPath:
         size = 0
         for run in runs:
             run_bytes = columns_bytes(run.keys, run.values)
-            if batch and size + run_bytes > MAX_BACKUP_BATCH_BYTES:
+            if batch and (size + run_bytes > MAX_BACKUP_BATCH_BYTES or len(batch) >= MAX_RUNS_PER_BACKUP_BATCH):
                 self.ctx.send(backup, BackupBatch(tuple(batch)))
                 batch, size = [], 0
             batch.append(run)

@@ -88,10 +88,14 @@ class Discovery:
         else:
             self.peers[peer] = (lite, self.ctx.now_ms)
 
-    def accepts(self, message: Bootstrap) -> bool:
-        """Whether to found the cluster ``message`` describes: one that names this process, as long
-        as it never heard of another (founders send it again to a founder that missed it)."""
-        return not self.cluster_seen and any(m.replica == self.ctx.identity for m in message.members)
+    def accepts(self, sender: Replica | None, message: Bootstrap) -> bool:
+        """Whether to found the cluster ``message`` describes: one that names this process, sent
+        by a founder this process found, with voters among its members, as long as it never heard
+        of another cluster (founders send it again to a founder that missed it)."""
+        if self.cluster_seen or sender is None or (sender != self.ctx.identity and sender not in self.peers):
+            return False
+        members = {m.replica for m in message.members}
+        return self.ctx.identity in members and bool(message.voters) and set(message.voters) <= members
 
     # --- forming a new cluster -------------------------------------------------------------------
 

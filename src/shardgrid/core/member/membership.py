@@ -149,15 +149,25 @@ class MembershipLeader:
         if not state.cluster_state.join_allowed or state.shut_down:
             return False
         joiners = sorted(j for j in requested if not state.is_member(j))
-        # A process restarted at an old address is a new member: its predecessor there is dead.
+        # A process restarted at an old address is a new member: its predecessor there is dead. It
+        # is replaced only once its lease has certainly run out (as for any removal): a joiner
+        # cannot talk a live member out of the cluster.
         raft = self.consensus.raft
         addresses = {j.address for j in joiners}
-        predecessors = [r for r in state.replicas if r.address in addresses and r != self.ctx.identity]
+        config = self.ctx.config
+        quiet_ms = config.lease_ms + config.clock_drift_margin_ms
+        now = self.ctx.now_ms
+        predecessors = [
+            r
+            for r in state.replicas
+            if r.address in addresses and r != self.ctx.identity and now - self.last_heard.get(r, now) > quiet_ms
+        ]
         voters = sorted(p for p in predecessors if raft.membership.is_voter(p))
         replaced = sorted(p for p in predecessors if p not in voters) + voters[:1]  # one voter per change
+        waiting_on = {r.address for r in state.replicas if r.address in addresses and r not in replaced}
         admitted: list[Replica] = []
         for joiner in joiners:
-            if any(p.address == joiner.address and p not in replaced for p in predecessors):
+            if joiner.address in waiting_on:
                 self.joiners[joiner] = requested[joiner]  # after its predecessor's removal
             else:
                 admitted.append(joiner)

@@ -299,8 +299,10 @@ class MigrationReplica:
             return
         if table is None or not 0 <= pid < table.partition_count or table.owner(pid) != sender:
             return
-        size = self._chunk_bytes(message)
         config = self.ctx.config
+        if len(message.keys) > config.max_chunk_entries:
+            return  # no member builds such a chunk
+        size = self._chunk_bytes(message)
         slots = EARLY_CHUNKS_PER_SLOT * config.max_parallel_migrations
         budget = slots * window * config.max_chunk_bytes
         if size > budget:
@@ -356,8 +358,8 @@ class MigrationReplica:
 
     def on_outcome_query(self, sender: Replica, message: MigrationOutcomeQuery) -> None:
         record = message.record
-        if message.term < self.consensus.term:
-            return
+        if message.term < self.consensus.term or not self.consensus.raft.membership.is_voter(sender):
+            return  # only a voter can have become leader: nobody else fences this member
         self._fence_term = max(self._fence_term, message.term)
         incoming = self.incoming.get(record.partition_id)
         if incoming is not None and incoming.record.migration_id == record.migration_id:

@@ -183,7 +183,7 @@ class Member:
             self._on_join_request(message)
             return
         if kind in _DISCOVERY:
-            self._discovery_message(message)
+            self._discovery_message(event.sender, message)
             return
         sender = event.sender
         if sender is None:
@@ -196,7 +196,8 @@ class Member:
                 self._not_a_member(sender)  # a removed voter that still campaigns learns it here
             return
         if kind is m.NotAMember:
-            self._on_not_a_member(message)
+            if self.consensus.state.is_member(sender):  # an outsider cannot talk a member out
+                self._on_not_a_member(message)
             return
         if not self.joined:
             return
@@ -253,7 +254,7 @@ class Member:
         leader = self.consensus.leader
         self.ctx.send_to_address(message.member.address, m.JoinRedirect(leader.address if leader else None))
 
-    def _discovery_message(self, message: Any) -> None:
+    def _discovery_message(self, sender: Replica | None, message: Any) -> None:
         if self.lifecycle is not Lifecycle.DISCOVERING or self.consensus.has_state:
             return
         if isinstance(message, m.JoinRedirect):
@@ -262,7 +263,11 @@ class Member:
             self.discovery.on_rejected(message)
         elif isinstance(message, m.Unjoined):
             self.discovery.on_unjoined(message)
-        elif isinstance(message, m.Bootstrap) and self.discovery.accepts(message) and self.consensus.founding is None:
+        elif (
+            isinstance(message, m.Bootstrap)
+            and self.discovery.accepts(sender, message)
+            and self.consensus.founding is None
+        ):
             self.consensus.bootstrap(message.members, message.voters)
 
     def _not_a_member(self, sender: Replica) -> None:

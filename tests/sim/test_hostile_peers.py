@@ -1,0 +1,81 @@
+"""Messages no member of the cluster would send, each found by an outside tester to do harm: sent
+into a formed cluster, they must change nothing that matters."""
+
+from __future__ import annotations
+
+from shardgrid.core import messages as m
+from shardgrid.core.identity import Replica
+from shardgrid.core.member.lifecycle import Lifecycle
+from shardgrid.core.metadata.commands import MemberRecord
+from shardgrid.core.migration import Migration, MigrationRecord
+from shardgrid.sim.scenario import Scenario
+from shardgrid.sim.vopr import SimParams
+
+STRANGER = Replica("eeeeeeee-0000-4000-8000-00000000dead", "10.6.6.6:6666")
+
+
+def formed() -> Scenario:
+    params = SimParams(members=3, partitions=16, ops=0, faults=(), drop_rate=0.0, duplicate_rate=0.0)
+    scenario = Scenario(1, params)
+    scenario.start()
+    return scenario
+
+
+def identities(scenario: Scenario) -> set[Replica]:
+    return {member.identity for member in scenario.sim.live_members()}
+
+
+def test_a_join_at_a_live_members_address_does_not_evict_it() -> None:
+    scenario = formed()
+    sim, leader = scenario.sim, scenario.master
+    before = identities(scenario)
+    for i, victim in enumerate(x for x in sim.live_members() if x is not leader):
+        impostor = Replica(f"f00d{i:04d}-0000-4000-8000-000000000000", victim.identity.address)
+        sim._send("evil-client:1", None, leader.identity.address, None, m.JoinRequest(impostor))
+    sim.run_until(sim.now_ms + 30_000)
+    assert identities(scenario) == before
+    assert {r.replica for r in scenario.master.consensus.state.members} == before
+    assert not sim.stats.partitions_lost
+
+
+def test_an_outsider_cannot_tell_a_member_it_was_removed() -> None:
+    scenario = formed()
+    sim = scenario.sim
+    for member in sim.live_members():
+        sim._send(STRANGER.address, STRANGER, member.identity.address, member.identity.uuid, m.NotAMember(2**40))
+    sim.run_until(sim.now_ms + 5_000)
+    assert all(member.lifecycle is Lifecycle.ACTIVE for member in sim.live_members())
+    assert not scenario.sim.stats.partitions_lost
+
+
+def test_only_a_voter_fences_a_destination_against_a_commit() -> None:
+    """A learner (it can never lead) asked a member whether it committed a migration, with a term
+    far ahead: the member refused every commit from then on, and migrations to it never ended."""
+    params = SimParams(members=4, partitions=16, ops=0, faults=(), drop_rate=0.0, duplicate_rate=0.0)
+    scenario = Scenario(1, params)
+    scenario.start()
+    sim = scenario.sim
+    voters = scenario.master.consensus.raft.membership.voters
+    learner = next(x for x in sim.live_members() if x.identity not in voters)
+    member = next(x for x in sim.live_members() if x.identity in voters and not x.is_master)
+    record = MigrationRecord("forged", 0, Migration(None, -1, -1, member.identity, -1, 1), 1)
+    query = m.MigrationOutcomeQuery(record, 2**40)
+    sim._send(learner.identity.address, learner.identity, member.identity.address, member.identity.uuid, query)
+    sim.run_until(sim.now_ms + 1_000)
+    assert member.replica._fence_term < 2**40
+
+
+def test_a_bootstrap_from_a_process_it_never_found_does_not_found_a_cluster() -> None:
+    params = SimParams(members=1, partitions=16, ops=0, faults=(), drop_rate=0.0, duplicate_rate=0.0)
+    scenario = Scenario(1, params)
+    sim = scenario.sim
+    (address,) = sim.reserve_addresses(1)
+    sim.start_member(address)
+    sim.run_until(sim.now_ms + 500)
+    member = sim.nodes[address].member
+    bootstrap = m.Bootstrap((MemberRecord(member.identity),), ())
+    sim._send("evil-client:1", None, address, None, bootstrap)
+    sim._send(STRANGER.address, STRANGER, address, None, m.Bootstrap((MemberRecord(member.identity),), (STRANGER,)))
+    sim.run_until(sim.now_ms + 1_000)
+    assert member.lifecycle is Lifecycle.DISCOVERING
+    assert not member.consensus.has_state
