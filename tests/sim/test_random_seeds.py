@@ -35,6 +35,7 @@ FREQUENT_SNAPSHOTS = SimParams(
     fault_gap_ms=(800, 2_500),
     snapshot_every_entries=10,
 )
+ASYNC_BACKUP = SimParams(ops=200, members=5, async_backups=1, faults=FAULTS, fault_gap_ms=(1_000, 4_000))
 FIRST_USE_WITH_LITE = SimParams(
     ops=300, members=5, lite_members=1, assign_on_first_use=True, faults=FAULTS, fault_gap_ms=(1_000, 4_000)
 )
@@ -58,6 +59,9 @@ REGRESSION_SEEDS = [
         13,
         replace(FREQUENT_SNAPSHOTS, ops=1000, settle_ms=300_000),
     ),
+    # A shift up from an async slot to the sync one kept the copy trimmed for the async slot (the
+    # staged migration data was not newer): the new sync backup lacked the default map.
+    (4, SimParams(members=5, backups=1, async_backups=1)),
 ]
 
 
@@ -69,6 +73,7 @@ CONFIGURATIONS: dict[str, tuple[SimParams, int]] = {
     "small-very-lossy": (LOSSY, SCALE // 10),
     "first-use-assignment-with-a-lite-member": (FIRST_USE_WITH_LITE, SCALE // 10),
     "frequent-snapshots": (FREQUENT_SNAPSHOTS, SCALE // 10),
+    "one-sync-one-async-backup": (ASYNC_BACKUP, SCALE // 6),
 }
 
 

@@ -77,9 +77,7 @@ class SimParams:
         return MemberConfig(
             partition_count=self.partitions,
             backup_count=self.backups,
-            maps=((ASYNC_MAP_NAME, MapConfig(self.backups, self.async_backups, read_backup_data=True)),)
-            if self.async_backups
-            else (),
+            maps=((ASYNC_MAP_NAME, MapConfig(self.backups, self.async_backups)),) if self.async_backups else (),
             max_parallel_migrations=self.max_parallel_migrations,
             assign_partitions_on_first_use=self.assign_on_first_use,
             initial_cluster_size=self.initial_cluster_size or min(3, self.members),
