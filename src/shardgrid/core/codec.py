@@ -24,6 +24,7 @@ from typing import Annotated, Any, Union
 import msgspec
 
 from shardgrid.core import messages as m
+from shardgrid.core import session as handshake
 from shardgrid.core.errors import InvariantViolation, ProtocolError, ShardgridError, invariant
 from shardgrid.core.identity import Replica
 from shardgrid.core.limits import (
@@ -64,7 +65,7 @@ COMMAND_TYPES: tuple[type[Message], ...] = (
 def _frame_types() -> tuple[type[Message], ...]:
     found = [
         cls
-        for module in (m, r)
+        for module in (m, r, handshake)
         for cls in vars(module).values()
         if isinstance(cls, type) and issubclass(cls, Message) and cls.__module__ == module.__name__
     ]

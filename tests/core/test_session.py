@@ -1,0 +1,162 @@
+"""The session handshake: both sides prove the cluster's secret; nothing passes before it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shardgrid.core import codec
+from shardgrid.core import messages as m
+from shardgrid.core.identity import Replica
+from shardgrid.core.session import (
+    NONCE_BYTES,
+    PROOF_BYTES,
+    Challenge,
+    Hello,
+    PeerRole,
+    Proof,
+    Refused,
+    Session,
+    SessionSettings,
+    SessionState,
+    Welcome,
+)
+
+A = Replica("aaaaaaaa-0000-4000-8000-000000000001", "127.0.0.1:5701")
+B = Replica("bbbbbbbb-0000-4000-8000-000000000002", "127.0.0.1:5702")
+SETTINGS = SessionSettings("prod", codec.PROTOCOL_VERSION, b"s3cret")
+
+
+def nonce(i: int) -> bytes:
+    return bytes([i]) * NONCE_BYTES
+
+
+def wire(message: Any) -> Any:
+    (decoded,) = codec.FrameDecoder().feed(codec.encode(message))
+    return decoded
+
+
+def shake(initiator: Session, acceptor: Session, hello: Hello) -> None:
+    """Carry messages both ways, through the codec, until nobody has anything to say."""
+    to_acceptor, to_initiator = [hello], []
+    for _ in range(10):
+        for message in to_acceptor:
+            to_initiator += acceptor.receive(wire(message)).send
+        to_acceptor = []
+        for message in to_initiator:
+            to_acceptor += initiator.receive(wire(message)).send
+        to_initiator = []
+        if not to_acceptor:
+            return
+
+
+def test_two_members_that_share_the_secret_each_learn_the_other_as_proved() -> None:
+    initiator, hello = Session.initiate(SETTINGS, PeerRole.MEMBER, A, nonce(1), 0)
+    acceptor = Session.accept(SETTINGS, B, nonce(2), 0)
+    shake(initiator, acceptor, hello)
+    assert initiator.established
+    assert acceptor.established
+    assert (initiator.peer, acceptor.peer) == (B, A)
+    assert acceptor.peer_role is PeerRole.MEMBER
+    request = m.TableRequest()
+    assert acceptor.receive(request).deliver is request
+
+
+def test_a_client_is_anonymous_but_checks_the_member_it_talks_to() -> None:
+    client, hello = Session.initiate(SETTINGS, PeerRole.CLIENT, None, nonce(1), 0)
+    member = Session.accept(SETTINGS, B, nonce(2), 0)
+    shake(client, member, hello)
+    assert client.established
+    assert member.established
+    assert (client.peer, member.peer, member.peer_role) == (B, None, PeerRole.CLIENT)
+
+
+def test_without_the_secret_neither_side_gets_through() -> None:
+    wrong = SessionSettings("prod", codec.PROTOCOL_VERSION, b"guess")
+    # A client with the wrong secret finds the member's proof wrong and stops there.
+    client, hello = Session.initiate(wrong, PeerRole.CLIENT, None, nonce(1), 0)
+    member = Session.accept(SETTINGS, B, nonce(2), 0)
+    shake(client, member, hello)
+    assert client.closed
+    assert "member's proof" in client.refusal
+    assert member.closed
+    assert not member.established
+    # An impostor that ignores the member's proof and answers anyway is refused.
+    member = Session.accept(SETTINGS, B, nonce(2), 0)
+    (challenge,) = member.receive(Hello(codec.PROTOCOL_VERSION, "prod", PeerRole.MEMBER, A, nonce(1))).send
+    assert isinstance(challenge, Challenge)
+    (refused,) = member.receive(Proof(b"\0" * PROOF_BYTES)).send
+    assert isinstance(refused, Refused)
+    assert member.closed
+    assert member.peer is None
+
+
+def test_a_proof_from_another_session_is_worth_nothing() -> None:
+    initiator, hello = Session.initiate(SETTINGS, PeerRole.MEMBER, A, nonce(1), 0)
+    first = Session.accept(SETTINGS, B, nonce(2), 0)
+    (challenge,) = first.receive(hello).send
+    (proof,) = initiator.receive(challenge).send
+    second = Session.accept(SETTINGS, B, nonce(3), 0)  # a fresh nonce: the recorded proof replayed
+    second.receive(hello)
+    assert isinstance(second.receive(proof).send[0], Refused)
+    assert not second.established
+
+
+def test_another_cluster_or_protocol_version_is_refused_with_the_reason() -> None:
+    member = Session.accept(SETTINGS, B, nonce(2), 0)
+    (refused,) = member.receive(Hello(codec.PROTOCOL_VERSION, "staging", PeerRole.MEMBER, A, nonce(1))).send
+    assert "staging" in refused.reason
+    member = Session.accept(SETTINGS, B, nonce(2), 0)
+    (refused,) = member.receive(Hello(codec.PROTOCOL_VERSION + 1, "prod", PeerRole.MEMBER, A, nonce(1))).send
+    assert "protocol version" in refused.reason
+    member = Session.accept(SETTINGS, B, nonce(2), 0)
+    (refused,) = member.receive(Hello(codec.PROTOCOL_VERSION, "prod", PeerRole.CLIENT, A, nonce(1))).send
+    assert "client does not" in refused.reason
+
+
+def test_nothing_passes_before_the_handshake_and_a_closed_session_stays_closed() -> None:
+    member = Session.accept(SETTINGS, B, nonce(2), 0)
+    step = member.receive(m.TableRequest())
+    assert step.deliver is None
+    assert isinstance(step.send[0], Refused)
+    assert member.state is SessionState.CLOSED
+    assert member.receive(Hello(codec.PROTOCOL_VERSION, "prod", PeerRole.MEMBER, A, nonce(1))).send == []
+
+
+def test_a_handshake_that_does_not_finish_in_time_expires() -> None:
+    member = Session.accept(SETTINGS, B, nonce(2), 1_000)
+    assert not member.expired(1_000 + SETTINGS.handshake_timeout_ms - 1)
+    assert member.expired(1_000 + SETTINGS.handshake_timeout_ms)
+
+
+def test_a_handshake_message_after_the_handshake_closes_the_session() -> None:
+    initiator, hello = Session.initiate(SETTINGS, PeerRole.MEMBER, A, nonce(1), 0)
+    acceptor = Session.accept(SETTINGS, B, nonce(2), 0)
+    shake(initiator, acceptor, hello)
+    assert isinstance(acceptor.receive(Welcome()).send[0], Refused)
+    assert acceptor.closed
+
+
+_replicas = st.sampled_from([A, B, Replica("cccccccc-0000-4000-8000-000000000003", "127.0.0.1:5703")])
+_nonces = st.binary(min_size=NONCE_BYTES, max_size=NONCE_BYTES)
+_proofs = st.binary(min_size=PROOF_BYTES, max_size=PROOF_BYTES)
+_hostile = st.one_of(
+    st.builds(
+        Hello, st.just(codec.PROTOCOL_VERSION), st.just("prod"), st.sampled_from(list(PeerRole)), _replicas, _nonces
+    ),
+    st.builds(Challenge, _replicas, _nonces, _proofs),
+    st.builds(Proof, _proofs),
+    st.just(Welcome()),
+    st.just(m.TableRequest()),
+)
+
+
+@given(st.lists(_hostile, max_size=6))
+def test_a_peer_without_the_secret_never_establishes_whatever_it_sends(messages: list[Any]) -> None:
+    member = Session.accept(SETTINGS, B, nonce(2), 0)
+    for message in messages:
+        step = member.receive(message)
+        assert step.deliver is None
+    assert not member.established
