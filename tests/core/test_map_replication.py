@@ -12,7 +12,7 @@ from shardgrid.core.effects import Receive, Send
 from shardgrid.core.errors import ConfigError
 from shardgrid.core.store import PartitionData
 from shardgrid.core.table import PartitionTable
-from tests.core.test_member import CONFIG, A, B, C, following, grant_lease, key_in, replies, run_ticks, sent
+from tests.core.test_member import CONFIG, A, B, C, following, grant_lease, key_in, replies, run_ticks, sent, synced
 
 # B owns every partition; A is the first backup, C the second.
 B_A_C = PartitionTable.from_lists([[B, A, C]] * 4, [1, 1, 1, 1])
@@ -105,7 +105,7 @@ def test_a_write_resent_to_a_lagging_backup_still_leaves_out_the_maps_it_keeps_n
 
 def test_a_backup_follows_the_sequence_of_a_map_it_keeps_no_copy_of_and_never_creates_it() -> None:
     backup, now = following(C, B_A_C, config=MAPS)
-    backup.data.install(0, PartitionData(), 2)
+    synced(backup, 0, now, owner=B)
     skip = m.WriteRun(0, "", 1, m.PUT, "m", (), (), 3)
     data = m.WriteRun(0, "", 4, m.PUT, "two", (b"k",), (b"v",))
     acks = sent(backup.handle(now + 1, Receive(B.address, B, C.uuid, m.BackupBatch((data, skip)))), m.BackupAckBatch)
@@ -123,7 +123,7 @@ def test_a_backup_follows_the_sequence_of_a_map_it_keeps_no_copy_of_and_never_cr
 )
 def test_a_malformed_skip_changes_nothing(run: m.WriteRun) -> None:
     backup, now = following(C, B_A_C, config=MAPS)
-    backup.data.install(0, PartitionData(), 2)
+    synced(backup, 0, now, owner=B)
     assert sent(backup.handle(now + 1, Receive(B.address, B, C.uuid, m.BackupBatch((run,)))), m.BackupAckBatch) == []
     assert backup.data.stores[0].sequence == 0
 
@@ -131,7 +131,8 @@ def test_a_malformed_skip_changes_nothing(run: m.WriteRun) -> None:
 def test_a_backup_answers_reads_only_of_maps_that_allow_it_and_that_it_keeps() -> None:
     backup, now = following(C, B_A_C, config=MAPS)
     now = grant_lease(backup, now)
-    backup.data.install(0, PartitionData({"wide": {key_in(0): b"w"}, "two": {key_in(0): b"t"}}), 2)
+    synced(backup, 0, now, owner=B, maps={"wide": {key_in(0): b"w"}, "two": {key_in(0): b"t"}, "m": {key_in(0): b"m"}})
+    assert "m" not in backup.data.stores[0].maps  # a sync to slot 2 leaves out what slot 2 does not keep
 
     def get(map_name: str) -> m.MapReply:
         request = m.MapRequest(9, m.GET, map_name, (0,), (key_in(0),))

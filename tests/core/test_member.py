@@ -83,6 +83,23 @@ def grant_lease(member: Member, now: int) -> int:
     return now
 
 
+def synced(
+    member: Member,
+    pid: int,
+    now: int,
+    owner: Replica = A,
+    maps: dict[str, dict[bytes, bytes]] | None = None,
+    sequence: int = 0,
+    lineage: str = "",
+) -> None:
+    """Give a backup its owner's copy of ``pid`` the way an owner does: a replica sync, through
+    ``handle()`` (tests set no member state directly)."""
+    entries = tuple(m.Entry(name, k, v) for name, records in (maps or {}).items() for k, v in records.items())
+    chunk = m.ReplicaSyncChunk(f"sync-{pid}-{sequence}-{lineage}", pid, 0, entries, True, sequence, lineage)
+    member.handle(now, Receive(owner.address, owner, member.identity.uuid, chunk))
+    assert member.data.stores[pid].sequence == sequence
+
+
 A_OWNS_B_BACKS = PartitionTable.from_lists([[A, B]] * 4, [1, 1, 1, 1])
 B_OWNS_A_BACKS = PartitionTable.from_lists([[B, A]] * 4, [1, 1, 1, 1])
 
@@ -256,10 +273,10 @@ def test_an_owner_tells_its_backups_where_it_stands_and_a_lagging_backup_asks_fo
     assert summaries[0] == m.ReplicaSummary((0, 1, 2, 3), ("L",) * 4, (0, 1, 2, 3))
 
     backup, now = following(B, A_OWNS_B_BACKS, config=replace(CONFIG, max_parallel_replications=2))
-    backup.data.install(0, PartitionData(sequence=0, lineage="L"), 1)  # equal: nothing to do
-    backup.data.install(1, PartitionData(sequence=0, lineage="L"), 1)  # behind
-    backup.data.install(2, PartitionData(sequence=2, lineage="old"), 1)  # another lineage
-    backup.data.stores.pop(3, None)  # no data at all
+    synced(backup, 0, now, lineage="L")  # equal: nothing to do
+    synced(backup, 1, now, lineage="L")  # behind
+    synced(backup, 2, now, sequence=2, lineage="old")  # another lineage
+    assert 3 not in backup.data.stores  # no data at all
     summary = m.ReplicaSummary((0, 1, 2, 3), ("L",) * 4, (0, 1, 2, 3))
     asked = sent(backup.handle(now + 1, Receive(A.address, A, B.uuid, summary)), m.ReplicaSyncRequest)
     assert asked == [m.ReplicaSyncRequest(1), m.ReplicaSyncRequest(2)]  # at most two per summary
@@ -302,7 +319,7 @@ def test_an_answer_with_more_values_than_a_frame_holds_comes_in_parts(monkeypatc
 
 def test_a_backup_takes_writes_only_from_the_owner_its_table_names() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
-    backup.data.install(0, PartitionData(), 1)
+    synced(backup, 0, now)
     batch = m.BackupBatch((m.WriteRun(0, "", 1, m.PUT, "m", (b"k",), (b"v",)),))
     assert sent(backup.handle(now + 1, Receive(C.address, C, B.uuid, batch)), m.BackupAckBatch) == []
     assert backup.data.stores[0].maps == {}
@@ -313,7 +330,7 @@ def test_a_backup_takes_writes_only_from_the_owner_its_table_names() -> None:
 
 def test_a_backup_applies_runs_in_sequence_order_whatever_order_they_arrive_in() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
-    backup.data.install(0, PartitionData(), 1)
+    synced(backup, 0, now)
     first = m.WriteRun(0, "", 1, m.PUT, "m", (b"a", b"b"), (b"1", b"2"))
     second = m.WriteRun(0, "", 3, m.REMOVE, "m", (b"a",), ())
     third = m.WriteRun(0, "", 4, m.PUT, "m", (b"c",), (b"3",))
@@ -335,7 +352,7 @@ def test_a_run_held_from_an_old_owner_is_never_applied_in_a_new_lineage() -> Non
     """Found by review: a run held for a gap survived a promotion and was applied as the new
     owner's write of the same sequence, and that owner's real write was acknowledged unheld."""
     backup, now = following(B, A_OWNS_B_BACKS)
-    backup.data.install(0, PartitionData(), 1)
+    synced(backup, 0, now)
     stale = m.WriteRun(0, "", 2, m.PUT, "m", (b"k2",), (b"stale",))  # write 1 never arrived
     backup.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupBatch((stale,))))
 
@@ -371,7 +388,7 @@ def test_a_run_held_from_an_old_owner_is_never_applied_in_a_new_lineage() -> Non
 )
 def test_a_malformed_run_changes_nothing_and_is_not_acknowledged(run: m.WriteRun) -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
-    backup.data.install(0, PartitionData(), 1)
+    synced(backup, 0, now)
     effects = backup.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupBatch((run,))))
     assert sent(effects, m.BackupAckBatch) == []
     assert backup.data.stores[0].maps == {}
@@ -380,7 +397,7 @@ def test_a_malformed_run_changes_nothing_and_is_not_acknowledged(run: m.WriteRun
 
 def test_a_late_copy_of_an_old_replica_sync_does_not_roll_a_backup_back() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
-    backup.data.install(0, PartitionData({"m": {b"k": b"new"}}, sequence=5, lineage="L"), 1)
+    synced(backup, 0, now, maps={"m": {b"k": b"new"}}, sequence=5, lineage="L")
     old = m.ReplicaSyncChunk("a-s1", 0, 0, (m.Entry("m", b"k", b"old"),), True, 3, "L")
     effects = backup.handle(now + 1, Receive(A.address, A, B.uuid, old))
     assert sent(effects, m.ReplicaSyncAck) == [m.ReplicaSyncAck("a-s1", 0, True)]
