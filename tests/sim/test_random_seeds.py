@@ -36,6 +36,7 @@ FREQUENT_SNAPSHOTS = SimParams(
     snapshot_every_entries=10,
 )
 ASYNC_BACKUP = SimParams(ops=200, members=5, async_backups=1, faults=FAULTS, fault_gap_ms=(1_000, 4_000))
+AT_LEAST_ONCE = SimParams(ops=200, members=5, fail_on_indeterminate=False, faults=FAULTS, fault_gap_ms=(1_000, 4_000))
 FIRST_USE_WITH_LITE = SimParams(
     ops=300, members=5, lite_members=1, assign_on_first_use=True, faults=FAULTS, fault_gap_ms=(1_000, 4_000)
 )
@@ -74,6 +75,7 @@ CONFIGURATIONS: dict[str, tuple[SimParams, int]] = {
     "first-use-assignment-with-a-lite-member": (FIRST_USE_WITH_LITE, SCALE // 10),
     "frequent-snapshots": (FREQUENT_SNAPSHOTS, SCALE // 10),
     "one-sync-one-async-backup": (ASYNC_BACKUP, SCALE // 6),
+    "clients-retry-unknown-writes": (AT_LEAST_ONCE, SCALE // 6),
 }
 
 

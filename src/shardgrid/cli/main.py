@@ -82,6 +82,12 @@ def plan(
     default=None,
     help="Half the keys go to a map with these async backups after the sync ones.  [default: 0]",
 )
+@click.option(
+    "--at-least-once",
+    is_flag=True,
+    default=None,
+    help="Clients retry a write whose outcome is unknown instead of ending it as indeterminate.",
+)
 @click.option("--ops", type=click.IntRange(0, 10_000_000), default=None, help="[default: 2000]")
 @click.option(
     "--faults",
@@ -108,6 +114,7 @@ def sim(
     partitions: int | None,
     backups: int | None,
     async_backups: int | None,
+    at_least_once: bool | None,
     ops: int | None,
     faults: str | None,
     schedule_path: str | None,
@@ -136,6 +143,7 @@ def sim(
         "partitions": partitions,
         "backups": backups,
         "async_backups": async_backups,
+        "fail_on_indeterminate": False if at_least_once else None,
         "ops": ops,
         "max_parallel_migrations": max_parallel_migrations,
         "max_voters": max_voters,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardgrid.core import codec
+from shardgrid.core.call_policy import CallSettings
 from shardgrid.core.config import MemberConfig
 from shardgrid.core.effects import Emit, Receive, ReplyToClient, Send, SendToAddress, SetTimer, Start, TimerFired
 from shardgrid.core.identity import Replica
@@ -65,8 +66,13 @@ class Simulation:
         *,
         encode_messages: bool = True,
         trace_events: bool = True,
+        call_settings: CallSettings | None = None,
     ) -> None:
         self.seed = seed
+        # How the workload's clients treat answers (seed 001's call semantics, core.call_policy).
+        self.call_settings = call_settings or CallSettings(
+            operation_call_timeout_ms=10_000, fail_on_indeterminate_operation_state=True
+        )
         self.rng = random.Random(seed)
         self.config = config
         self.network = Network(network or NetworkConfig(), random.Random(self.rng.getrandbits(64)))
@@ -139,6 +145,7 @@ class Simulation:
             self.config.partition_count,
             key_count,
             use_async_map=self.config.map_config(ASYNC_MAP_NAME).async_backup_count > 0,
+            settings=self.call_settings,
         )
         self.clients[name] = client
         self._schedule(self.now_ms + 1, "client", name)

@@ -80,6 +80,8 @@ _RUN_FIELDS = {
     "partitions",
     "backups",
     "async_backups",
+    "fail_on_indeterminate",
+    "operation_call_timeout_ms",
     "ops",
     "clients",
     "faults",

@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from shardgrid.core.call_policy import CallSettings
 from shardgrid.core.config import MapConfig, MemberConfig
 from shardgrid.core.errors import ConfigError
 from shardgrid.core.messages import ChangeClusterState, PromoteMember, ShutdownMember
@@ -46,6 +47,10 @@ class SimParams:
     partitions: int = 271
     backups: int = 1
     async_backups: int = 0  # > 0: half the keys go to a map with these async backups after the sync ones
+    # The clients' call semantics: False retries a write whose outcome is unknown (at-least-once),
+    # True ends it as indeterminate; a call ends after operation_call_timeout_ms either way.
+    fail_on_indeterminate: bool = True
+    operation_call_timeout_ms: int = 10_000
     ops: int = 2000
     faults: tuple[str, ...] = ("crash", "master-crash", "join", "split")
     clients: int = 3
@@ -69,6 +74,7 @@ class SimParams:
             self.member_config(),
             NetworkConfig(drop_rate=self.drop_rate, duplicate_rate=self.duplicate_rate),
             encode_messages=self.encode_messages,
+            call_settings=CallSettings(self.operation_call_timeout_ms, self.fail_on_indeterminate),
         )
         install_checks(sim)
         return sim

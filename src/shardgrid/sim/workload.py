@@ -18,12 +18,20 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardgrid.core.call_policy import (
+    CallProgress,
+    CallSettings,
+    Decision,
+    Verdict,
+    on_answer,
+    on_deadline,
+    on_no_answer,
+)
 from shardgrid.core.errors import InvariantViolation
 from shardgrid.core.hashing import partition_id_of_serialized, serialize_key
 from shardgrid.core.messages import (
     GET,
     PUT,
-    RETRYABLE,
     MapReply,
     MapRequest,
     Status,
@@ -91,21 +99,20 @@ class Call:
     kind: str  # PUT or GET
     partition_id: int
     write: Write | None
-    map_name: str = MAP_NAME
+    map_name: str
+    progress: CallProgress
     attempts: int = 0
     sent_ms: int = 0
     retry_at_ms: int = 0
     target: str | None = None
-    timed_out: bool = False
     first_sent_ms: int = 0
 
 
 class SimClient:
     """One client: ``tick`` and ``on_message`` return the messages it sends, as (address, message)."""
 
-    MAX_ATTEMPTS = 60
-    CALL_TIMEOUT_MS = 2_000
-    RETRY_BACKOFF_MS = 50
+    MAX_ATTEMPTS = 200  # a bound under the call timeout's (at the minimum backoff)
+    ATTEMPT_TIMEOUT_MS = 2_000  # an attempt unanswered this long: the member may have died or been cut off
     THINK_MS = 5
 
     def __init__(
@@ -116,8 +123,10 @@ class SimClient:
         partition_count: int,
         key_count: int,
         use_async_map: bool = False,
+        settings: CallSettings | None = None,
     ) -> None:
         self.address = name
+        self.settings = settings or CallSettings()
         self.rng = rng
         self.ledger = ledger
         self.partition_count = partition_count
@@ -154,10 +163,12 @@ class SimClient:
             self.budget -= 1
             self.call = call = self._new_call(now_ms)
             call.retry_at_ms = now_ms
-        if call.sent_ms and now_ms - call.sent_ms > self.CALL_TIMEOUT_MS and not call.retry_at_ms:
-            call.timed_out = True
-            self._finish(now_ms, MAYBE)
-            return [(self.rng.choice(members), TableRequest())]
+        waiting = call.sent_ms and not call.retry_at_ms
+        if waiting and now_ms - call.sent_ms > self.ATTEMPT_TIMEOUT_MS:
+            return self._decide(now_ms, on_no_answer(self.settings, call.progress, now_ms), members)
+        expired = on_deadline(self.settings, call.progress, now_ms)
+        if expired is not None and not waiting:
+            return self._decide(now_ms, expired, members)
         if call.retry_at_ms and now_ms >= call.retry_at_ms:
             return self._send(now_ms, members)
         return []
@@ -173,7 +184,7 @@ class SimClient:
         else:
             write = None
             kind = GET
-        return Call(self.counter, key, kind, pid, write, self.map_of[key])
+        return Call(self.counter, key, kind, pid, write, self.map_of[key], CallProgress(now_ms, kind == PUT))
 
     def _send(self, now_ms: int, members: list[str]) -> list[tuple[str, Any]]:
         call = self.call
@@ -181,7 +192,7 @@ class SimClient:
             raise InvariantViolation("a client sends only while it has a call")
         call.attempts += 1
         if call.attempts > self.MAX_ATTEMPTS:
-            self._finish(now_ms, MAYBE if call.timed_out else FAILED)
+            self._finish(now_ms, MAYBE if call.progress.maybe_applied else FAILED)
             return []
         target = self.owners[call.partition_id] or self.rng.choice(members)
         call.target = target
@@ -209,27 +220,33 @@ class SimClient:
         call = self.call
         if not isinstance(message, MapReply) or call is None or message.call_id != call.call_id:
             return []  # a late answer to a call already given up on
-        status = message.statuses[0] if len(message.statuses) == 1 else None
-        if status is Status.OK:
-            if call.write is None:
-                value = message.values[0] if message.values else None
-                self.ledger.check_read(call.key, value, call.first_sent_ms, now_ms, call.target or "?")
-            self._finish(now_ms, ACKED)
-            return []
-        if status is Status.INDETERMINATE:
-            self._finish(now_ms, MAYBE)
-            return []
+        status = message.statuses[0] if len(message.statuses) == 1 else Status.REJECTED  # makes no sense
+        if status is Status.OK and call.write is None:
+            value = message.values[0] if message.values else None
+            self.ledger.check_read(call.key, value, call.first_sent_ms, now_ms, call.target or "?")
         if status is Status.WRONG_OWNER:
             redirect = next((r for r in message.redirects if r.partition_id == call.partition_id), None)
             self.owners[call.partition_id] = redirect.owner_address if redirect is not None else None
-            call.retry_at_ms = now_ms  # go to the right owner at once
-            return []
-        if status in RETRYABLE:
-            call.retry_at_ms = now_ms + max(message.retry_after_ms, self.RETRY_BACKOFF_MS)
-            if self.rng.random() < 0.2:
+        decision = on_answer(self.settings, call.progress, status, message.retry_after_ms, now_ms)
+        return self._decide(now_ms, decision, members)
+
+    def _decide(self, now_ms: int, decision: Decision, members: list[str]) -> list[tuple[str, Any]]:
+        """Carry out what the call policy decided for the call in progress."""
+        call = self.call
+        if call is None:
+            raise InvariantViolation("a client decides only for a call it has")
+        verdict = decision.verdict
+        if verdict is Verdict.RETRY:
+            call.retry_at_ms = max(decision.at_ms, now_ms)
+            call.sent_ms = 0
+            if decision.refresh_table:
+                self.owners[call.partition_id] = None
                 return [(self.rng.choice(members), TableRequest())]
             return []
-        self._finish(now_ms, FAILED)  # rejected (or an answer that makes no sense): not applied
+        if verdict is Verdict.DONE:
+            self._finish(now_ms, ACKED)
+        else:  # refused, timed out or indeterminate: applied only if the outcome is unknown
+            self._finish(now_ms, MAYBE if decision.outcome_unknown else FAILED)
         return []
 
     def _finish(self, now_ms: int, outcome: str) -> None:
@@ -237,7 +254,7 @@ class SimClient:
         if call is None:
             raise InvariantViolation("a client finishes only a call it has")
         if call.write is not None:
-            call.write.outcome = MAYBE if (outcome == FAILED and call.timed_out) else outcome
+            call.write.outcome = MAYBE if (outcome == FAILED and call.progress.maybe_applied) else outcome
         self.call = None
         self.completed_ops += 1
         self.next_op_ms = now_ms + self.THINK_MS

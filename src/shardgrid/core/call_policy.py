@@ -1,0 +1,111 @@
+"""What a client does with each answer to a map call, as pure functions (seed 001's call semantics).
+
+The smart client and the simulator's clients both ask these functions, so the retry rules are
+written once and tested without a network:
+
+- ``operation_call_timeout_ms`` (default 120,000) bounds a whole call, every retry included; past
+  it the call ends with OperationTimeoutError, which says whether the outcome is unknown (a write
+  some attempt of which may have been applied).
+- ``fail_on_indeterminate_operation_state`` (default off): on, a write ends with
+  IndeterminateOperationStateError as soon as an attempt may have been applied without being
+  confirmed (an INDETERMINATE answer, or no answer at all: the owner may have left before
+  replying); off, the write is sent again (to the new owner) until it is confirmed or the call
+  times out: at-least-once. Reads are always retried: they change nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from shardgrid.core.errors import require
+from shardgrid.core.messages import RETRYABLE, Status
+
+
+@dataclass(frozen=True, slots=True)
+class CallSettings:
+    operation_call_timeout_ms: int = 120_000
+    fail_on_indeterminate_operation_state: bool = False
+    min_retry_backoff_ms: int = 50  # never retry sooner than this, whatever a member suggests
+    max_retry_backoff_ms: int = 1_000  # nor later (a member's retry hint is capped here)
+
+    def validate(self) -> None:
+        require(self.operation_call_timeout_ms > 0, "operation_call_timeout_ms must be positive")
+        require(
+            0 < self.min_retry_backoff_ms <= self.max_retry_backoff_ms,
+            "retry backoffs must be positive, the minimum no larger than the maximum",
+        )
+
+
+class Verdict(enum.Enum):
+    DONE = "done"  # answered OK
+    RETRY = "retry"  # send the call again at ``at_ms``
+    REJECTED = "rejected"  # refused whole; not applied, and retrying will not help
+    TIMED_OUT = "timed-out"  # OperationTimeoutError
+    INDETERMINATE = "indeterminate"  # IndeterminateOperationStateError
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verdict: Verdict
+    at_ms: int = 0  # when to send again (RETRY)
+    refresh_table: bool = False  # ask for the partition table before sending again
+    outcome_unknown: bool = False  # a write that may or may not have been applied (TIMED_OUT, INDETERMINATE)
+
+
+@dataclass(slots=True)
+class CallProgress:
+    """One call, across its attempts; the caller keeps it and passes it in."""
+
+    started_ms: int
+    mutating: bool
+    maybe_applied: bool = False  # some attempt of this write may have been applied
+
+    def deadline_ms(self, settings: CallSettings) -> int:
+        return self.started_ms + settings.operation_call_timeout_ms
+
+
+def on_answer(settings: CallSettings, call: CallProgress, status: Status, retry_after_ms: int, now_ms: int) -> Decision:
+    """A member answered an attempt with ``status``."""
+    if status is Status.OK:
+        return Decision(Verdict.DONE)
+    if status is Status.REJECTED:
+        # Refused whole by the member that answered; an earlier attempt may still have been applied.
+        return Decision(Verdict.REJECTED, outcome_unknown=call.mutating and call.maybe_applied)
+    if status is Status.INDETERMINATE:
+        return _after_uncertain_attempt(settings, call, now_ms)
+    if status is Status.WRONG_OWNER:
+        return _retry(settings, call, now_ms, now_ms, refresh_table=False)  # to the owner the answer names
+    if status in RETRYABLE:
+        backoff = min(max(retry_after_ms, settings.min_retry_backoff_ms), settings.max_retry_backoff_ms)
+        return _retry(settings, call, now_ms, now_ms + backoff, refresh_table=status is Status.SHUTTING_DOWN)
+    return Decision(Verdict.REJECTED, outcome_unknown=call.mutating and call.maybe_applied)
+
+
+def on_no_answer(settings: CallSettings, call: CallProgress, now_ms: int) -> Decision:
+    """An attempt got no answer in time, or its connection was lost: the member may have applied
+    it (and died, or been cut off) before answering."""
+    return _after_uncertain_attempt(settings, call, now_ms)
+
+
+def on_deadline(settings: CallSettings, call: CallProgress, now_ms: int) -> Decision | None:
+    """The call's own clock: a TIMED_OUT decision once it ran out of time, else None."""
+    if now_ms >= call.deadline_ms(settings):
+        return Decision(Verdict.TIMED_OUT, outcome_unknown=call.mutating and call.maybe_applied)
+    return None
+
+
+def _after_uncertain_attempt(settings: CallSettings, call: CallProgress, now_ms: int) -> Decision:
+    if call.mutating:
+        call.maybe_applied = True
+        if settings.fail_on_indeterminate_operation_state:
+            return Decision(Verdict.INDETERMINATE, outcome_unknown=True)
+    # Sent again, after a table refresh: the owner may have changed (at-least-once for a write).
+    return _retry(settings, call, now_ms, now_ms + settings.min_retry_backoff_ms, refresh_table=True)
+
+
+def _retry(settings: CallSettings, call: CallProgress, now_ms: int, at_ms: int, refresh_table: bool) -> Decision:
+    timed_out = on_deadline(settings, call, max(now_ms, at_ms))
+    if timed_out is not None:
+        return timed_out
+    return Decision(Verdict.RETRY, at_ms, refresh_table)
