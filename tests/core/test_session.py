@@ -53,7 +53,7 @@ def shake(initiator: Session, acceptor: Session, hello: Hello) -> None:
 
 
 def test_two_members_that_share_the_secret_each_learn_the_other_as_proved() -> None:
-    initiator, hello = Session.initiate(SETTINGS, PeerRole.MEMBER, A, nonce(1), 0)
+    initiator, hello = Session.initiate(SETTINGS, PeerRole.MEMBER, A, B.address, nonce(1), 0)
     acceptor = Session.accept(SETTINGS, B, nonce(2), 0)
     shake(initiator, acceptor, hello)
     assert initiator.established
@@ -65,7 +65,7 @@ def test_two_members_that_share_the_secret_each_learn_the_other_as_proved() -> N
 
 
 def test_a_client_is_anonymous_but_checks_the_member_it_talks_to() -> None:
-    client, hello = Session.initiate(SETTINGS, PeerRole.CLIENT, None, nonce(1), 0)
+    client, hello = Session.initiate(SETTINGS, PeerRole.CLIENT, None, B.address, nonce(1), 0)
     member = Session.accept(SETTINGS, B, nonce(2), 0)
     shake(client, member, hello)
     assert client.established
@@ -76,7 +76,7 @@ def test_a_client_is_anonymous_but_checks_the_member_it_talks_to() -> None:
 def test_without_the_secret_neither_side_gets_through() -> None:
     wrong = SessionSettings("prod", codec.PROTOCOL_VERSION, b"guess")
     # A client with the wrong secret finds the member's proof wrong and stops there.
-    client, hello = Session.initiate(wrong, PeerRole.CLIENT, None, nonce(1), 0)
+    client, hello = Session.initiate(wrong, PeerRole.CLIENT, None, B.address, nonce(1), 0)
     member = Session.accept(SETTINGS, B, nonce(2), 0)
     shake(client, member, hello)
     assert client.closed
@@ -85,7 +85,7 @@ def test_without_the_secret_neither_side_gets_through() -> None:
     assert not member.established
     # An impostor that ignores the member's proof and answers anyway is refused.
     member = Session.accept(SETTINGS, B, nonce(2), 0)
-    (challenge,) = member.receive(Hello(codec.PROTOCOL_VERSION, "prod", PeerRole.MEMBER, A, nonce(1))).send
+    (challenge,) = member.receive(Hello(codec.PROTOCOL_VERSION, "prod", PeerRole.MEMBER, A, B.address, nonce(1))).send
     assert isinstance(challenge, Challenge)
     (refused,) = member.receive(Proof(b"\0" * PROOF_BYTES)).send
     assert isinstance(refused, Refused)
@@ -94,7 +94,7 @@ def test_without_the_secret_neither_side_gets_through() -> None:
 
 
 def test_a_proof_from_another_session_is_worth_nothing() -> None:
-    initiator, hello = Session.initiate(SETTINGS, PeerRole.MEMBER, A, nonce(1), 0)
+    initiator, hello = Session.initiate(SETTINGS, PeerRole.MEMBER, A, B.address, nonce(1), 0)
     first = Session.accept(SETTINGS, B, nonce(2), 0)
     (challenge,) = first.receive(hello).send
     (proof,) = initiator.receive(challenge).send
@@ -106,13 +106,13 @@ def test_a_proof_from_another_session_is_worth_nothing() -> None:
 
 def test_another_cluster_or_protocol_version_is_refused_with_the_reason() -> None:
     member = Session.accept(SETTINGS, B, nonce(2), 0)
-    (refused,) = member.receive(Hello(codec.PROTOCOL_VERSION, "staging", PeerRole.MEMBER, A, nonce(1))).send
+    (refused,) = member.receive(Hello(codec.PROTOCOL_VERSION, "staging", PeerRole.MEMBER, A, B.address, nonce(1))).send
     assert "staging" in refused.reason
     member = Session.accept(SETTINGS, B, nonce(2), 0)
-    (refused,) = member.receive(Hello(codec.PROTOCOL_VERSION + 1, "prod", PeerRole.MEMBER, A, nonce(1))).send
+    (refused,) = member.receive(Hello(codec.PROTOCOL_VERSION + 1, "prod", PeerRole.MEMBER, A, B.address, nonce(1))).send
     assert "protocol version" in refused.reason
     member = Session.accept(SETTINGS, B, nonce(2), 0)
-    (refused,) = member.receive(Hello(codec.PROTOCOL_VERSION, "prod", PeerRole.CLIENT, A, nonce(1))).send
+    (refused,) = member.receive(Hello(codec.PROTOCOL_VERSION, "prod", PeerRole.CLIENT, A, B.address, nonce(1))).send
     assert "client does not" in refused.reason
 
 
@@ -122,7 +122,7 @@ def test_nothing_passes_before_the_handshake_and_a_closed_session_stays_closed()
     assert step.deliver is None
     assert isinstance(step.send[0], Refused)
     assert member.state is SessionState.CLOSED
-    assert member.receive(Hello(codec.PROTOCOL_VERSION, "prod", PeerRole.MEMBER, A, nonce(1))).send == []
+    assert member.receive(Hello(codec.PROTOCOL_VERSION, "prod", PeerRole.MEMBER, A, B.address, nonce(1))).send == []
 
 
 def test_a_handshake_that_does_not_finish_in_time_expires() -> None:
@@ -132,7 +132,7 @@ def test_a_handshake_that_does_not_finish_in_time_expires() -> None:
 
 
 def test_a_handshake_message_after_the_handshake_closes_the_session() -> None:
-    initiator, hello = Session.initiate(SETTINGS, PeerRole.MEMBER, A, nonce(1), 0)
+    initiator, hello = Session.initiate(SETTINGS, PeerRole.MEMBER, A, B.address, nonce(1), 0)
     acceptor = Session.accept(SETTINGS, B, nonce(2), 0)
     shake(initiator, acceptor, hello)
     assert isinstance(acceptor.receive(Welcome()).send[0], Refused)
@@ -144,7 +144,13 @@ _nonces = st.binary(min_size=NONCE_BYTES, max_size=NONCE_BYTES)
 _proofs = st.binary(min_size=PROOF_BYTES, max_size=PROOF_BYTES)
 _hostile = st.one_of(
     st.builds(
-        Hello, st.just(codec.PROTOCOL_VERSION), st.just("prod"), st.sampled_from(list(PeerRole)), _replicas, _nonces
+        Hello,
+        st.just(codec.PROTOCOL_VERSION),
+        st.just("prod"),
+        st.sampled_from(list(PeerRole)),
+        _replicas,
+        st.sampled_from([A.address, B.address]),
+        _nonces,
     ),
     st.builds(Challenge, _replicas, _nonces, _proofs),
     st.builds(Proof, _proofs),
@@ -160,3 +166,23 @@ def test_a_peer_without_the_secret_never_establishes_whatever_it_sends(messages:
         step = member.receive(message)
         assert step.deliver is None
     assert not member.established
+
+
+def test_a_handshake_relayed_through_a_process_the_member_dialed_establishes_nothing() -> None:
+    """Found by an outside tester: T got member A to dial it and relayed A's handshake to member
+    C; C took T's connection as A's."""
+    c = Replica("cccccccc-0000-4000-8000-000000000003", "127.0.0.1:5703")
+    dialer, hello = Session.initiate(SETTINGS, PeerRole.MEMBER, A, "10.6.6.6:6666", nonce(1), 0)  # A dials T
+    victim = Session.accept(SETTINGS, c, nonce(3), 0)  # T passes A's Hello on to C
+    (answer,) = victim.receive(wire(hello)).send
+    assert isinstance(answer, Refused)
+    assert "not 10.6.6.6:6666" in answer.reason
+    # A Hello rewritten for C's address no longer matches what A signs and checks.
+    forged = Hello(hello.protocol_version, hello.cluster_name, hello.role, hello.identity, c.address, hello.nonce)
+    victim = Session.accept(SETTINGS, c, nonce(3), 0)
+    (challenge,) = victim.receive(wire(forged)).send
+    assert isinstance(challenge, Challenge)
+    (refused,) = dialer.receive(wire(challenge)).send
+    assert isinstance(refused, Refused)
+    assert not dialer.established
+    assert not victim.established

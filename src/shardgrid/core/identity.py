@@ -10,15 +10,22 @@ list. Whether a member is lite is a property of the member, not of a replica, so
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
+
+import msgspec
 
 from shardgrid.core.wire import Record
+
+# A uuid in its text form is 36 characters; an address is a host and a port.
+MAX_UUID_CHARS = 64
+MAX_ADDRESS_CHARS = 256
 
 
 class Replica(Record, order=True):
     """A member as the partition table names it; ordered by uuid so sorting is deterministic."""
 
-    uuid: str
-    address: str
+    uuid: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_UUID_CHARS)]
+    address: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ADDRESS_CHARS)]
 
     def __str__(self) -> str:
         return f"{self.address}/{self.uuid[:8]}"

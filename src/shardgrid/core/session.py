@@ -8,13 +8,16 @@ Four messages, so that both sides prove they know the cluster's secret without s
 (challenge-response with HMAC-SHA256 over a transcript of both nonces and both identities):
 
     initiator                                  acceptor
-    Hello(version, cluster, role, identity, nonce) ->
+    Hello(version, cluster, role, identity, the address dialed, nonce) ->
                                                <- Challenge(identity, nonce, acceptor's proof)
     Proof(initiator's proof)                   ->
                                                <- Welcome()
 
 The initiator checks the acceptor's proof before it proves anything itself, so a client never
-talks to a process that does not know the secret either. Without a configured secret the proofs
+talks to a process that does not know the secret either. The Hello names the address the
+initiator dialed, the acceptor refuses one meant for another address, and both proofs cover it:
+a process that gets a member to dial it cannot relay that member's handshake to a third member
+and then speak to it under the relayed identity. Without a configured secret the proofs
 are computed with an empty key: the cluster name and the protocol version are still checked, and
 nothing is authenticated. Anything out of order, malformed or wrong ends the session with a
 ``Refused`` carrying the reason, and the connection is closed: the peer's error, never ours.
@@ -31,7 +34,7 @@ from typing import Annotated, Any
 import msgspec
 
 from shardgrid.core.errors import invariant, require
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MAX_ADDRESS_CHARS, Replica
 from shardgrid.core.wire import Counter, Message
 
 NONCE_BYTES = 32
@@ -54,6 +57,7 @@ class Hello(Message, tag=10):
     cluster_name: ClusterName
     role: PeerRole
     identity: Replica | None  # a member's; None for a client
+    to_address: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ADDRESS_CHARS)]  # the address dialed
     nonce: Nonce
 
 
@@ -146,11 +150,17 @@ class Session:
 
     @classmethod
     def initiate(
-        cls, settings: SessionSettings, role: PeerRole, identity: Replica | None, nonce: bytes, now_ms: int
+        cls,
+        settings: SessionSettings,
+        role: PeerRole,
+        identity: Replica | None,
+        to_address: str,
+        nonce: bytes,
+        now_ms: int,
     ) -> tuple[Session, Hello]:
-        """A connection we opened: the session, and the Hello to send first."""
+        """A connection we opened to ``to_address``: the session, and the Hello to send first."""
         session = cls(settings, role, identity, nonce, now_ms, initiator=True)
-        hello = Hello(settings.protocol_version, settings.cluster_name, role, identity, nonce)
+        hello = Hello(settings.protocol_version, settings.cluster_name, role, identity, to_address, nonce)
         session._hello = hello
         return session, hello
 
@@ -206,12 +216,14 @@ class Session:
             return self._refuse("a member names its identity, a client does not")
         if hello.identity is not None and hello.identity == self.identity:
             return self._refuse("a peer cannot be this member")
+        invariant(self.identity is not None, "an acceptor is a member")
+        if hello.to_address != self.identity.address:
+            return self._refuse(f"this is {self.identity.address}, not {hello.to_address}")
         if hello.nonce == self.nonce:
             return self._refuse("a reflected nonce")
         self._hello = hello
         self.peer_role = hello.role
         self._move(SessionState.AWAITING_PROOF)
-        invariant(self.identity is not None, "an acceptor is a member")
         proof = self._proof(b"acceptor", hello, self.identity, self.nonce)
         return Step(send=[Challenge(self.identity, self.nonce, proof)])
 
@@ -234,6 +246,8 @@ class Session:
             return self._refuse("a reflected nonce")
         if challenge.identity == self.identity:
             return self._refuse("a peer cannot be this process")
+        if challenge.identity.address != hello.to_address:
+            return self._refuse(f"dialed {hello.to_address}, answered by {challenge.identity.address}")
         expected = self._proof(b"acceptor", hello, challenge.identity, challenge.nonce)
         if not hmac.compare_digest(expected, challenge.proof):
             return self._refuse("the member's proof does not match this cluster's secret")
@@ -251,7 +265,7 @@ class Session:
     def _proof(self, side: bytes, hello: Hello, acceptor: Replica, acceptor_nonce: bytes) -> bytes:
         """HMAC over everything both sides said: a proof made for one session, one direction or
         one pair of identities is worth nothing in another."""
-        said = (hello.protocol_version, hello.cluster_name, hello.role, hello.identity, hello.nonce)
+        said = (hello.protocol_version, hello.cluster_name, hello.role, hello.identity, hello.to_address, hello.nonce)
         transcript = msgspec.msgpack.encode((side, *said, acceptor, acceptor_nonce))
         return hmac.new(self.settings.secret, transcript, hashlib.sha256).digest()
 
