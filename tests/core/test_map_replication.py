@@ -151,3 +151,23 @@ def test_a_copy_installed_at_a_colder_slot_drops_the_maps_that_slot_does_not_kee
     # The same sequence again for a hotter slot (a shift up): the staged copy is whole, it is taken.
     backup.data.install(0, PartitionData({"m": {b"k": b"1"}, "wide": {b"k": b"2"}, "two": {b"k": b"3"}}), 1)
     assert set(backup.data.stores[0].maps) == {"m", "wide", "two"}
+
+
+def test_a_lost_batch_to_an_async_backup_is_resent_and_does_not_stall_the_next_sync_write() -> None:
+    """Found by an outside tester: the run of an async-only write was never kept for resending, so
+    a backup that missed it held every later run behind the gap, and the next write of a sync map
+    came back INDETERMINATE after the ack timeout."""
+    config = replace(CONFIG, maps=(("async-only", MapConfig(backup_count=0, async_backup_count=1)),))
+    owner, now = following(B, PartitionTable.from_lists([[B, A]] * 4, [1, 1, 1, 1]), config=config)
+    now = grant_lease(owner, now)
+    effects = owner.handle(now + 1, Receive("c", None, None, put(1, "async-only")))
+    assert replies(effects)[0].statuses == (m.Status.OK,)  # nobody waited on
+    # Its batch to A is lost; the next write, to the default map, waits for A.
+    effects = owner.handle(now + 2, Receive("c", None, None, put(2, "m", value=b"w")))
+    assert replies(effects) == []
+    effects, now = run_ticks(owner, now + 2, now + 2 + config.retry_interval_ms + 200)
+    resent = [run.first_sequence for batch in batches_to(effects, A) for run in batch.runs]
+    assert resent[:2] == [1, 2]  # the lost run again, then the waiting one
+    (reply,) = replies(owner.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupAckBatch(((0, 2),)))))
+    assert reply.statuses == (m.Status.OK,)
+    assert owner.data.settled(0)  # A holds everything: nothing is kept for it any more

@@ -327,12 +327,12 @@ class DataPath:
         run = WriteRun(pid, data.lineage, first, kind, message.map_name, tuple(run_keys), tuple(run_values))
         copies = tuple(r for r in slots[1:copies_end] if r is not None)
         self.outbox.append((run, copies, tuple(r for r in slots[copies_end:] if r is not None and r in backups)))
-        sync_backups = tuple(r for r in slots[1:sync_end] if r is not None)
-        if not sync_backups:
-            return  # async backups only: nobody is waited on (fire and forget)
         pending = self.pending.get(pid)
         if pending is None:
             pending = self.pending[pid] = PendingPartition(set(backups), last_sent_ms=self.ctx.now_ms)
+        sync_backups = tuple(r for r in slots[1:sync_end] if r is not None)
+        if not sync_backups:
+            return  # async backups only: nobody is waited on (the run is still resent until they have it)
         pending.writes.append(PendingWrite(first, data.sequence, call, indexes, sync_backups, size))
         self.pending_count += len(indexes)
         self.pending_bytes += size
@@ -345,7 +345,10 @@ class DataPath:
         for run, copies, skips in runs:
             pending = self.pending.get(run.partition_id)
             if pending is not None:
-                pending.runs.append(run)
+                pending.add_run(run)
+                lagging = pending.drop_unwaited_runs(self.ctx.config.max_backup_reorder_bytes)
+                if lagging:
+                    self.start_sync(run.partition_id, sorted(lagging))
             for backup in copies:
                 batches.setdefault(backup, []).append(run)
             if skips:
@@ -478,15 +481,13 @@ class DataPath:
 
     def _complete(self, pid: int, pending: PendingPartition) -> None:
         done = pending.complete()
-        if not done:
-            return
-        holds = self.leases.holds()
+        holds = self.leases.holds() if done else True
         for write in done:
             if not holds:
                 # Every backup has it, but an owner without a lease may already have been replaced.
                 write.call.mark(write.indexes, Status.INDETERMINATE)
             self._finish_write(write)
-        if not pending.writes:
+        if pending.idle:
             del self.pending[pid]
 
     def _finish_write(self, write: PendingWrite) -> None:
@@ -514,9 +515,12 @@ class DataPath:
                 lagging = {b for w in expired for b in w.backups if b in backups and not pending.holds(b, last)}
                 self._fail(expired)
                 self.start_sync(pid, sorted(lagging))
-                if not pending.writes:
+                if pending.idle:
                     del self.pending[pid]
                     continue
+            if pending.idle:
+                del self.pending[pid]
+                continue
             if now - pending.last_sent_ms >= self.ctx.config.retry_interval_ms:
                 pending.last_sent_ms = now
                 slots = self.consensus.state.table.replicas[pid] if self.consensus.state.table else ()
@@ -677,6 +681,11 @@ class DataPath:
             if message.accepted and message.sequence == sync.progress[sender]:
                 if message.sequence == len(sync.chunks) - 1:
                     del sync.progress[sender]
+                    pending = self.pending.get(pid)
+                    if pending is not None and sync.lineage == self.store(pid).lineage:
+                        # It holds the partition as of the sync: runs up to there are not owed to it.
+                        pending.acknowledge(sender, sync.replica_sequence)
+                        self._complete(pid, pending)
                 else:
                     sync.progress[sender] += 1
                     self._send_sync_chunk(pid, sync, sender)

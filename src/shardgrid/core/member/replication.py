@@ -5,8 +5,12 @@ sequence they now hold), so the writes a partition waits on form a queue in sequ
 acknowledgement pops from its front, and a timeout looks only at its front (every call has the
 same time budget, so deadlines grow along the queue). Nothing here scans every pending write.
 
-What was sent stays, as the runs that carried it, until every backup holds it, so that a backup
-that missed a batch gets it again from exactly where it stands.
+What was sent stays, as the runs that carried it, until every backup of the partition holds it
+(async backups, and those that get only the sequence, included), so that any backup that missed a
+batch gets it again from exactly where it stands: one lost batch to an async backup must not leave
+it holding everything after it (and stall the next sync write of another map). What is kept for
+backups nobody waits on is bounded in bytes per partition; beyond it the oldest such runs go, and
+the backups that lacked them are brought back by a sync.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import dataclass, field
 
 from shardgrid.core.identity import Replica
 from shardgrid.core.messages import PartitionRedirect, Status, WriteRun
+from shardgrid.core.store import columns_bytes
 
 
 @dataclass(slots=True)
@@ -56,6 +61,16 @@ class PendingPartition:
     runs: deque[WriteRun] = field(default_factory=deque)
     acked: dict[Replica, int] = field(default_factory=dict)  # the sequence each backup said it holds
     last_sent_ms: int = 0
+    runs_bytes: int = 0  # keys and values of ``runs``
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waits and every backup holds everything: the partition is settled."""
+        return not self.writes and not self.runs
+
+    def add_run(self, run: WriteRun) -> None:
+        self.runs.append(run)
+        self.runs_bytes += columns_bytes(run.keys, run.values)
 
     def acknowledge(self, backup: Replica, sequence: int) -> None:
         if sequence > self.acked.get(backup, -1):
@@ -89,7 +104,22 @@ class PendingPartition:
         writes = list(self.writes)
         self.writes.clear()
         self.runs.clear()
+        self.runs_bytes = 0
         return writes
+
+    def drop_unwaited_runs(self, max_bytes: int) -> set[Replica]:
+        """Over ``max_bytes``, drop the oldest runs no waiting write needs (only backups nobody
+        waits on lack them); returns those backups: they need a sync now."""
+        lagging: set[Replica] = set()
+        oldest_waiting = self.writes[0].first_sequence if self.writes else None
+        while self.runs_bytes > max_bytes and self.runs:
+            run = self.runs[0]
+            if oldest_waiting is not None and run.last_sequence >= oldest_waiting:
+                break
+            self.runs.popleft()
+            self.runs_bytes -= columns_bytes(run.keys, run.values)
+            lagging.update(b for b in self.required if not self.holds(b, run.last_sequence))
+        return lagging
 
     def runs_for(self, backup: Replica) -> tuple[WriteRun, ...]:
         """What ``backup`` has not acknowledged yet (whole runs: it skips what it already holds)."""
@@ -97,6 +127,7 @@ class PendingPartition:
         return tuple(run for run in self.runs if run.last_sequence > held)
 
     def _prune_runs(self) -> None:
-        oldest = self.writes[0].first_sequence if self.writes else None
-        while self.runs and (oldest is None or self.runs[0].last_sequence < oldest):
-            self.runs.popleft()
+        runs = self.runs
+        while runs and all(self.holds(b, runs[0].last_sequence) for b in self.required):
+            run = runs.popleft()
+            self.runs_bytes -= columns_bytes(run.keys, run.values)
