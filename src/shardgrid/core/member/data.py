@@ -59,6 +59,8 @@ from shardgrid.core.messages import (
 )
 from shardgrid.core.store import PartitionData, chunk_entries, columns_bytes
 
+# (partition, map) pairs whose write targets are cached (the cache empties when the table changes).
+MAX_CACHED_TARGETS = 100_000
 # The keys and values of one request: a frame less room for what the owner's backup batch adds to
 # them (its lineage and sequence), so that forwarding an accepted request always fits a frame.
 MAX_REQUEST_DATA_BYTES = MAX_FRAME_BYTES - 64 * 1024
@@ -91,6 +93,16 @@ class IncomingSync:
     replica_sequence: int
 
 
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """Where a map's writes to a partition go, under one table."""
+
+    backups: tuple[Replica, ...]  # every backup of the partition
+    copies: tuple[Replica, ...]  # those that keep a copy of the map (sync, then async)
+    sequence_only: tuple[Replica, ...]  # the others: they get the sequence without the data
+    sync: tuple[Replica, ...]  # those the answer waits for
+
+
 class DataPath:
     def __init__(
         self,
@@ -115,7 +127,10 @@ class DataPath:
         self._last_summary_ms = 0
         # This event's runs, sent at its end: to the backups that keep the map, and (without the
         # keys and values) to the partition's other backups.
-        self.outbox: list[tuple[WriteRun, tuple[Replica, ...], tuple[Replica, ...]]] = []
+        self.outbox: list[tuple[WriteRun, int, tuple[Replica, ...], tuple[Replica, ...]]] = []
+        # Per (partition, map), who gets its writes under the current table: asked on every write.
+        self._targets: dict[tuple[int, str], Targets] = {}
+        self._targets_table: object = None
         self.reorder: dict[int, dict[int, WriteRun]] = {}  # backup: runs that arrived early
         self.outgoing_syncs: dict[int, OutgoingSync] = {}
         self.incoming_syncs: dict[int, IncomingSync] = {}
@@ -163,6 +178,28 @@ class DataPath:
         """The backups a partition's replica slots name: every one follows the partition's
         sequence, whether or not it keeps a copy of a given map."""
         return [r for r in slots[1 : self.ctx.config.table_backup_count + 1] if r is not None]
+
+    def _targets_of(self, pid: int, slots: Sequence[Replica | None], map_name: str) -> Targets:
+        table = self.consensus.state.table
+        if table is not self._targets_table:
+            self._targets.clear()
+            self._targets_table = table
+        targets = self._targets.get((pid, map_name))
+        if targets is None:
+            map_config = self.ctx.config.map_config(map_name)
+            sync_end = 1 + map_config.backup_count
+            copies_end = sync_end + map_config.async_backup_count
+            width = self.ctx.config.table_backup_count + 1
+            targets = Targets(
+                tuple(r for r in slots[1:width] if r is not None),
+                tuple(r for r in slots[1 : min(copies_end, width)] if r is not None),
+                tuple(r for r in slots[copies_end:width] if r is not None),
+                tuple(r for r in slots[1 : min(sync_end, width)] if r is not None),
+            )
+            if len(self._targets) >= MAX_CACHED_TARGETS:
+                self._targets.clear()
+            self._targets[(pid, map_name)] = targets
+        return targets
 
     def _trim(self, data: PartitionData, index: int) -> None:
         """Drop the maps a replica at ``index`` keeps no copy of: it gets none of their writes, so
@@ -292,7 +329,6 @@ class DataPath:
         if migrations.writes_blocked(pid) or pid in self.outgoing_syncs:
             call.mark(indexes, Status.MIGRATING)
             return
-        map_config = self.ctx.config.map_config(message.map_name)
         run_keys = [keys[i] for i in indexes]
         run_values = [values[i] for i in indexes] if kind == PUT else []
         size = columns_bytes(run_keys, run_values)
@@ -319,52 +355,48 @@ class DataPath:
             if not records:
                 data.maps.pop(message.map_name, None)
         data.sequence += len(indexes)
-        sync_end = 1 + map_config.backup_count
-        copies_end = sync_end + map_config.async_backup_count
-        backups = self._backups_in(slots)
-        if not backups:
+        targets = self._targets_of(pid, slots, message.map_name)
+        if not targets.backups:
             return
         run = WriteRun(pid, data.lineage, first, kind, message.map_name, tuple(run_keys), tuple(run_values))
-        copies = tuple(r for r in slots[1:copies_end] if r is not None)
-        self.outbox.append((run, copies, tuple(r for r in slots[copies_end:] if r is not None and r in backups)))
+        self.outbox.append((run, size, targets.copies, targets.sequence_only))
         pending = self.pending.get(pid)
         if pending is None:
-            pending = self.pending[pid] = PendingPartition(set(backups), last_sent_ms=self.ctx.now_ms)
-        sync_backups = tuple(r for r in slots[1:sync_end] if r is not None)
-        if not sync_backups:
+            pending = self.pending[pid] = PendingPartition(set(targets.backups), last_sent_ms=self.ctx.now_ms)
+        if not targets.sync:
             return  # async backups only: nobody is waited on (the run is still resent until they have it)
-        pending.writes.append(PendingWrite(first, data.sequence, call, indexes, sync_backups, size))
+        pending.writes.append(PendingWrite(first, data.sequence, call, indexes, targets.sync, size))
         self.pending_count += len(indexes)
         self.pending_bytes += size
         call.open_writes += 1
 
     def _send_outbox(self) -> None:
         """One batch per backup for everything this event wrote."""
-        batches: dict[Replica, list[WriteRun]] = {}
+        batches: dict[Replica, list[tuple[WriteRun, int]]] = {}
         runs, self.outbox = self.outbox, []
-        for run, copies, skips in runs:
+        for run, size, copies, skips in runs:
             pending = self.pending.get(run.partition_id)
             if pending is not None:
-                pending.add_run(run)
+                pending.add_run(run, size)
                 lagging = pending.drop_unwaited_runs(self.ctx.config.max_backup_reorder_bytes)
                 if lagging:
                     self.start_sync(run.partition_id, sorted(lagging))
+            item = (run, size)
             for backup in copies:
-                batches.setdefault(backup, []).append(run)
+                batches.setdefault(backup, []).append(item)
             if skips:
-                bare = run.without_data()
+                bare = (run.without_data(), 0)
                 for backup in skips:
                     batches.setdefault(backup, []).append(bare)
         for backup in sorted(batches):
             self._send_runs(backup, batches[backup])
 
-    def _send_runs(self, backup: Replica, runs: Sequence[WriteRun]) -> None:
+    def _send_runs(self, backup: Replica, runs: Sequence[tuple[WriteRun, int]]) -> None:
         """As few batches as fit in ``MAX_BACKUP_BATCH_BYTES`` each (a run fits alone: it is no
-        larger than the client request that carried it)."""
+        larger than the client request that carried it), runs given with their sizes."""
         batch: list[WriteRun] = []
         size = 0
-        for run in runs:
-            run_bytes = columns_bytes(run.keys, run.values)
+        for run, run_bytes in runs:
             if batch and (size + run_bytes > MAX_BACKUP_BATCH_BYTES or len(batch) >= MAX_RUNS_PER_BACKUP_BATCH):
                 self.ctx.send(backup, BackupBatch(tuple(batch)))
                 batch, size = [], 0
@@ -373,11 +405,11 @@ class DataPath:
         if batch:
             self.ctx.send(backup, BackupBatch(tuple(batch)))
 
-    def _runs_held_at(self, index: int, runs: Sequence[WriteRun]) -> list[WriteRun]:
+    def _runs_held_at(self, index: int, runs: Sequence[tuple[WriteRun, int]]) -> list[tuple[WriteRun, int]]:
         """``runs`` as the backup at replica ``index`` takes them: without the data of maps it keeps
         no copy of."""
         config = self.ctx.config
-        return [run if config.keeps_copy(run.map_name, index) else run.without_data() for run in runs]
+        return [item if config.keeps_copy(item[0].map_name, index) else (item[0].without_data(), 0) for item in runs]
 
     def _read_from_backup(
         self, call: PendingCall, message: MapRequest, pid: int, indexes: list[int], slots: Sequence[Replica | None]

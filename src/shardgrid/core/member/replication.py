@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from shardgrid.core.identity import Replica
 from shardgrid.core.messages import PartitionRedirect, Status, WriteRun
-from shardgrid.core.store import columns_bytes
+
+_NOBODY: frozenset[Replica] = frozenset()
 
 
 @dataclass(slots=True)
@@ -58,7 +59,7 @@ class PendingWrite:
 class PendingPartition:
     required: set[Replica]  # the partition's backups now: only they are waited on
     writes: deque[PendingWrite] = field(default_factory=deque)
-    runs: deque[WriteRun] = field(default_factory=deque)
+    runs: deque[tuple[WriteRun, int]] = field(default_factory=deque)  # with each run's keys and values in bytes
     acked: dict[Replica, int] = field(default_factory=dict)  # the sequence each backup said it holds
     last_sent_ms: int = 0
     runs_bytes: int = 0  # keys and values of ``runs``
@@ -68,9 +69,9 @@ class PendingPartition:
         """Nothing waits and every backup holds everything: the partition is settled."""
         return not self.writes and not self.runs
 
-    def add_run(self, run: WriteRun) -> None:
-        self.runs.append(run)
-        self.runs_bytes += columns_bytes(run.keys, run.values)
+    def add_run(self, run: WriteRun, size_bytes: int) -> None:
+        self.runs.append((run, size_bytes))
+        self.runs_bytes += size_bytes
 
     def acknowledge(self, backup: Replica, sequence: int) -> None:
         if sequence > self.acked.get(backup, -1):
@@ -84,11 +85,18 @@ class PendingPartition:
         done = []
         writes = self.writes
         required = self.required
+        acked = self.acked
         while writes:
             write = writes[0]
-            if not all(self.holds(b, write.last_sequence) for b in write.backups if b in required):
-                break
-            done.append(writes.popleft())
+            last = write.last_sequence
+            # (A loop, not all() over a generator: this runs once per write on the hot path.)
+            for backup in write.backups:
+                if acked.get(backup, -1) < last and backup in required:
+                    break
+            else:
+                done.append(writes.popleft())
+                continue
+            break
         self._prune_runs()
         return done
 
@@ -107,27 +115,36 @@ class PendingPartition:
         self.runs_bytes = 0
         return writes
 
-    def drop_unwaited_runs(self, max_bytes: int) -> set[Replica]:
+    def drop_unwaited_runs(self, max_bytes: int) -> set[Replica] | frozenset[Replica]:
         """Over ``max_bytes``, drop the oldest runs no waiting write needs (only backups nobody
         waits on lack them); returns those backups: they need a sync now."""
+        if self.runs_bytes <= max_bytes:
+            return _NOBODY
         lagging: set[Replica] = set()
         oldest_waiting = self.writes[0].first_sequence if self.writes else None
         while self.runs_bytes > max_bytes and self.runs:
-            run = self.runs[0]
+            run, size_bytes = self.runs[0]
             if oldest_waiting is not None and run.last_sequence >= oldest_waiting:
                 break
             self.runs.popleft()
-            self.runs_bytes -= columns_bytes(run.keys, run.values)
+            self.runs_bytes -= size_bytes
             lagging.update(b for b in self.required if not self.holds(b, run.last_sequence))
         return lagging
 
-    def runs_for(self, backup: Replica) -> tuple[WriteRun, ...]:
+    def runs_for(self, backup: Replica) -> list[tuple[WriteRun, int]]:
         """What ``backup`` has not acknowledged yet (whole runs: it skips what it already holds)."""
         held = self.acked.get(backup, -1)
-        return tuple(run for run in self.runs if run.last_sequence > held)
+        return [item for item in self.runs if item[0].last_sequence > held]
 
     def _prune_runs(self) -> None:
         runs = self.runs
-        while runs and all(self.holds(b, runs[0].last_sequence) for b in self.required):
-            run = runs.popleft()
-            self.runs_bytes -= columns_bytes(run.keys, run.values)
+        if not runs:
+            return
+        acked = self.acked
+        required = self.required
+        if len(required) == 1:
+            floor = acked.get(next(iter(required)), -1)
+        else:
+            floor = min((acked.get(backup, -1) for backup in required), default=runs[-1][0].last_sequence)
+        while runs and runs[0][0].last_sequence <= floor:
+            self.runs_bytes -= runs.popleft()[1]
