@@ -3,7 +3,10 @@ into a formed cluster, they must change nothing that matters."""
 
 from __future__ import annotations
 
+import pytest
+
 from shardgrid.core import messages as m
+from shardgrid.core.effects import Receive, SendToAddress
 from shardgrid.core.identity import Replica
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.metadata.commands import MemberRecord
@@ -79,3 +82,21 @@ def test_a_bootstrap_from_a_process_it_never_found_does_not_found_a_cluster() ->
     sim.run_until(sim.now_ms + 1_000)
     assert member.lifecycle is Lifecycle.DISCOVERING
     assert not member.consensus.has_state
+
+
+def test_a_cluster_at_its_member_limit_turns_a_new_joiner_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by an outside tester: nothing stopped a 1,001st member, whose member list the codec's
+    bounds would then refuse in every snapshot."""
+    from shardgrid.core import limits
+
+    scenario = formed()
+    monkeypatch.setattr(limits, "MAX_MEMBER_COUNT", 3)
+    leader = scenario.master
+    newcomer = Replica("abababab-0000-4000-8000-000000000009", "127.0.0.1:5799")
+    effects = leader.handle(scenario.sim.now_ms, Receive(newcomer.address, None, None, m.JoinRequest(newcomer)))
+    (rejected,) = [e.message for e in effects if isinstance(e, SendToAddress) and isinstance(e.message, m.JoinRejected)]
+    assert "3 members" in rejected.reason
+    # A restart at a member's address replaces it: it is not turned away.
+    restarted = Replica("cdcdcdcd-0000-4000-8000-000000000009", scenario.sim.live_members()[1].identity.address)
+    effects = leader.handle(scenario.sim.now_ms, Receive(restarted.address, None, None, m.JoinRequest(restarted)))
+    assert not [e for e in effects if isinstance(e, SendToAddress) and isinstance(e.message, m.JoinRejected)]

@@ -87,6 +87,9 @@ class MemberConfig:
     anti_entropy_interval_ms: int = 30_000  # how often an owner tells each backup where it stands
     max_parallel_replications: int = 5  # syncs a backup asks for after one summary
     max_pending_joins: int = 100  # joiners waiting for the leader's next configuration change
+    # Reads of a partition being migrated are served by its owner until the data is handed over
+    # (writes wait: the copy being sent must not change); true answers them MIGRATING as well.
+    stale_read_disabled: bool = False
     # The leader assigns the partitions as soon as the cluster has a data member (the default), or,
     # as Hazelcast does, when data is first asked for.
     assign_partitions_on_first_use: bool = False

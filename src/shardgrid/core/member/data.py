@@ -318,7 +318,8 @@ class DataPath:
         data = self.store(pid)
         keys, values, out = message.keys, message.values, call.values
         if kind == GET:
-            if migrations.reads_blocked(pid):
+            moving = migrations.writes_blocked(pid) and self.ctx.config.stale_read_disabled
+            if moving or migrations.reads_blocked(pid):
                 call.mark(indexes, Status.MIGRATING)
                 return
             records = data.maps.get(message.map_name)

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+from shardgrid.core import limits
 from shardgrid.core.identity import Replica
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
@@ -62,6 +63,17 @@ class MembershipLeader:
                 "the cluster is shutting down" if state.shut_down else f"the cluster is {state.cluster_state.value}"
             )
             self.ctx.send_to_address(joiner.address, JoinRejected(reason))
+            return
+        replacing = any(r.address == joiner.address for r in state.replicas)
+        if (
+            not replacing
+            and joiner not in self.joiners
+            and len(state.replicas) + len(self.joiners) >= limits.MAX_MEMBER_COUNT
+        ):
+            # Beyond it the member list no longer fits the bounds every member decodes it with.
+            self.ctx.send_to_address(
+                joiner.address, JoinRejected(f"the cluster has its {limits.MAX_MEMBER_COUNT} members")
+            )
             return
         if joiner in self.joiners or len(self.joiners) < self.ctx.config.max_pending_joins:
             self.joiners[joiner] = message.lite

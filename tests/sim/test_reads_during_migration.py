@@ -1,0 +1,48 @@
+"""Reads of a partition while its owner streams it to a new member (seed 002's stale reads)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from shardgrid.core import messages as m
+from shardgrid.core.effects import Receive, ReplyToClient
+from shardgrid.core.hashing import partition_id_of_serialized
+from shardgrid.core.member import Member
+from shardgrid.sim.scenario import Scenario
+from shardgrid.sim.vopr import SimParams
+
+
+def _key_of(pid: int, partitions: int) -> bytes:
+    return next(k for k in (b"key-%d" % i for i in range(100_000)) if partition_id_of_serialized(k, partitions) == pid)
+
+
+@pytest.mark.parametrize(("stale_read_disabled", "expected"), [(False, m.Status.OK), (True, m.Status.MIGRATING)])
+def test_a_read_while_the_owner_streams_the_partition(stale_read_disabled: bool, expected: m.Status) -> None:
+    params = SimParams(members=2, partitions=31, ops=0, faults=(), drop_rate=0.0, duplicate_rate=0.0)
+    scenario = Scenario(3, params)
+    scenario.sim.config = replace(scenario.sim.config, stale_read_disabled=stale_read_disabled)
+    scenario.start()
+    sim = scenario.sim
+    sim.start_member()  # a third member: partitions start moving to it
+
+    def sending() -> tuple[Member, int] | None:
+        for member in sim.live_members():
+            for pid, outgoing in member.replica.outgoing.items():
+                if outgoing.sending and not outgoing.complete:
+                    return member, pid
+        return None
+
+    scenario.run_until(lambda: sending() is not None, limit_ms=30_000)
+    found = sending()
+    assert found is not None
+    owner, pid = found
+    request = m.MapRequest(1, m.GET, "m", (pid,), (_key_of(pid, 31),))
+    effects = owner.handle(sim.now_ms, Receive("client", None, None, request))
+    (reply,) = [e.message for e in effects if isinstance(e, ReplyToClient)]
+    assert reply.statuses == (expected,)
+    put = m.MapRequest(2, m.PUT, "m", (pid,), (_key_of(pid, 31),), (b"v",))
+    effects = owner.handle(sim.now_ms, Receive("client", None, None, put))
+    (reply,) = [e.message for e in effects if isinstance(e, ReplyToClient)]
+    assert reply.statuses == (m.Status.MIGRATING,)  # writes wait either way
