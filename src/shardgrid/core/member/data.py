@@ -462,12 +462,15 @@ class DataPath:
 
     def _reply(self, call: PendingCall) -> None:
         statuses = call.statuses
-        retry_after = self.ctx.config.client_retry_after_ms if any(s in RETRYABLE for s in statuses) else 0
+        retry_after = 0 if RETRYABLE.isdisjoint(statuses) else self.ctx.config.client_retry_after_ms
         redirects = tuple(call.redirects[pid] for pid in sorted(call.redirects))
         values = call.values
         if values is None:
             reply = MapReply(call.call_id, tuple(statuses), (), redirects, retry_after, call.reason)
             self.ctx.reply(call.client_address, reply)
+            return
+        if sum(map(len, filter(None, values))) <= MAX_REPLY_VALUE_BYTES:
+            self._reply_part(call, 0, len(values), redirects, retry_after, more=False)
             return
         # Split by the values' bytes so that every reply stays well under a frame.
         start, size = 0, 0
