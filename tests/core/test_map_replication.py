@@ -171,3 +171,49 @@ def test_a_lost_batch_to_an_async_backup_is_resent_and_does_not_stall_the_next_s
     (reply,) = replies(owner.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupAckBatch(((0, 2),)))))
     assert reply.statuses == (m.Status.OK,)
     assert owner.data.settled(0)  # A holds everything: nothing is kept for it any more
+
+
+def test_a_backup_whose_owner_moved_it_to_a_hotter_slot_first_takes_that_maps_writes_only_with_its_copy() -> None:
+    """Found by review: the owner applied a shift up (C from slot 2 to slot 1) before C did; C took
+    a write of a map slot 2 does not keep into a copy the migration's outcome then replaced, after
+    acknowledging it: the only sync backup of an acknowledged write no longer had it."""
+    maps = replace(CONFIG, maps=(("wide", MapConfig(backup_count=1, async_backup_count=1)),))
+    old = PartitionTable.from_lists([[B, A, C]] * 4, [1, 1, 1, 1])
+    new = PartitionTable.from_lists([[B, C, A]] * 4, [2, 2, 2, 2])
+    owner, now = following(B, new, config=maps)
+    now = grant_lease(owner, now)
+    effects = owner.handle(now + 1, Receive("c", None, None, put(1, "m", value=b"new")))
+    (to_c,) = batches_to(effects, C)
+    backup, then = following(C, old, config=maps)  # it has not applied the outcome yet
+    synced(backup, 0, then, owner=B, maps={"m": {b"old": b"1"}, "wide": {b"w": b"2"}})
+    acks = sent(backup.handle(then + 1, Receive(B.address, B, C.uuid, to_c)), m.BackupAckBatch)
+    assert all(sequence == 0 for batch in acks for _, sequence in batch.acks)  # not taken, not acknowledged
+    assert replies(owner.handle(now + 2, Receive(C.address, C, B.uuid, m.BackupAckBatch(((0, 0),))))) == []
+    # The outcome: the staged copy, whole for slot 1; then the owner's resend is taken.
+    backup.data.install(0, PartitionData({"m": {b"old": b"1"}, "wide": {b"w": b"2"}}), 1)
+    assert backup.data.stores[0].maps["m"] == {b"old": b"1"}
+
+
+def test_a_held_copy_newer_than_the_staged_one_keeps_its_writes_and_takes_the_maps_it_lacked() -> None:
+    backup, _ = following(C, B_A_C, config=MAPS)
+    held = PartitionData({"wide": {b"k": b"newer"}, "two": {b"k": b"t"}}, sequence=5)
+    backup.data.install(0, held, 2)
+    backup.data.install(0, PartitionData({"m": {b"k": b"1"}, "wide": {b"k": b"older"}}, sequence=4), 1)
+    store = backup.data.stores[0]
+    assert store.maps == {"wide": {b"k": b"newer"}, "two": {b"k": b"t"}, "m": {b"k": b"1"}}
+    assert (store.sequence, store.copy_index) == (5, 1)
+
+
+def test_a_backup_that_never_acknowledges_what_nobody_waits_for_gets_a_sync() -> None:
+    """Found by review: an async backup without a store skipped every run without acknowledging;
+    the partition never settled, so its migrations never started."""
+    config = replace(CONFIG, maps=(("async-only", MapConfig(backup_count=0, async_backup_count=1)),))
+    owner, now = following(B, PartitionTable.from_lists([[B, A]] * 4, [1, 1, 1, 1]), config=config)
+    now = grant_lease(owner, now)
+    owner.handle(now + 1, Receive("c", None, None, put(1, "async-only")))
+    assert not owner.data.settled(0)
+    effects, now = run_ticks(owner, now + 1, now + 1 + config.backup_ack_timeout_ms + 200)
+    assert [chunk.partition_id for chunk in sent(effects, m.ReplicaSyncChunk)] == [0]
+    ack = m.ReplicaSyncAck(owner.data.outgoing_syncs[0].sync_id, 0, True)
+    owner.handle(now + 1, Receive(A.address, A, B.uuid, ack))
+    assert owner.data.settled(0)

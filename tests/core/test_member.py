@@ -290,7 +290,7 @@ def test_writes_waiting_for_a_backup_are_resent_in_batches_that_stay_under_a_bou
 ) -> None:
     from shardgrid.core.member import data as data_module
 
-    monkeypatch.setattr(data_module, "MAX_BACKUP_BATCH_BYTES", 250)
+    monkeypatch.setattr(data_module, "MAX_BACKUP_BATCH_BYTES", 400)
     owner, now = following(B, B_OWNS_A_BACKS)
     now = grant_lease(owner, now)
     for call_id in range(1, 5):  # four requests of 100-byte values to partition 0, none acknowledged
@@ -298,7 +298,7 @@ def test_writes_waiting_for_a_backup_are_resent_in_batches_that_stay_under_a_bou
         owner.handle(now + call_id, Receive("c", None, None, request))
     effects, now = run_ticks(owner, now + 5, now + 5 + CONFIG.retry_interval_ms + CONFIG.tick_ms)
     resent = sent(effects, m.BackupBatch)
-    assert [len(batch.runs) for batch in resent] == [2, 2]  # 4 runs of ~105 bytes, 250 a batch
+    assert [len(batch.runs) for batch in resent] == [2, 2]  # 4 runs of ~190 bytes on the wire, 400 a batch
     assert [run.first_sequence for batch in resent for run in batch.runs] == [1, 2, 3, 4]
 
 

@@ -59,6 +59,8 @@ from shardgrid.core.messages import (
 )
 from shardgrid.core.store import PartitionData, chunk_entries, columns_bytes
 
+# What a run takes on the wire beyond its keys, values and map name (partition, lineage, sequences).
+RUN_HEADER_BYTES = 64
 # (partition, map) pairs whose write targets are cached (the cache empties when the table changes).
 MAX_CACHED_TARGETS = 100_000
 # The keys and values of one request: a frame less room for what the owner's backup batch adds to
@@ -150,13 +152,15 @@ class DataPath:
             if held.copy_index <= max(index, 0):
                 return
             if held.sequence > data.sequence:
-                # Newer, but kept for a colder slot: it lacks maps this slot keeps, and the staged
-                # copy lacks the newer writes. Only the owner has both.
-                self.stores.pop(pid)
-                self.reorder.pop(pid, None)
-                owner = self.consensus.state.table.owner(pid) if self.consensus.state.table else None
-                if owner is not None and owner != self.ctx.identity:
-                    self.ctx.send(owner, ReplicaSyncRequest(pid))
+                # Newer, but kept for a colder slot: it lacks maps this slot keeps. Those maps
+                # have had no write since the staged copy (this member takes no run of a map its
+                # slot does not keep), so the staged copy of them is exact: take them from it.
+                config = self.ctx.config
+                for name, records in data.maps.items():
+                    if name not in held.maps and not config.keeps_copy(name, held.copy_index):
+                        held.maps[name] = records
+                held.copy_index = max(index, 0)
+                self._trim(held, index)
                 return
         self._trim(data, index)
         self.stores[pid] = data
@@ -378,7 +382,7 @@ class DataPath:
         for run, size, copies, skips in runs:
             pending = self.pending.get(run.partition_id)
             if pending is not None:
-                pending.add_run(run, size)
+                pending.add_run(run, size, self.ctx.now_ms)
                 lagging = pending.drop_unwaited_runs(self.ctx.config.max_backup_reorder_bytes)
                 if lagging:
                     self.start_sync(run.partition_id, sorted(lagging))
@@ -397,7 +401,8 @@ class DataPath:
         larger than the client request that carried it), runs given with their sizes."""
         batch: list[WriteRun] = []
         size = 0
-        for run, run_bytes in runs:
+        for run, data_bytes in runs:
+            run_bytes = data_bytes + len(run.map_name) + RUN_HEADER_BYTES  # what it takes on the wire
             if batch and (size + run_bytes > MAX_BACKUP_BATCH_BYTES or len(batch) >= MAX_RUNS_PER_BACKUP_BATCH):
                 self.ctx.send(backup, BackupBatch(tuple(batch)))
                 batch, size = [], 0
@@ -557,6 +562,9 @@ class DataPath:
             if pending.idle:
                 del self.pending[pid]
                 continue
+            overdue = pending.overdue(now, self.ctx.config.backup_ack_timeout_ms)
+            if overdue and pid not in self.outgoing_syncs:
+                self.start_sync(pid, sorted(overdue))
             if now - pending.last_sent_ms >= self.ctx.config.retry_interval_ms:
                 pending.last_sent_ms = now
                 slots = self.consensus.state.table.replicas[pid] if self.consensus.state.table else ()
@@ -578,8 +586,14 @@ class DataPath:
             pid = run.partition_id
             if not 0 <= pid < table.partition_count or not self._well_formed(run):
                 continue
-            if table.owner(pid) != sender or self._index_of(pid) < 1:
+            index = self._index_of(pid)
+            if table.owner(pid) != sender or index < 1:
                 continue  # not from the owner this member knows: fenced off (the sender retries)
+            if not run.skipped and not self.ctx.config.keeps_copy(run.map_name, index):
+                # The owner's table already puts this member at a hotter slot (a migration's
+                # outcome reached it first): the copy of that map comes with the outcome here.
+                # Taking the run now would acknowledge a write into a copy about to be replaced.
+                continue
             data = self.stores.get(pid)
             if data is None or pid in self.incoming_syncs or data.lineage != run.lineage:
                 continue  # not yet in the owner's lineage: its sync (or a timeout that starts one) fixes that

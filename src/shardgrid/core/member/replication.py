@@ -22,6 +22,9 @@ from shardgrid.core.identity import Replica
 from shardgrid.core.messages import PartitionRedirect, Status, WriteRun
 
 _NOBODY: frozenset[Replica] = frozenset()
+# Runs held per partition for backups (async, or getting only the sequence) that did not
+# acknowledge them yet: a bound in count as well as in bytes (a sequence-only run has no bytes).
+MAX_HELD_RUNS = 10_000
 
 
 @dataclass(slots=True)
@@ -59,7 +62,8 @@ class PendingWrite:
 class PendingPartition:
     required: set[Replica]  # the partition's backups now: only they are waited on
     writes: deque[PendingWrite] = field(default_factory=deque)
-    runs: deque[tuple[WriteRun, int]] = field(default_factory=deque)  # with each run's keys and values in bytes
+    # Each run with its keys and values in bytes and when it was first sent.
+    runs: deque[tuple[WriteRun, int, int]] = field(default_factory=deque)
     acked: dict[Replica, int] = field(default_factory=dict)  # the sequence each backup said it holds
     last_sent_ms: int = 0
     runs_bytes: int = 0  # keys and values of ``runs``
@@ -69,9 +73,19 @@ class PendingPartition:
         """Nothing waits and every backup holds everything: the partition is settled."""
         return not self.writes and not self.runs
 
-    def add_run(self, run: WriteRun, size_bytes: int) -> None:
-        self.runs.append((run, size_bytes))
+    def add_run(self, run: WriteRun, size_bytes: int, now_ms: int) -> None:
+        self.runs.append((run, size_bytes, now_ms))
         self.runs_bytes += size_bytes
+
+    def overdue(self, now_ms: int, timeout_ms: int) -> set[Replica] | frozenset[Replica]:
+        """The backups that have not acknowledged a run sent ``timeout_ms`` ago or more: nobody
+        may be waiting on them (an async backup, or one that gets only the sequence), but a
+        backup that cannot take the owner's runs (it lost its store, or holds another lineage)
+        keeps the partition unsettled until a sync brings it back."""
+        if not self.runs or now_ms - self.runs[0][2] < timeout_ms:
+            return _NOBODY
+        last = self.runs[0][0].last_sequence
+        return {backup for backup in self.required if not self.holds(backup, last)}
 
     def acknowledge(self, backup: Replica, sequence: int) -> None:
         if sequence > self.acked.get(backup, -1):
@@ -116,14 +130,15 @@ class PendingPartition:
         return writes
 
     def drop_unwaited_runs(self, max_bytes: int) -> set[Replica] | frozenset[Replica]:
-        """Over ``max_bytes``, drop the oldest runs no waiting write needs (only backups nobody
-        waits on lack them); returns those backups: they need a sync now."""
-        if self.runs_bytes <= max_bytes:
+        """Over ``max_bytes`` (or ``MAX_HELD_RUNS`` runs), drop the oldest runs from before every
+        waiting write; returns the backups that lacked them: they need a sync now (one may be a
+        sync backup of a waiting write that got only the sequence of a dropped run)."""
+        if self.runs_bytes <= max_bytes and len(self.runs) <= MAX_HELD_RUNS:
             return _NOBODY
         lagging: set[Replica] = set()
         oldest_waiting = self.writes[0].first_sequence if self.writes else None
-        while self.runs_bytes > max_bytes and self.runs:
-            run, size_bytes = self.runs[0]
+        while (self.runs_bytes > max_bytes or len(self.runs) > MAX_HELD_RUNS) and self.runs:
+            run, size_bytes, _ = self.runs[0]
             if oldest_waiting is not None and run.last_sequence >= oldest_waiting:
                 break
             self.runs.popleft()
@@ -134,7 +149,7 @@ class PendingPartition:
     def runs_for(self, backup: Replica) -> list[tuple[WriteRun, int]]:
         """What ``backup`` has not acknowledged yet (whole runs: it skips what it already holds)."""
         held = self.acked.get(backup, -1)
-        return [item for item in self.runs if item[0].last_sequence > held]
+        return [(run, size) for run, size, _ in self.runs if run.last_sequence > held]
 
     def _prune_runs(self) -> None:
         runs = self.runs
