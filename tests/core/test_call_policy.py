@@ -66,6 +66,13 @@ def test_a_call_times_out_as_a_whole_saying_whether_its_outcome_is_unknown() -> 
     assert decision is not None
     assert (decision.verdict, decision.outcome_unknown) == (Verdict.TIMED_OUT, True)
     assert on_deadline(AT_LEAST_ONCE, uncertain, 9_999) is None
+    # An attempt still unanswered at the deadline may yet be applied.
+    pending = on_deadline(AT_LEAST_ONCE, CallProgress(0, mutating=True), 10_000, in_flight=True)
+    assert pending is not None
+    assert pending.outcome_unknown
+    read = on_deadline(AT_LEAST_ONCE, CallProgress(0, mutating=False), 10_000, in_flight=True)
+    assert read is not None
+    assert not read.outcome_unknown
 
 
 def test_a_rejected_write_is_not_applied_unless_an_earlier_attempt_may_have_been() -> None:

@@ -88,10 +88,12 @@ def on_no_answer(settings: CallSettings, call: CallProgress, now_ms: int) -> Dec
     return _after_uncertain_attempt(settings, call, now_ms)
 
 
-def on_deadline(settings: CallSettings, call: CallProgress, now_ms: int) -> Decision | None:
-    """The call's own clock: a TIMED_OUT decision once it ran out of time, else None."""
+def on_deadline(settings: CallSettings, call: CallProgress, now_ms: int, in_flight: bool = False) -> Decision | None:
+    """The call's own clock: a TIMED_OUT decision once it ran out of time, else None. With an
+    attempt still ``in_flight`` (sent, not answered), a write's outcome is unknown."""
     if now_ms >= call.deadline_ms(settings):
-        return Decision(Verdict.TIMED_OUT, outcome_unknown=call.mutating and call.maybe_applied)
+        unknown = call.mutating and (call.maybe_applied or in_flight)
+        return Decision(Verdict.TIMED_OUT, outcome_unknown=unknown)
     return None
 
 
