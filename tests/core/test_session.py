@@ -52,12 +52,18 @@ def shake(initiator: Session, acceptor: Session, hello: Hello) -> None:
             return
 
 
-def test_two_members_that_share_the_secret_each_learn_the_other_as_proved() -> None:
-    initiator, hello = Session.initiate(SETTINGS, PeerRole.MEMBER, A, B.address, nonce(1), 0)
+def established(role: PeerRole, identity: Replica | None) -> tuple[Session, Session]:
+    """A session from ``identity`` to member B, both sides sharing the secret, shaken to the end."""
+    initiator, hello = Session.initiate(SETTINGS, role, identity, B.address, nonce(1), 0)
     acceptor = Session.accept(SETTINGS, B, nonce(2), 0)
     shake(initiator, acceptor, hello)
     assert initiator.established
     assert acceptor.established
+    return initiator, acceptor
+
+
+def test_two_members_that_share_the_secret_each_learn_the_other_as_proved() -> None:
+    initiator, acceptor = established(PeerRole.MEMBER, A)
     assert (initiator.peer, acceptor.peer) == (B, A)
     assert acceptor.peer_role is PeerRole.MEMBER
     request = m.TableRequest()
@@ -65,11 +71,7 @@ def test_two_members_that_share_the_secret_each_learn_the_other_as_proved() -> N
 
 
 def test_a_client_is_anonymous_but_checks_the_member_it_talks_to() -> None:
-    client, hello = Session.initiate(SETTINGS, PeerRole.CLIENT, None, B.address, nonce(1), 0)
-    member = Session.accept(SETTINGS, B, nonce(2), 0)
-    shake(client, member, hello)
-    assert client.established
-    assert member.established
+    client, member = established(PeerRole.CLIENT, None)
     assert (client.peer, member.peer, member.peer_role) == (B, None, PeerRole.CLIENT)
 
 
