@@ -110,7 +110,7 @@ B_OWNS_A_BACKS = PartitionTable.from_lists([[B, A]] * 4, [1, 1, 1, 1])
 def test_a_lone_process_never_forms_a_cluster_of_its_own() -> None:
     member = Member(A, CONFIG, SEEDS, random.Random(1))
     effects = member.handle(0, Start())
-    assert SendToAddress(B.address, m.JoinRequest(A, False)) in effects
+    assert SendToAddress(B.address, m.JoinRequest(A, False, False, CONFIG.settings_digest)) in effects
     assert SetTimer("tick", CONFIG.tick_ms) in effects
     effects, _ = run_ticks(member, 0, 60_000)
     assert member.lifecycle is Lifecycle.DISCOVERING
@@ -143,8 +143,12 @@ def test_a_member_redirects_joiners_to_its_leader_and_an_unjoined_one_says_so() 
     assert sent(effects, m.JoinRedirect) == [m.JoinRedirect(A.address)]
     lonely = Member(C, CONFIG, SEEDS, random.Random(3))
     lonely.handle(0, Start())
-    effects = lonely.handle(1, Receive(B.address, None, None, m.JoinRequest(B)))
-    assert sent(effects, m.Unjoined) == [m.Unjoined(C, False)]
+    effects = lonely.handle(1, Receive(B.address, None, None, m.JoinRequest(B, settings_digest=CONFIG.settings_digest)))
+    assert sent(effects, m.Unjoined) == [m.Unjoined(C, False, False, CONFIG.settings_digest)]
+    # A process with other settings is no peer: no answer, and never counted to found a cluster.
+    effects = lonely.handle(2, Receive(A.address, None, None, m.JoinRequest(A, settings_digest="other")))
+    assert sent(effects, m.Unjoined) == []
+    assert A not in lonely.discovery.peers
 
 
 def test_time_never_goes_backwards() -> None:

@@ -3,6 +3,8 @@ into a formed cluster, they must change nothing that matters."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from shardgrid.core import messages as m
@@ -34,7 +36,13 @@ def test_a_join_at_a_live_members_address_does_not_evict_it() -> None:
     before = identities(scenario)
     for i, victim in enumerate(x for x in sim.live_members() if x is not leader):
         impostor = Replica(f"f00d{i:04d}-0000-4000-8000-000000000000", victim.identity.address)
-        sim._send("evil-client:1", None, leader.identity.address, None, m.JoinRequest(impostor))
+        sim._send(
+            "evil-client:1",
+            None,
+            leader.identity.address,
+            None,
+            m.JoinRequest(impostor, settings_digest=leader.config.settings_digest),
+        )
     sim.run_until(sim.now_ms + 30_000)
     assert identities(scenario) == before
     assert {r.replica for r in scenario.master.consensus.state.members} == before
@@ -93,10 +101,34 @@ def test_a_cluster_at_its_member_limit_turns_a_new_joiner_away(monkeypatch: pyte
     monkeypatch.setattr(limits, "MAX_MEMBER_COUNT", 3)
     leader = scenario.master
     newcomer = Replica("abababab-0000-4000-8000-000000000009", "127.0.0.1:5799")
-    effects = leader.handle(scenario.sim.now_ms, Receive(newcomer.address, None, None, m.JoinRequest(newcomer)))
+    effects = leader.handle(
+        scenario.sim.now_ms,
+        Receive(newcomer.address, None, None, m.JoinRequest(newcomer, settings_digest=leader.config.settings_digest)),
+    )
     (rejected,) = [e.message for e in effects if isinstance(e, SendToAddress) and isinstance(e.message, m.JoinRejected)]
     assert "3 members" in rejected.reason
     # A restart at a member's address replaces it: it is not turned away.
     restarted = Replica("cdcdcdcd-0000-4000-8000-000000000009", scenario.sim.live_members()[1].identity.address)
-    effects = leader.handle(scenario.sim.now_ms, Receive(restarted.address, None, None, m.JoinRequest(restarted)))
+    effects = leader.handle(
+        scenario.sim.now_ms,
+        Receive(restarted.address, None, None, m.JoinRequest(restarted, settings_digest=leader.config.settings_digest)),
+    )
     assert not [e for e in effects if isinstance(e, SendToAddress) and isinstance(e.message, m.JoinRejected)]
+
+
+def test_a_process_with_other_replication_settings_neither_joins_nor_founds() -> None:
+    """Found by review: nothing checked that members share the map configuration; one that
+    disagreed would keep or drop copies the others do not."""
+    from shardgrid.core.config import MapConfig
+
+    scenario = formed()
+    sim = scenario.sim
+    other = replace(sim.config, maps=(("m", MapConfig(backup_count=2)),))
+    assert other.settings_digest != sim.config.settings_digest
+    sim.config = other
+    address = sim.start_member()
+    sim.run_until(sim.now_ms + 10_000)
+    stranger = sim.nodes[address].member
+    assert stranger.lifecycle is Lifecycle.DISCOVERING
+    assert "settings differ" in stranger.discovery.rejected_reason
+    assert stranger.identity not in {r.replica for r in scenario.master.consensus.state.members}

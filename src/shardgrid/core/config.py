@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import json
+from dataclasses import astuple, dataclass, field
 
 from shardgrid.core.errors import require
 from shardgrid.core.limits import (
@@ -96,11 +98,27 @@ class MemberConfig:
     _map_configs: dict[str, MapConfig] = field(init=False, repr=False, compare=False, hash=False)
     _default_map: MapConfig = field(init=False, repr=False, compare=False, hash=False)
 
+    _settings_digest: str = field(init=False, repr=False, compare=False, hash=False)
+
     def __post_init__(self) -> None:
         # Looked up on every write: built once, here.
         object.__setattr__(self, "_map_configs", dict(self.maps))
         default = MapConfig(self.backup_count, self.async_backup_count, self.read_backup_data)
         object.__setattr__(self, "_default_map", default)
+        shared = (
+            self.partition_count,
+            astuple(default),
+            sorted((name, astuple(map_config)) for name, map_config in self.maps),
+        )
+        digest = hashlib.sha256(json.dumps(shared).encode()).hexdigest()[:32]
+        object.__setattr__(self, "_settings_digest", digest)
+
+    @property
+    def settings_digest(self) -> str:
+        """What every member of one cluster must agree on (the partition count and how each map is
+        replicated: a member that disagrees would keep or drop copies the others do not): a
+        joiner with other settings is turned away."""
+        return self._settings_digest
 
     def map_config(self, map_name: str) -> MapConfig:
         return self._map_configs.get(map_name, self._default_map)

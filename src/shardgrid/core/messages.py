@@ -58,6 +58,9 @@ ChunkValues = Annotated[tuple[bytes, ...], msgspec.Meta(max_length=MAX_ENTRIES_P
 # --- finding and joining a cluster ---------------------------------------------------------------
 
 
+Digest = Annotated[str, msgspec.Meta(max_length=64)]
+
+
 class JoinRequest(Message, tag=20):
     """To any known address: admit me (the leader), tell me where the leader is (a member), or
     tell me you are looking for a cluster too (a process that has not joined one)."""
@@ -65,6 +68,7 @@ class JoinRequest(Message, tag=20):
     member: Replica
     lite: bool = False
     heard_of_cluster: bool = False  # the sender knows a cluster exists: it must not found one
+    settings_digest: Digest = ""  # of the settings every member must share (MemberConfig.settings_digest)
 
 
 class JoinRedirect(Message, tag=21):
@@ -86,6 +90,7 @@ class Unjoined(Message, tag=23):
     member: Replica
     lite: bool = False
     heard_of_cluster: bool = False
+    settings_digest: Digest = ""
 
 
 class Bootstrap(Message, tag=24):

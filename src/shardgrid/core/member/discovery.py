@@ -46,7 +46,7 @@ class Discovery:
         config = self.ctx.config
         if self.ctx.now_ms - self._last_probe_ms >= config.join_retry_ms:
             self._last_probe_ms = self.ctx.now_ms
-            request = JoinRequest(self.ctx.identity, self.ctx.lite, self.cluster_seen)
+            request = JoinRequest(self.ctx.identity, self.ctx.lite, self.cluster_seen, self._digest)
             targets = list(self.known_addresses)
             if self.leader_address is not None and self.leader_address not in targets:
                 targets.append(self.leader_address)
@@ -61,21 +61,29 @@ class Discovery:
         if message.leader_address is not None and message.leader_address != self.ctx.identity.address:
             self.leader_address = message.leader_address
             asked.add(message.leader_address)
-            self.ctx.send_to_address(message.leader_address, JoinRequest(self.ctx.identity, self.ctx.lite, True))
+            request = JoinRequest(self.ctx.identity, self.ctx.lite, True, self._digest)
+            self.ctx.send_to_address(message.leader_address, request)
 
     def on_rejected(self, message: JoinRejected) -> None:
         self.cluster_seen = True
         self.rejected_reason = message.reason
 
+    @property
+    def _digest(self) -> str:
+        return self.ctx.config.settings_digest
+
     def on_unjoined(self, message: Unjoined) -> None:
-        self._heard_peer(message.member, message.lite, message.heard_of_cluster)
+        if message.settings_digest == self._digest:  # never found a cluster with other settings
+            self._heard_peer(message.member, message.lite, message.heard_of_cluster)
 
     def on_join_request(self, message: JoinRequest) -> None:
         """Another process looking for a cluster: it is a peer, and it should know we are one."""
         if message.member == self.ctx.identity:
             return
+        if message.settings_digest != self._digest:
+            return  # not a peer: a cluster formed with it would disagree on what every member keeps
         self._heard_peer(message.member, message.lite, message.heard_of_cluster)
-        reply = Unjoined(self.ctx.identity, self.ctx.lite, self.cluster_seen)
+        reply = Unjoined(self.ctx.identity, self.ctx.lite, self.cluster_seen, self._digest)
         self.ctx.send_to_address(message.member.address, reply)
 
     def _heard_peer(self, peer: Replica, lite: bool, heard_of_cluster: bool) -> None:

@@ -58,6 +58,10 @@ class MembershipLeader:
         joiner = message.member
         if state.is_member(joiner):
             return  # already added: the log reaches it
+        if message.settings_digest != self.ctx.config.settings_digest:
+            reason = "its partition count or map replication settings differ from this cluster's"
+            self.ctx.send_to_address(joiner.address, JoinRejected(reason))
+            return
         if state.shut_down or not state.cluster_state.join_allowed:
             reason = (
                 "the cluster is shutting down" if state.shut_down else f"the cluster is {state.cluster_state.value}"
