@@ -20,7 +20,7 @@ from shardgrid.core.metadata import ClusterState, MemberRecord, MetadataState
 from shardgrid.core.migration import Migration, MigrationRecord
 from shardgrid.core.raft import Membership, Snapshot
 from shardgrid.core.raft.messages import InstallSnapshot
-from shardgrid.core.store import ITEM_OVERHEAD_BYTES, PartitionData
+from shardgrid.core.store import ITEM_OVERHEAD_BYTES
 from shardgrid.core.table import PartitionTable
 
 A = Replica("aaaaaaaa-0000-4000-8000-000000000001", "127.0.0.1:5701")
@@ -270,11 +270,16 @@ def test_writes_waiting_for_backups_are_bounded_in_bytes_as_well_as_in_count() -
 
 def test_an_owner_tells_its_backups_where_it_stands_and_a_lagging_backup_asks_for_a_sync() -> None:
     owner, now = following(B, B_OWNS_A_BACKS)
+    now = grant_lease(owner, now)
     for pid in range(4):
-        owner.data.install(pid, PartitionData(sequence=pid, lineage="L"), 0)
+        for write in range(pid + 1):  # partition p gets p + 1 writes, each acknowledged by A
+            request = m.MapRequest(10 * pid + write, m.PUT, "m", (pid,), (key_in(pid),), (b"v",))
+            (batch,) = sent(owner.handle(now, Receive("c", None, None, request)), m.BackupBatch)
+            ack = m.BackupAckBatch(((pid, batch.runs[0].last_sequence),))
+            assert replies(owner.handle(now, Receive(A.address, A, B.uuid, ack)))[0].statuses == (m.Status.OK,)
     effects, now = run_ticks(owner, now, now + CONFIG.anti_entropy_interval_ms + 1_000)
     summaries = sent(effects, m.ReplicaSummary)
-    assert summaries[0] == m.ReplicaSummary((0, 1, 2, 3), ("L",) * 4, (0, 1, 2, 3))
+    assert summaries[0] == m.ReplicaSummary((0, 1, 2, 3), ("",) * 4, (1, 2, 3, 4))
 
     backup, now = following(B, A_OWNS_B_BACKS, config=replace(CONFIG, max_parallel_replications=2))
     synced(backup, 0, now, lineage="L")  # equal: nothing to do
