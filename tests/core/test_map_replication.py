@@ -217,3 +217,14 @@ def test_a_backup_that_never_acknowledges_what_nobody_waits_for_gets_a_sync() ->
     ack = m.ReplicaSyncAck(owner.data.outgoing_syncs[0].sync_id, 0, True)
     owner.handle(now + 1, Receive(A.address, A, B.uuid, ack))
     assert owner.data.settled(0)
+
+
+def test_the_settings_digest_covers_what_decides_the_copies_and_nothing_else() -> None:
+    base = MemberConfig()
+    assert MemberConfig(maps=(("a", MapConfig()),)).settings_digest == base.settings_digest  # the default's counts
+    assert MemberConfig(read_backup_data=True).settings_digest == base.settings_digest  # each member's own business
+    assert MemberConfig(backup_count=True).settings_digest == MemberConfig(backup_count=1).settings_digest
+    assert MemberConfig(maps=(("a", MapConfig(2)),)).settings_digest != base.settings_digest
+    assert MemberConfig(partition_count=7).settings_digest != base.settings_digest
+    two = (("a", MapConfig(2)), ("b", MapConfig(0, 1)))
+    assert MemberConfig(maps=two).settings_digest == MemberConfig(maps=two[::-1]).settings_digest

@@ -132,3 +132,32 @@ def test_a_process_with_other_replication_settings_neither_joins_nor_founds() ->
     assert stranger.lifecycle is Lifecycle.DISCOVERING
     assert "settings differ" in stranger.discovery.rejected_reason
     assert stranger.identity not in {r.replica for r in scenario.master.consensus.state.members}
+
+
+def test_joiners_asking_together_at_the_limit_are_admitted_only_up_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by review: the limit counted neither admissions on their way through the log nor
+    several incarnations at one address; past it, the leader's planner raised."""
+    from shardgrid.core import limits
+
+    scenario = formed()
+    sim = scenario.sim
+    monkeypatch.setattr(limits, "MAX_MEMBER_COUNT", 4)
+    leader = scenario.master
+    digest = leader.config.settings_digest
+    for i in range(3):
+        joiner = Replica(f"abababab-0000-4000-8000-00000000001{i}", f"127.0.0.1:58{i:02d}")
+        sim._send(joiner.address, None, leader.identity.address, None, m.JoinRequest(joiner, settings_digest=digest))
+    # Two incarnations at a crashed member's address: only the newer one may replace it.
+    victim = next(x for x in sim.live_members() if x is not leader)
+    sim.crash(victim.identity.address)
+    for i in range(2):
+        again = Replica(f"cdcdcdcd-0000-4000-8000-00000000002{i}", victim.identity.address)
+        sim._send(again.address, None, leader.identity.address, None, m.JoinRequest(again, settings_digest=digest))
+    most, most_at_address = 0, 0
+    for _ in range(75):  # every 200 ms for 15 s: the silent joiners are removed after a while
+        sim.run_until(sim.now_ms + 200)
+        members = scenario.master.consensus.state.members
+        most = max(most, len(members))
+        most_at_address = max(most_at_address, sum(1 for r in members if r.replica.address == victim.identity.address))
+    assert most == 4
+    assert most_at_address == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 
 from shardgrid.core.errors import require
 from shardgrid.core.limits import (
@@ -105,19 +105,24 @@ class MemberConfig:
         object.__setattr__(self, "_map_configs", dict(self.maps))
         default = MapConfig(self.backup_count, self.async_backup_count, self.read_backup_data)
         object.__setattr__(self, "_default_map", default)
-        shared = (
-            self.partition_count,
-            astuple(default),
-            sorted((name, astuple(map_config)) for name, map_config in self.maps),
+        # What decides which copies each replica keeps: the partition count and every map's
+        # effective backup counts (a map listed with the default's counts is the default; whether
+        # a backup answers reads is each member's own business).
+        counts = (int(self.backup_count), int(self.async_backup_count))
+        maps = sorted(
+            (name, int(m.backup_count), int(m.async_backup_count))
+            for name, m in self.maps
+            if (int(m.backup_count), int(m.async_backup_count)) != counts
         )
+        shared = (int(self.partition_count), counts, maps)
         digest = hashlib.sha256(json.dumps(shared).encode()).hexdigest()[:32]
         object.__setattr__(self, "_settings_digest", digest)
 
     @property
     def settings_digest(self) -> str:
-        """What every member of one cluster must agree on (the partition count and how each map is
-        replicated: a member that disagrees would keep or drop copies the others do not): a
-        joiner with other settings is turned away."""
+        """What every member of one cluster must agree on (the partition count and how many copies
+        of each map are kept: a member that disagrees would keep or drop copies the others do
+        not): a joiner with other settings is turned away."""
         return self._settings_digest
 
     def map_config(self, map_name: str) -> MapConfig:

@@ -75,13 +75,18 @@ class Discovery:
     def on_unjoined(self, message: Unjoined) -> None:
         if message.settings_digest == self._digest:  # never found a cluster with other settings
             self._heard_peer(message.member, message.lite, message.heard_of_cluster)
+        elif message.heard_of_cluster:
+            self.cluster_seen = True  # its news that a cluster exists holds whatever its settings
 
     def on_join_request(self, message: JoinRequest) -> None:
         """Another process looking for a cluster: it is a peer, and it should know we are one."""
         if message.member == self.ctx.identity:
             return
         if message.settings_digest != self._digest:
-            return  # not a peer: a cluster formed with it would disagree on what every member keeps
+            # Not a peer: a cluster formed with it would disagree on what every member keeps. Its
+            # news that a cluster exists still holds.
+            self.cluster_seen = self.cluster_seen or message.heard_of_cluster
+            return
         self._heard_peer(message.member, message.lite, message.heard_of_cluster)
         reply = Unjoined(self.ctx.identity, self.ctx.lite, self.cluster_seen, self._digest)
         self.ctx.send_to_address(message.member.address, reply)

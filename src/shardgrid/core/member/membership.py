@@ -58,6 +58,9 @@ class MembershipLeader:
         joiner = message.member
         if state.is_member(joiner):
             return  # already added: the log reaches it
+        if joiner.address == self.ctx.identity.address:
+            self.ctx.send_to_address(joiner.address, JoinRejected("that address is the leader's own"))
+            return
         if message.settings_digest != self.ctx.config.settings_digest:
             reason = "its partition count or map replication settings differ from this cluster's"
             self.ctx.send_to_address(joiner.address, JoinRejected(reason))
@@ -68,19 +71,27 @@ class MembershipLeader:
             )
             self.ctx.send_to_address(joiner.address, JoinRejected(reason))
             return
-        replacing = any(r.address == joiner.address for r in state.replicas)
-        if (
-            not replacing
-            and joiner not in self.joiners
-            and len(state.replicas) + len(self.joiners) >= limits.MAX_MEMBER_COUNT
-        ):
-            # Beyond it the member list no longer fits the bounds every member decodes it with.
-            self.ctx.send_to_address(
-                joiner.address, JoinRejected(f"the cluster has its {limits.MAX_MEMBER_COUNT} members")
-            )
+        # One joiner waits per address: a newer incarnation (a process restarting in a loop, or a
+        # stranger's claim) takes the place of an older one.
+        for older in [j for j in self.joiners if j.address == joiner.address and j != joiner]:
+            del self.joiners[older]
+        addresses = {r.address for r in state.replicas}
+        adding = sum(1 for j in self.joiners if j.address not in addresses and j != joiner)
+        if joiner.address not in addresses and self._member_count() + adding >= limits.MAX_MEMBER_COUNT:
+            self._turn_away_at_limit(joiner)
             return
         if joiner in self.joiners or len(self.joiners) < self.ctx.config.max_pending_joins:
             self.joiners[joiner] = message.lite
+
+    def _member_count(self) -> int:
+        """Members by the newest configuration, one not yet committed included."""
+        membership = self.consensus.raft.membership
+        return len(membership.voters) + len(membership.learners)
+
+    def _turn_away_at_limit(self, joiner: Replica) -> None:
+        # Beyond it the member list no longer fits the bounds every member decodes it with.
+        reason = f"the cluster has its {limits.MAX_MEMBER_COUNT} members"
+        self.ctx.send_to_address(joiner.address, JoinRejected(reason))
 
     # --- every tick, on the leader -------------------------------------------------------------------
 
@@ -187,6 +198,10 @@ class MembershipLeader:
                 self.joiners[joiner] = requested[joiner]  # after its predecessor's removal
             else:
                 admitted.append(joiner)
+        room = limits.MAX_MEMBER_COUNT - (self._member_count() - len(replaced))
+        for joiner in admitted[max(room, 0) :]:
+            self._turn_away_at_limit(joiner)
+        admitted = admitted[: max(room, 0)]
         if not admitted:
             return False
         records = tuple(MemberRecord(j, requested[j]) for j in admitted)
