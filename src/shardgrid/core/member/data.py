@@ -193,12 +193,12 @@ class DataPath:
             map_config = self.ctx.config.map_config(map_name)
             sync_end = 1 + map_config.backup_count
             copies_end = sync_end + map_config.async_backup_count
-            width = self.ctx.config.table_backup_count + 1
+            width = self.ctx.config.table_backup_count + 1  # no map's copies reach past it
             targets = Targets(
-                tuple(r for r in slots[1:width] if r is not None),
-                tuple(r for r in slots[1 : min(copies_end, width)] if r is not None),
+                tuple(self._backups_in(slots)),
+                tuple(r for r in slots[1:copies_end] if r is not None),
                 tuple(r for r in slots[copies_end:width] if r is not None),
-                tuple(r for r in slots[1 : min(sync_end, width)] if r is not None),
+                tuple(r for r in slots[1:sync_end] if r is not None),
             )
             if len(self._targets) >= MAX_CACHED_TARGETS:
                 self._targets.clear()
@@ -326,10 +326,7 @@ class DataPath:
             if moving or migrations.reads_blocked(pid):
                 call.mark(indexes, Status.MIGRATING)
                 return
-            records = data.maps.get(message.map_name)
-            if records and out is not None:
-                for index in indexes:
-                    out[index] = records.get(keys[index])
+            self._read_into(call, message, data, indexes)
             return
         if migrations.writes_blocked(pid) or pid in self.outgoing_syncs:
             call.mark(indexes, Status.MIGRATING)
@@ -432,13 +429,18 @@ class DataPath:
             return False
         if migrations is None or migrations.involved(pid):
             return False
+        self._read_into(call, message, data, indexes)
+        return True
+
+    @staticmethod
+    def _read_into(call: PendingCall, message: MapRequest, data: PartitionData, indexes: list[int]) -> None:
+        """The values of the request's keys at ``indexes``, from this copy, into the call's answer."""
         records = data.maps.get(message.map_name)
         out = call.values
         if records and out is not None:
             keys = message.keys
-            for i in indexes:
-                out[i] = records.get(keys[i])
-        return True
+            for index in indexes:
+                out[index] = records.get(keys[index])
 
     def on_table_request(self, client: str, message: TableRequest) -> None:
         table = self.consensus.state.table
