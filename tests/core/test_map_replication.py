@@ -214,7 +214,8 @@ def test_a_backup_that_never_acknowledges_what_nobody_waits_for_gets_a_sync() ->
     assert not owner.data.settled(0)
     effects, now = run_ticks(owner, now + 1, now + 1 + config.backup_ack_timeout_ms + 200)
     assert [chunk.partition_id for chunk in sent(effects, m.ReplicaSyncChunk)] == [0]
-    ack = m.ReplicaSyncAck(owner.data.outgoing_syncs[0].sync_id, 0, True)
+    (sync,) = owner.data.outgoing_syncs[0].values()
+    ack = m.ReplicaSyncAck(sync.sync_id, 0, True, complete=True)
     owner.handle(now + 1, Receive(A.address, A, B.uuid, ack))
     assert owner.data.settled(0)
 

@@ -94,9 +94,14 @@ def synced(
 ) -> None:
     """Give a backup its owner's copy of ``pid`` the way an owner does: a replica sync, through
     ``handle()`` (tests set no member state directly)."""
-    entries = tuple(m.Entry(name, k, v) for name, records in (maps or {}).items() for k, v in records.items())
-    chunk = m.ReplicaSyncChunk(f"sync-{pid}-{sequence}-{lineage}", pid, 0, entries, True, sequence, lineage)
-    member.handle(now, Receive(owner.address, owner, member.identity.uuid, chunk))
+    sync_id = f"sync-{pid}-{sequence}-{lineage}"
+    pieces = [(name, tuple(records), tuple(records.values())) for name, records in (maps or {}).items()] or [
+        ("", (), ())
+    ]
+    for index, (name, keys, values) in enumerate(pieces):
+        last = index == len(pieces) - 1
+        chunk = m.ReplicaSyncChunk(sync_id, pid, index, name, keys, values, last, sequence, lineage, -1, sequence)
+        member.handle(now, Receive(owner.address, owner, member.identity.uuid, chunk))
     assert member.data.stores[pid].sequence == sequence
 
 
@@ -288,7 +293,8 @@ def test_an_owner_tells_its_backups_where_it_stands_and_a_lagging_backup_asks_fo
     assert 3 not in backup.data.stores  # no data at all
     summary = m.ReplicaSummary((0, 1, 2, 3), ("L",) * 4, (0, 1, 2, 3))
     asked = sent(backup.handle(now + 1, Receive(A.address, A, B.uuid, summary)), m.ReplicaSyncRequest)
-    assert asked == [m.ReplicaSyncRequest(1), m.ReplicaSyncRequest(2)]  # at most two per summary
+    # At most two per summary, each saying where the backup stands.
+    assert asked == [m.ReplicaSyncRequest(1, "L", 0), m.ReplicaSyncRequest(2, "old", 2)]
     assert sent(backup.handle(now + 2, Receive(C.address, C, B.uuid, summary)), m.ReplicaSyncRequest) == []
     uneven = m.ReplicaSummary((1, 2), ("L",), (1, 2))
     assert sent(backup.handle(now + 3, Receive(A.address, A, B.uuid, uneven)), m.ReplicaSyncRequest) == []
@@ -407,11 +413,11 @@ def test_a_malformed_run_changes_nothing_and_is_not_acknowledged(run: m.WriteRun
 def test_a_late_copy_of_an_old_replica_sync_does_not_roll_a_backup_back() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
     synced(backup, 0, now, maps={"m": {b"k": b"new"}}, sequence=5, lineage="L")
-    old = m.ReplicaSyncChunk("a-s1", 0, 0, (m.Entry("m", b"k", b"old"),), True, 3, "L")
+    old = m.ReplicaSyncChunk("a-s1", 0, 0, "m", (b"k",), (b"old",), True, 3, "L", -1, 3)
     effects = backup.handle(now + 1, Receive(A.address, A, B.uuid, old))
-    assert sent(effects, m.ReplicaSyncAck) == [m.ReplicaSyncAck("a-s1", 0, True)]
+    assert sent(effects, m.ReplicaSyncAck) == [m.ReplicaSyncAck("a-s1", -1, True, complete=True)]
     assert backup.data.stores[0].maps == {"m": {b"k": b"new"}}
-    newer = m.ReplicaSyncChunk("a-s2", 0, 0, (m.Entry("m", b"k", b"newer"),), True, 6, "L")
+    newer = m.ReplicaSyncChunk("a-s2", 0, 0, "m", (b"k",), (b"newer",), True, 6, "L", -1, 6)
     backup.handle(now + 2, Receive(A.address, A, B.uuid, newer))
     assert backup.data.stores[0].sequence == 6
     assert backup.data.stores[0].maps == {"m": {b"k": b"newer"}}
@@ -462,9 +468,9 @@ def test_a_destination_takes_a_window_of_chunks_in_any_order_and_acknowledges_cu
         now += 1
         acks += sent(destination.handle(now, Receive(A.address, A, C.uuid, chunk)), m.MigrationChunkAck)
     assert [a.sequence for a in acks] == [-1, -1, 2, 2]
-    incoming = destination.replica.incoming[0]
-    assert incoming.complete
-    assert incoming.staged == {"m": {b"a": b"1", b"b": b"2", b"c": b"3"}, "n": {b"a": b"4"}}
+    staging = destination.replica.incoming[0].staging
+    assert staging.complete
+    assert staging.maps == {"m": {b"a": b"1", b"b": b"2", b"c": b"3"}, "n": {b"a": b"4"}}
 
 
 def test_early_chunks_are_held_only_from_the_owner_within_the_first_window_and_in_bytes() -> None:
@@ -500,7 +506,7 @@ def test_a_chunk_whose_columns_differ_in_length_is_refused() -> None:
     bad = m.MigrationChunk(record, 0, "m", (b"a", b"b"), (b"1",), True, 9, "L")
     (ack,) = sent(destination.handle(now, Receive(A.address, A, C.uuid, bad)), m.MigrationChunkAck)
     assert not ack.accepted
-    assert destination.replica.incoming[0].staged == {}
+    assert destination.replica.incoming[0].staging.maps == {}
 
 
 # --- leaving and rejoining ---------------------------------------------------------------------------------

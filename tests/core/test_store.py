@@ -1,12 +1,15 @@
-"""Partition stores: write runs apply like the writes they carry; streamed chunks hold every record."""
+"""Partition stores: write runs apply like the writes they carry; streamed pieces hold every record;
+per-map versions name exactly the maps a lagging replica lacks."""
 
 from __future__ import annotations
+
+import copy
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardgrid.core.messages import PUT, REMOVE, WriteRun
-from shardgrid.core.store import PartitionData, stream_columns
+from shardgrid.core.store import PartitionData, stream_pieces
 
 maps_strategy = st.dictionaries(
     st.text(min_size=1, max_size=5),
@@ -17,14 +20,16 @@ maps_strategy = st.dictionaries(
 
 @settings(max_examples=300, deadline=None)
 @given(maps_strategy, st.integers(1, 8), st.integers(1, 200))
-def test_streamed_chunks_hold_every_record_once_in_order_and_within_bounds(
+def test_streamed_pieces_hold_every_record_once_in_order_and_within_bounds(
     maps: dict[str, dict[bytes, bytes]], max_entries: int, max_bytes: int
 ) -> None:
-    chunks = list(stream_columns(maps, max_entries, max_bytes))
+    versions = {name: 7 + i for i, name in enumerate(maps)}
+    pieces = list(stream_pieces([(n, versions[n], r) for n, r in maps.items()], max_entries, max_bytes))
     rebuilt: dict[str, dict[bytes, bytes]] = {}
     order: list[tuple[str, bytes]] = []
-    for map_name, keys, values in chunks:
+    for map_name, version, keys, values in pieces:
         assert len(keys) == len(values) <= max_entries
+        assert version == versions.get(map_name, 0)
         size = sum(len(k) + len(v) + 16 for k, v in zip(keys, values, strict=True))
         assert size <= max_bytes or len(keys) == 1  # a record larger than the bound stands alone
         rebuilt.setdefault(map_name, {}).update(zip(keys, values, strict=True))
@@ -32,7 +37,50 @@ def test_streamed_chunks_hold_every_record_once_in_order_and_within_bounds(
     expected = {name: records for name, records in maps.items() if records}
     assert {name: records for name, records in rebuilt.items() if name} == expected
     assert order == [(name, k) for name, records in maps.items() for k in records]
-    assert len(chunks) >= 1  # an empty partition still has a (last) chunk
+    assert len(pieces) >= 1  # nothing to send still has a (last) piece
+
+
+writes_strategy = st.lists(
+    st.tuples(
+        st.sampled_from([PUT, REMOVE]),
+        st.sampled_from(["a", "b", "c"]),
+        st.lists(st.sampled_from([b"k1", b"k2", b"k3"]), min_size=1, max_size=3),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(writes_strategy)
+def test_a_replica_at_any_sequence_from_versions_from_on_becomes_the_owner_by_taking_the_maps_changed_since(
+    writes: list[tuple[int, str, list[bytes]]],
+) -> None:
+    """The promise a sync of just some maps rests on: a replica that applied the owner's writes in
+    order up to sequence s differs from the owner only in the maps whose version is past s."""
+    owner = PartitionData()
+    states = [copy.deepcopy(owner)]
+    for kind, name, keys in writes:
+        values = tuple(b"v%d" % (owner.sequence + i) for i in range(len(keys))) if kind == PUT else ()
+        owner.apply_run(WriteRun(0, "", owner.sequence + 1, kind, name, tuple(keys), values), 0)
+        assert all(owner.maps.values())  # an emptied map is dropped
+        assert set(owner.versions) == set(owner.maps)  # every map held has a version, and only those
+        states.append(copy.deepcopy(owner))
+    for replica in states:
+        if replica.sequence < owner.versions_from:
+            continue  # too far behind for the versions to tell: it gets everything
+        changed = owner.maps_changed_after(replica.sequence)
+        replica.replace_maps({n: dict(owner.maps[n]) for n in changed}, owner.versions)
+        assert replica.maps == owner.maps
+        assert replica.versions == owner.versions
+
+
+def test_emptying_a_map_raises_versions_from_and_a_no_op_does_not() -> None:
+    data = PartitionData()
+    data.apply_run(WriteRun(0, "", 1, PUT, "m", (b"a",), (b"1",)), 0)
+    data.apply_run(WriteRun(0, "", 2, REMOVE, "other", (b"a",), ()), 0)  # nothing held: no change
+    assert (data.versions, data.versions_from) == ({"m": 1}, 0)
+    data.apply_run(WriteRun(0, "", 3, REMOVE, "m", (b"a",), ()), 0)
+    assert (data.maps, data.versions, data.versions_from) == ({}, {}, 3)
 
 
 def test_a_run_applies_from_where_the_replica_stands() -> None:

@@ -37,6 +37,10 @@ FREQUENT_SNAPSHOTS = SimParams(
 )
 ASYNC_BACKUP = SimParams(ops=200, members=5, async_backups=1, faults=FAULTS, fault_gap_ms=(1_000, 4_000))
 AT_LEAST_ONCE = SimParams(ops=200, members=5, fail_on_indeterminate=False, faults=FAULTS, fault_gap_ms=(1_000, 4_000))
+# Two maps (one with an async backup), and migrations and syncs sent whole rather than windowed.
+WHOLE_TRANSFERS_TWO_MAPS = SimParams(
+    ops=300, members=5, async_backups=1, fragments=False, faults=FAULTS, fault_gap_ms=(1_000, 4_000), drop_rate=0.05
+)
 FIRST_USE_WITH_LITE = SimParams(
     ops=300, members=5, lite_members=1, assign_on_first_use=True, faults=FAULTS, fault_gap_ms=(1_000, 4_000)
 )
@@ -76,6 +80,7 @@ CONFIGURATIONS: dict[str, tuple[SimParams, int]] = {
     "frequent-snapshots": (FREQUENT_SNAPSHOTS, SCALE // 10),
     "one-sync-one-async-backup": (ASYNC_BACKUP, SCALE // 6),
     "clients-retry-unknown-writes": (AT_LEAST_ONCE, SCALE // 6),
+    "whole-transfers-two-maps-lossy": (WHOLE_TRANSFERS_TWO_MAPS, SCALE // 10),
 }
 
 

@@ -88,6 +88,12 @@ def plan(
     default=None,
     help="Clients retry a write whose outcome is unknown instead of ending it as indeterminate.",
 )
+@click.option(
+    "--no-fragments",
+    is_flag=True,
+    default=None,
+    help="Migrations and syncs send a partition at once instead of a window of chunks at a time.",
+)
 @click.option("--ops", type=click.IntRange(0, 10_000_000), default=None, help="[default: 2000]")
 @click.option(
     "--faults",
@@ -115,6 +121,7 @@ def sim(
     backups: int | None,
     async_backups: int | None,
     at_least_once: bool | None,
+    no_fragments: bool | None,
     ops: int | None,
     faults: str | None,
     schedule_path: str | None,
@@ -144,6 +151,7 @@ def sim(
         "backups": backups,
         "async_backups": async_backups,
         "fail_on_indeterminate": False if at_least_once else None,
+        "fragments": False if no_fragments else None,
         "ops": ops,
         "max_parallel_migrations": max_parallel_migrations,
         "max_voters": max_voters,

@@ -21,6 +21,7 @@ def replay_command(result: SimResult, schedule_path: str | None = None) -> str:
         f"--backups {p.backups}",
         f"--async-backups {p.async_backups}",
         *([] if p.fail_on_indeterminate else ["--at-least-once"]),
+        *([] if p.fragments else ["--no-fragments"]),
         f"--ops {p.ops}",
         f"--faults '{','.join(p.faults)}'",
         f"--max-parallel-migrations {p.max_parallel_migrations}",

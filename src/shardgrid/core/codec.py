@@ -46,7 +46,7 @@ from shardgrid.core.raft.membership import ConfChange, Membership
 from shardgrid.core.table import PartitionTable
 from shardgrid.core.wire import Counter, Message, Record
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 LENGTH_PREFIX = struct.Struct(">I")
 
 COMMAND_TYPES: tuple[type[Message], ...] = (

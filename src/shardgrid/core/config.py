@@ -80,7 +80,10 @@ class MemberConfig:
     admin_timeout_ms: int = 30_000  # an administrative request not done by then fails
     max_chunk_entries: int = 1_000
     max_chunk_bytes: int = 1024 * 1024
-    migration_window_chunks: int = 4  # chunks of one migration in flight before the first is acknowledged
+    migration_window_chunks: int = 4  # chunks of one migration or sync in flight before the first is acknowledged
+    # Seed 002's fragmented migration: a partition moves map by map in bounded chunks, a window at a
+    # time, interleaved with other work. Off, a migration or sync sends everything at once.
+    migration_fragments_enabled: bool = True
     max_pending_writes: int = 10_000  # writes waiting for backup acks; beyond it, OVERLOADED
     max_pending_write_bytes: int = 256 * 1024 * 1024  # their keys and values; beyond it, OVERLOADED
     client_retry_after_ms: int = 50  # what a reply asking a client to retry tells it to wait

@@ -132,15 +132,8 @@ class LeaseGrant(Message, tag=27):
 # --- migrations (started and finished through the log; the data moves here) -----------------------
 
 
-class Entry(Record):
-    """One record of a map: what a migration or replica sync carries."""
-
-    map_name: str
-    key: bytes
-    value: bytes
-
-
-# Codes 80 and 81 (a chunk of one object per entry, acknowledged one by one) are retired.
+# Codes 80 and 81 (a chunk of one object per entry, acknowledged one by one) and 102 (a replica
+# sync chunk of one object per entry) are retired.
 
 
 class MigrationChunk(Message, tag=88):
@@ -155,6 +148,8 @@ class MigrationChunk(Message, tag=88):
     last: bool
     replica_sequence: Counter
     lineage: str
+    map_version: Counter = 0  # the replica version of ``map_name`` (seed 002: a fragment's own)
+    versions_from: Counter = 0  # the partition's: maps emptied at or before it have no version
 
 
 class MigrationChunkAck(Message, tag=89):
@@ -260,35 +255,54 @@ class BackupAckBatch(Message, tag=121):
     acks: Annotated[tuple[tuple[PartitionId, Counter], ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
 
 
-class ReplicaSyncChunk(Message, tag=102):
-    """Owner to backup: the partition's whole data, in order; replaces what the backup holds."""
+class ReplicaSyncChunk(Message, tag=126):
+    """Owner to backup: the next bounded piece of the maps a sync brings, as key and value
+    columns, in order, several in flight (``migration_window_chunks``). ``base_sequence`` -1:
+    the backup's copy is replaced whole. Otherwise the backup holds the partition at
+    ``base_sequence`` or later in ``lineage``, and the sync replaces just the maps changed since
+    (each piece carries its map's version); what it holds of the others is already the owner's."""
 
     sync_id: str
     partition_id: PartitionId
     sequence: Counter
-    entries: Annotated[tuple[Entry, ...], msgspec.Meta(max_length=MAX_ENTRIES_PER_CHUNK)]
+    map_name: str  # "" in the one piece of a sync that brings no records
+    keys: ChunkKeys
+    values: ChunkValues
     last: bool
     replica_sequence: Counter
     lineage: str
+    base_sequence: AckedSequence
+    map_version: Counter = 0
+    versions_from: Counter = 0
 
 
 class ReplicaSyncAck(Message, tag=103):
+    """Cumulative: the backup holds every piece up to ``sequence`` (-1: none yet). Not accepted:
+    it cannot take this sync (it is not a backup there, or no longer holds what the sync was
+    based on)."""
+
     sync_id: str
-    sequence: Counter
+    sequence: AckedSequence
     accepted: bool
+    complete: bool = False  # it holds the partition as of the sync: the owner is done with it
 
 
 class ReplicaSyncRequest(Message, tag=119):
-    """Backup to owner: this member is a backup of the partition but holds none of its data (it
-    learned of it from a snapshot): send it the whole partition."""
+    """Backup to owner: where this backup's copy stands (``sequence`` -1: it holds none, or one
+    of another lineage). The owner sends what it lacks: the maps changed since, or everything."""
 
     partition_id: PartitionId
+    lineage: str = ""
+    sequence: AckedSequence = -1
 
 
 class ReplicaSummary(Message, tag=125):
     """Owner to one backup, every ``anti_entropy_interval_ms``: where each settled partition it
     owns and the backup backs stands (its lineage and replica sequence), as columns. A backup that
-    is behind asks for a sync of that partition (anti-entropy: repairs what nothing else noticed)."""
+    is behind asks for a sync, naming where it stands (anti-entropy: repairs what nothing else
+    noticed). One sequence per partition is enough: on a replica that applies writes in order it
+    fixes every map's version, so the owner, told where the backup stands, sends just the maps
+    changed since."""
 
     partition_ids: Annotated[tuple[PartitionId, ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
     lineages: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]

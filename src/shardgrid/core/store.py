@@ -1,17 +1,23 @@
-"""Per-partition record stores: maps of byte keys to byte values, with a replica sequence.
+"""Per-partition record stores: maps of byte keys to byte values, with replica versions.
 
 The sequence counts the writes the owner applied to the partition; backups apply writes in that
 order and a migration or replica sync carries it, so any two replicas at the same sequence hold
-the same data. Keys and values are bytes: they were serialized once, at the client.
+the same data. Each map also has its own replica version (seed 002's per-namespace versions): the
+sequence of the last write that changed it. A replica that lags at sequence ``s`` then differs
+from its owner only in the maps whose version is past ``s``, and a sync sends just those. Keys and
+values are bytes: they were serialized once, at the client.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from shardgrid.core.messages import PUT, Entry, WriteRun
+from shardgrid.core.messages import PUT, WriteRun
+
+# One piece of a transfer: a map's name and replica version, and some of its keys and values.
+Piece = tuple[str, int, tuple[bytes, ...], tuple[bytes, ...]]
 
 
 @dataclass(slots=True)
@@ -29,6 +35,31 @@ class PartitionData:
     # The replica slot whose maps this copy holds: 0 holds every map; a copy kept at a colder
     # slot lacks the maps whose backup count does not reach it.
     copy_index: int = 0
+    # Per map held, the sequence of the last write that changed it. A map emptied has no entry:
+    # ``versions_from`` rises to that write instead, so every map changed after ``versions_from``
+    # is listed (what a sync of just the maps changed since some sequence relies on).
+    versions: dict[str, int] = field(default_factory=dict)
+    versions_from: int = 0
+
+    def changed(self, map_name: str, sequence: int) -> None:
+        """Record that the write at ``sequence`` changed ``map_name`` (or tried to)."""
+        records = self.maps.get(map_name)
+        if records:
+            self.versions[map_name] = sequence
+            return
+        self.maps.pop(map_name, None)
+        # Emptied now (a map held nothing before only when it is absent: a no-op changes nothing).
+        if self.versions.pop(map_name, None) is not None or records is not None:
+            self.versions_from = max(self.versions_from, sequence)
+
+    def version_of(self, map_name: str) -> int:
+        """A map held without a recorded version counts as changed at the latest write."""
+        return self.versions.get(map_name, self.sequence)
+
+    def maps_changed_after(self, sequence: int) -> list[str]:
+        """The maps a replica at ``sequence`` of this lineage lacks changes of; only meaningful
+        from ``versions_from`` on (before it, an emptied map may be missing from the list)."""
+        return [name for name in self.maps if self.version_of(name) > sequence]
 
     def apply_run(self, run: WriteRun, start: int) -> None:
         """Apply the writes of ``run`` from position ``start`` on, and advance the sequence to the
@@ -45,55 +76,39 @@ class PartitionData:
             if records is not None:
                 for key in keys:
                     records.pop(key, None)
-                if not records:
-                    del self.maps[run.map_name]
         self.sequence = run.last_sequence
+        self.changed(run.map_name, run.last_sequence)
 
-    def entries(self) -> Iterator[Entry]:
-        """Every record, maps and keys in sorted order (deterministic chunks)."""
-        for map_name in sorted(self.maps):
-            records = self.maps[map_name]
-            for key in sorted(records):
-                yield Entry(map_name, key, records[key])
+    def replace_maps(self, staged: dict[str, dict[bytes, bytes]], versions: dict[str, int]) -> None:
+        """Take a sync's copy of some maps whole (each with its version)."""
+        for name, records in staged.items():
+            if records:
+                self.maps[name] = records
+                self.versions[name] = versions.get(name, self.sequence)
+            else:
+                self.maps.pop(name, None)
+                self.versions.pop(name, None)
 
-    @classmethod
-    def from_entries(cls, entries: list[Entry], sequence: int, lineage: str) -> PartitionData:
-        data = cls(sequence=sequence, lineage=lineage)
-        for entry in entries:
-            data.maps.setdefault(entry.map_name, {})[entry.key] = entry.value
-        return data
+    def pieces(self, names: Iterable[str]) -> list[tuple[str, int, dict[bytes, bytes]]]:
+        """What a transfer of the maps ``names`` reads: each held map with its version and its
+        records (the live dict: the map takes no writes until the transfer ends)."""
+        return [(name, self.version_of(name), self.maps[name]) for name in names if self.maps.get(name)]
 
     def size(self) -> int:
         return sum(len(records) for records in self.maps.values())
 
 
-def chunk_entries(entries: list[Entry], max_entries: int, max_bytes: int) -> list[tuple[Entry, ...]]:
-    """Split entries into chunks bounded by count and bytes (a single larger record stands alone)."""
-    chunks: list[tuple[Entry, ...]] = []
-    current: list[Entry] = []
-    size = 0
-    for entry in entries:
-        entry_bytes = len(entry.key) + len(entry.value) + len(entry.map_name) + 16
-        if current and (len(current) >= max_entries or size + entry_bytes > max_bytes):
-            chunks.append(tuple(current))
-            current, size = [], 0
-        current.append(entry)
-        size += entry_bytes
-    chunks.append(tuple(current))  # an empty partition still sends one (empty, last) chunk
-    return chunks
+def stream_pieces(
+    maps: Sequence[tuple[str, int, dict[bytes, bytes]]], max_entries: int, max_bytes: int
+) -> Iterator[Piece]:
+    """The maps as bounded pieces of key and value columns, map by map, read straight from the
+    dicts (their order is deterministic, and the maps take no writes while they are read).
 
-
-def stream_columns(
-    maps: dict[str, dict[bytes, bytes]], max_entries: int, max_bytes: int
-) -> Iterator[tuple[str, tuple[bytes, ...], tuple[bytes, ...]]]:
-    """The maps as bounded chunks of key and value columns, map by map, read straight from the
-    dicts (their order is deterministic, and the partition takes no writes while it is read).
-
-    Bounded by count and by bytes (a single larger record stands alone). An empty partition yields
-    one empty chunk, so that a transfer always has a last chunk.
+    Bounded by count and by bytes (a single larger record stands alone). Nothing to send yields
+    one empty piece, so that a transfer always has a last chunk.
     """
     produced = False
-    for map_name, records in maps.items():
+    for map_name, version, records in maps:
         items = iter(records.items())
         while True:
             batch = list(itertools.islice(items, max_entries))
@@ -103,10 +118,10 @@ def stream_columns(
             while keys:
                 take = _within_bytes(keys, values, max_bytes)
                 produced = True
-                yield map_name, keys[:take], values[:take]
+                yield map_name, version, keys[:take], values[:take]
                 keys, values = keys[take:], values[take:]
     if not produced:
-        yield "", (), ()
+        yield "", 0, (), ()
 
 
 # What one key or value costs beyond its bytes, in memory (its reference) and on the wire (its

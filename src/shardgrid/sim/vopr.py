@@ -66,6 +66,7 @@ class SimParams:
     max_voters: int = 5
     lite_members: int = 0  # how many of the first members start lite
     snapshot_every_entries: int = 1_000  # small values make lagging members catch up by snapshot
+    fragments: bool = True  # False: migrations and syncs send a partition at once (seed 002)
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -89,6 +90,7 @@ class SimParams:
             initial_cluster_size=self.initial_cluster_size or min(3, self.members),
             max_voters=self.max_voters,
             snapshot_every_entries=self.snapshot_every_entries,
+            migration_fragments_enabled=self.fragments,
         )
 
 

@@ -7,9 +7,11 @@ only when every backup acknowledged and its lease still holds (sync backups, see
 acknowledged write is on the owner and every backup. Backups apply writes in sequence order
 (holding a bounded number that arrive early) and only from the member their table names as owner.
 A write whose backups do not all answer within ``backup_ack_timeout_ms`` is reported
-indeterminate, and the owner re-syncs the lagging backups with the partition's whole data. The
-owner also syncs its backups when it becomes owner by promotion, since the surviving backups may
-differ by the writes the old owner had in flight.
+indeterminate, and the owner re-syncs the lagging backups: with just the maps changed since what
+the backup holds (per-map replica versions), or the whole partition when that is unknown. A sync
+holds back writes only to the maps it reads. The owner also syncs its backups when it becomes
+owner by promotion, since the surviving backups may differ by the writes the old owner had in
+flight.
 
 A request is checked whole before any of it is applied: a malformed one changes nothing.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from shardgrid.core.errors import invariant
 from shardgrid.core.hashing import partition_ids_of_serialized
@@ -57,7 +59,8 @@ from shardgrid.core.messages import (
     TableRequest,
     WriteRun,
 )
-from shardgrid.core.store import PartitionData, chunk_entries, columns_bytes
+from shardgrid.core.store import PartitionData, Piece, columns_bytes
+from shardgrid.core.transfer import SendWindow, Staging, window_chunks
 
 # What a run takes on the wire beyond its keys, values and map name (partition, lineage, sequences).
 RUN_HEADER_BYTES = 64
@@ -78,21 +81,24 @@ class MigrationView(Protocol):
 
 @dataclass(slots=True)
 class OutgoingSync:
+    """The owner bringing one backup up to date, from ``base_sequence`` (-1: whole)."""
+
     sync_id: str
-    chunks: list[tuple[Any, ...]]
+    partition_id: int
+    backup: Replica
+    stream: SendWindow[ReplicaSyncChunk]
+    maps: frozenset[str]  # the maps it reads: their writes wait until it ends
+    base_sequence: int
     replica_sequence: int
     lineage: str
-    progress: dict[Replica, int]  # backup -> chunk awaiting its ack
     last_sent_ms: int
 
 
 @dataclass(slots=True)
 class IncomingSync:
     sync_id: str
-    next_chunk: int
-    staged: list[Any]
-    lineage: str
-    replica_sequence: int
+    base_sequence: int
+    staging: Staging[ReplicaSyncChunk]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +140,8 @@ class DataPath:
         self._targets: dict[tuple[int, str], Targets] = {}
         self._targets_table: object = None
         self.reorder: dict[int, dict[int, WriteRun]] = {}  # backup: runs that arrived early
-        self.outgoing_syncs: dict[int, OutgoingSync] = {}
+        self.outgoing_syncs: dict[int, dict[Replica, OutgoingSync]] = {}  # per partition, per backup
+        self._syncs_by_id: dict[str, OutgoingSync] = {}
         self.incoming_syncs: dict[int, IncomingSync] = {}
         self._sync_counter = 0
 
@@ -159,6 +166,8 @@ class DataPath:
                 for name, records in data.maps.items():
                     if name not in held.maps and not config.keeps_copy(name, held.copy_index):
                         held.maps[name] = records
+                        held.versions[name] = data.version_of(name)
+                held.versions_from = max(held.versions_from, data.versions_from)
                 held.copy_index = max(index, 0)
                 self._trim(held, index)
                 return
@@ -328,7 +337,7 @@ class DataPath:
                 return
             self._read_into(call, message, data, indexes)
             return
-        if migrations.writes_blocked(pid) or pid in self.outgoing_syncs:
+        if migrations.writes_blocked(pid) or (pid in self.outgoing_syncs and self._syncing(pid, message.map_name)):
             call.mark(indexes, Status.MIGRATING)
             return
         run_keys = [keys[i] for i in indexes]
@@ -354,9 +363,8 @@ class DataPath:
                 previous = records.pop(keys[index], None)
                 if out is not None:
                     out[index] = previous
-            if not records:
-                data.maps.pop(message.map_name, None)
         data.sequence += len(indexes)
+        data.changed(message.map_name, data.sequence)
         targets = self._targets_of(pid, slots, message.map_name)
         if not targets.backups:
             return
@@ -371,6 +379,10 @@ class DataPath:
         self.pending_count += len(indexes)
         self.pending_bytes += size
         call.open_writes += 1
+
+    def _syncing(self, pid: int, map_name: str) -> bool:
+        """A sync of the partition reads this map: its writes wait (the copy sent must not change)."""
+        return any(map_name in sync.maps for sync in self.outgoing_syncs[pid].values())
 
     def _send_outbox(self) -> None:
         """One batch per backup for everything this event wrote."""
@@ -565,7 +577,7 @@ class DataPath:
                 del self.pending[pid]
                 continue
             overdue = pending.overdue(now, self.ctx.config.backup_ack_timeout_ms)
-            if overdue and pid not in self.outgoing_syncs:
+            if overdue:
                 self.start_sync(pid, sorted(overdue))
             if now - pending.last_sent_ms >= self.ctx.config.retry_interval_ms:
                 pending.last_sent_ms = now
@@ -628,6 +640,10 @@ class DataPath:
             return
         if run.last_sequence > data.sequence:
             data.apply_run(run, data.sequence + 1 - run.first_sequence)
+        self._drain_early_runs(pid, data)
+
+    def _drain_early_runs(self, pid: int, data: PartitionData) -> None:
+        """Apply the runs held early that now follow on from the sequence held."""
         held = self.reorder.get(pid)
         while held:
             first = min(held)
@@ -666,7 +682,8 @@ class DataPath:
             self.ctx.send(backup, ReplicaSummary(tuple(pids), tuple(lineages), tuple(sequences)))
 
     def on_summary(self, sender: Replica, message: ReplicaSummary) -> None:
-        """Ask for a sync of each partition this backup holds behind its owner (bounded per summary)."""
+        """Ask for a sync of each partition this backup holds behind its owner (bounded per summary),
+        saying where it stands: the owner then sends just the maps changed since."""
         table = self.consensus.state.table
         columns = (message.partition_ids, message.lineages, message.sequences)
         if table is None or len({len(column) for column in columns}) != 1:
@@ -684,66 +701,113 @@ class DataPath:
             # Settled on the owner means every backup acknowledged its sequence: holding less, or
             # another lineage, this backup lost something.
             if data is None or data.lineage != lineage or data.sequence < sequence:
-                self.ctx.send(sender, ReplicaSyncRequest(pid))
+                held = -1 if data is None else data.sequence
+                self.ctx.send(sender, ReplicaSyncRequest(pid, data.lineage if data else "", held))
                 asked += 1
 
-    # --- replica sync: the owner's whole partition to its backups ----------------------------------
+    # --- replica sync: what a backup lacks, from its owner -------------------------------------------
 
-    def start_sync(self, pid: int, backups: list[Replica]) -> None:
+    def start_sync(self, pid: int, backups: Sequence[Replica]) -> None:
+        """Bring ``backups`` up to date: from the sequence each acknowledged, or whole."""
+        pending = self.pending.get(pid)
+        for backup in backups:
+            base = pending.acked.get(backup, -1) if pending is not None else -1
+            self._sync_to(pid, backup, base)
+
+    def _sync_to(self, pid: int, backup: Replica, base: int) -> None:
         table = self.consensus.state.table
         if table is None or table.owner(pid) != self.ctx.identity:
             return
-        current = set(self._backups_of(pid))
-        targets = [b for b in backups if b in current]
-        if not targets:
+        slots = table.replicas[pid]
+        if backup not in self._backups_in(slots):
             return
-        sync = self.outgoing_syncs.get(pid)
-        if sync is not None:
-            for backup in targets:
-                sync.progress.setdefault(backup, 0)
-            return
+        syncs = self.outgoing_syncs.setdefault(pid, {})
+        if backup in syncs:
+            return  # one at a time per backup: it asks again if this one does not do
         data = self.store(pid)
-        self._sync_counter += 1
+        if not data.versions_from <= base <= data.sequence:
+            base = -1  # what the backup holds is unknown, or older than the versions tell apart
         config = self.ctx.config
-        chunks = chunk_entries(list(data.entries()), config.max_chunk_entries, config.max_chunk_bytes)
+        index = slots.index(backup)
+        kept = [name for name in data.maps if config.keeps_copy(name, index)]
+        names = kept if base < 0 else [name for name in kept if data.version_of(name) > base]
+        self._sync_counter += 1
         sync = OutgoingSync(
             f"{self.ctx.identity.uuid[:8]}-s{self._sync_counter}",
-            chunks,
+            pid,
+            backup,
+            SendWindow.open(data.pieces(names), config.max_chunk_entries, config.max_chunk_bytes),
+            frozenset(names),
+            base,
             data.sequence,
             data.lineage,
-            dict.fromkeys(targets, 0),
             self.ctx.now_ms,
         )
-        self.outgoing_syncs[pid] = sync
-        for backup in sorted(targets):
-            self._send_sync_chunk(pid, sync, backup)
+        syncs[backup] = sync
+        self._syncs_by_id[sync.sync_id] = sync
+        self._fill_sync(sync, data.versions_from)
 
-    def _send_sync_chunk(self, pid: int, sync: OutgoingSync, backup: Replica) -> None:
-        index = sync.progress[backup]
-        last = index == len(sync.chunks) - 1
-        chunk = ReplicaSyncChunk(
-            sync.sync_id, pid, index, sync.chunks[index], last, sync.replica_sequence, sync.lineage
-        )
-        self.ctx.send(backup, chunk)
+    def _fill_sync(self, sync: OutgoingSync, versions_from: int) -> None:
+        config = self.ctx.config
+
+        def build(index: int, piece: Piece, last: bool) -> ReplicaSyncChunk:
+            map_name, version, keys, values = piece
+            return ReplicaSyncChunk(
+                sync.sync_id,
+                sync.partition_id,
+                index,
+                map_name,
+                keys,
+                values,
+                last,
+                sync.replica_sequence,
+                sync.lineage,
+                sync.base_sequence,
+                version,
+                versions_from,
+            )
+
+        limit = window_chunks(config.migration_window_chunks, config.migration_fragments_enabled)
+        chunks = sync.stream.fill(limit, build)  # the maps it reads take no writes: never raises
+        if chunks:
+            sync.last_sent_ms = self.ctx.now_ms
+        for chunk in chunks:
+            self.ctx.send(sync.backup, chunk)
+
+    def _end_sync(self, sync: OutgoingSync) -> None:
+        self._syncs_by_id.pop(sync.sync_id, None)
+        syncs = self.outgoing_syncs.get(sync.partition_id)
+        if syncs is not None and syncs.get(sync.backup) is sync:
+            del syncs[sync.backup]
+            if not syncs:
+                del self.outgoing_syncs[sync.partition_id]
 
     def on_sync_ack(self, sender: Replica, message: ReplicaSyncAck) -> None:
-        for pid, sync in sorted(self.outgoing_syncs.items()):
-            if sync.sync_id != message.sync_id or sender not in sync.progress:
-                continue
-            if message.accepted and message.sequence == sync.progress[sender]:
-                if message.sequence == len(sync.chunks) - 1:
-                    del sync.progress[sender]
-                    pending = self.pending.get(pid)
-                    if pending is not None and sync.lineage == self.store(pid).lineage:
-                        # It holds the partition as of the sync: runs up to there are not owed to it.
-                        pending.acknowledge(sender, sync.replica_sequence)
-                        self._complete(pid, pending)
-                else:
-                    sync.progress[sender] += 1
-                    self._send_sync_chunk(pid, sync, sender)
-            if not sync.progress:
-                del self.outgoing_syncs[pid]
+        sync = self._syncs_by_id.get(message.sync_id)
+        if sync is None or sync.backup != sender:
             return
+        pid = sync.partition_id
+        if not message.accepted:
+            if sync.base_sequence >= 0:
+                # It no longer holds what the sync was based on: send it everything instead.
+                self._end_sync(sync)
+                self._sync_to(pid, sender, -1)
+            return  # a whole sync goes on (resent) while the backup is one: its table may lag
+        progressed, finished = sync.stream.acknowledge(message.sequence)
+        if message.complete or finished:
+            self._end_sync(sync)
+            pending = self.pending.get(pid)
+            if pending is not None and sync.lineage == self.store(pid).lineage:
+                # It holds the partition as of the sync: runs up to there are not owed to it, and
+                # those after it go now rather than at the next retry.
+                pending.acknowledge(sender, sync.replica_sequence)
+                table = self.consensus.state.table
+                if table is not None and sender in table.replicas[pid]:
+                    index = table.replicas[pid].index(sender)
+                    self._send_runs(sender, self._runs_held_at(index, pending.runs_for(sender)))
+                self._complete(pid, pending)
+        elif progressed:
+            self._fill_sync(sync, self.store(pid).versions_from)
 
     def on_sync_chunk(self, sender: Replica, message: ReplicaSyncChunk) -> None:
         pid = message.partition_id
@@ -752,51 +816,72 @@ class DataPath:
             return
         # A backup that is also a migration's destination takes the sync all the same: the owner
         # snapshots the partition for the migration only once its syncs are done.
-        if table.owner(pid) != sender or self._index_of(pid) < 1:
-            self.ctx.send(sender, ReplicaSyncAck(message.sync_id, message.sequence, False))
+        index = self._index_of(pid)
+        if table.owner(pid) != sender or index < 1:
+            self.ctx.send(sender, ReplicaSyncAck(message.sync_id, -1, False))
             return
+        if len(message.keys) != len(message.values) or (message.keys and not message.map_name):
+            return  # malformed: nothing taken, nothing acknowledged
         incoming = self.incoming_syncs.get(pid)
         if incoming is None or incoming.sync_id != message.sync_id:
             if message.sequence != 0:
+                return  # of a sync this backup does not follow (any more): the owner starts over
+            held = self.stores.get(pid)
+            same_lineage = held is not None and held.lineage == message.lineage
+            if same_lineage and held is not None and held.sequence >= message.replica_sequence:
+                # It already holds the partition as of this sync (a late copy, or one started on
+                # old news): taking it would roll back writes it acknowledged.
+                self.ctx.send(sender, ReplicaSyncAck(message.sync_id, -1, True, complete=True))
                 return
-            if self._stale_sync(pid, message):
-                self.ctx.send(sender, ReplicaSyncAck(message.sync_id, message.sequence, True))
+            taking = incoming.staging if incoming is not None else None
+            older = taking is not None and message.replica_sequence < taking.replica_sequence
+            if older and taking is not None and taking.lineage == message.lineage:
+                return  # older than the sync this backup is taking
+            if message.base_sequence >= 0 and not self._holds_base(pid, message):
+                self.ctx.send(sender, ReplicaSyncAck(message.sync_id, -1, False))
                 return
-            incoming = IncomingSync(message.sync_id, 0, [], message.lineage, message.replica_sequence)
+            incoming = IncomingSync(message.sync_id, message.base_sequence, Staging())
             self.incoming_syncs[pid] = incoming
-        if message.sequence == incoming.next_chunk:
-            incoming.staged.extend(message.entries)
-            incoming.next_chunk += 1
-            if message.last:
-                del self.incoming_syncs[pid]
-                staged = PartitionData.from_entries(incoming.staged, message.replica_sequence, message.lineage)
-                self.install(pid, staged, self._index_of(pid))
-        if message.sequence < incoming.next_chunk or pid not in self.incoming_syncs:
-            self.ctx.send(sender, ReplicaSyncAck(message.sync_id, message.sequence, True))
+        config = self.ctx.config
+        staging = incoming.staging
+        staging.receive(message, window_chunks(config.migration_window_chunks, config.migration_fragments_enabled))
+        if staging.complete:
+            del self.incoming_syncs[pid]
+            if incoming.base_sequence < 0:
+                self.install(pid, staging.data(), index)
+            elif self._holds_base(pid, message):
+                data = self.stores[pid]
+                data.replace_maps(staging.maps, staging.versions)
+                data.sequence = staging.replica_sequence
+                self._drain_early_runs(pid, data)
+            else:
+                self.ctx.send(sender, ReplicaSyncAck(message.sync_id, staging.held_through, False))
+                return
+        ack = ReplicaSyncAck(message.sync_id, staging.held_through, True, complete=staging.complete)
+        self.ctx.send(sender, ack)
 
-    def _stale_sync(self, pid: int, message: ReplicaSyncChunk) -> bool:
-        """A late copy of a sync older than what this backup holds or is receiving.
-
-        Installing it would roll the backup back past writes it has already acknowledged.
-        """
-        data = self.stores.get(pid)
-        if data is not None and data.lineage == message.lineage and message.replica_sequence < data.sequence:
-            return True
-        incoming = self.incoming_syncs.get(pid)
+    def _holds_base(self, pid: int, message: ReplicaSyncChunk) -> bool:
+        """A sync of just the maps changed since ``base_sequence`` is right only on a copy of the
+        owner's lineage at that sequence or later (and not yet at the sync's own)."""
+        held = self.stores.get(pid)
         return (
-            incoming is not None
-            and incoming.lineage == message.lineage
-            and message.replica_sequence < incoming.replica_sequence
+            held is not None
+            and held.lineage == message.lineage
+            and message.base_sequence <= held.sequence < message.replica_sequence
         )
 
     def _sync_tick(self) -> None:
-        # A sync is never abandoned while its backups are still backups: until they hold the
-        # owner's lineage they cannot take its writes (after_table_change drops former backups).
-        for pid, sync in sorted(self.outgoing_syncs.items()):
-            if self.ctx.now_ms - sync.last_sent_ms >= self.ctx.config.retry_interval_ms:
-                sync.last_sent_ms = self.ctx.now_ms
-                for backup in sorted(sync.progress):
-                    self._send_sync_chunk(pid, sync, backup)
+        # A sync is never abandoned while its backup is still a backup: until it holds the owner's
+        # lineage it cannot take its writes (after_table_change drops former backups).
+        now = self.ctx.now_ms
+        for pid in sorted(self.outgoing_syncs):
+            syncs = self.outgoing_syncs[pid]
+            for backup in sorted(syncs):
+                sync = syncs[backup]
+                if now - sync.last_sent_ms >= self.ctx.config.retry_interval_ms:
+                    sync.last_sent_ms = now
+                    for chunk in sync.stream.outstanding():
+                        self.ctx.send(backup, chunk)
 
     # --- reacting to table changes ---------------------------------------------------------------
 
@@ -820,15 +905,13 @@ class DataPath:
                 if pending is not None:
                     pending.required = backups
                     self._complete(pid, pending)  # former backups are waited on no longer
-                sync = self.outgoing_syncs.get(pid)
-                if sync is not None:
-                    for former in [b for b in sync.progress if b not in backups]:
-                        del sync.progress[former]
-                    if not sync.progress:
-                        del self.outgoing_syncs[pid]
+                for sync in list(self.outgoing_syncs.get(pid, {}).values()):
+                    if sync.backup not in backups:
+                        self._end_sync(sync)
             else:
                 self._fail_pending_writes(pid)
-                self.outgoing_syncs.pop(pid, None)
+                for sync in list(self.outgoing_syncs.get(pid, {}).values()):
+                    self._end_sync(sync)
 
     def _fail_pending_writes(self, pid: int) -> None:
         """No longer the owner: writes still waiting for backups cannot be confirmed here."""
@@ -863,8 +946,11 @@ class DataPath:
 
     def on_sync_request(self, sender: Replica, message: ReplicaSyncRequest) -> None:
         pid = message.partition_id
-        if isinstance(pid, int) and 0 <= pid < self.ctx.config.partition_count:
-            self.start_sync(pid, [sender])
+        if not 0 <= pid < self.ctx.config.partition_count:
+            return
+        data = self.stores.get(pid)
+        same_lineage = data is not None and data.lineage == message.lineage
+        self._sync_to(pid, sender, message.sequence if same_lineage else -1)
 
     def sync_after_promotion(self, partition_ids: list[int]) -> None:
         """A promoted owner starts a new lineage and brings its backups into it."""
@@ -883,4 +969,5 @@ class DataPath:
         self.stores.clear()
         self.reorder.clear()
         self.outgoing_syncs.clear()
+        self._syncs_by_id.clear()
         self.incoming_syncs.clear()

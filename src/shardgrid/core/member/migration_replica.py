@@ -17,7 +17,7 @@ a destination that had not says so and refuses that commit from then on (seed 00
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,8 @@ from shardgrid.core.messages import (
     MigrationOutcomeReply,
 )
 from shardgrid.core.migration import MigrationRecord, MigrationStatus
-from shardgrid.core.store import PartitionData, columns_bytes, stream_columns
+from shardgrid.core.store import Piece, columns_bytes
+from shardgrid.core.transfer import SendWindow, Staging, window_chunks
 
 # Migration ids a destination refused to commit before it even applied their start; bounded.
 MAX_FENCED_IDS = 10_000
@@ -50,12 +51,10 @@ class Outgoing:
 
     record: MigrationRecord
     destination: Replica
-    source: Iterator[tuple[str, tuple[bytes, ...], tuple[bytes, ...]]] | None = None  # chunks not built yet
-    ahead: tuple[str, tuple[bytes, ...], tuple[bytes, ...]] | None = None  # the next chunk, built
-    window: dict[int, MigrationChunk] = field(default_factory=dict)  # sent, not yet acknowledged
-    next_sequence: int = 0  # of the next chunk to build
+    stream: SendWindow[MigrationChunk] | None = None  # opened once the partition's writes settled
     replica_sequence: int = 0
     lineage: str = ""
+    versions_from: int = 0
     sending: bool = False  # the stream was opened and chunks are going out
     complete: bool = False  # every chunk acknowledged, or the transfer failed
     success: bool = False
@@ -70,12 +69,7 @@ class Incoming:
     """This member is the destination: it stages the data until the outcome is in the log."""
 
     record: MigrationRecord
-    staged: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
-    early: dict[int, MigrationChunk] = field(default_factory=dict)  # ahead of a gap; bounded by the window
-    next_chunk: int = 0
-    complete: bool = False
-    replica_sequence: int = 0
-    lineage: str = ""
+    staging: Staging[MigrationChunk] = field(default_factory=Staging)
     installed: bool = False  # committed here, awaiting the log's outcome
     fenced: bool = False  # told a newer leader it had not committed: never commits now
 
@@ -120,7 +114,7 @@ class MigrationReplica:
         if destination is None:
             return  # a CLEAR: the source drops its data when the outcome is applied
         if destination == self.ctx.identity:
-            self.incoming[pid] = Incoming(record, complete=owner is None)  # a lost partition restarts empty
+            self.incoming[pid] = Incoming(record, Staging(complete=owner is None))  # a lost partition restarts empty
             early = self._take_early(record.migration_id)
             if early is not None:
                 sender, chunks = early
@@ -137,8 +131,8 @@ class MigrationReplica:
         incoming = self.incoming.get(pid)
         if incoming is not None and incoming.record.migration_id == record.migration_id:
             del self.incoming[pid]
-            if record.status is MigrationStatus.COMMITTED and incoming.complete:
-                self.data.install(pid, self._staged_data(incoming), incoming.record.migration.destination_new_index)
+            if record.status is MigrationStatus.COMMITTED and incoming.staging.complete:
+                self.data.install(pid, incoming.staging.data(), incoming.record.migration.destination_new_index)
         outgoing = self.outgoing.get(pid)
         if outgoing is not None and outgoing.record.migration_id == record.migration_id:
             del self.outgoing[pid]
@@ -160,8 +154,8 @@ class MigrationReplica:
             # Its outcome is inside the snapshot. Committed, this member committed first (installed)
             # and the table names it a replica: the staged data is then its copy of the partition.
             named = state.table is not None and self.ctx.identity in state.table.replicas[pid]
-            if incoming.installed and incoming.complete and named:
-                self.data.install(pid, self._staged_data(incoming), incoming.record.migration.destination_new_index)
+            if incoming.installed and incoming.staging.complete and named:
+                self.data.install(pid, incoming.staging.data(), incoming.record.migration.destination_new_index)
         for pid, record in sorted(state.migrations.items()):
             if pid not in self.outgoing and pid not in self.incoming:
                 self.on_started(record)
@@ -177,45 +171,51 @@ class MigrationReplica:
         # Streamed straight from the maps: the partition takes no writes until the migration ends.
         # A destination at a backup index gets only the maps that keep a copy there.
         index = outgoing.record.migration.destination_new_index
-        maps = data.maps
-        if index > 0:
-            maps = {name: records for name, records in maps.items() if config.keeps_copy(name, index)}
-        outgoing.source = stream_columns(maps, config.max_chunk_entries, config.max_chunk_bytes)
-        outgoing.ahead = next(outgoing.source)
+        names = [name for name in data.maps if index <= 0 or config.keeps_copy(name, index)]
+        outgoing.stream = SendWindow.open(data.pieces(names), config.max_chunk_entries, config.max_chunk_bytes)
         outgoing.replica_sequence = data.sequence
         outgoing.lineage = data.lineage
+        outgoing.versions_from = data.versions_from
         outgoing.sending = True
         outgoing.last_progress_ms = self.ctx.now_ms
         self._fill_window(outgoing)
 
     def _fill_window(self, outgoing: Outgoing) -> None:
-        window = self.ctx.config.migration_window_chunks
-        while outgoing.ahead is not None and len(outgoing.window) < window:
-            map_name, keys, values = outgoing.ahead
-            try:
-                outgoing.ahead = next(outgoing.source, None) if outgoing.source is not None else None
-            except RuntimeError as error:  # the maps changed under the stream: never expected
-                self._finish_sending(outgoing, False, f"the partition changed while it was sent: {error}")
-                return
-            chunk = MigrationChunk(
+        config = self.ctx.config
+        limit = window_chunks(config.migration_window_chunks, config.migration_fragments_enabled)
+        if outgoing.stream is None:
+            return
+
+        def build(index: int, piece: Piece, last: bool) -> MigrationChunk:
+            map_name, version, keys, values = piece
+            return MigrationChunk(
                 outgoing.record,
-                outgoing.next_sequence,
+                index,
                 map_name,
                 keys,
                 values,
-                outgoing.ahead is None,
+                last,
                 outgoing.replica_sequence,
                 outgoing.lineage,
+                version,
+                outgoing.versions_from,
             )
-            outgoing.window[chunk.sequence] = chunk
-            outgoing.next_sequence += 1
+
+        try:
+            chunks = outgoing.stream.fill(limit, build)
+        except RuntimeError as error:  # the maps changed under the stream: never expected
+            self._finish_sending(outgoing, False, f"the partition changed while it was sent: {error}")
+            return
+        if chunks:
             outgoing.last_sent_ms = self.ctx.now_ms
+        for chunk in chunks:
             self.ctx.send(outgoing.destination, chunk)
 
     def _resend_window(self, outgoing: Outgoing) -> None:
         outgoing.last_sent_ms = self.ctx.now_ms
-        for sequence in sorted(outgoing.window):
-            self.ctx.send(outgoing.destination, outgoing.window[sequence])
+        if outgoing.stream is not None:
+            for chunk in outgoing.stream.outstanding():
+                self.ctx.send(outgoing.destination, chunk)
 
     def on_chunk_ack(self, sender: Replica, message: MigrationChunkAck) -> None:
         outgoing = self._outgoing_by_id(message.migration_id)
@@ -224,14 +224,13 @@ class MigrationReplica:
         if not message.accepted:
             self._finish_sending(outgoing, False, message.reason or "the destination refused the data")
             return
-        acknowledged = [sequence for sequence in outgoing.window if sequence <= message.sequence]
-        if not acknowledged:
+        if outgoing.stream is None:
             return
-        last_acknowledged = any(outgoing.window[sequence].last for sequence in acknowledged)
-        for sequence in acknowledged:
-            del outgoing.window[sequence]
+        progressed, finished = outgoing.stream.acknowledge(message.sequence)
+        if not progressed:
+            return
         outgoing.last_progress_ms = self.ctx.now_ms
-        if last_acknowledged:
+        if finished:
             self._finish_sending(outgoing, True, "")
         else:
             self._fill_window(outgoing)
@@ -240,9 +239,8 @@ class MigrationReplica:
         outgoing.complete = True
         outgoing.success = success
         outgoing.reason = reason
-        outgoing.source = None
-        outgoing.ahead = None
-        outgoing.window = {}
+        if outgoing.stream is not None:
+            outgoing.stream.close()
         self._report(outgoing)
 
     def _report(self, outgoing: Outgoing) -> None:
@@ -259,7 +257,8 @@ class MigrationReplica:
 
     def on_chunk(self, sender: Replica, message: MigrationChunk) -> None:
         pid = message.record.partition_id
-        window = self.ctx.config.migration_window_chunks
+        config = self.ctx.config
+        window = window_chunks(config.migration_window_chunks, config.migration_fragments_enabled)
         incoming = self.incoming.get(pid)
         if incoming is None or incoming.record.migration_id != message.record.migration_id:
             self._hold_early(sender, message)
@@ -272,20 +271,8 @@ class MigrationReplica:
             reason = "a chunk's keys and values differ in number"
             self.ctx.send(sender, MigrationChunkAck(message.record.migration_id, message.sequence, False, reason))
             return
-        if not incoming.complete and incoming.next_chunk < message.sequence < incoming.next_chunk + window:
-            incoming.early[message.sequence] = message  # after a gap: held until the gap fills
-        chunk: MigrationChunk | None = message
-        while chunk is not None and chunk.sequence == incoming.next_chunk and not incoming.complete:
-            if chunk.keys:
-                incoming.staged.setdefault(chunk.map_name, {}).update(zip(chunk.keys, chunk.values, strict=True))
-            incoming.next_chunk += 1
-            incoming.complete = chunk.last
-            incoming.replica_sequence = chunk.replica_sequence
-            incoming.lineage = chunk.lineage
-            chunk = incoming.early.pop(incoming.next_chunk, None)
-        if incoming.complete:
-            incoming.early.clear()
-        ack = MigrationChunkAck(message.record.migration_id, incoming.next_chunk - 1, True)
+        incoming.staging.receive(message, window)
+        ack = MigrationChunkAck(message.record.migration_id, incoming.staging.held_through, True)
         self.ctx.send(sender, ack)
 
     def _hold_early(self, sender: Replica, message: MigrationChunk) -> None:
@@ -334,9 +321,6 @@ class MigrationReplica:
             self._early_bytes -= sum(self._chunk_bytes(chunk) for chunk in held[1].values())
         return held
 
-    def _staged_data(self, incoming: Incoming) -> PartitionData:
-        return PartitionData(incoming.staged, incoming.replica_sequence, incoming.lineage)
-
     def on_commit(self, sender: Replica, message: MigrationCommit) -> None:
         record = message.record
         if sender != self.consensus.leader or message.term != self.consensus.term or message.term < self._fence_term:
@@ -350,7 +334,7 @@ class MigrationReplica:
             return  # its start is not applied here yet
         if incoming.fenced:
             self.ctx.send(sender, MigrationCommitAck(record.migration_id, False, "refused to a newer leader"))
-        elif not incoming.complete:
+        elif not incoming.staging.complete:
             self.ctx.send(sender, MigrationCommitAck(record.migration_id, False, "data incomplete"))
         else:
             incoming.installed = True

@@ -1,0 +1,153 @@
+"""Replica syncs by per-map versions (seed 002's namespaces): a backup behind gets just the maps
+changed since what it holds, writes to the other maps go on meanwhile, and transfers go a window
+at a time, or all at once with fragments off."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from shardgrid.core import messages as m
+from shardgrid.core.effects import Receive
+from shardgrid.core.hashing import partition_id_of_serialized
+from shardgrid.core.member import Member
+from shardgrid.core.migration import Migration, MigrationRecord
+from tests.core.test_member import (
+    A_OWNS_B_BACKS,
+    B_OWNS_A_BACKS,
+    CONFIG,
+    A,
+    B,
+    C,
+    _destination_of,
+    following,
+    grant_lease,
+    key_in,
+    replies,
+    sent,
+    synced,
+)
+
+
+def keys_in(pid: int, count: int) -> list[bytes]:
+    """``count`` distinct keys of partition ``pid``."""
+    keys = (f"key-{i}".encode() for i in range(100_000))
+    return [key for key, _ in zip((k for k in keys if _pid(k) == pid), range(count), strict=False)]
+
+
+def _pid(key: bytes) -> int:
+    return partition_id_of_serialized(key, CONFIG.partition_count)
+
+
+def put(call_id: int, map_name: str, key: bytes, value: bytes = b"v") -> m.MapRequest:
+    return m.MapRequest(call_id, m.PUT, map_name, (_pid(key),), (key,), (value,))
+
+
+def acked_put(owner: Member, now: int, call_id: int, map_name: str, key: bytes, value: bytes = b"v") -> None:
+    """A put the backup (A) acknowledged: the owner answers it."""
+    (batch,) = sent(owner.handle(now, Receive("c", None, None, put(call_id, map_name, key, value))), m.BackupBatch)
+    ack = m.BackupAckBatch(((batch.runs[0].partition_id, batch.runs[0].last_sequence),))
+    (reply,) = replies(owner.handle(now, Receive(A.address, A, B.uuid, ack)))
+    assert reply.statuses == (m.Status.OK,)
+
+
+def test_a_backup_behind_gets_just_the_maps_changed_since_and_writes_to_the_others_go_on() -> None:
+    owner, now = following(B, B_OWNS_A_BACKS)
+    now = grant_lease(owner, now)
+    first, second = keys_in(0, 2)
+    acked_put(owner, now + 1, 1, "a", first)  # sequence 1
+    acked_put(owner, now + 2, 2, "b", first)  # sequence 2
+    # A third write, to "b", reaches no backup (its batch is lost): A holds sequence 2.
+    owner.handle(now + 3, Receive("c", None, None, put(3, "b", second, b"w")))
+
+    effects = owner.handle(now + 4, Receive(A.address, A, B.uuid, m.ReplicaSyncRequest(0, "", 2)))
+    (chunk,) = sent(effects, m.ReplicaSyncChunk)
+    assert (chunk.map_name, chunk.map_version, chunk.base_sequence, chunk.replica_sequence) == ("b", 3, 2, 3)
+    assert dict(zip(chunk.keys, chunk.values, strict=True)) == {first: b"v", second: b"w"}
+    assert chunk.last
+
+    # While "b" is sent, its writes wait; "a" takes writes as usual.
+    waits = replies(owner.handle(now + 5, Receive("c", None, None, put(4, "b", first))))
+    assert waits[0].statuses == (m.Status.MIGRATING,)
+    goes = owner.handle(now + 6, Receive("c", None, None, put(5, "a", second)))
+    assert [run.map_name for batch in sent(goes, m.BackupBatch) for run in batch.runs] == ["a"]
+
+    # Done: the write it carried is acknowledged, and the later run goes to A at once.
+    done = m.ReplicaSyncAck(chunk.sync_id, 0, True, complete=True)
+    effects = owner.handle(now + 7, Receive(A.address, A, B.uuid, done))
+    assert [r.call_id for r in replies(effects)] == [3]
+    assert [run.first_sequence for batch in sent(effects, m.BackupBatch) for run in batch.runs] == [4]
+    assert owner.data.settled(0) is False  # sequence 4 still waits for A
+    after = owner.handle(now + 8, Receive("c", None, None, put(6, "b", first)))
+    assert sent(after, m.BackupBatch)
+
+
+def test_a_backup_whose_base_is_unknown_or_too_old_gets_the_whole_partition() -> None:
+    owner, now = following(B, B_OWNS_A_BACKS)
+    now = grant_lease(owner, now)
+    first = key_in(0)
+    acked_put(owner, now + 1, 1, "a", first)
+    acked_put(owner, now + 2, 2, "b", first)
+    acked_put(owner, now + 3, 3, "b", first, b"gone")
+    owner.handle(now + 4, Receive("c", None, None, m.MapRequest(4, m.REMOVE, "b", (0,), (first,), ())))
+    assert owner.data.stores[0].versions_from == 4  # "b" was emptied: versions before 4 say too little
+    for request in (m.ReplicaSyncRequest(0, "", 3), m.ReplicaSyncRequest(0, "other", 9), m.ReplicaSyncRequest(0)):
+        effects = owner.handle(now + 5, Receive(A.address, A, B.uuid, request))
+        (chunk,) = sent(effects, m.ReplicaSyncChunk)
+        assert (chunk.base_sequence, chunk.map_name, chunk.versions_from) == (-1, "a", 4)
+        owner.handle(now + 5, Receive(A.address, A, B.uuid, m.ReplicaSyncAck(chunk.sync_id, 0, True, complete=True)))
+
+
+def test_a_backup_refuses_a_sync_of_some_maps_it_does_not_hold_the_base_of_and_then_gets_everything() -> None:
+    backup, now = following(B, A_OWNS_B_BACKS)
+    synced(backup, 0, now, owner=A, maps={"a": {b"k": b"1"}, "b": {b"k": b"2"}}, sequence=5, lineage="L")
+    # Based on sequence 6, which this backup does not hold: refused, nothing changes.
+    ahead = m.ReplicaSyncChunk("s-1", 0, 0, "b", (b"k",), (b"3",), True, 8, "L", 6, 8)
+    (ack,) = sent(backup.handle(now + 1, Receive(A.address, A, B.uuid, ahead)), m.ReplicaSyncAck)
+    assert not ack.accepted
+    assert backup.data.stores[0].maps == {"a": {b"k": b"1"}, "b": {b"k": b"2"}}
+    # Based on 4: it holds 5, so every map not sent is already the owner's; "b" is replaced whole.
+    based = m.ReplicaSyncChunk("s-2", 0, 0, "b", (b"j",), (b"3",), True, 8, "L", 4, 7)
+    (ack,) = sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, based)), m.ReplicaSyncAck)
+    assert (ack.accepted, ack.complete) == (True, True)
+    store = backup.data.stores[0]
+    assert store.maps == {"a": {b"k": b"1"}, "b": {b"j": b"3"}}
+    assert (store.sequence, store.versions["b"]) == (8, 7)
+
+    # The owner's side: a refused sync of some maps becomes a sync of everything.
+    owner, now = following(B, B_OWNS_A_BACKS)
+    now = grant_lease(owner, now)
+    acked_put(owner, now + 1, 1, "a", key_in(0))
+    acked_put(owner, now + 2, 2, "b", key_in(0))
+    (partial,) = sent(
+        owner.handle(now + 3, Receive(A.address, A, B.uuid, m.ReplicaSyncRequest(0, "", 1))), m.ReplicaSyncChunk
+    )
+    assert (partial.map_name, partial.base_sequence) == ("b", 1)
+    refused = m.ReplicaSyncAck(partial.sync_id, -1, False)
+    whole = sent(owner.handle(now + 4, Receive(A.address, A, B.uuid, refused)), m.ReplicaSyncChunk)
+    assert [(c.map_name, c.base_sequence) for c in whole] == [("a", -1), ("b", -1)]
+
+
+def test_a_sync_goes_a_window_at_a_time_or_all_at_once_with_fragments_off() -> None:
+    for fragments, expected in ((True, CONFIG.migration_window_chunks), (False, 10)):
+        config = replace(CONFIG, max_chunk_entries=1, migration_fragments_enabled=fragments)
+        owner, now = following(B, B_OWNS_A_BACKS, config=config)
+        now = grant_lease(owner, now)
+        for i, key in enumerate(keys_in(0, 10)):
+            acked_put(owner, now + 1 + i, 1 + i, "a", key)
+        effects = owner.handle(now + 20, Receive(A.address, A, B.uuid, m.ReplicaSyncRequest(0)))
+        chunks = sent(effects, m.ReplicaSyncChunk)
+        assert [c.sequence for c in chunks] == list(range(expected))
+        assert chunks[-1].last is not fragments
+
+
+def test_a_migration_destination_keeps_each_maps_version_from_its_chunks() -> None:
+    record = MigrationRecord("m-1", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
+    destination, now = _destination_of(record)
+    chunks = [
+        m.MigrationChunk(record, 0, "a", (b"k",), (b"1",), False, 9, "L", 4, 2),
+        m.MigrationChunk(record, 1, "b", (b"k",), (b"2",), True, 9, "L", 9, 2),
+    ]
+    for chunk in chunks:
+        destination.handle(now + 1, Receive(A.address, A, C.uuid, chunk))
+    staged = destination.replica.incoming[0].staging.data()
+    assert (staged.versions, staged.versions_from, staged.sequence) == ({"a": 4, "b": 9}, 2, 9)
