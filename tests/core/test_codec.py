@@ -565,3 +565,60 @@ def test_a_bad_first_frame_raises_with_nothing_decoded() -> None:
     with pytest.raises(codec.StreamError) as caught:
         codec.FrameDecoder().feed((1).to_bytes(4, "big") + b"\xc1")
     assert caught.value.decoded == []
+
+
+# --- Raft's configurations and the log's commands: their own bounds, with no mirror in between -------
+
+_RECORD = msgspec.msgpack.encode(MigrationRecord("m-1", 0, Migration(None, -1, -1, Replica("u", "a"), -1, 0), 1))
+
+
+def _entry_append(entry: bytes) -> bytes:
+    """AppendEntries of term 1 after index 0, carrying one entry, encoded by hand."""
+    return b"\x97\x2a\x01\x00\x00\x91" + entry + b"\x00\x00"
+
+
+def _command_entry(tag: int, items: bytes) -> bytes:
+    """An entry of term 1, index 1 whose one command has one collection field."""
+    return _entry_append(b"\x93\x01\x01\x91\x92" + bytes([tag]) + items)
+
+
+OVER_THEIR_OWN_BOUNDS = {
+    "members of RemoveMembers": _command_entry(62, _array(limits.MAX_MEMBER_COUNT + 1, _REPLICA)),
+    "members of AddMembers": _command_entry(61, _array(limits.MAX_MEMBER_COUNT + 1, b"\x91" + _REPLICA)),
+    "records of StartMigrations": _command_entry(64, _array(limits.MAX_PARTITION_COUNT + 1, _RECORD)),
+    "records of FinishMigrations": _command_entry(65, _array(limits.MAX_PARTITION_COUNT + 1, _RECORD)),
+    "voters of a forced configuration": _entry_append(
+        b"\x95\x01\x01\xc0\xc0\x92" + _array(limits.MAX_MEMBER_COUNT + 1, _REPLICA) + b"\x90"
+    ),
+    "learners of a forced configuration": _entry_append(
+        b"\x95\x01\x01\xc0\xc0\x92\x90" + _array(limits.MAX_MEMBER_COUNT + 1, _REPLICA)
+    ),
+    "learners a change adds": _entry_append(
+        b"\x94\x01\x01\xc0\x94" + _array(limits.MAX_MEMBER_COUNT + 1, _REPLICA) + b"\x90\xc0\xc0"
+    ),
+}
+
+
+@pytest.mark.parametrize("message", OVER_THEIR_OWN_BOUNDS.values(), ids=OVER_THEIR_OWN_BOUNDS.keys())
+def test_configurations_and_commands_over_their_bounds_are_refused_before_their_items_are_built(
+    message: bytes,
+) -> None:
+    """The codec decodes Membership, ConfChange and the commands as they are: the bounds they
+    declare must hold inside an AppendEntries just as the codec's mirrors of them used to."""
+    body = _raw_body(message)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProtocolError, match="of length <="):
+            codec.decode_body(body)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024, f"{peak} bytes allocated for a frame of {len(body)}"
+
+
+def test_configurations_and_commands_at_their_bounds_are_taken() -> None:
+    voters = tuple(Replica(f"{i:04d}", "a") for i in range(limits.MAX_MEMBER_COUNT))
+    commands = (c.AddMembers(tuple(c.MemberRecord(v) for v in voters)), c.RemoveMembers(voters))
+    entries = (LogEntry(1, 1, commands), LogEntry(1, 2, None, None, Membership(voters, ())))
+    message = r.AppendEntries(1, 0, 0, entries, 0, 0)
+    assert codec.FrameDecoder().feed(codec.encode(message)) == [message]

@@ -9,10 +9,12 @@ the partition table as seed 003 publishes it (the replicas once, then each parti
 replica indexes) and the metadata state as its defining fields. A frame over ``MAX_FRAME_BYTES`` is
 refused on both sides.
 
-Raft's entries, snapshots and configurations and the log's commands are defined where they are
-used, without wire bounds. A frame that carries them (AppendEntries, InstallSnapshot) is decoded
-into mirrors defined here, which add the bounds, and then turned into the real types: a bound is
-only worth something if msgspec checks it before it builds what lies past it.
+Raft's configurations and the log's commands carry their own length bounds, so they are decoded as
+they are. Raft's entries and snapshots do not: Raft leaves their counters unbounded and their
+command and state opaque, and a table inside a command or a state travels in its own shape. A frame
+that carries them (AppendEntries, InstallSnapshot) is decoded into mirrors defined here, which bound
+the counters and name the wire shapes, and then turned into the real types: a bound is only worth
+something if msgspec checks it before it builds what lies past it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import msgspec
 from shardgrid.core import messages as m
 from shardgrid.core import session as handshake
 from shardgrid.core.errors import InvariantViolation, ProtocolError, ShardgridError, invariant
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import Replicas
 from shardgrid.core.limits import (
     MAX_COMMANDS_PER_ENTRY,
     MAX_COMPLETED_IN_METADATA,
@@ -88,21 +90,20 @@ _TableRow = Annotated[
     tuple[Annotated[int, msgspec.Meta(ge=-1, lt=MAX_MEMBER_COUNT)], ...],
     msgspec.Meta(min_length=MAX_REPLICA_COUNT, max_length=MAX_REPLICA_COUNT),
 ]
-_MigrationRecords = Annotated[tuple[MigrationRecord, ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
 
 
 class _WireTable(Record):
-    replicas: m.Replicas
+    replicas: Replicas
     versions: Annotated[tuple[m.PartitionVersion, ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
     slots: Annotated[tuple[_TableRow, ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
 
 
 class _WireState(Record):
     partition_count: Annotated[int, msgspec.Meta(ge=1, le=MAX_PARTITION_COUNT)]
-    members: m.Members
+    members: c.Members
     table: _WireTable | None
     cluster_state: ClusterState
-    migrations: _MigrationRecords  # at most one in flight per partition
+    migrations: c.MigrationRecords
     completed: Annotated[tuple[MigrationRecord, ...], msgspec.Meta(max_length=MAX_COMPLETED_IN_METADATA)]
     shut_down: bool
 
@@ -168,48 +169,20 @@ def _state_from_wire(wire: _WireState) -> MetadataState:
     )
 
 
-# --- mirrors: Raft's records and the log's commands, with the bounds the wire needs ---------------
+# --- mirrors: what needs a conversion, and Raft's records with the concrete types they carry -------
 # Each has its original's fields in its original's order (checked below), so both encode alike.
-
-
-class _WireMembership(Record):
-    voters: m.Replicas = ()
-    learners: m.Replicas = ()
-
-
-class _WireConfChange(Record):
-    add_learners: m.Replicas = ()
-    remove: m.Replicas = ()
-    promote: Replica | None = None
-    demote: Replica | None = None
-
-
-class _WireAddMembers(Message, tag=61):
-    members: m.Members
-
-
-class _WireRemoveMembers(Message, tag=62):
-    members: m.Replicas
 
 
 class _WireAssignPartitions(Message, tag=63):
     table: _WireTable
 
 
-class _WireStartMigrations(Message, tag=64):
-    records: _MigrationRecords
-
-
-class _WireFinishMigrations(Message, tag=65):
-    records: _MigrationRecords
-
-
 _WIRE_COMMAND_TYPES: tuple[type[Message], ...] = (
-    _WireAddMembers,
-    _WireRemoveMembers,
+    c.AddMembers,
+    c.RemoveMembers,
     _WireAssignPartitions,
-    _WireStartMigrations,
-    _WireFinishMigrations,
+    c.StartMigrations,
+    c.FinishMigrations,
     c.SetClusterState,
     c.PromoteToDataMember,
     c.MarkLeaving,
@@ -225,14 +198,14 @@ class _WireEntry(Record):
     term: Counter
     index: Counter
     command: _WireCommands | None = None
-    change: _WireConfChange | None = None
-    forced: _WireMembership | None = None
+    change: ConfChange | None = None
+    forced: Membership | None = None
 
 
 class _WireSnapshot(Record):
     index: Counter
     term: Counter
-    membership: _WireMembership
+    membership: Membership
     state: _WireState
 
 
@@ -252,13 +225,7 @@ class _WireInstallSnapshot(Message, tag=46):
 
 
 _MIRRORS: dict[type, type] = {
-    _WireMembership: Membership,
-    _WireConfChange: ConfChange,
-    _WireAddMembers: c.AddMembers,
-    _WireRemoveMembers: c.RemoveMembers,
     _WireAssignPartitions: c.AssignPartitions,
-    _WireStartMigrations: c.StartMigrations,
-    _WireFinishMigrations: c.FinishMigrations,
     _WireEntry: Entry,
     _WireSnapshot: Snapshot,
     _WireAppendEntries: r.AppendEntries,
@@ -275,26 +242,12 @@ def _check_mirrors() -> None:
 
 
 _check_mirrors()
-# Straight copies: the same fields, none of them needing a conversion of its own.
-_COPIED: dict[type, type] = {
-    mirror: _MIRRORS[mirror]
-    for mirror in (_WireAddMembers, _WireRemoveMembers, _WireStartMigrations, _WireFinishMigrations, _WireConfChange)
-}
-
-
-def _membership_from_wire(wire: _WireMembership) -> Membership:
-    return Membership(wire.voters, wire.learners)
-
-
-def _copied(wire: Any) -> Any:
-    original = _COPIED.get(type(wire))
-    return wire if original is None else original(*msgspec.structs.astuple(wire))
 
 
 def _command_from_wire(wire: Any) -> Any:
     if type(wire) is _WireAssignPartitions:
         return c.AssignPartitions(_table_from_wire(wire.table))
-    return _copied(wire)
+    return wire
 
 
 def _entry_from_wire(wire: _WireEntry) -> Entry:
@@ -302,8 +255,8 @@ def _entry_from_wire(wire: _WireEntry) -> Entry:
         wire.term,
         wire.index,
         None if wire.command is None else tuple(_command_from_wire(command) for command in wire.command),
-        None if wire.change is None else _copied(wire.change),
-        None if wire.forced is None else _membership_from_wire(wire.forced),
+        wire.change,
+        wire.forced,
     )
 
 
@@ -314,7 +267,7 @@ def _append_from_wire(wire: _WireAppendEntries) -> r.AppendEntries:
 
 def _install_from_wire(wire: _WireInstallSnapshot) -> r.InstallSnapshot:
     shot = wire.snapshot
-    snapshot = Snapshot(shot.index, shot.term, _membership_from_wire(shot.membership), _state_from_wire(shot.state))
+    snapshot = Snapshot(shot.index, shot.term, shot.membership, _state_from_wire(shot.state))
     return r.InstallSnapshot(wire.term, snapshot, wire.sent_ms)
 
 

@@ -14,6 +14,7 @@ from typing import Annotated
 
 import msgspec
 
+from shardgrid.core.limits import MAX_MEMBER_COUNT
 from shardgrid.core.wire import Record
 
 # A uuid in its text form is 36 characters; an address is a host and a port.
@@ -29,6 +30,11 @@ class Replica(Record, order=True):
 
     def __str__(self) -> str:
         return f"{self.address}/{self.uuid[:8]}"
+
+
+# Here, beside Replica, so that Raft's configurations, the log's commands and the messages carry one
+# bound: the codec checks it before it builds a single replica of a list a peer made too long.
+Replicas = Annotated[tuple[Replica, ...], msgspec.Meta(max_length=MAX_MEMBER_COUNT)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Annotated
 
 import msgspec
 
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import Replica, Replicas
 from shardgrid.core.limits import (
     MAX_COUNTER,
     MAX_ENTRIES_PER_CHUNK,
@@ -32,7 +32,7 @@ from shardgrid.core.limits import (
     MAX_VALUE_BYTES,
 )
 from shardgrid.core.metadata.cluster_state import ClusterState
-from shardgrid.core.metadata.commands import MemberRecord
+from shardgrid.core.metadata.commands import Members
 from shardgrid.core.migration import MigrationRecord
 from shardgrid.core.table import MAX_PARTITION_VERSION
 from shardgrid.core.wire import Counter, Message, Record
@@ -46,8 +46,6 @@ PartitionId = Annotated[int, msgspec.Meta(ge=0, lt=MAX_PARTITION_COUNT)]
 PartitionVersion = Annotated[int, msgspec.Meta(ge=0, le=MAX_PARTITION_VERSION)]
 # An acknowledged chunk sequence: -1 before the first.
 AckedSequence = Annotated[int, msgspec.Meta(ge=-1, le=MAX_COUNTER)]
-Members = Annotated[tuple[MemberRecord, ...], msgspec.Meta(max_length=MAX_MEMBER_COUNT)]
-Replicas = Annotated[tuple[Replica, ...], msgspec.Meta(max_length=MAX_MEMBER_COUNT)]
 # Columns of one request, or of a run of its writes: one item per key.
 KeyColumn = Annotated[tuple[Key, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
 ValueColumn = Annotated[tuple[Value, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]

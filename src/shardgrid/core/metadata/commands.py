@@ -6,7 +6,12 @@ entry, so every member goes through exactly the same sequence of metadata states
 
 from __future__ import annotations
 
-from shardgrid.core.identity import Replica
+from typing import Annotated
+
+import msgspec
+
+from shardgrid.core.identity import Replica, Replicas
+from shardgrid.core.limits import MAX_MEMBER_COUNT, MAX_PARTITION_COUNT
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.migration import MigrationRecord
 from shardgrid.core.table import PartitionTable
@@ -21,14 +26,20 @@ class MemberRecord(Record):
     leaving: bool = False  # shutting down gracefully: it hands its replicas over, then leaves
 
 
+# Length bounds the codec checks while it decodes, before it builds any item of an over-long list.
+Members = Annotated[tuple[MemberRecord, ...], msgspec.Meta(max_length=MAX_MEMBER_COUNT)]
+# A record per partition at most: no more than one migration of a partition is in flight at a time.
+MigrationRecords = Annotated[tuple[MigrationRecord, ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
+
+
 class AddMembers(Message, tag=61):
-    members: tuple[MemberRecord, ...]
+    members: Members
 
 
 class RemoveMembers(Message, tag=62):
     """Members that crashed, were cut off past their lease, left gracefully, or restarted."""
 
-    members: tuple[Replica, ...]
+    members: Replicas
 
 
 class AssignPartitions(Message, tag=63):
@@ -38,13 +49,13 @@ class AssignPartitions(Message, tag=63):
 
 
 class StartMigrations(Message, tag=64):
-    records: tuple[MigrationRecord, ...]
+    records: MigrationRecords
 
 
 class FinishMigrations(Message, tag=65):
     """Committed or rolled-back outcomes: many migrations that ended together share one entry."""
 
-    records: tuple[MigrationRecord, ...]
+    records: MigrationRecords
 
 
 class SetClusterState(Message, tag=66):

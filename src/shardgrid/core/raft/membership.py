@@ -10,15 +10,15 @@ towards a majority.
 from __future__ import annotations
 
 from shardgrid.core.errors import invariant
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import Replica, Replicas
 from shardgrid.core.wire import Record
 
 
 class Membership(Record):
     """A configuration: the voters and the learners, each sorted (deterministic iteration)."""
 
-    voters: tuple[Replica, ...] = ()
-    learners: tuple[Replica, ...] = ()
+    voters: Replicas = ()
+    learners: Replicas = ()
 
     def __post_init__(self) -> None:
         invariant(not set(self.voters) & set(self.learners), lambda: f"a node is voter and learner: {self}")
@@ -47,8 +47,8 @@ class Membership(Record):
 class ConfChange(Record):
     """Learners added or removed in any number; at most one voter added (promoted) or removed."""
 
-    add_learners: tuple[Replica, ...] = ()
-    remove: tuple[Replica, ...] = ()
+    add_learners: Replicas = ()
+    remove: Replicas = ()
     promote: Replica | None = None  # a learner becomes a voter
     demote: Replica | None = None  # a voter becomes a learner
 
