@@ -3,12 +3,16 @@ an operator sees when one of them is wrong."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shardgrid.cli.main import cli
 from shardgrid.core.config import MapConfig, MemberConfig
 from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_PARTITION_COUNT
 from shardgrid.runtime.settings import (
@@ -274,3 +278,60 @@ def test_any_partition_count_in_range_round_trips_through_env(count: int) -> Non
     settings = load(env={"SHARDGRID_PARTITION_COUNT": f" {count} "})
     assert settings.member_config.partition_count == count
     assert settings.member_config.settings_digest == MemberConfig(partition_count=count).settings_digest
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    # The caller's own SHARDGRID_* variables must not leak into the command under test.
+    clean: dict[str, str | None] = {var: None for var in os.environ if var.startswith("SHARDGRID_")}
+    result = CliRunner().invoke(cli, list(args), env={**clean, **(env or {})})
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_config_show_prints_an_aligned_table_with_sources(tmp_path: Path) -> None:
+    path = write(tmp_path, f'[member]\ncluster_secret = "{SECRET}"\n[maps.orders]\nbackup_count = 2\n')
+    code, out, err = run_cli("config", "show", "--config", str(path), env={"SHARDGRID_PORT": "5702"})
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == f"config file: {path}"
+    header = lines[1]
+    assert header.split() == ["SECTION", "KEY", "VALUE", "SOURCE"]
+    columns = [header.index(word) for word in ("KEY", "VALUE", "SOURCE")]
+    port_line = next(line for line in lines if line.split()[:2] == ["member", "port"])
+    assert port_line.split() == ["member", "port", "5702", "env"]
+    for line in lines[2:]:
+        assert all(line[column - 2 : column] == "  " and line[column] != " " for column in columns), line
+    assert any(line.split() == ["maps.orders", "backup_count", "2", "file"] for line in lines)
+    assert SECRET not in out
+    assert len(lines) == 2 + len(FIELDS["member"]) + len(FIELDS["cluster"]) + len(FIELDS["maps"])
+
+
+def test_config_show_json_is_one_object_by_section(tmp_path: Path) -> None:
+    path = write(tmp_path, f'[member]\ncluster_secret = "{SECRET}"\njoin = ["a:1"]\n[maps.orders]\nbackup_count = 2\n')
+    code, out, _ = run_cli("config", "show", "--format", "json", env={"SHARDGRID_CONFIG": str(path)})
+    assert code == 0
+    document = json.loads(out)
+    assert set(document) == {"config_file", "member", "cluster", "maps"}
+    assert document["config_file"] == str(path)
+    assert document["member"]["host"] == {"value": "127.0.0.1", "source": "default"}
+    assert document["member"]["join"] == {"value": ["a:1"], "source": "file"}
+    assert document["member"]["cluster_secret"] == {"value": SECRET_MASK, "source": "file"}
+    assert document["member"]["tls_ca_file"] == {"value": None, "source": "default"}
+    assert document["cluster"]["partition_count"] == {"value": 271, "source": "default"}
+    assert set(document["cluster"]) == set(FIELDS["cluster"])
+    assert document["maps"]["orders"]["backup_count"] == {"value": 2, "source": "file"}
+    assert SECRET not in out
+
+
+def test_config_show_without_maps_has_no_maps_key() -> None:
+    code, out, _ = run_cli("config", "show", "--format", "json")
+    assert code == 0
+    assert set(json.loads(out)) == {"config_file", "member", "cluster"}
+
+
+def test_config_show_exits_2_with_the_error_on_stderr(tmp_path: Path) -> None:
+    code, out, err = run_cli("config", "show", env={"SHARDGRID_PARTITION_COUNT": "abc"})
+    assert (code, out) == (2, "")
+    assert err == 'environment variable SHARDGRID_PARTITION_COUNT: expected an integer, got "abc"\n'
+    code, out, err = run_cli("config", "show", "--config", str(tmp_path / "absent.toml"))
+    assert (code, out) == (2, "")
+    assert "absent.toml: no such file" in err
