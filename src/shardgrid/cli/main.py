@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -13,12 +15,14 @@ from shardgrid import __version__
 from shardgrid.cli.bench_member import run_member_bench
 from shardgrid.cli.bench_plan import run_plan_bench
 from shardgrid.cli.bench_sim import run_sim_bench
+from shardgrid.cli.config_report import render_json, render_text
 from shardgrid.cli.plan_report import render, summarize
 from shardgrid.cli.scenario import ScenarioSpec, run_scenario
 from shardgrid.cli.sim_report import render as render_sim
 from shardgrid.cli.sim_report import seeds_summary
 from shardgrid.core.errors import ConfigError
 from shardgrid.core.limits import DEFAULT_MAX_PARALLEL_MIGRATIONS, DEFAULT_PARTITION_COUNT
+from shardgrid.runtime.settings import CONFIG_PATH_ENV, SettingsError, load_settings
 from shardgrid.sim.schedule import load_schedule
 from shardgrid.sim.vopr import FAULTS, SimParams, params_of, run_seed
 
@@ -218,6 +222,31 @@ def bench_member(migration_entries: int, handle_partitions: int) -> None:
     if not report["target"]["met"]:
         click.echo(f"target missed: {report['target']['what']}", err=True)
         sys.exit(1)
+
+
+@cli.group()
+def config() -> None:
+    """A member's settings: defaults, a TOML file, SHARDGRID_* environment variables, flags."""
+
+
+@config.command("show")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    envvar=CONFIG_PATH_ENV,
+    default=None,
+    help=f"The TOML file (or ${CONFIG_PATH_ENV}).",
+)
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def config_show(config_path: Path | None, output_format: str) -> None:
+    """Print the effective settings and where each came from; exits 2 on a bad setting."""
+    try:
+        settings = load_settings(config_path, os.environ, {})
+    except SettingsError as error:
+        click.echo(str(error), err=True)
+        sys.exit(2)
+    click.echo(render_json(settings) if output_format == "json" else render_text(settings))
 
 
 def main() -> None:

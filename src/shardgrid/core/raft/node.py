@@ -73,7 +73,7 @@ class RaftSettings:
         require(self.heartbeat_interval_ms > 0, "heartbeat_interval_ms must be positive")
         require(
             self.election_timeout_ms >= 3 * self.heartbeat_interval_ms,
-            "election_timeout_ms must be at least three heartbeat intervals",
+            "election_timeout_ms must be at least three times heartbeat_interval_ms",
         )
         require(self.max_append_entries > 0, "max_append_entries must be positive")
         require(self.max_unacked_entries >= self.max_append_entries, "max_unacked_entries below one message")
