@@ -23,6 +23,7 @@ from tests.core.test_member import (
     grant_lease,
     key_in,
     replies,
+    run_ticks,
     sent,
     synced,
 )
@@ -151,3 +152,34 @@ def test_a_migration_destination_keeps_each_maps_version_from_its_chunks() -> No
         destination.handle(now + 1, Receive(A.address, A, C.uuid, chunk))
     staged = destination.replica.incoming[0].staging.data()
     assert (staged.versions, staged.versions_from, staged.sequence) == ({"a": 4, "b": 9}, 2, 9)
+
+
+def test_a_backup_answers_a_resent_chunk_of_a_sync_it_finished_and_refuses_one_it_never_started() -> None:
+    """A multi-chunk sync whose final acknowledgement was lost: the owner resends its last chunk,
+    and without an answer it would resend it forever (the partition never settling)."""
+    backup, now = following(B, A_OWNS_B_BACKS)
+    chunks = [
+        m.ReplicaSyncChunk("s-1", 0, 0, "a", (b"k",), (b"1",), False, 6, "L", -1, 6),
+        m.ReplicaSyncChunk("s-1", 0, 1, "b", (b"k",), (b"2",), True, 6, "L", -1, 6),
+    ]
+    for chunk in chunks:
+        backup.handle(now + 1, Receive(A.address, A, B.uuid, chunk))
+    assert backup.data.stores[0].maps == {"a": {b"k": b"1"}, "b": {b"k": b"2"}}
+    (ack,) = sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, chunks[1])), m.ReplicaSyncAck)
+    assert (ack.accepted, ack.complete) == (True, True)
+    newer = m.ReplicaSyncChunk("s-2", 0, 1, "b", (b"k",), (b"3",), True, 9, "L", -1, 9)
+    (ack,) = sent(backup.handle(now + 3, Receive(A.address, A, B.uuid, newer)), m.ReplicaSyncAck)
+    assert not ack.accepted  # its first chunk never came: the owner starts over
+    assert backup.data.stores[0].sequence == 6
+
+
+def test_an_owner_starts_a_refused_whole_sync_over_at_the_next_retry() -> None:
+    owner, now = following(B, B_OWNS_A_BACKS)
+    now = grant_lease(owner, now)
+    acked_put(owner, now + 1, 1, "a", key_in(0))
+    (first,) = sent(owner.handle(now + 2, Receive(A.address, A, B.uuid, m.ReplicaSyncRequest(0))), m.ReplicaSyncChunk)
+    owner.handle(now + 3, Receive(A.address, A, B.uuid, m.ReplicaSyncAck(first.sync_id, -1, False)))
+    effects, _ = run_ticks(owner, now + 3, now + 3 + CONFIG.retry_interval_ms + CONFIG.tick_ms)
+    (again,) = [c for c in sent(effects, m.ReplicaSyncChunk) if c.partition_id == 0]
+    assert again.sync_id != first.sync_id
+    assert again.sequence == 0

@@ -92,6 +92,7 @@ class OutgoingSync:
     replica_sequence: int
     lineage: str
     last_sent_ms: int
+    refused: bool = False  # the backup does not follow it: start over at the next retry
 
 
 @dataclass(slots=True)
@@ -792,8 +793,14 @@ class DataPath:
                 # It no longer holds what the sync was based on: send it everything instead.
                 self._end_sync(sync)
                 self._sync_to(pid, sender, -1)
-            return  # a whole sync goes on (resent) while the backup is one: its table may lag
+            else:
+                # Its table may lag, or it lost track of this sync (a chunk came before the first):
+                # a fresh sync follows at the next retry, for as long as it is a backup.
+                sync.refused = True
+            return
         progressed, finished = sync.stream.acknowledge(message.sequence)
+        if progressed:
+            sync.refused = False  # it follows the sync after all (the refusal was overtaken)
         if message.complete or finished:
             self._end_sync(sync)
             pending = self.pending.get(pid)
@@ -824,14 +831,18 @@ class DataPath:
             return  # malformed: nothing taken, nothing acknowledged
         incoming = self.incoming_syncs.get(pid)
         if incoming is None or incoming.sync_id != message.sync_id:
-            if message.sequence != 0:
-                return  # of a sync this backup does not follow (any more): the owner starts over
             held = self.stores.get(pid)
             same_lineage = held is not None and held.lineage == message.lineage
             if same_lineage and held is not None and held.sequence >= message.replica_sequence:
-                # It already holds the partition as of this sync (a late copy, or one started on
-                # old news): taking it would roll back writes it acknowledged.
+                # It already holds the partition as of this sync (it took it and the owner missed
+                # the answer, or the sync started on old news): taking it would roll back writes
+                # it acknowledged.
                 self.ctx.send(sender, ReplicaSyncAck(message.sync_id, -1, True, complete=True))
+                return
+            if message.sequence != 0:
+                # Of a sync it does not follow (its first chunk was lost, or a migration's data
+                # replaced what it was taking): the owner starts over.
+                self.ctx.send(sender, ReplicaSyncAck(message.sync_id, -1, False))
                 return
             taking = incoming.staging if incoming is not None else None
             older = taking is not None and message.replica_sequence < taking.replica_sequence
@@ -878,10 +889,15 @@ class DataPath:
             syncs = self.outgoing_syncs[pid]
             for backup in sorted(syncs):
                 sync = syncs[backup]
-                if now - sync.last_sent_ms >= self.ctx.config.retry_interval_ms:
-                    sync.last_sent_ms = now
-                    for chunk in sync.stream.outstanding():
-                        self.ctx.send(backup, chunk)
+                if now - sync.last_sent_ms < self.ctx.config.retry_interval_ms:
+                    continue
+                if sync.refused:
+                    self._end_sync(sync)
+                    self.start_sync(pid, [backup])
+                    continue
+                sync.last_sent_ms = now
+                for chunk in sync.stream.outstanding():
+                    self.ctx.send(backup, chunk)
 
     # --- reacting to table changes ---------------------------------------------------------------
 
