@@ -323,3 +323,25 @@ def test_a_malformed_append_changes_nothing_and_raises_nothing(entries: object) 
     message = AppendEntries(term, log.last_index, log.last_term, entries(log.last_index, term), 0, 0)  # type: ignore[operator]
     follower.step(cluster.now_ms, leader.identity, message)
     assert (log.last_index, log.last_term, follower.commit_index, follower.log.membership) == before
+
+
+def test_a_server_its_uncommitted_configuration_demotes_still_campaigns_when_only_it_can_win() -> None:
+    """Found by a random run (a 4-voter configuration halfway to 3): a demotion reached the demoted
+    voter alone before the leader died. The other two, under the old configuration, needed its
+    vote and their shorter logs could not get it; it did not campaign, its newest configuration
+    not counting it. No leader was ever elected again."""
+    cluster = Cluster(seed=21)
+    members = cluster.bootstrap(4)
+    leader = elected(cluster)
+    demoted, *others = [m for m in members if m != leader.identity]
+    assert cluster.run_until(lambda: leader.can_change_configuration(), 2_000)
+    cluster.split([leader.identity, demoted], others)
+    index = cluster.propose(None, ConfChange(demote=demoted))
+    assert index is not None
+    assert cluster.run_until(lambda: cluster.nodes[demoted].last_index >= index, 1_000)
+    cluster.crash(leader.identity)
+    cluster.heal()
+    assert cluster.run_until(lambda: cluster.leader() is not None and cluster.leader().commit_index >= index, 10_000)
+    assert cluster.run_until(
+        lambda: cluster.leader() is not None and cluster.leader().identity in others, 10_000
+    )  # the demoted server stepped aside once its demotion committed

@@ -135,13 +135,19 @@ class RaftLog:
             term = entry.term
         return ""
 
+    def membership_at(self, index: int) -> Membership:
+        """The configuration in effect once the entries up to ``index`` are in the log (the
+        snapshot's for an index it covers)."""
+        membership = self.snapshot.membership if self.snapshot is not None else Membership()
+        for change_index, changed in self._changes:
+            if change_index <= index:
+                membership = changed
+        return membership
+
     def changes_problem(self, prev_index: int, entries: Sequence[Entry]) -> str:
         """Why the configuration changes among ``entries`` (after ``prev_index``, which this log
         holds and at or after its snapshot) cannot apply one after another ('' when they can)."""
-        membership = self.snapshot.membership if self.snapshot is not None else Membership()
-        for change_index, changed in self._changes:
-            if change_index <= prev_index:
-                membership = changed
+        membership = self.membership_at(prev_index)
         for entry in entries:
             if entry.forced is not None:
                 membership = entry.forced
@@ -176,10 +182,7 @@ class RaftLog:
         term = self.term_at(index)
         if term is None or index <= self.snapshot_index:
             raise InvariantViolation(f"cannot compact to {index}: the log holds {self.first_index}..{self.last_index}")
-        membership = self.snapshot.membership if self.snapshot is not None else Membership()
-        for change_index, changed in self._changes:
-            if change_index <= index:
-                membership = changed
+        membership = self.membership_at(index)
         del self.entries[: index - self.snapshot_index]
         self._changes = [(i, m) for i, m in self._changes if i > index]
         self.snapshot = Snapshot(index, term, membership, state)

@@ -350,7 +350,16 @@ class RaftNode:
     # --- elections ---------------------------------------------------------------------------------
 
     def _may_campaign(self) -> bool:
-        return self.log.snapshot is not None and self.membership.is_voter(self.identity)
+        """A voter campaigns; so does one that its latest configuration, not yet committed, no
+        longer counts (Raft dissertation 4.2.2): until that entry commits it may be the only
+        server whose log can win. Say a demotion to {1, 6, 7} reached 8 alone and 1 died: 6 and 7,
+        still under {1, 6, 7, 8}, need 8's vote, which their shorter logs cannot get; only 8 can
+        win, with their votes, under {1, 6, 7}."""
+        if self.log.snapshot is None:
+            return False
+        if self.membership.is_voter(self.identity):
+            return True
+        return self.log.membership_at(self.commit_index).is_voter(self.identity)
 
     def _in_lease(self) -> bool:
         """Whether this server hears from a leader (or, as leader, from a majority) right now."""
@@ -372,7 +381,8 @@ class RaftNode:
             self.voted_for = self.identity
             term = self.term
         self.leader = None
-        self._votes = {self.identity: True}
+        # Its own vote counts only where its latest configuration makes it a voter.
+        self._votes = {self.identity: True} if self.membership.is_voter(self.identity) else {}
         self._reset_election_deadline()
         request = VoteRequest(term, self.log.last_index, self.log.last_term, pre_vote, transfer)
         for voter in self.membership.voters:
@@ -674,8 +684,8 @@ class RaftNode:
         if candidate <= self.commit_index or self.log.term_at(candidate) != self.term:
             return False
         self.commit_index = candidate
-        if not self.membership.contains(self.identity) and self.commit_index >= self.log.membership_index():
-            self._become_follower(self.term, None)  # our own removal is committed: step aside
+        if not self.membership.is_voter(self.identity) and self.commit_index >= self.log.membership_index():
+            self._become_follower(self.term, None)  # our own removal or demotion is committed: step aside
         return True
 
     def _announce_commit(self) -> None:
