@@ -10,7 +10,11 @@ from shardgrid.core import messages as m
 from shardgrid.core.effects import Receive
 from shardgrid.core.hashing import partition_id_of_serialized
 from shardgrid.core.member import Member
+from shardgrid.core.metadata import MemberRecord, MetadataState
 from shardgrid.core.migration import Migration, MigrationRecord
+from shardgrid.core.raft import Membership, Snapshot
+from shardgrid.core.raft.messages import InstallSnapshot
+from shardgrid.core.table import PartitionTable
 from tests.core.test_member import (
     A_OWNS_B_BACKS,
     B_OWNS_A_BACKS,
@@ -183,3 +187,46 @@ def test_an_owner_starts_a_refused_whole_sync_over_at_the_next_retry() -> None:
     (again,) = [c for c in sent(effects, m.ReplicaSyncChunk) if c.partition_id == 0]
     assert again.sync_id != first.sync_id
     assert again.sequence == 0
+
+
+def _snapshot_makes_b_owner(backup: Member, now: int) -> list:
+    """A snapshot (B lagged behind the log) in which B was promoted: A is gone from every partition."""
+    table = PartitionTable.from_lists([[B, C]] * 4, [2, 2, 2, 2])
+    state = MetadataState(CONFIG.partition_count, (MemberRecord(A), MemberRecord(B), MemberRecord(C)), table)
+    snapshot = Snapshot(20, 1, Membership.of([A], [B, C]), state)
+    return backup.handle(now, Receive(A.address, A, B.uuid, InstallSnapshot(1, snapshot, now)))
+
+
+def test_a_backup_promoted_inside_a_snapshot_starts_a_new_lineage_and_syncs_its_backups() -> None:
+    """Found by an outside tester: a promotion that reached a member inside a snapshot kept the old
+    owner's lineage, so a backup holding a write this member missed would take another write at
+    the same sequence as one it already held, and acknowledge it."""
+    backup, now = following(B, A_OWNS_B_BACKS)
+    synced(backup, 0, now, maps={"m": {b"k": b"1"}}, sequence=5, lineage="L")
+    effects = _snapshot_makes_b_owner(backup, now + 1)
+    store = backup.data.stores[0]
+    assert store.lineage not in ("L", "")
+    assert (store.copy_index, store.maps, store.sequence) == (0, {"m": {b"k": b"1"}}, 5)
+    chunks = [chunk for chunk in sent(effects, m.ReplicaSyncChunk) if chunk.partition_id == 0]
+    assert [(chunk.base_sequence, chunk.lineage) for chunk in chunks] == [(-1, store.lineage)]
+
+
+def test_a_backup_promoted_in_the_middle_of_a_sync_drops_it() -> None:
+    """Found by an outside tester: the old owner's half-taken sync stayed forever (the member was
+    busy, so the cluster never counted as safe)."""
+    backup, now = following(B, A_OWNS_B_BACKS)
+    first = m.ReplicaSyncChunk("s-1", 0, 0, "a", (b"k",), (b"1",), False, 6, "L", -1, 6)
+    backup.handle(now + 1, Receive(A.address, A, B.uuid, first))
+    assert 0 in backup.data.incoming_syncs
+    _snapshot_makes_b_owner(backup, now + 2)
+    assert backup.data.incoming_syncs == {}
+
+
+def test_a_migration_chunk_of_records_that_name_no_map_is_refused() -> None:
+    """Found by an outside tester: it was staged as a map named ''."""
+    record = MigrationRecord("m-2", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
+    destination, now = _destination_of(record)
+    bad = m.MigrationChunk(record, 0, "", (b"k",), (b"v",), True, 9, "L")
+    (ack,) = sent(destination.handle(now + 1, Receive(A.address, A, C.uuid, bad)), m.MigrationChunkAck)
+    assert not ack.accepted
+    assert destination.replica.incoming[0].staging.maps == {}

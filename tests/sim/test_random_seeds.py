@@ -41,6 +41,18 @@ AT_LEAST_ONCE = SimParams(ops=200, members=5, fail_on_indeterminate=False, fault
 WHOLE_TRANSFERS_TWO_MAPS = SimParams(
     ops=300, members=5, async_backups=1, fragments=False, faults=FAULTS, fault_gap_ms=(1_000, 4_000), drop_rate=0.05
 )
+# Found by an outside tester: multi-chunk syncs of some maps, forced often, with their acks lost.
+TIGHT_TRANSFERS = SimParams(
+    ops=300,
+    members=5,
+    partitions=31,
+    async_backups=1,
+    tight_transfers=True,
+    faults=FAULTS,
+    fault_gap_ms=(1_000, 4_000),
+    drop_rate=0.05,
+    duplicate_rate=0.02,
+)
 FIRST_USE_WITH_LITE = SimParams(
     ops=300, members=5, lite_members=1, assign_on_first_use=True, faults=FAULTS, fault_gap_ms=(1_000, 4_000)
 )
@@ -81,6 +93,8 @@ CONFIGURATIONS: dict[str, tuple[SimParams, int]] = {
     "one-sync-one-async-backup": (ASYNC_BACKUP, SCALE // 6),
     "clients-retry-unknown-writes": (AT_LEAST_ONCE, SCALE // 6),
     "whole-transfers-two-maps-lossy": (WHOLE_TRANSFERS_TWO_MAPS, SCALE // 10),
+    "tight-transfers-forced-syncs": (TIGHT_TRANSFERS, SCALE // 10),
+    "tight-whole-transfers": (replace(TIGHT_TRANSFERS, fragments=False), SCALE // 15),
 }
 
 

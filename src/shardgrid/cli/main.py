@@ -98,6 +98,12 @@ def plan(
     default=None,
     help="Migrations and syncs send a partition at once instead of a window of chunks at a time.",
 )
+@click.option(
+    "--tight-transfers",
+    is_flag=True,
+    default=None,
+    help="One record per chunk, one chunk in flight, tiny held-run bounds, anti-entropy every 2 s.",
+)
 @click.option("--ops", type=click.IntRange(0, 10_000_000), default=None, help="[default: 2000]")
 @click.option(
     "--faults",
@@ -126,6 +132,7 @@ def sim(
     async_backups: int | None,
     at_least_once: bool | None,
     no_fragments: bool | None,
+    tight_transfers: bool | None,
     ops: int | None,
     faults: str | None,
     schedule_path: str | None,
@@ -156,6 +163,7 @@ def sim(
         "async_backups": async_backups,
         "fail_on_indeterminate": False if at_least_once else None,
         "fragments": False if no_fragments else None,
+        "tight_transfers": True if tight_transfers else None,
         "ops": ops,
         "max_parallel_migrations": max_parallel_migrations,
         "max_voters": max_voters,

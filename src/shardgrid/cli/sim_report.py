@@ -22,6 +22,7 @@ def replay_command(result: SimResult, schedule_path: str | None = None) -> str:
         f"--async-backups {p.async_backups}",
         *([] if p.fail_on_indeterminate else ["--at-least-once"]),
         *([] if p.fragments else ["--no-fragments"]),
+        *(["--tight-transfers"] if p.tight_transfers else []),
         f"--ops {p.ops}",
         f"--faults '{','.join(p.faults)}'",
         f"--max-parallel-migrations {p.max_parallel_migrations}",

@@ -50,6 +50,7 @@ AckedSequence = Annotated[int, msgspec.Meta(ge=-1, le=MAX_COUNTER)]
 KeyColumn = Annotated[tuple[Key, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
 ValueColumn = Annotated[tuple[Value, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
 # Columns of one migration chunk.
+ChunkMapName = Annotated[str, msgspec.Meta(max_length=MAX_MAP_NAME_CHARS)]  # "" in a chunk of no records
 ChunkKeys = Annotated[tuple[bytes, ...], msgspec.Meta(max_length=MAX_ENTRIES_PER_CHUNK)]
 ChunkValues = Annotated[tuple[bytes, ...], msgspec.Meta(max_length=MAX_ENTRIES_PER_CHUNK)]
 
@@ -140,7 +141,7 @@ class MigrationChunk(Message, tag=88):
 
     record: MigrationRecord
     sequence: Counter
-    map_name: str  # "" in the one chunk of a partition that holds nothing
+    map_name: ChunkMapName  # "" in the one chunk of a partition that holds nothing
     keys: ChunkKeys
     values: ChunkValues
     last: bool
@@ -263,7 +264,7 @@ class ReplicaSyncChunk(Message, tag=126):
     sync_id: str
     partition_id: PartitionId
     sequence: Counter
-    map_name: str  # "" in the one piece of a sync that brings no records
+    map_name: ChunkMapName  # "" in the one piece of a sync that brings no records
     keys: ChunkKeys
     values: ChunkValues
     last: bool

@@ -67,6 +67,9 @@ class SimParams:
     lite_members: int = 0  # how many of the first members start lite
     snapshot_every_entries: int = 1_000  # small values make lagging members catch up by snapshot
     fragments: bool = True  # False: migrations and syncs send a partition at once (seed 002)
+    # One record per chunk and one chunk in flight, 64 bytes of runs held per partition (a lost
+    # batch soon forces a sync) and anti-entropy every 2 s: many multi-chunk syncs of some maps.
+    tight_transfers: bool = False
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -91,7 +94,16 @@ class SimParams:
             max_voters=self.max_voters,
             snapshot_every_entries=self.snapshot_every_entries,
             migration_fragments_enabled=self.fragments,
+            **(TIGHT_TRANSFERS if self.tight_transfers else {}),
         )
+
+
+TIGHT_TRANSFERS: dict[str, int] = {
+    "max_chunk_entries": 1,
+    "migration_window_chunks": 1,
+    "max_backup_reorder_bytes": 64,
+    "anti_entropy_interval_ms": 2_000,
+}
 
 
 @dataclass(slots=True)

@@ -916,6 +916,7 @@ class DataPath:
             if data is not None:
                 self._trim(data, index)
             if index == 0:
+                self.incoming_syncs.pop(pid, None)  # an owner takes no sync (it may have been promoted mid-one)
                 backups = set(self._backups_of(pid))
                 pending = self.pending.get(pid)
                 if pending is not None:
@@ -975,8 +976,24 @@ class DataPath:
             if table is not None and table.owner(pid) == self.ctx.identity:
                 data = self.store(pid)
                 data.lineage = f"{self.ctx.identity.uuid[:8]}@{table.versions[pid]}"
+                data.copy_index = 0  # the owner's copy now, whatever slot it was kept for
                 self.reorder.pop(pid, None)  # runs held from the old owner belong to its lineage
+                self.incoming_syncs.pop(pid, None)
                 self.start_sync(pid, self._backups_of(pid))
+
+    def promoted_unseen(self, skip: set[int]) -> list[int]:
+        """Partitions this member owns but holds as a backup's copy (other than ``skip``): a
+        snapshot made it owner by promotion (the log entry that did is inside it), so
+        ``sync_after_promotion`` never ran for them."""
+        table = self.consensus.state.table
+        if table is None:
+            return []
+        me = self.ctx.identity
+        return [
+            pid
+            for pid, data in sorted(self.stores.items())
+            if data.copy_index >= 1 and pid not in skip and table.owner(pid) == me
+        ]
 
     def drop_everything(self) -> None:
         """This member left (or was removed): its data is no longer any replica's."""

@@ -267,8 +267,8 @@ class MigrationReplica:
         if table is None or table.owner(pid) != sender:
             self.ctx.send(sender, MigrationChunkAck(message.record.migration_id, message.sequence, False, "not owner"))
             return
-        if len(message.keys) != len(message.values):
-            reason = "a chunk's keys and values differ in number"
+        if len(message.keys) != len(message.values) or (message.keys and not message.map_name):
+            reason = "a chunk's keys and values differ in number, or its records name no map"
             self.ctx.send(sender, MigrationChunkAck(message.record.migration_id, message.sequence, False, reason))
             return
         incoming.staging.receive(message, window)
