@@ -391,14 +391,17 @@ class RaftNode:
         self._count_votes()
 
     def _on_vote_request(self, sender: Replica, message: VoteRequest) -> None:
+        # Granted whatever this server's own configuration says of the candidate (as Raft and etcd
+        # do): a server whose log lags may not know yet that the candidate became a voter, and
+        # refusing it can leave no electable server. A disruptive one gets no answer while a
+        # leader is heard (``step``).
         up_to_date = self.log.is_up_to_date(message.last_index, message.last_term)
-        known = self.membership.is_voter(sender)
         if message.pre_vote:
-            granted = known and up_to_date and message.term > self.term
+            granted = up_to_date and message.term > self.term
             self._send(sender, VoteReply(message.term if granted else self.term, granted, True))
             return
         free = self.voted_for == sender or (self.voted_for is None and self.leader is None)
-        granted = known and up_to_date and free
+        granted = up_to_date and free
         if granted:
             self.voted_for = sender
             self._reset_election_deadline()
@@ -558,9 +561,12 @@ class RaftNode:
             del self._progress[node]
 
     def _quorum_heard_recently(self) -> bool:
+        """A majority of the newest configuration's voters answered within an election timeout (a
+        leader that configuration demotes or removes counts only the others: cut off from them, it
+        must not lead on)."""
         voters = self.membership.voters
-        if self.identity not in voters:
-            return True  # a leader removing itself finishes the change it started
+        if not voters:
+            return True
         heard = sorted(
             (self.now_ms if v == self.identity else self._progress[v].last_ack_ms for v in voters), reverse=True
         )
@@ -656,6 +662,8 @@ class RaftNode:
             progress.probing = False
             progress.probe_sent = False
             if self._maybe_commit():
+                if not self.is_leader:
+                    return  # its own demotion or removal committed: it stepped aside, nothing to send
                 self._announce_commit()
         if progress.probing:
             progress.probe_sent = False
