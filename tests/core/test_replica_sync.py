@@ -230,3 +230,25 @@ def test_a_migration_chunk_of_records_that_name_no_map_is_refused() -> None:
     (ack,) = sent(destination.handle(now + 1, Receive(A.address, A, C.uuid, bad)), m.MigrationChunkAck)
     assert not ack.accepted
     assert destination.replica.incoming[0].staging.maps == {}
+
+
+def test_a_member_promoted_inside_a_snapshot_that_also_sends_a_migration_streams_the_new_lineage() -> None:
+    """Found by an outside tester: a member that had taken a migration's copy (to become a backup)
+    and then learned from one snapshot that the copy committed, that it owns the partition by
+    promotion and that it sends a migration of it kept the old owner's lineage, and streamed it."""
+    moving_in = MigrationRecord("m-1", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
+    member, now = _destination_of(moving_in)
+    chunk = m.MigrationChunk(moving_in, 0, "m", (b"k",), (b"v1",), True, 5, "L")
+    member.handle(now + 1, Receive(A.address, A, C.uuid, chunk))
+    member.handle(now + 2, Receive(A.address, A, C.uuid, m.MigrationCommit(moving_in, 1)))
+    moving_out = MigrationRecord("m-2", 0, Migration(None, -1, -1, B, -1, 1), version_before=3)
+    table = PartitionTable.from_lists([[C]] + [[A, B]] * 3, [3, 1, 1, 1])
+    records = (MemberRecord(A), MemberRecord(B), MemberRecord(C))
+    state = MetadataState(4, records, table, migrations={0: moving_out})
+    snapshot = Snapshot(30, 1, Membership.of([A], [B, C]), state)
+    effects = member.handle(now + 3, Receive(A.address, A, C.uuid, InstallSnapshot(1, snapshot, now + 3)))
+    store = member.data.stores[0]
+    assert (store.copy_index, store.sequence, store.maps) == (0, 5, {"m": {b"k": b"v1"}})
+    assert store.lineage not in ("L", "")
+    streamed = [c.lineage for c in sent(effects, m.MigrationChunk) if c.record.partition_id == 0]
+    assert set(streamed) <= {store.lineage}

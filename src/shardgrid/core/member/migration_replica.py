@@ -156,6 +156,11 @@ class MigrationReplica:
             named = state.table is not None and self.ctx.identity in state.table.replicas[pid]
             if incoming.installed and incoming.staging.complete and named:
                 self.data.install(pid, incoming.staging.data(), incoming.record.migration.destination_new_index)
+        # A promotion inside the snapshot: its new lineage starts now, as from the log, once the
+        # copies committed to this member are installed and before the snapshot's migrations
+        # start (a source streams the new lineage, not the old). A partition this member is
+        # still receiving by migration is not its own yet.
+        self.data.sync_after_promotion(self.data.promoted_unseen(skip=set(self.incoming)))
         for pid, record in sorted(state.migrations.items()):
             if pid not in self.outgoing and pid not in self.incoming:
                 self.on_started(record)

@@ -338,14 +338,9 @@ class Member:
         record = state.record_of(self.identity)
         if record is not None and record.leaving and self.lifecycle is Lifecycle.ACTIVE:
             self._set_lifecycle(Lifecycle.LEAVING)
-        # A promotion inside the snapshot: its new lineage starts here, as from the log, and before
-        # the snapshot's migrations restart (a source must stream the new lineage, not the old).
-        # A partition this member was receiving by migration waits until that is settled.
-        self.data.sync_after_promotion(self.data.promoted_unseen(skip=self.replica.partitions_involved()))
-        self.replica.on_state_loaded()
+        self.replica.on_state_loaded()  # (it also starts the lineage of a promotion inside the snapshot)
         if state.table is not None:
             self.data.after_table_change(list(range(state.table.partition_count)))
-            self.data.sync_after_promotion(self.data.promoted_unseen(skip=self.replica.partitions_involved()))
             self.data.ask_for_missing_data()
         self.master.reset(self.consensus.is_leader)
         self._drive_requested = True
