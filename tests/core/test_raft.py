@@ -9,6 +9,7 @@ import random
 import pytest
 
 from shardgrid.core.errors import InvariantViolation
+from shardgrid.core.identity import Replica
 from shardgrid.core.raft import ConfChange, Entry, Membership, RaftLog, RaftNode, Role, Snapshot
 from shardgrid.core.raft.messages import AppendEntries, AppendReply, Heartbeat, VoteRequest
 from tests.core.raft_harness import SETTINGS, Cluster, replica
@@ -336,11 +337,8 @@ def test_a_malformed_append_changes_nothing_and_raises_nothing(entries: object) 
     assert (log.last_index, log.last_term, follower.commit_index, follower.log.membership) == before
 
 
-def test_a_server_its_uncommitted_configuration_demotes_still_campaigns_when_only_it_can_win() -> None:
-    """Found by a random run (a 4-voter configuration halfway to 3): a demotion reached the demoted
-    voter alone before the leader died. The other two, under the old configuration, needed its
-    vote and their shorter logs could not get it; it did not campaign, its newest configuration
-    not counting it. No leader was ever elected again."""
+def _demotion_only_the_demoted_holds() -> tuple[Cluster, Replica, list[Replica], int]:
+    """Four voters; the leader demotes one, the entry reaches only that one, and the leader dies."""
     cluster = Cluster(seed=21)
     members = cluster.bootstrap(4)
     leader = elected(cluster)
@@ -352,6 +350,15 @@ def test_a_server_its_uncommitted_configuration_demotes_still_campaigns_when_onl
     assert cluster.run_until(lambda: cluster.nodes[demoted].last_index >= index, 1_000)
     cluster.crash(leader.identity)
     cluster.heal()
+    return cluster, demoted, others, index
+
+
+def test_a_server_its_uncommitted_configuration_demotes_still_campaigns_when_only_it_can_win() -> None:
+    """Found by a random run (a 4-voter configuration halfway to 3): a demotion reached the demoted
+    voter alone before the leader died. The other two, under the old configuration, needed its
+    vote and their shorter logs could not get it; it did not campaign, its newest configuration
+    not counting it. No leader was ever elected again."""
+    cluster, _, others, index = _demotion_only_the_demoted_holds()
     assert cluster.run_until(lambda: cluster.leader() is not None and cluster.leader().commit_index >= index, 10_000)
     assert cluster.run_until(
         lambda: cluster.leader() is not None and cluster.leader().identity in others, 10_000
@@ -386,17 +393,7 @@ def test_a_leader_whose_own_demotion_or_removal_commits_on_a_lagging_followers_a
 def test_a_server_elected_while_its_newest_configuration_demotes_it_steps_down_when_cut_off() -> None:
     """Found by an outside tester: check-quorum exempted a leader its newest configuration does not
     count, so, cut off from everyone, it led on for good."""
-    cluster = Cluster(seed=21)
-    members = cluster.bootstrap(4)
-    leader = elected(cluster)
-    demoted, *others = [m for m in members if m != leader.identity]
-    assert cluster.run_until(lambda: leader.can_change_configuration(), 2_000)
-    cluster.split([leader.identity, demoted], others)
-    index = cluster.propose(None, ConfChange(demote=demoted))
-    assert index is not None
-    assert cluster.run_until(lambda: cluster.nodes[demoted].last_index >= index, 1_000)
-    cluster.crash(leader.identity)
-    cluster.heal()
+    cluster, demoted, others, _ = _demotion_only_the_demoted_holds()
     node = cluster.nodes[demoted]
     assert cluster.run_until(lambda: node.is_leader, 10_000)
     cluster.split([demoted], others)
