@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from shardgrid.core.errors import invariant
 from shardgrid.core.messages import PUT, WriteRun
 
 # One piece of a transfer: a map's name and replica version, and some of its keys and values.
@@ -80,14 +81,12 @@ class PartitionData:
         self.changed(run.map_name, run.last_sequence)
 
     def replace_maps(self, staged: dict[str, dict[bytes, bytes]], versions: dict[str, int]) -> None:
-        """Take a sync's copy of some maps whole (each with its version)."""
+        """Take a sync's copy of some maps whole (each with its version). A sync of some maps
+        never carries an emptied one: emptying a map raises ``versions_from`` past any base."""
         for name, records in staged.items():
-            if records:
-                self.maps[name] = records
-                self.versions[name] = versions.get(name, self.sequence)
-            else:
-                self.maps.pop(name, None)
-                self.versions.pop(name, None)
+            invariant(bool(records), "a sync of some maps carried an empty map")
+            self.maps[name] = records
+            self.versions[name] = versions.get(name, self.sequence)
 
     def pieces(self, names: Iterable[str]) -> list[tuple[str, int, dict[bytes, bytes]]]:
         """What a transfer of the maps ``names`` reads: each held map with its version and its

@@ -91,6 +91,7 @@ class OutgoingSync:
     base_sequence: int
     replica_sequence: int
     lineage: str
+    versions_from: int
     last_sent_ms: int
     refused: bool = False  # the backup does not follow it: start over at the next retry
 
@@ -742,13 +743,14 @@ class DataPath:
             base,
             data.sequence,
             data.lineage,
+            data.versions_from,
             self.ctx.now_ms,
         )
         syncs[backup] = sync
         self._syncs_by_id[sync.sync_id] = sync
-        self._fill_sync(sync, data.versions_from)
+        self._fill_sync(sync)
 
-    def _fill_sync(self, sync: OutgoingSync, versions_from: int) -> None:
+    def _fill_sync(self, sync: OutgoingSync) -> None:
         config = self.ctx.config
 
         def build(index: int, piece: Piece, last: bool) -> ReplicaSyncChunk:
@@ -765,7 +767,7 @@ class DataPath:
                 sync.lineage,
                 sync.base_sequence,
                 version,
-                versions_from,
+                sync.versions_from,
             )
 
         limit = window_chunks(config.migration_window_chunks, config.migration_fragments_enabled)
@@ -814,7 +816,7 @@ class DataPath:
                     self._send_runs(sender, self._runs_held_at(index, pending.runs_for(sender)))
                 self._complete(pid, pending)
         elif progressed:
-            self._fill_sync(sync, self.store(pid).versions_from)
+            self._fill_sync(sync)
 
     def on_sync_chunk(self, sender: Replica, message: ReplicaSyncChunk) -> None:
         pid = message.partition_id
@@ -832,8 +834,7 @@ class DataPath:
         incoming = self.incoming_syncs.get(pid)
         if incoming is None or incoming.sync_id != message.sync_id:
             held = self.stores.get(pid)
-            same_lineage = held is not None and held.lineage == message.lineage
-            if same_lineage and held is not None and held.sequence >= message.replica_sequence:
+            if held is not None and held.lineage == message.lineage and held.sequence >= message.replica_sequence:
                 # It already holds the partition as of this sync (it took it and the owner missed
                 # the answer, or the sync started on old news): taking it would roll back writes
                 # it acknowledged.
@@ -844,9 +845,7 @@ class DataPath:
                 # replaced what it was taking): the owner starts over.
                 self.ctx.send(sender, ReplicaSyncAck(message.sync_id, -1, False))
                 return
-            taking = incoming.staging if incoming is not None else None
-            older = taking is not None and message.replica_sequence < taking.replica_sequence
-            if older and taking is not None and taking.lineage == message.lineage:
+            if incoming is not None and self._older_than(message, incoming.staging):
                 return  # older than the sync this backup is taking
             if message.base_sequence >= 0 and not self._holds_base(pid, message):
                 self.ctx.send(sender, ReplicaSyncAck(message.sync_id, -1, False))
@@ -870,6 +869,10 @@ class DataPath:
                 return
         ack = ReplicaSyncAck(message.sync_id, staging.held_through, True, complete=staging.complete)
         self.ctx.send(sender, ack)
+
+    @staticmethod
+    def _older_than(message: ReplicaSyncChunk, taking: Staging[ReplicaSyncChunk]) -> bool:
+        return taking.lineage == message.lineage and message.replica_sequence < taking.replica_sequence
 
     def _holds_base(self, pid: int, message: ReplicaSyncChunk) -> bool:
         """A sync of just the maps changed since ``base_sequence`` is right only on a copy of the
