@@ -7,6 +7,7 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -15,14 +16,16 @@ from shardgrid import __version__
 from shardgrid.cli.bench_member import run_member_bench
 from shardgrid.cli.bench_plan import run_plan_bench
 from shardgrid.cli.bench_sim import run_sim_bench
+from shardgrid.cli.cluster_commands import COMMANDS as CLUSTER_COMMANDS
 from shardgrid.cli.config_report import render_json, render_text
+from shardgrid.cli.member_command import flags_of, member, settings_options
 from shardgrid.cli.plan_report import render, summarize
 from shardgrid.cli.scenario import ScenarioSpec, run_scenario
 from shardgrid.cli.sim_report import render as render_sim
 from shardgrid.cli.sim_report import seeds_summary
 from shardgrid.core.errors import ConfigError
 from shardgrid.core.limits import DEFAULT_MAX_PARALLEL_MIGRATIONS, DEFAULT_PARTITION_COUNT
-from shardgrid.runtime.settings import CONFIG_PATH_ENV, SettingsError, load_settings
+from shardgrid.runtime.settings import SettingsError, load_settings
 from shardgrid.sim.schedule import load_schedule
 from shardgrid.sim.vopr import FAULTS, SimParams, params_of, run_seed
 
@@ -238,23 +241,22 @@ def config() -> None:
 
 
 @config.command("show")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path),
-    envvar=CONFIG_PATH_ENV,
-    default=None,
-    help=f"The TOML file (or ${CONFIG_PATH_ENV}).",
-)
+@settings_options
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def config_show(config_path: Path | None, output_format: str) -> None:
-    """Print the effective settings and where each came from; exits 2 on a bad setting."""
+def config_show(config_path: Path | None, output_format: str, **options: Any) -> None:
+    """Print the effective settings (with the flags ``member start`` takes) and where each came
+    from; exits 2 on a bad setting."""
     try:
-        settings = load_settings(config_path, os.environ, {})
+        settings = load_settings(config_path, os.environ, flags_of(options))
     except SettingsError as error:
         click.echo(str(error), err=True)
         sys.exit(2)
     click.echo(render_json(settings) if output_format == "json" else render_text(settings))
+
+
+cli.add_command(member)
+for command in CLUSTER_COMMANDS:
+    cli.add_command(command)
 
 
 def main() -> None:

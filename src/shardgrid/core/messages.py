@@ -372,6 +372,77 @@ class MapReply(Message, tag=123):
     more: bool = False
 
 
+class ScanRequest(Message, tag=127):
+    """A page of one partition's entries of one map, from its owner: the entries after the first
+    ``offset``, at most ``max_entries`` of them (0: none, just the count). Pages of one partition
+    fit together only while the reply's ``lineage`` and ``map_version`` stay the same; when they
+    change, the map changed between pages and the partition is read again from the start."""
+
+    call_id: Counter
+    map_name: MapName
+    partition_id: PartitionId
+    offset: Counter = 0
+    max_entries: Annotated[int, msgspec.Meta(ge=0, le=MAX_OPERATIONS_PER_REQUEST)] = MAX_OPERATIONS_PER_REQUEST
+    keys_only: bool = False
+
+
+class ScanReply(Message, tag=128):
+    """One page: ``status`` OK with the entries, or why not (WRONG_OWNER with the ``redirect``,
+    MIGRATING or NOT_READY with ``retry_after_ms``, REJECTED with the ``reason``). ``total`` is the
+    partition's entry count of the map; ``more`` says entries follow this page."""
+
+    call_id: Counter
+    status: Status
+    keys: KeyColumn = ()
+    values: ValueColumn = ()
+    total: Counter = 0
+    more: bool = False
+    lineage: str = ""
+    map_version: Counter = 0
+    redirect: PartitionRedirect | None = None
+    retry_after_ms: Counter = 0
+    reason: str = ""
+
+
+class StatusRequest(Message, tag=129):
+    """A client asks one member how it stands (``shardgrid status``, ``is_cluster_safe``)."""
+
+    call_id: Counter
+
+
+class StatusReply(Message, tag=130):
+    """One member's own view: what it is, what its applied log says of the cluster, and whether
+    its own part is quiet. The cluster is safe when every member of the list answers ``quiet``,
+    all at the same ``applied_index`` and ``table_stamp``, and the master says ``master_idle``
+    with no ``missing_replicas``."""
+
+    call_id: Counter
+    address: str
+    uuid: str
+    lifecycle: str  # Lifecycle's value
+    lite: bool
+    master_address: str  # "" when it knows of none
+    term: Counter
+    cluster_state: ClusterState
+    applied_index: Counter
+    members: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_MEMBER_COUNT)]  # addresses, in the list's order
+    lite_members: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_MEMBER_COUNT)]
+    leaving_members: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_MEMBER_COUNT)]
+    partition_count: Counter
+    table_stamp: int | None  # None: no partition assigned yet
+    owned_partitions: Counter  # partitions this member owns (replica 0)
+    backup_replicas: Counter  # backup slots this member holds
+    missing_replicas: Counter  # backup slots the table leaves empty though data members could fill them
+    migrations_in_log: Counter  # started and not finished, cluster-wide, as the log says
+    migrations_here: Counter  # partitions this member sends or receives right now
+    migrations_planned: Counter  # master only: planned, not started yet
+    migrations_finished: Counter  # finished as this member applied them since it started
+    writes_awaiting_backups: Counter  # this member's writes not yet acknowledged by every backup
+    syncs_in_flight: Counter  # replica syncs this member sends or receives
+    master_idle: bool  # master only: nothing planned, proposed or running, nobody joining or leaving
+    quiet: bool  # nothing of this member's is moving, syncing or waiting for a backup
+
+
 # Codes 105-107 (one object per operation and per result) are retired.
 
 

@@ -18,6 +18,7 @@ A request is checked whole before any of it is applied: a malformed one changes 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -54,6 +55,8 @@ from shardgrid.core.messages import (
     ReplicaSyncAck,
     ReplicaSyncChunk,
     ReplicaSyncRequest,
+    ScanReply,
+    ScanRequest,
     Status,
     TableReply,
     TableRequest,
@@ -455,6 +458,60 @@ class DataPath:
             keys = message.keys
             for index in indexes:
                 out[index] = records.get(keys[index])
+
+    def on_scan_request(self, client: str, message: ScanRequest) -> None:
+        """A page of one partition's map, served by its owner under the same rules as a get (the
+        reads a migration allows); the reply names the copy's lineage and the map's version, so the
+        client can tell whether its pages belong together."""
+        pid = message.partition_id
+        call_id = message.call_id
+        retry_after = self.ctx.config.client_retry_after_ms
+        if pid >= self.ctx.config.partition_count:
+            reason = f"partition {pid} does not exist: the cluster has {self.ctx.config.partition_count}"
+            self.ctx.reply(client, ScanReply(call_id, Status.REJECTED, reason=reason))
+            return
+        refused = self._refusal(write=False)
+        if refused is not None:
+            self.ctx.reply(client, ScanReply(call_id, refused, retry_after_ms=retry_after))
+            return
+        table = self.consensus.state.table
+        invariant(table is not None, "a request is served only with a table")
+        owner = table.replicas[pid][0]
+        migrations = self.migrations
+        if owner != self.ctx.identity:
+            if owner is None:
+                self.ctx.reply(client, ScanReply(call_id, Status.NOT_READY, retry_after_ms=retry_after))
+            else:
+                redirect = PartitionRedirect(pid, table.versions[pid], owner.address)
+                self.ctx.reply(client, ScanReply(call_id, Status.WRONG_OWNER, redirect=redirect))
+            return
+        if not self.leases.holds() or migrations is None:
+            self.ctx.reply(client, ScanReply(call_id, Status.NOT_READY, retry_after_ms=retry_after))
+            return
+        moving = migrations.writes_blocked(pid) and self.ctx.config.stale_read_disabled
+        if moving or migrations.reads_blocked(pid):
+            self.ctx.reply(client, ScanReply(call_id, Status.MIGRATING, retry_after_ms=retry_after))
+            return
+        data = self.store(pid)
+        records = data.maps.get(message.map_name) or {}
+        total = len(records)
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        size = 0
+        # Dict order is the order of first insertion, the same from one page to the next while the
+        # map does not change (the version says when it did). Skipping to the offset walks it: a
+        # partition holds a small share of a map, so pages stay cheap.
+        for key, value in itertools.islice(records.items(), message.offset, message.offset + message.max_entries):
+            size += len(key) + (0 if message.keys_only else len(value))
+            if keys and size > MAX_REPLY_VALUE_BYTES:
+                break
+            keys.append(key)
+            if not message.keys_only:
+                values.append(value)
+        more = message.offset + len(keys) < total
+        version = data.version_of(message.map_name)
+        reply = ScanReply(call_id, Status.OK, tuple(keys), tuple(values), total, more, data.lineage, version)
+        self.ctx.reply(client, reply)
 
     def on_table_request(self, client: str, message: TableRequest) -> None:
         table = self.consensus.state.table

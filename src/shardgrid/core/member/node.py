@@ -36,13 +36,14 @@ from shardgrid.core.member.membership import MembershipLeader
 from shardgrid.core.member.migration_master import MigrationMaster
 from shardgrid.core.member.migration_replica import MigrationReplica
 from shardgrid.core.metadata import Changes
+from shardgrid.core.placement import replica_count_for
 from shardgrid.core.raft import Role
 from shardgrid.core.raft.messages import VoteRequest
 
 TICK = "tick"
 
 # Messages from clients (no member identity): the data path and administration.
-_FROM_CLIENTS = (m.MapRequest, m.TableRequest, m.AdminRequest)
+_FROM_CLIENTS = (m.MapRequest, m.ScanRequest, m.TableRequest, m.StatusRequest, m.AdminRequest)
 # Messages of processes looking for a cluster, taken only while this member looks for one too.
 _DISCOVERY = (m.JoinRedirect, m.JoinRejected, m.Unjoined, m.Bootstrap)
 
@@ -75,6 +76,7 @@ class Member:
         self._known_leader: Replica | None = None
         self._shutdown_index = 0  # the leader stops once every member holds the shutdown entry
         self._shutdown_since_ms = 0
+        self._migrations_finished = 0
         self._build(known_addresses=(), cluster_seen=False)
 
     def _build(self, known_addresses: tuple[str, ...], cluster_seen: bool) -> None:
@@ -138,6 +140,61 @@ class Member:
             and self.leases.holds_at(now_ms)
             and not self.replica.writes_blocked(pid)
             and self.consensus.state.cluster_state.writes_allowed
+        )
+
+    def status(self, call_id: int) -> m.StatusReply:
+        """This member's own view of where it and the cluster stand (see ``StatusReply``)."""
+        state = self.consensus.state
+        table = state.table
+        me = self.identity
+        leader = self.consensus.leader
+        records = state.members
+        data_members = [r.replica for r in records if not r.lite]
+        owned = backups = missing = 0
+        if table is not None:
+            backup_count = self.config.table_backup_count
+            wanted = replica_count_for(len(data_members), len(data_members), backup_count)
+            for slots in table.replicas:
+                owned += slots[0] == me
+                backups += me in slots[1 : backup_count + 1]
+                missing += max(0, wanted - sum(1 for r in slots[:wanted] if r is not None))
+        is_master = self.is_master
+        master_idle = (
+            is_master
+            and self.consensus.leader_ready
+            and self.master.idle
+            and not self.membership.joiners
+            and not any(r.leaving for r in records)
+        )
+        involved = len(self.replica.partitions_involved())
+        data = self.data
+        quiet = self.joined and involved == 0 and not data.busy()
+        return m.StatusReply(
+            call_id,
+            me.address,
+            me.uuid,
+            self.lifecycle.value,
+            self.ctx.lite,
+            leader.address if leader is not None else "",
+            self.consensus.term,
+            state.cluster_state,
+            self.consensus.applied_index,
+            tuple(r.replica.address for r in records),
+            tuple(r.replica.address for r in records if r.lite),
+            tuple(r.replica.address for r in records if r.leaving),
+            self.config.partition_count,
+            table.stamp if table is not None else None,
+            owned,
+            backups,
+            missing,
+            len(state.migrations),
+            involved,
+            sum(len(planned) for planned in self.master.pending.values()) if is_master else 0,
+            self._migrations_finished,
+            data.pending_count,
+            sum(len(syncs) for syncs in data.outgoing_syncs.values()) + len(data.incoming_syncs),
+            master_idle,
+            quiet,
         )
 
     # --- events ----------------------------------------------------------------------------------
@@ -215,8 +272,12 @@ class Member:
     def _client_message(self, client: str, message: Any) -> None:
         if isinstance(message, m.MapRequest):
             self.data.on_map_request(client, message)
+        elif isinstance(message, m.ScanRequest):
+            self.data.on_scan_request(client, message)
         elif isinstance(message, m.TableRequest):
             self.data.on_table_request(client, message)
+        elif isinstance(message, m.StatusRequest):
+            self.ctx.reply(client, self.status(message.call_id))
         elif self.joined:
             self.admin.on_admin_request(client, message)
         else:
@@ -364,6 +425,7 @@ class Member:
             self.replica.on_started(record)
         for record in changes.finished:
             self.replica.on_finished(record)
+        self._migrations_finished += len(changes.finished)
         if changes.table_assigned:
             self.data.on_table_assigned()
         self.data.after_table_change(sorted(changes.partitions))

@@ -1,0 +1,321 @@
+"""The commands that talk to a running cluster through the client: status, safe, state, promote,
+shutdown, map. Each exits non-zero when what it was asked cannot be done: 1 when the cluster said
+no or did not answer in time, 2 on bad arguments, 3 when no member could be reached."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from shardgrid.cli.local_cluster import local
+from shardgrid.client import Client
+from shardgrid.client.errors import (
+    AuthenticationError,
+    ClusterUnavailableError,
+    OperationTimeoutError,
+    ShardgridClientError,
+)
+from shardgrid.client.status import ClusterStatus
+from shardgrid.core import messages as m
+
+T = TypeVar("T")
+MEMBERS_ENV = "SHARDGRID_MEMBERS"
+EXIT_REFUSED = 1
+EXIT_UNREACHABLE = 3
+
+
+def client_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option(
+            "--members",
+            envvar=MEMBERS_ENV,
+            default="127.0.0.1:5701",
+            show_default=True,
+            help=f"host:port,... of members to ask (or ${MEMBERS_ENV}).",
+        ),
+        click.option("--cluster-name", envvar="SHARDGRID_CLUSTER_NAME", default="shardgrid", show_default=True),
+        click.option(
+            "--cluster-secret",
+            envvar="SHARDGRID_CLUSTER_SECRET",
+            default=None,
+            help="The cluster's secret (better: $SHARDGRID_CLUSTER_SECRET, kept out of the process list).",
+        ),
+        click.option("--tls-ca-file", type=click.Path(dir_okay=False), default=None),
+        click.option("--tls-cert-file", type=click.Path(dir_okay=False), default=None),
+        click.option("--tls-key-file", type=click.Path(dir_okay=False), default=None),
+        click.option(
+            "--timeout", "timeout_s", type=float, default=30.0, show_default=True, help="Seconds for the whole command."
+        ),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _with_client(options: dict[str, Any], action: Callable[[Client], T]) -> T:
+    members = [address.strip() for address in str(options["members"]).split(",") if address.strip()]
+    timeout_ms = max(1, int(options["timeout_s"] * 1000))
+    try:
+        with Client(
+            members,
+            options["cluster_name"],
+            cluster_secret=options["cluster_secret"],
+            tls_ca_file=options["tls_ca_file"],
+            tls_cert_file=options["tls_cert_file"],
+            tls_key_file=options["tls_key_file"],
+            operation_call_timeout_ms=timeout_ms,
+            attempt_timeout_ms=min(timeout_ms, 10_000),
+            connect_timeout_ms=min(timeout_ms, 5_000),
+        ) as client:
+            return action(client)
+    except AuthenticationError as error:
+        click.echo(f"refused: {error}", err=True)
+        sys.exit(EXIT_UNREACHABLE)
+    except ClusterUnavailableError as error:
+        click.echo(f"unreachable: {error}", err=True)
+        sys.exit(EXIT_UNREACHABLE)
+    except (ShardgridClientError, ValueError) as error:
+        click.echo(f"failed: {error}", err=True)
+        sys.exit(EXIT_REFUSED)
+
+
+def status_document(status: ClusterStatus) -> dict[str, Any]:
+    members = []
+    for address in status.members:
+        reply = status.replies.get(address)
+        if reply is None:
+            members.append({"address": address, "reachable": False, "error": status.unreachable.get(address, "")})
+            continue
+        members.append(
+            {
+                "address": address,
+                "reachable": True,
+                "uuid": reply.uuid,
+                "role": "master" if address == status.master else ("lite" if reply.lite else "member"),
+                "lifecycle": reply.lifecycle,
+                "leaving": address in reply.leaving_members,
+                "owned_partitions": reply.owned_partitions,
+                "backup_replicas": reply.backup_replicas,
+                "migrations_here": reply.migrations_here,
+                "syncs_in_flight": reply.syncs_in_flight,
+                "writes_awaiting_backups": reply.writes_awaiting_backups,
+                "applied_index": reply.applied_index,
+                "quiet": reply.quiet,
+            }
+        )
+    master = status.replies.get(status.master)
+    return {
+        "master": status.master or None,
+        "cluster_state": master.cluster_state.value if master else None,
+        "partition_count": master.partition_count if master else None,
+        "migrations_planned": master.migrations_planned if master else None,
+        "migrations_running": master.migrations_in_log if master else None,
+        "migrations_finished": master.migrations_finished if master else None,
+        "missing_replicas": master.missing_replicas if master else None,
+        "safe": status.safe,
+        "unsafe_reason": status.unsafe_reason or None,
+        "members": members,
+    }
+
+
+def render_status(document: dict[str, Any]) -> None:
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=140)  # piped or captured: no terminal width to fit
+    table = Table(title=None, show_edge=False)
+    for column in ("member", "role", "state", "primaries", "backups", "migrating", "syncing", "awaiting acks"):
+        table.add_column(column, justify="right" if column not in ("member", "role", "state") else "left")
+    for member in document["members"]:
+        if not member["reachable"]:
+            table.add_row(member["address"], "?", f"unreachable: {member['error'][:60]}", "", "", "", "", "")
+            continue
+        state = member["lifecycle"] + (" (leaving)" if member["leaving"] else "")
+        table.add_row(
+            member["address"],
+            member["role"],
+            state,
+            str(member["owned_partitions"]),
+            str(member["backup_replicas"]),
+            str(member["migrations_here"]),
+            str(member["syncs_in_flight"]),
+            str(member["writes_awaiting_backups"]),
+        )
+    console.print(table)
+    console.print(
+        f"master {document['master'] or '(none)'}  state {document['cluster_state']}  "
+        f"partitions {document['partition_count']}  migrations: {document['migrations_planned']} planned, "
+        f"{document['migrations_running']} running  missing replicas {document['missing_replicas']}"
+    )
+    if document["safe"]:
+        console.print("[green]safe[/green]: every replica in sync, nothing migrating")
+    else:
+        console.print(f"[yellow]not safe[/yellow]: {document['unsafe_reason']}")
+
+
+@click.command()
+@client_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def status(as_json: bool, **options: Any) -> None:
+    """Members, master, cluster state, partitions and replicas per member, migrations, safe or not."""
+    document = status_document(_with_client(options, lambda client: client.cluster_status()))
+    if as_json:
+        click.echo(json.dumps(document, indent=2))
+    else:
+        render_status(document)
+
+
+@click.command()
+@client_options
+@click.option("--wait", "wait_s", type=float, default=0.0, help="Wait up to this many seconds for it to be safe.")
+def safe(wait_s: float, **options: Any) -> None:
+    """Exit 0 when the cluster is safe now (every replica in sync, nothing migrating), else 1 with
+    the reason; with --wait, wait for it first."""
+
+    def check(client: Client) -> str:
+        if wait_s > 0:
+            try:
+                client.wait_until_safe(wait_s)
+            except OperationTimeoutError as error:
+                return str(error)
+            return ""
+        return client.cluster_status().unsafe_reason
+
+    options["timeout_s"] = max(options["timeout_s"], wait_s + 10)
+    reason = _with_client(options, check)
+    if reason:
+        click.echo(f"not safe: {reason}")
+        sys.exit(EXIT_REFUSED)
+    click.echo("safe")
+
+
+@click.group()
+def state() -> None:
+    """The cluster state: active, no-migration (rebalancing paused), frozen, passive."""
+
+
+@state.command("get")
+@client_options
+def state_get(**options: Any) -> None:
+    click.echo(_with_client(options, lambda client: client.get_cluster_state()).value)
+
+
+@state.command("set")
+@click.argument("new_state", type=click.Choice(["active", "no-migration", "frozen", "passive"], case_sensitive=False))
+@client_options
+def state_set(new_state: str, **options: Any) -> None:
+    """Change the cluster state (no-migration pauses rebalancing; active resumes it)."""
+    _with_client(options, lambda client: client.change_cluster_state(new_state))
+    click.echo(f"cluster state: {new_state.lower()}")
+
+
+@click.command()
+@click.argument("address")
+@client_options
+def promote(address: str, **options: Any) -> None:
+    """Make the lite member at ADDRESS a data member."""
+    _with_client(options, lambda client: client.promote(address))
+    click.echo(f"{address} is a data member")
+
+
+@click.command()
+@click.argument("address", required=False)
+@click.option("--cluster", "whole_cluster", is_flag=True, help="Shut the whole cluster down.")
+@client_options
+def shutdown(address: str | None, whole_cluster: bool, **options: Any) -> None:
+    """Shut down the member at ADDRESS gracefully (it hands its replicas over first), or with
+    --cluster every member."""
+    if address is None:
+        if not whole_cluster:
+            raise click.UsageError("give either a member's ADDRESS or --cluster")
+        _with_client(options, lambda client: client.shutdown_cluster())
+        click.echo("the cluster shut down")
+        return
+    if whole_cluster:
+        raise click.UsageError("give either a member's ADDRESS or --cluster, not both")
+    options["timeout_s"] = max(options["timeout_s"], 600.0)  # handing replicas over takes its time
+    _with_client(options, lambda client: client.shutdown_member(address))
+    click.echo(f"{address} left the cluster")
+
+
+@click.group()
+def rebalance() -> None:
+    """Pause or resume rebalancing (the NO_MIGRATION cluster state: data is served, nothing moves)."""
+
+
+@rebalance.command("pause")
+@client_options
+def rebalance_pause(**options: Any) -> None:
+    _with_client(options, lambda client: client.change_cluster_state("no-migration"))
+    click.echo("rebalancing paused (cluster state no-migration)")
+
+
+@rebalance.command("resume")
+@client_options
+def rebalance_resume(**options: Any) -> None:
+    _with_client(options, lambda client: client.change_cluster_state("active"))
+    click.echo("rebalancing resumed (cluster state active)")
+
+
+@click.command()
+@click.argument("address")
+@click.option("--yes", is_flag=True, help="Confirm: the lost voters will never come back.")
+@client_options
+def recover(address: str, yes: bool, **options: Any) -> None:
+    """Recover from a lost majority of voters: the member at ADDRESS (the survivor with the most
+    complete log) becomes the only voter and leads; members that do not answer are then removed
+    and their partitions repaired. Writes the lost voters acknowledged but the survivor never
+    received are lost. The member refuses while it has heard from a leader lately."""
+    if not yes:
+        raise click.UsageError("recovery discards the lost voters for good: run it again with --yes")
+    options["members"] = address
+    answer = _with_client(options, lambda client: client.admin(m.RecoverLostMajority(), address))
+    click.echo(answer)
+
+
+@click.group("map")
+def map_group() -> None:
+    """Read and write a map from the shell (str keys, JSON values)."""
+
+
+@map_group.command("put")
+@click.argument("map_name")
+@click.argument("key")
+@click.argument("value")
+@client_options
+def map_put(map_name: str, key: str, value: str, **options: Any) -> None:
+    """Store VALUE (JSON; a plain word is taken as a string) under KEY."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value
+    _with_client(options, lambda client: client.get_map(map_name).set(key, parsed))
+
+
+@map_group.command("get")
+@click.argument("map_name")
+@click.argument("key")
+@client_options
+def map_get(map_name: str, key: str, **options: Any) -> None:
+    """Print KEY's value as JSON; exit 1 when the map has no such key."""
+    missing = object()
+    value = _with_client(options, lambda client: client.get_map(map_name).get(key, missing))
+    if value is missing:
+        click.echo(f"{map_name} has no key {key!r}", err=True)
+        sys.exit(EXIT_REFUSED)
+    click.echo(json.dumps(value, default=repr))
+
+
+@map_group.command("size")
+@click.argument("map_name")
+@client_options
+def map_size(map_name: str, **options: Any) -> None:
+    click.echo(_with_client(options, lambda client: client.get_map(map_name).size()))
+
+
+COMMANDS = (status, safe, state, rebalance, promote, shutdown, recover, map_group, local)

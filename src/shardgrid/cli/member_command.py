@@ -1,0 +1,110 @@
+"""``shardgrid member start``: one member process in the foreground, until it stops.
+
+The flags here are settings like any other (``runtime/settings.py``): a flag wins over a
+``SHARDGRID_*`` variable, which wins over the TOML file. ``--set key=value`` reaches every setting
+that has no flag of its own, by the name the file uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from shardgrid.runtime import logs
+from shardgrid.runtime.process import MemberProcess
+from shardgrid.runtime.settings import CONFIG_PATH_ENV, Settings, SettingsError, load_settings
+
+# Flags of their own (the rest go through --set); None means "not given" to the loader.
+_FLAG_OPTIONS: list[Callable[[Any], Any]] = [
+    click.option("--host", default=None, help="Address to listen on [default: 127.0.0.1]."),
+    click.option("--port", type=int, default=None, help="Port to listen on; 0 picks a free one [default: 5701]."),
+    click.option("--join", default=None, help="host:port,... of members to join (or to form the cluster with)."),
+    click.option("--cluster-name", default=None, help="Only members and clients of this cluster are let in."),
+    click.option("--lite", is_flag=True, default=None, help="A lite member: it holds no partitions."),
+    click.option("--log-format", type=click.Choice(["text", "json"]), default=None, help="Log lines as text or JSON."),
+    click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port."),
+    click.option("--partition-count", type=int, default=None, help="Partitions of the cluster [default: 271]."),
+    click.option("--backup-count", type=int, default=None, help="Sync backups per partition [default: 1]."),
+    click.option("--initial-cluster-size", type=int, default=None, help="Members that form a new cluster [3]."),
+]
+
+
+def settings_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The flags every command that reads a member's settings takes."""
+    function = click.option(
+        "--set",
+        "assignments",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Any other setting by its file name, e.g. --set max_parallel_migrations=4.",
+    )(function)
+    for option in reversed(_FLAG_OPTIONS):
+        function = option(function)
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(path_type=Path),
+        envvar=CONFIG_PATH_ENV,
+        default=None,
+        help=f"The TOML settings file (or ${CONFIG_PATH_ENV}).",
+    )(function)
+
+
+def flags_of(options: dict[str, Any]) -> dict[str, object]:
+    """The loader's flags from the parsed options: by setting name, None where not given."""
+    flags: dict[str, object] = {}
+    for key, value in options.items():
+        if key in ("config_path", "assignments"):
+            continue
+        flags[key] = value
+    for assignment in options.get("assignments") or ():
+        key, equals, value = assignment.partition("=")
+        key = key.strip().replace("-", "_")
+        if not equals or not key:
+            raise SettingsError(f"--set {assignment}: expected KEY=VALUE, e.g. --set backup_count=2")
+        if key in flags and flags[key] is not None:
+            raise SettingsError(f"--set {key}: given twice (once as --{key.replace('_', '-')})", key)
+        flags[key] = value  # one that is not a setting: the loader names it and suggests the closest
+    return flags
+
+
+@click.group()
+def member() -> None:
+    """Run a member process."""
+
+
+@member.command("start")
+@settings_options
+def member_start(config_path: Path | None, **options: Any) -> None:
+    """Start a member in the foreground; SIGTERM or Ctrl-C leaves the cluster gracefully (the
+    member hands its replicas over first), a second one stops at once. Exits 2 on a bad setting."""
+    try:
+        settings = load_settings(config_path, os.environ, flags_of(options))
+    except SettingsError as error:
+        click.echo(f"shardgrid member start: {error}", err=True)
+        sys.exit(2)
+    logger = logs.configure(settings.process.log_format)
+    try:
+        code = asyncio.run(_run(settings, logger))
+    except OSError as error:  # the port is taken, the host is not ours
+        click.echo(
+            f"shardgrid member start: cannot listen on {settings.process.host}:{settings.process.port}: "
+            f"{error.strerror or error}",
+            err=True,
+        )
+        sys.exit(1)
+    sys.exit(code)
+
+
+async def _run(settings: Settings, logger: logging.Logger) -> int:
+    process = MemberProcess(settings, logger)
+    await process.start()
+    process.install_signal_handlers()
+    return await process.run()

@@ -1,0 +1,620 @@
+"""``AsyncClient``: the smart client on asyncio; ``Client`` (``sync.py``) is a facade over it.
+
+It keeps the partition table fresh, sends each key to its partition's owner, groups a batch per
+owner into as few requests as the limits allow, pipelines every call on one connection per member,
+and decides what to do with each answer with ``core.call_policy`` (the functions the simulator's
+clients use): retry on a new owner or after a migration, within ``operation_call_timeout_ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from shardgrid.client.connection import ConnectionLost, MemberConnection
+from shardgrid.client.errors import (
+    AdminError,
+    ClientClosedError,
+    ClusterUnavailableError,
+    IndeterminateOperationStateError,
+    OperationRejectedError,
+    OperationTimeoutError,
+)
+from shardgrid.client.routing import TableView, group_by_owner, split_requests
+from shardgrid.client.serialization import KeySerializer, MsgpackSerializer, Serializer
+from shardgrid.client.status import ClusterStatus
+from shardgrid.core import codec
+from shardgrid.core import messages as m
+from shardgrid.core.call_policy import CallProgress, CallSettings, Decision, Verdict, on_answer, on_no_answer
+from shardgrid.core.hashing import Key, partition_ids_of_serialized
+from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_KEY_BYTES, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES
+from shardgrid.core.metadata.cluster_state import ClusterState
+from shardgrid.core.session import SessionSettings
+from shardgrid.runtime import tls
+
+DEFAULT_ATTEMPT_TIMEOUT_MS = 10_000  # an attempt unanswered this long: its member may be gone
+DEFAULT_CONNECT_TIMEOUT_MS = 5_000
+MAX_TABLE_PAGES = 16  # 100,000 partitions at 20,000 a page, with room to spare
+SHUTDOWN_CONFIRM_MS = 10_000  # how long a cluster shutting down may take to stop answering
+SCAN_PARALLEL_PARTITIONS = 16  # partitions a whole-map read has in flight at once
+
+
+class AsyncClient:
+    """``async with AsyncClient(["127.0.0.1:5701"], cluster_name="shardgrid") as client: ...``"""
+
+    def __init__(
+        self,
+        members: Sequence[str],
+        cluster_name: str = "shardgrid",
+        cluster_secret: str | None = None,
+        *,
+        operation_call_timeout_ms: int = 120_000,
+        fail_on_indeterminate_operation_state: bool = False,
+        attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS,
+        connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
+        tls_ca_file: str | Path | None = None,
+        tls_cert_file: str | Path | None = None,
+        tls_key_file: str | Path | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        high_water_bytes: int = 4 * 1024 * 1024,
+    ) -> None:
+        if not members:
+            raise ValueError("give at least one member address (host:port)")
+        self.seeds = list(dict.fromkeys(members))
+        self.call_settings = CallSettings(operation_call_timeout_ms, fail_on_indeterminate_operation_state)
+        self.call_settings.validate()
+        if attempt_timeout_ms <= 0 or connect_timeout_ms <= 0:
+            raise ValueError("attempt_timeout_ms and connect_timeout_ms must be positive")
+        self.attempt_timeout_ms = attempt_timeout_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        secret = (cluster_secret or "").encode()
+        self._session_settings = SessionSettings(cluster_name, codec.PROTOCOL_VERSION, secret)
+        self._session_settings.validate()
+        if ssl_context is None and (tls_ca_file is not None or tls_cert_file is not None):
+            ssl_context = tls.client_context(
+                Path(tls_ca_file) if tls_ca_file else None,
+                Path(tls_cert_file) if tls_cert_file else None,
+                Path(tls_key_file) if tls_key_file else None,
+            )
+        self._ssl = ssl_context
+        self._high_water_bytes = high_water_bytes
+        self.table = TableView()
+        self._connections: dict[str, MemberConnection] = {}
+        self._opening: dict[str, asyncio.Task[MemberConnection]] = {}
+        self._refreshing: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    async def connect(self) -> AsyncClient:
+        """Reach a member (raises ClusterUnavailableError or AuthenticationError) and learn the
+        partition table if it has one; a cluster still forming has none, and the first map call
+        waits for it within its timeout."""
+        connection = await self._any_connection()
+        with contextlib.suppress(ConnectionLost, TimeoutError):
+            await self._read_table(connection)
+        return self
+
+    async def __aenter__(self) -> AsyncClient:
+        return await self.connect()
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in self._opening.values():
+            task.cancel()
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()
+
+    def get_map(self, name: str, key_type: type = str, value_serializer: Serializer | None = None) -> AsyncMap:
+        if not isinstance(name, str) or not 0 < len(name) <= m.MAX_MAP_NAME_CHARS:
+            raise ValueError(f"a map name is 1 to {m.MAX_MAP_NAME_CHARS} characters")
+        return AsyncMap(self, name, KeySerializer(key_type), value_serializer or MsgpackSerializer())
+
+    # --- connections -----------------------------------------------------------------------------
+
+    def _now_ms(self) -> int:
+        return int(asyncio.get_running_loop().time() * 1000)
+
+    async def _connection(self, address: str) -> MemberConnection:
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        connection = self._connections.get(address)
+        if connection is not None and not connection.closed:
+            return connection
+        task = self._opening.get(address)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._open(address))
+            self._opening[address] = task
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done() and self._opening.get(address) is task:
+                del self._opening[address]
+
+    async def _open(self, address: str) -> MemberConnection:
+        connection = MemberConnection(
+            address, self._session_settings, self._ssl, MAX_FRAME_BYTES, self._high_water_bytes
+        )
+        await connection.open(self.connect_timeout_ms / 1000)
+        self._connections[address] = connection
+        return connection
+
+    def _candidates(self) -> list[str]:
+        """Members to ask when any will do: those connected first, then the table's, then seeds."""
+        live = [a for a, c in self._connections.items() if not c.closed]
+        return list(dict.fromkeys([*live, *self.table.members, *self.seeds]))
+
+    async def _any_connection(self) -> MemberConnection:
+        errors = []
+        for address in self._candidates():
+            try:
+                return await self._connection(address)
+            except ClusterUnavailableError as error:
+                errors.append(str(error))
+        raise ClusterUnavailableError("no member could be reached: " + "; ".join(errors[:5]))
+
+    # --- the table ---------------------------------------------------------------------------------
+
+    async def refresh_table(self) -> None:
+        """Ask a member for the whole table (one refresh at a time: callers share it)."""
+        task = self._refreshing
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(self._fetch_table())
+            self._refreshing = task
+        await asyncio.shield(task)
+
+    async def _fetch_table(self) -> None:
+        deadline = self._now_ms() + self.call_settings.operation_call_timeout_ms
+        last_error = "no member has a partition table yet"
+        while True:
+            connection = await self._any_connection()
+            try:
+                await self._read_table(connection)
+                if self.table.known:
+                    return
+            except (ConnectionLost, TimeoutError) as error:
+                last_error = f"{connection.address}: {error or 'no answer'}"
+                connection.close(last_error)
+            if self._now_ms() >= deadline:
+                raise ClusterUnavailableError(f"no partition table within the call timeout ({last_error})")
+            await asyncio.sleep(self.call_settings.min_retry_backoff_ms / 1000)
+
+    async def _read_table(self, connection: MemberConnection) -> None:
+        """Every page of ``connection``'s member's table into the view (each page within the
+        attempt timeout)."""
+        first: int | None = 0
+        for _ in range(MAX_TABLE_PAGES):
+            if first is None:
+                return
+            async with asyncio.timeout(self.attempt_timeout_ms / 1000):
+                reply = await connection.table_page(first)
+            first = self.table.apply_page(reply)
+
+    # --- map calls ---------------------------------------------------------------------------------
+
+    async def map_call(
+        self,
+        kind: m.OpKind,
+        map_name: str,
+        keys: Sequence[bytes],
+        values: Sequence[bytes] | None = None,
+        previous: bool = False,
+    ) -> list[bytes | None]:
+        """Run one operation on many keys (already serialized), through every retry its answers
+        call for; returns one value per key (a get's, or a put's or remove's previous value when
+        ``previous``), None where there is none."""
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        count = len(keys)
+        results: list[bytes | None] = [None] * count
+        if count == 0:
+            return results
+        # What the members' codec would refuse (closing the connection, as for any bad frame) is
+        # refused here, before anything is sent.
+        if max(map(len, keys)) > MAX_KEY_BYTES:
+            raise OperationRejectedError(f"{kind.value}: a key is at most {MAX_KEY_BYTES} bytes serialized")
+        if values is not None and max(map(len, values), default=0) > MAX_VALUE_BYTES:
+            raise OperationRejectedError(f"{kind.value}: a value is at most {MAX_VALUE_BYTES} bytes serialized")
+        if not self.table.known:
+            await self.refresh_table()
+        pids = partition_ids_of_serialized(keys, self.table.partition_count)
+        progress = CallProgress(self._now_ms(), kind is not m.GET)
+        remaining = list(range(count))
+        while remaining:
+            attempts = []
+            for owner, indexes in group_by_owner(remaining, pids, self.table).items():
+                for batch in split_requests(indexes, keys, values, MAX_OPERATIONS_PER_REQUEST):
+                    attempts.append(self._attempt(owner, kind, map_name, batch, pids, keys, values, previous))
+            answers = await asyncio.gather(*attempts)
+            remaining = []
+            decisions: list[Decision] = []
+            reasons: list[str] = []
+            now = self._now_ms()
+            for batch, reply in answers:
+                if reply is None:
+                    decisions.append(on_no_answer(self.call_settings, progress, now))
+                    remaining += batch
+                    for index in batch:
+                        self.table.forget(pids[index])
+                    continue
+                for redirect in reply.redirects:
+                    self.table.apply_redirect(redirect)
+                seen: set[m.Status] = set()
+                has_values = len(reply.values) == len(batch)
+                for position, (index, status) in enumerate(zip(batch, reply.statuses, strict=False)):
+                    if status is m.Status.OK:
+                        if has_values:
+                            results[index] = reply.values[position]
+                    else:
+                        remaining.append(index)
+                        seen.add(status)
+                if len(reply.statuses) != len(batch):
+                    seen.add(m.Status.REJECTED)
+                    reasons.append(f"a member answered {len(reply.statuses)} keys of {len(batch)}")
+                for status in sorted(seen):
+                    decisions.append(on_answer(self.call_settings, progress, status, reply.retry_after_ms, now))
+                    if status is m.Status.REJECTED and reply.reason:
+                        reasons.append(reply.reason)
+            if remaining:
+                await self._carry_out(decisions, reasons, kind, len(remaining), count)
+        return results
+
+    async def _attempt(
+        self,
+        owner: str | None,
+        kind: m.OpKind,
+        map_name: str,
+        batch: list[int],
+        pids: list[int],
+        keys: Sequence[bytes],
+        values: Sequence[bytes] | None,
+        previous: bool,
+    ) -> tuple[list[int], m.MapReply | None]:
+        try:
+            connection = await (self._connection(owner) if owner is not None else self._any_connection())
+        except ClusterUnavailableError:
+            return batch, None
+        request = m.MapRequest(
+            connection.new_call_id(),
+            kind,
+            map_name,
+            tuple(pids[i] for i in batch),
+            tuple(keys[i] for i in batch),
+            tuple(values[i] for i in batch) if values is not None else (),
+            previous,
+        )
+        try:
+            async with asyncio.timeout(self.attempt_timeout_ms / 1000):
+                reply = await connection.call(request)
+        except (ConnectionLost, TimeoutError):
+            return batch, None
+        return batch, reply
+
+    async def _carry_out(
+        self, decisions: list[Decision], reasons: list[str], kind: m.OpKind, left: int, count: int
+    ) -> None:
+        """Act on the answers of one round: raise the first final verdict, else wait as long as
+        the latest retry asks (refreshing the table first when one asks for it)."""
+        what = f"{kind.value} of {count} key{'s' if count != 1 else ''} ({left} unfinished)"
+        for decision in decisions:
+            verdict = decision.verdict
+            if verdict is Verdict.TIMED_OUT:
+                unknown = " (some writes may have been applied)" if decision.outcome_unknown else ""
+                raise OperationTimeoutError(
+                    f"{what}: not done within operation_call_timeout_ms"
+                    f" ({self.call_settings.operation_call_timeout_ms} ms){unknown}",
+                    decision.outcome_unknown,
+                )
+            if verdict is Verdict.INDETERMINATE:
+                raise IndeterminateOperationStateError(
+                    f"{what}: applied by an owner but not confirmed by every backup, or the owner left before"
+                    " answering; it may or may not last"
+                )
+            if verdict is Verdict.REJECTED:
+                reason = reasons[0] if reasons else "refused by the cluster"
+                raise OperationRejectedError(f"{what}: {reason}", decision.outcome_unknown)
+        retries = [d for d in decisions if d.verdict is Verdict.RETRY]
+        if any(d.refresh_table for d in retries):
+            # On failure the next round's attempts find out again, and the call's clock runs on.
+            with contextlib.suppress(ClusterUnavailableError):
+                await self.refresh_table()
+        wait_ms = max((d.at_ms for d in retries), default=0) - self._now_ms()
+        if wait_ms > 0:
+            await asyncio.sleep(wait_ms / 1000)
+
+    # --- partition scans -------------------------------------------------------------------------
+
+    async def scan_partition(
+        self, map_name: str, pid: int, page_entries: int = 10_000, keys_only: bool = False
+    ) -> tuple[list[bytes], list[bytes]]:
+        """Every entry of one partition of a map, as one consistent copy (its keys and values, in
+        the owner's order): pages are read from its owner, and when the map changed between pages
+        or the partition moved, the partition is read again from the start. Retries follow the
+        call policy (a scan is a read: it is always retried, within operation_call_timeout_ms)."""
+        if not 1 <= page_entries <= MAX_OPERATIONS_PER_REQUEST:
+            raise ValueError(f"page_entries is 1..{MAX_OPERATIONS_PER_REQUEST}")
+        if not self.table.known:
+            await self.refresh_table()
+        if not 0 <= pid < self.table.partition_count:
+            raise ValueError(f"partition {pid} does not exist: the cluster has {self.table.partition_count}")
+        progress = CallProgress(self._now_ms(), mutating=False)
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        stamp: tuple[str, int] | None = None
+        while True:
+            owner = self.table.owners[pid]
+            reply = await self._scan_attempt(owner, map_name, pid, len(keys), page_entries, keys_only)
+            now = self._now_ms()
+            if reply is None:
+                self.table.forget(pid)
+                await self._carry_out([on_no_answer(self.call_settings, progress, now)], [], m.GET, 1, 1)
+                continue
+            if reply.status is not m.Status.OK:
+                if reply.redirect is not None:
+                    self.table.apply_redirect(reply.redirect)
+                decision = on_answer(self.call_settings, progress, reply.status, reply.retry_after_ms, now)
+                await self._carry_out([decision], [reply.reason] if reply.reason else [], m.GET, 1, 1)
+                keys, values, stamp = [], [], None  # another owner, or the same later: start over
+                continue
+            page_stamp = (reply.lineage, reply.map_version)
+            if stamp is not None and page_stamp != stamp:
+                keys, values, stamp = [], [], None  # written to between pages: read it again
+                continue
+            stamp = page_stamp
+            keys.extend(reply.keys)
+            values.extend(reply.values)
+            if not reply.more:
+                return keys, values
+
+    async def _scan_attempt(
+        self, owner: str | None, map_name: str, pid: int, offset: int, page_entries: int, keys_only: bool
+    ) -> m.ScanReply | None:
+        try:
+            connection = await (self._connection(owner) if owner is not None else self._any_connection())
+        except ClusterUnavailableError:
+            return None
+        request = m.ScanRequest(connection.new_call_id(), map_name, pid, offset, page_entries, keys_only)
+        try:
+            async with asyncio.timeout(self.attempt_timeout_ms / 1000):
+                return await connection.call(request)
+        except (ConnectionLost, TimeoutError):
+            return None
+
+    async def partition_count(self) -> int:
+        if not self.table.known:
+            await self.refresh_table()
+        return self.table.partition_count
+
+    # --- the cluster's state ---------------------------------------------------------------------
+
+    async def member_status(self, address: str | None = None) -> m.StatusReply:
+        """One member's own view (``address``, or any member)."""
+        connection = await (self._connection(address) if address else self._any_connection())
+        try:
+            async with asyncio.timeout(self.attempt_timeout_ms / 1000):
+                return await connection.call(m.StatusRequest(connection.new_call_id()))
+        except ConnectionLost as error:
+            raise ClusterUnavailableError(f"{connection.address}: {error}") from None
+        except TimeoutError:
+            raise ClusterUnavailableError(f"{connection.address}: no status within the attempt timeout") from None
+
+    async def cluster_status(self) -> ClusterStatus:
+        """Every member's view, asked at once: the member list comes from the master's applied log
+        (or, without a master, from the first member that answers)."""
+        first = await self.member_status()
+        if first.master_address and first.master_address != first.address:
+            with contextlib.suppress(ClusterUnavailableError):
+                first = await self.member_status(first.master_address)
+        members = first.members
+        replies: dict[str, m.StatusReply] = {first.address: first}
+        unreachable: dict[str, str] = {}
+
+        async def ask(address: str) -> None:
+            try:
+                replies[address] = await self.member_status(address)
+            except ClusterUnavailableError as error:
+                unreachable[address] = str(error)
+
+        await asyncio.gather(*(ask(address) for address in members if address not in replies))
+        return ClusterStatus(members, replies, unreachable)
+
+    async def is_cluster_safe(self) -> bool:
+        return (await self.cluster_status()).safe
+
+    async def wait_until_safe(self, timeout_s: float, poll_s: float = 0.2) -> ClusterStatus:
+        """Returns the first safe status; raises OperationTimeoutError (with the last reason) when
+        the cluster is not safe within ``timeout_s``."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        reason = "not asked yet"
+        while True:
+            try:
+                status = await self.cluster_status()
+                if status.safe:
+                    return status
+                reason = status.unsafe_reason
+            except ClusterUnavailableError as error:
+                reason = str(error)
+            if asyncio.get_running_loop().time() >= deadline:
+                raise OperationTimeoutError(f"the cluster is not safe after {timeout_s:g} s: {reason}", False)
+            await asyncio.sleep(poll_s)
+
+    async def get_cluster_state(self) -> ClusterState:
+        return (await self.member_status()).cluster_state
+
+    async def change_cluster_state(self, state: ClusterState | str) -> None:
+        """ACTIVE, NO_MIGRATION (rebalancing paused), FROZEN or PASSIVE, cluster-wide."""
+        if isinstance(state, str):
+            state = ClusterState(state.strip().lower().replace("_", "-"))  # "NO_MIGRATION" or "no-migration"
+        await self.admin(m.ChangeClusterState(state))
+
+    async def promote(self, address: str) -> None:
+        """Make the lite member at ``address`` a data member (seed 002's promoteLocalMember)."""
+        await self.admin(m.PromoteMember(), address)
+
+    async def shutdown_member(self, address: str) -> None:
+        """The member at ``address`` hands every replica over, leaves and stops; returns once it
+        has (or raises AdminError with the reason it cannot)."""
+        await self.admin(m.ShutdownMember(), address)
+
+    async def shutdown_cluster(self) -> None:
+        """PASSIVE first, then every member stops. The member asked may stop before its answer
+        leaves: a connection it closed counts as done once no member answers any more."""
+        try:
+            await self.admin(m.ShutdownCluster())
+        except ClusterUnavailableError as error:
+            deadline = self._now_ms() + SHUTDOWN_CONFIRM_MS
+            while self._now_ms() < deadline:
+                if not await self._any_member_running():
+                    return
+                await asyncio.sleep(0.2)
+            raise error from None
+
+    async def _any_member_running(self) -> bool:
+        for address in self._candidates():
+            try:
+                reply = await self.member_status(address)
+            except (ClusterUnavailableError, OperationTimeoutError):
+                continue
+            if reply.lifecycle != "stopped":
+                return True
+        return False
+
+    # --- administration ----------------------------------------------------------------------------
+
+    async def admin(self, command: Any, address: str | None = None) -> str:
+        """Send an administrative command (to ``address``, or any member); returns the member's
+        answer text, raises AdminError when it failed."""
+        connection = await (self._connection(address) if address else self._any_connection())
+        request = m.AdminRequest(connection.new_call_id(), command)
+        try:
+            async with asyncio.timeout(self.call_settings.operation_call_timeout_ms / 1000):
+                reply = await connection.call(request)
+        except ConnectionLost as error:
+            raise ClusterUnavailableError(f"{connection.address}: {error}") from None
+        except TimeoutError:
+            raise OperationTimeoutError(f"{type(command).__name__}: no answer in time", True) from None
+        if reply.status != m.ADMIN_OK:
+            raise AdminError(f"{type(command).__name__} at {connection.address}: {reply.status}: {reply.reason}")
+        return reply.reason
+
+
+class AsyncMap:
+    """A named map: keys and values are serialized here, once."""
+
+    def __init__(self, client: AsyncClient, name: str, keys: KeySerializer, values: Serializer) -> None:
+        self.client = client
+        self.name = name
+        self.key_serializer = keys
+        self.value_serializer = values
+
+    def _key(self, key: Key) -> bytes:
+        return self.key_serializer.dumps(key)
+
+    def _value(self, data: bytes | None) -> Any:
+        return None if data is None else self.value_serializer.loads(data)
+
+    async def put(self, key: Key, value: Any) -> Any:
+        """Store ``value`` under ``key``; returns the previous value (None if there was none)."""
+        (old,) = await self.client.map_call(
+            m.PUT, self.name, [self._key(key)], [self.value_serializer.dumps(value)], previous=True
+        )
+        return self._value(old)
+
+    async def set(self, key: Key, value: Any) -> None:
+        """Store ``value`` under ``key`` (like put, without fetching the previous value)."""
+        await self.client.map_call(m.PUT, self.name, [self._key(key)], [self.value_serializer.dumps(value)])
+
+    async def get(self, key: Key, default: Any = None) -> Any:
+        (data,) = await self.client.map_call(m.GET, self.name, [self._key(key)])
+        return default if data is None else self.value_serializer.loads(data)
+
+    async def contains_key(self, key: Key) -> bool:
+        (data,) = await self.client.map_call(m.GET, self.name, [self._key(key)])
+        return data is not None
+
+    async def remove(self, key: Key) -> Any:
+        """Remove ``key``; returns the value it had (None if there was none)."""
+        (old,) = await self.client.map_call(m.REMOVE, self.name, [self._key(key)], previous=True)
+        return self._value(old)
+
+    async def delete(self, key: Key) -> None:
+        await self.client.map_call(m.REMOVE, self.name, [self._key(key)])
+
+    async def put_all(self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]]) -> None:
+        pairs = entries.items() if isinstance(entries, Mapping) else entries
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        dump_key, dump_value = self.key_serializer.dumps, self.value_serializer.dumps
+        for key, value in pairs:
+            keys.append(dump_key(key))
+            values.append(dump_value(value))
+        await self.client.map_call(m.PUT, self.name, keys, values)
+
+    async def get_all(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        """The keys that have a value, with their values (missing keys are left out)."""
+        wanted = list(dict.fromkeys(keys))
+        found = await self.client.map_call(m.GET, self.name, [self._key(key) for key in wanted])
+        load = self.value_serializer.loads
+        return {key: load(data) for key, data in zip(wanted, found, strict=True) if data is not None}
+
+    async def remove_all(self, keys: Iterable[Key]) -> None:
+        await self.client.map_call(m.REMOVE, self.name, [self._key(key) for key in dict.fromkeys(keys)])
+
+    # --- whole-map reads (a scan of every partition, a few at a time) -------------------------------
+
+    async def _scan_all(self, keys_only: bool) -> AsyncIterator[tuple[list[bytes], list[bytes]]]:
+        count = await self.client.partition_count()
+        window = asyncio.Semaphore(SCAN_PARALLEL_PARTITIONS)
+
+        async def one(pid: int) -> tuple[list[bytes], list[bytes]]:
+            async with window:
+                return await self.client.scan_partition(self.name, pid, keys_only=keys_only)
+
+        tasks = [asyncio.ensure_future(one(pid)) for pid in range(count)]
+        try:
+            for task in tasks:
+                yield await task
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    async def size(self) -> int:
+        """Entries in the map, counted partition by partition (each count as its owner has it)."""
+        total = 0
+        async for keys, _ in self._scan_all(keys_only=True):
+            total += len(keys)
+        return total
+
+    async def keys(self) -> list[Any]:
+        load = self.key_serializer.loads
+        return [load(key) async for keys, _ in self._scan_all(keys_only=True) for key in keys]
+
+    async def values(self) -> list[Any]:
+        load = self.value_serializer.loads
+        return [load(value) async for _, values in self._scan_all(keys_only=False) for value in values]
+
+    async def entries(self) -> list[tuple[Any, Any]]:
+        load_key, load_value = self.key_serializer.loads, self.value_serializer.loads
+        return [
+            (load_key(key), load_value(value))
+            async for keys, values in self._scan_all(keys_only=False)
+            for key, value in zip(keys, values, strict=True)
+        ]
+
+    async def clear(self) -> int:
+        """Remove every entry, partition by partition; returns how many were removed. Not atomic:
+        a write that lands during the clear may survive it (as with Hazelcast's clear on a busy map)."""
+        removed = 0
+        async for keys, _ in self._scan_all(keys_only=True):
+            if keys:
+                await self.client.map_call(m.REMOVE, self.name, keys)
+                removed += len(keys)
+        return removed

@@ -1,0 +1,53 @@
+"""What a client call can end with, each a class a program can catch.
+
+``ShardgridClientError`` is the base of them all. A write that ends in an error whose
+``outcome_unknown`` is true may or may not have been applied (seed 001's call semantics).
+"""
+
+from __future__ import annotations
+
+
+class ShardgridClientError(Exception):
+    outcome_unknown = False
+
+
+class ClusterUnavailableError(ShardgridClientError):
+    """No member of the cluster could be reached (or none answered) within the call's time."""
+
+
+class AuthenticationError(ShardgridClientError):
+    """A member refused the handshake: another cluster name, a wrong secret, another protocol."""
+
+
+class OperationTimeoutError(ShardgridClientError):
+    """The call ran out of ``operation_call_timeout_ms``; ``outcome_unknown`` says whether a write
+    may have been applied by an attempt that was never confirmed."""
+
+    def __init__(self, message: str, outcome_unknown: bool) -> None:
+        super().__init__(message)
+        self.outcome_unknown = outcome_unknown
+
+
+class IndeterminateOperationStateError(ShardgridClientError):
+    """With ``fail_on_indeterminate_operation_state`` on: a write was applied by its owner but not
+    confirmed by every sync backup, or its owner left before answering. It may or may not last."""
+
+    outcome_unknown = True
+
+
+class OperationRejectedError(ShardgridClientError):
+    """The cluster refused the call whole (a limit, a malformed request, a cluster state that takes
+    no writes); retrying the same call will not help. ``outcome_unknown`` is set when an earlier
+    attempt of the same write may have been applied."""
+
+    def __init__(self, message: str, outcome_unknown: bool = False) -> None:
+        super().__init__(message)
+        self.outcome_unknown = outcome_unknown
+
+
+class ClientClosedError(ShardgridClientError):
+    """The client was closed while the call was in progress, or before it started."""
+
+
+class AdminError(ShardgridClientError):
+    """An administrative request failed; the message says why (the member's reason)."""

@@ -1,0 +1,72 @@
+"""The cluster as its members describe it, and whether it is safe: pure functions over their
+``StatusReply``s, so that ``shardgrid status``, ``is_cluster_safe`` and ``wait_until_safe`` agree.
+
+Safe means what Hazelcast's ``isClusterSafe`` promises and a script can wait on before the next
+step of a rolling restart: every member of the list answered and has applied the same log (member
+list and partition table), the master has nothing planned, running, joining or leaving, the table
+has every replica the backup count asks for, and no member is migrating, syncing a replica or
+waiting for a backup's acknowledgement. Losing any one member then loses no data of a map with a
+backup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shardgrid.core.messages import StatusReply
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    members: tuple[str, ...]  # the member list, as the member asked first applied it
+    replies: dict[str, StatusReply] = field(default_factory=dict)  # by address
+    unreachable: dict[str, str] = field(default_factory=dict)  # address -> why it did not answer
+
+    @property
+    def master(self) -> str:
+        masters = {reply.master_address for reply in self.replies.values()}
+        return masters.pop() if len(masters) == 1 else ""
+
+    @property
+    def unsafe_reason(self) -> str:
+        """Why the cluster is not safe now, or '' when it is."""
+        if not self.members:
+            return "no member list yet (the cluster has not formed)"
+        for address in self.members:
+            if address not in self.replies:
+                return f"{address} did not answer ({self.unreachable.get(address, 'not asked')})"
+        replies = [self.replies[address] for address in self.members]
+        if any(reply.lifecycle != "active" for reply in replies):
+            which = next(reply.address for reply in replies if reply.lifecycle != "active")
+            return f"{which} is {next(r.lifecycle for r in replies if r.address == which)}"
+        if not self.master:
+            return "the members do not agree on a master"
+        if len({reply.members for reply in replies}) != 1:
+            return "the members do not agree on the member list yet"
+        if len({reply.applied_index for reply in replies}) != 1:
+            return "a member has not applied the whole log yet"
+        if len({reply.table_stamp for reply in replies}) != 1:
+            return "the members do not hold the same partition table yet"
+        master = self.replies.get(self.master)
+        if master is None:
+            return f"the master {self.master} is not in the member list"
+        if not master.master_idle:
+            planned = master.migrations_planned + master.migrations_in_log
+            return (
+                f"the master is rebalancing ({planned} migrations planned or running)"
+                if planned
+                else ("the master is admitting, removing or adjusting members")
+            )
+        if master.missing_replicas:
+            return f"{master.missing_replicas} backup replicas are missing from the table"
+        for reply in replies:
+            if not reply.quiet:
+                return (
+                    f"{reply.address} is busy: {reply.migrations_here} migrations, {reply.syncs_in_flight} replica "
+                    f"syncs, {reply.writes_awaiting_backups} writes awaiting backups"
+                )
+        return ""
+
+    @property
+    def safe(self) -> bool:
+        return self.unsafe_reason == ""

@@ -1,0 +1,186 @@
+"""``Client``: the blocking client, a thin facade over ``AsyncClient`` on a private event loop.
+
+The facade owns one daemon thread running an asyncio loop; every method hands its coroutine to
+that loop and waits. So there is one implementation of routing, retries and errors, and a sync
+call behaves exactly like the async one (the Hazelcast Python client duplicates its whole stack
+for this; we do not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from typing import Any, TypeVar
+
+from shardgrid.client.aio import AsyncClient, AsyncMap
+from shardgrid.client.errors import ClientClosedError
+from shardgrid.client.serialization import Serializer
+from shardgrid.client.status import ClusterStatus
+from shardgrid.core.hashing import Key
+from shardgrid.core.messages import StatusReply
+from shardgrid.core.metadata.cluster_state import ClusterState
+
+T = TypeVar("T")
+
+
+class Client:
+    """``with Client(["127.0.0.1:5701"], cluster_name="shardgrid") as client: ...``; takes the same
+    arguments as ``AsyncClient`` and connects at once."""
+
+    def __init__(self, members: Sequence[str], cluster_name: str = "shardgrid", **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="shardgrid-client", daemon=True)
+        self._thread.start()
+        self._closed = False
+        try:
+            self._async = self._run(self._make(members, cluster_name, options))
+            self._run(self._async.connect())
+        except BaseException:
+            self.close()
+            raise
+
+    async def _make(self, members: Sequence[str], cluster_name: str, options: dict[str, Any]) -> AsyncClient:
+        return AsyncClient(members, cluster_name, **options)
+
+    def _run(self, coroutine: Awaitable[T]) -> T:
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        client = getattr(self, "_async", None)
+        if client is not None:
+            asyncio.run_coroutine_threadsafe(client.close(), self._loop).result()
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    @property
+    def async_client(self) -> AsyncClient:
+        return self._async
+
+    def get_map(self, name: str, key_type: type = str, value_serializer: Serializer | None = None) -> Map:
+        return Map(self, self._async.get_map(name, key_type, value_serializer))
+
+    def admin(self, command: Any, address: str | None = None) -> str:
+        return self._run(self._async.admin(command, address))
+
+    def member_status(self, address: str | None = None) -> StatusReply:
+        return self._run(self._async.member_status(address))
+
+    def cluster_status(self) -> ClusterStatus:
+        return self._run(self._async.cluster_status())
+
+    def is_cluster_safe(self) -> bool:
+        return self._run(self._async.is_cluster_safe())
+
+    def wait_until_safe(self, timeout_s: float) -> ClusterStatus:
+        return self._run(self._async.wait_until_safe(timeout_s))
+
+    def get_cluster_state(self) -> ClusterState:
+        return self._run(self._async.get_cluster_state())
+
+    def change_cluster_state(self, state: ClusterState | str) -> None:
+        self._run(self._async.change_cluster_state(state))
+
+    def promote(self, address: str) -> None:
+        self._run(self._async.promote(address))
+
+    def shutdown_member(self, address: str) -> None:
+        self._run(self._async.shutdown_member(address))
+
+    def shutdown_cluster(self) -> None:
+        self._run(self._async.shutdown_cluster())
+
+
+class Map(MutableMapping[Any, Any]):
+    """A map of the cluster, also usable as a Python mapping: ``m[k]`` raises KeyError for a
+    missing key, ``m[k] = v`` stores, ``del m[k]`` removes (KeyError if absent), ``k in m``."""
+
+    def __init__(self, client: Client, inner: AsyncMap) -> None:
+        self._client = client
+        self._map = inner
+        self.name = inner.name
+
+    def put(self, key: Key, value: Any) -> Any:
+        return self._client._run(self._map.put(key, value))
+
+    def set(self, key: Key, value: Any) -> None:
+        self._client._run(self._map.set(key, value))
+
+    def get(self, key: Key, default: Any = None) -> Any:
+        return self._client._run(self._map.get(key, default))
+
+    def contains_key(self, key: Key) -> bool:
+        return self._client._run(self._map.contains_key(key))
+
+    def remove(self, key: Key) -> Any:
+        return self._client._run(self._map.remove(key))
+
+    def delete(self, key: Key) -> None:
+        self._client._run(self._map.delete(key))
+
+    def put_all(self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]]) -> None:
+        self._client._run(self._map.put_all(entries))
+
+    def get_all(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        return self._client._run(self._map.get_all(keys))
+
+    def remove_all(self, keys: Iterable[Key]) -> None:
+        self._client._run(self._map.remove_all(keys))
+
+    # --- the mapping protocol ----------------------------------------------------------------------
+
+    _MISSING = object()
+
+    def __getitem__(self, key: Key) -> Any:
+        value = self._client._run(self._map.get(key, self._MISSING))
+        if value is self._MISSING:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: Key, value: Any) -> None:
+        self.set(key, value)
+
+    def __delitem__(self, key: Key) -> None:
+        if not self._client._run(self._map.contains_key(key)):
+            raise KeyError(key)
+        self.delete(key)
+
+    def __contains__(self, key: object) -> bool:
+        return self.contains_key(key)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return self.size()
+
+    def size(self) -> int:
+        return self._client._run(self._map.size())
+
+    def keys(self) -> list[Any]:  # type: ignore[override]  # a list, read once: not a live view
+        return self._client._run(self._map.keys())
+
+    def values(self) -> list[Any]:  # type: ignore[override]
+        return self._client._run(self._map.values())
+
+    def entries(self) -> list[tuple[Any, Any]]:
+        return self._client._run(self._map.entries())
+
+    def items(self) -> list[tuple[Any, Any]]:  # type: ignore[override]
+        return self.entries()
+
+    def clear(self) -> None:
+        self._client._run(self._map.clear())

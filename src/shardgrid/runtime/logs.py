@@ -1,0 +1,100 @@
+"""Structured logs: one line per thing an operator wants to know, as text or as JSON lines.
+
+Every line has an event name and fields; ``--log-format json`` prints them as one JSON object a
+line, for a log pipeline, and text prints ``event key=value ...`` for a person. The member's
+``Emit`` effects (membership, master, state, migrations, lost partitions) each become one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import logging
+import sys
+import time
+from typing import Any, TextIO
+
+from shardgrid.core import events
+from shardgrid.core.identity import Replica
+
+LOGGER_NAME = "shardgrid"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Replica):
+        return f"{value.address}/{value.uuid[:8]}"
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    return value
+
+
+class _Formatter(logging.Formatter):
+    def __init__(self, as_json: bool) -> None:
+        super().__init__()
+        self.as_json = as_json
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields: dict[str, Any] = getattr(record, "fields", {})
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+        if self.as_json:
+            document = {"ts": stamp, "level": record.levelname.lower(), "event": record.getMessage()}
+            document.update({key: _plain(value) for key, value in fields.items()})
+            return json.dumps(document, default=str)
+        text = " ".join(f"{key}={_text(_plain(value))}" for key, value in fields.items())
+        return f"{stamp} {record.levelname:<7} {record.getMessage()}" + (f" {text}" if text else "")
+
+
+def _text(value: Any) -> str:
+    shown = value if isinstance(value, str) else json.dumps(value, default=str)
+    return json.dumps(shown) if (" " in shown or not shown) else shown
+
+
+def configure(log_format: str, stream: TextIO | None = None, level: int = logging.INFO) -> logging.Logger:
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.handlers.clear()
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(_Formatter(log_format == "json"))
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+    return logger
+
+
+def log(logger: logging.Logger, event: str, level: int = logging.INFO, **fields: Any) -> None:
+    if logger.isEnabledFor(level):
+        logger.log(level, event, extra={"fields": fields})
+
+
+_EVENT_NAMES: dict[type, str] = {
+    events.MemberAdded: "member-added",
+    events.MemberRemoved: "member-removed",
+    events.MasterChanged: "master-changed",
+    events.ClusterStateChanged: "cluster-state-changed",
+    events.MemberPromoted: "member-promoted",
+    events.MigrationEvent: "migration",
+    events.PartitionLost: "partition-lost",
+    events.RemovedFromCluster: "removed-from-cluster",
+    events.MemberStopped: "member-stopped",
+}
+
+
+def log_member_event(logger: logging.Logger, event: Any) -> None:
+    """One line for one of the member's ``Emit`` effects. A migration gets one line at info when it
+    ends (its start is debug: two lines each would double a rebalance's log), a warning when it
+    failed; a lost partition is a warning."""
+    name = _EVENT_NAMES.get(type(event), type(event).__name__)
+    fields = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+    level = logging.INFO
+    if isinstance(event, events.MigrationEvent):
+        if event.status is events.MigrationEventStatus.FAILED:
+            level = logging.WARNING
+        elif event.status is events.MigrationEventStatus.STARTED:
+            level = logging.DEBUG
+    elif isinstance(event, events.PartitionLost):
+        level = logging.WARNING
+    log(logger, name, level, **fields)

@@ -1,0 +1,120 @@
+"""Prometheus metrics of a member process (prometheus-client), served on ``metrics_port``.
+
+Everything is observed from what the runtime already moves, so the core stays free of metric
+code: a client's request and the member's reply to it give the operations and latencies per map;
+the migration and sync chunks the member sends give the entries and bytes moved; its ``Emit``
+effects give migrations finished and failed; its status, read on the event loop once a second,
+gives partitions, replicas, migrations in flight and replicas out of sync. The scrape thread
+only reads the registry, never the member.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from shardgrid.core import messages as m
+from shardgrid.core.events import MigrationEvent, MigrationEventStatus
+
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+MAX_MAP_LABELS = 256  # maps beyond this many share the label "(other)": a label per map is a series each
+
+
+class MemberMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        registry = self.registry
+        self.operations = Counter(
+            "shardgrid_map_operations",
+            "Keys handled by map requests, by map, operation and status.",
+            ["map", "op", "status"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "shardgrid_map_request_seconds",
+            "Time from a map request's arrival to the member's reply (backup acknowledgements included).",
+            ["map", "op"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=registry,
+        )
+        self.migrations_finished = Counter(
+            "shardgrid_migrations_finished", "Migrations this member saw finish.", registry=registry
+        )
+        self.migrations_failed = Counter(
+            "shardgrid_migrations_failed", "Migrations this member saw fail.", registry=registry
+        )
+        self.migrations_in_flight = Gauge(
+            "shardgrid_migrations_in_flight", "Partitions this member sends or receives now.", registry=registry
+        )
+        self.entries_moved = Counter(
+            "shardgrid_migration_entries_sent",
+            "Entries sent in migration and replica-sync chunks.",
+            ["kind"],
+            registry=registry,
+        )
+        self.bytes_moved = Counter(
+            "shardgrid_migration_bytes_sent",
+            "Frame bytes of migration and replica-sync chunks sent.",
+            ["kind"],
+            registry=registry,
+        )
+        self.partitions_owned = Gauge("shardgrid_partitions_owned", "Partitions this member owns.", registry=registry)
+        self.backup_replicas = Gauge(
+            "shardgrid_backup_replicas", "Backup replicas this member holds.", registry=registry
+        )
+        self.replicas_out_of_sync = Gauge(
+            "shardgrid_replica_syncs_in_flight", "Replica syncs this member sends or receives.", registry=registry
+        )
+        self.writes_awaiting_backups = Gauge(
+            "shardgrid_writes_awaiting_backups", "Writes not yet acknowledged by every backup.", registry=registry
+        )
+        self.connections = Gauge("shardgrid_connections", "Open connections by kind.", ["kind"], registry=registry)
+        self.connections_refused = Counter(
+            "shardgrid_connections_refused", "Connections closed for bad input or a failed handshake.",
+            registry=registry,
+        )  # fmt: skip
+        self.frames_dropped = Counter(
+            "shardgrid_frames_dropped", "Frames to peers dropped (unreachable, stale incarnation).", ["reason"],
+            registry=registry,
+        )  # fmt: skip
+        self._maps: set[str] = set()
+
+    def serve(self, host: str, port: int) -> None:
+        start_http_server(port, addr=host, registry=self.registry)
+
+    def map_label(self, name: str) -> str:
+        if name in self._maps:
+            return name
+        if len(self._maps) < MAX_MAP_LABELS:
+            self._maps.add(name)
+            return name
+        return "(other)"
+
+    def on_reply(self, map_name: str, op: str, reply: m.MapReply, seconds: float) -> None:
+        label = self.map_label(map_name)
+        self.latency.labels(label, op).observe(seconds)
+        counts: dict[m.Status, int] = {}
+        for status in reply.statuses:
+            counts[status] = counts.get(status, 0) + 1
+        for status, count in counts.items():
+            self.operations.labels(label, op, status.name.lower()).inc(count)
+
+    def on_sent(self, message: object, frame_bytes: int) -> None:
+        kind = type(message)
+        if kind is m.MigrationChunk or kind is m.ReplicaSyncChunk:
+            label = "migration" if kind is m.MigrationChunk else "sync"
+            self.entries_moved.labels(label).inc(len(message.keys))  # type: ignore[attr-defined]
+            self.bytes_moved.labels(label).inc(frame_bytes)
+
+    def on_event(self, event: object) -> None:
+        if isinstance(event, MigrationEvent):
+            if event.status is MigrationEventStatus.FINISHED:
+                self.migrations_finished.inc()
+            elif event.status is MigrationEventStatus.FAILED:
+                self.migrations_failed.inc()
+
+    def on_status(self, status: m.StatusReply) -> None:
+        self.migrations_in_flight.set(status.migrations_here)
+        self.partitions_owned.set(status.owned_partitions)
+        self.backup_replicas.set(status.backup_replicas)
+        self.replicas_out_of_sync.set(status.syncs_in_flight)
+        self.writes_awaiting_backups.set(status.writes_awaiting_backups)

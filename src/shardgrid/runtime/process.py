@@ -1,0 +1,559 @@
+"""A member process: the core's ``Member`` on real sockets, timers and the monotonic clock.
+
+Thin on purpose: every decision is the member's. This module moves frames between connections and
+``Member.handle``, turns ``SetTimer`` into loop timers and ``Emit`` into log lines, and keeps the
+connections honest:
+
+- every connection completes the core's session handshake (``core/session.py``) before anything
+  it sends reaches the member; the member then hears from the identity the handshake proved;
+- a member reaches a peer over the connection it dialed to the peer's address (one per address);
+  what a peer dials to us is where we hear from it. A frame meant for an earlier incarnation at an
+  address (the uuid the handshake proved differs) is dropped, as the simulator's network does;
+- bad bytes, an oversized or unknown frame, a failed or slow handshake: that connection is closed
+  with one log line, and nothing else changes;
+- nothing grows without bound: frames waiting for a dial, a peer's unsent backlog, handshaking
+  connections, clients. A peer over its backlog is cut off (the member resends what matters once
+  it reconnects); a client over its backlog stops being read until it catches up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import os
+import random
+import signal
+import ssl
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardgrid.core import codec
+from shardgrid.core import messages as m
+from shardgrid.core.effects import Emit, ReplyToClient, Send, SendToAddress, SetTimer, Start, TimerFired
+from shardgrid.core.effects import Receive as ReceiveEvent
+from shardgrid.core.events import MemberStopped
+from shardgrid.core.identity import Replica
+from shardgrid.core.member import Member
+from shardgrid.core.member.lifecycle import Lifecycle
+from shardgrid.core.session import NONCE_BYTES, PeerRole, Session, SessionSettings
+from shardgrid.runtime import logs, tls
+from shardgrid.runtime.metrics import MemberMetrics
+from shardgrid.runtime.settings import Settings
+from shardgrid.runtime.stream import FrameStream
+
+# Bounds of the runtime's own queues (the member bounds its own).
+MAX_QUEUED_PER_DIAL = 4_096  # frames for a peer whose connection is still being made
+MAX_HANDSHAKING_CONNECTIONS = 256  # connections that have not completed the handshake yet
+MAX_CLIENT_CONNECTIONS = 4_096
+PEER_BACKLOG_FACTOR = 4  # a peer with this many high-water marks unsent is cut off
+MIN_REDIAL_MS = 100  # after a failed dial, sends to that address are dropped for this long ...
+MAX_REDIAL_MS = 2_000  # ... doubling up to this
+HOUSEKEEPING_MS = 100
+STATUS_EVERY_TICKS = 10  # the metrics read the member's status once a second
+MAX_TIMED_CALLS_PER_CLIENT = 100_000  # calls in flight whose latency is measured; more go untimed
+LOCAL_CLIENT = "local"  # the process itself, asking its member to leave on SIGTERM
+
+
+class LinkKind(enum.Enum):
+    DIALED = "dialed"  # we opened it, to reach a member at an address
+    ACCEPTED = "accepted"  # a member or a client opened it to us
+
+
+@dataclass(eq=False, slots=True)
+class Link:
+    kind: LinkKind
+    address: str  # dialed: the address dialed; accepted: the socket's remote host:port
+    session: Session | None = None
+    stream: FrameStream | None = None
+    client_id: str = ""  # an accepted client's name in ReplyToClient
+    queued: list[tuple[str | None, Any]] = field(default_factory=list)  # (target uuid, message) before the handshake
+    dial_task: asyncio.Task[None] | None = None
+    calls: dict[int, tuple[float, str, str]] = field(default_factory=dict)  # a client's: call id -> (start, map, op)
+
+
+@dataclass(slots=True)
+class Counters:
+    frames_dropped_stale: int = 0  # meant for an earlier incarnation at the address
+    frames_dropped_unreachable: int = 0  # the address could not be dialed, or its queue was full
+    connections_refused: int = 0
+    peers_cut_off: int = 0
+
+
+class MemberProcess:
+    """Owns the sockets, the timers and the member; ``await run()`` until it stops."""
+
+    def __init__(self, settings: Settings, logger: logging.Logger | None = None) -> None:
+        self.settings = settings
+        self.process = settings.process
+        self.logger = logger or logging.getLogger(logs.LOGGER_NAME)
+        self.member: Member | None = None
+        self.identity: Replica | None = None
+        self.counters = Counters()
+        self.stop_reason = ""
+        self.exit_code = 0
+        self._server: asyncio.Server | None = None
+        self._server_ssl = tls.server_context(
+            self.process.tls_cert_file, self.process.tls_key_file, self.process.tls_ca_file
+        )
+        self._dial_ssl: ssl.SSLContext | None = None
+        if self._server_ssl is not None:
+            self._dial_ssl = tls.client_context(
+                self.process.tls_ca_file, self.process.tls_cert_file, self.process.tls_key_file
+            )
+        secret = (self.process.cluster_secret or "").encode()
+        self._session_settings = SessionSettings(
+            self.process.cluster_name, codec.PROTOCOL_VERSION, secret, self.process.handshake_timeout_ms
+        )
+        self._links: dict[FrameStream, Link] = {}
+        self._dialed: dict[str, Link] = {}
+        self._redial_after: dict[str, tuple[float, int]] = {}  # address -> (loop time, backoff ms)
+        self._clients: dict[str, Link] = {}
+        self._client_counter = 0
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._t0 = 0.0
+        self._stopped = asyncio.Event()
+        self._housekeeping: asyncio.TimerHandle | None = None
+        self._signals = 0
+        self._ticks = 0
+        self.metrics = MemberMetrics()
+
+    # --- the clock -------------------------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        return int((asyncio.get_running_loop().time() - self._t0) * 1000)
+
+    # --- starting and stopping -------------------------------------------------------------------
+
+    async def start(self) -> Replica:
+        """Listen, then start the member; returns its identity (with the port actually bound)."""
+        loop = asyncio.get_running_loop()
+        self._t0 = loop.time()
+        process = self.process
+        self._server = await loop.create_server(
+            lambda: FrameStream(self, process.max_frame_bytes, process.write_high_water_bytes, accepted=True),
+            process.host,
+            process.port,
+            ssl=self._server_ssl,
+            reuse_address=True,
+        )
+        port = self._server.sockets[0].getsockname()[1]
+        address = f"{process.host}:{port}"
+        self.identity = Replica(str(uuid.uuid4()), address)
+        seeds = tuple(dict.fromkeys((*process.join, address)))
+        rng = random.Random(int.from_bytes(os.urandom(16), "big"))
+        self.member = Member(self.identity, self.settings.member_config, seeds, rng, lite=process.lite)
+        logs.log(
+            self.logger,
+            "member-listening",
+            address=address,
+            uuid=self.identity.uuid,
+            cluster=process.cluster_name,
+            lite=process.lite,
+            tls=self._server_ssl is not None,
+            join=list(process.join),
+        )
+        if process.metrics_port is not None:
+            self.metrics.serve(process.host, process.metrics_port)
+            logs.log(self.logger, "metrics-serving", address=f"{process.host}:{process.metrics_port}")
+        self._handle(Start())
+        self._housekeeping = loop.call_later(HOUSEKEEPING_MS / 1000, self._on_housekeeping)
+        return self.identity
+
+    async def run(self) -> int:
+        """Run until the member stops (graceful shutdown, cluster shutdown, a fatal error)."""
+        await self._stopped.wait()
+        await self._close_all()
+        return self.exit_code
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM or SIGINT: leave gracefully (the member hands its replicas over first); a second
+        one stops at once, as a crash would."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        self._signals += 1
+        member = self.member
+        if self._signals > 1 or member is None or not member.joined:
+            logs.log(self.logger, "member-stopping-now", logging.WARNING, signal=sig.name)
+            self._finish("stopped by a signal before leaving the cluster", 1 if member and member.joined else 0)
+            return
+        logs.log(self.logger, "member-leaving", signal=sig.name, note="a second signal stops at once")
+        self._handle(ReceiveEvent(LOCAL_CLIENT, None, None, m.AdminRequest(0, m.ShutdownMember())))
+
+    def request_stop(self, reason: str) -> None:
+        """Stop now, without leaving the cluster (its members see a crash)."""
+        self._finish(reason, 0)
+
+    def _finish(self, reason: str, exit_code: int) -> None:
+        if self._stopped.is_set():
+            return
+        self.stop_reason = reason
+        self.exit_code = exit_code
+        self._stopped.set()
+
+    async def _close_all(self) -> None:
+        for handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+        if self._server is not None:
+            self._server.close()
+        for link in list(self._links.values()):
+            if link.stream is not None:
+                link.stream.close()
+        for link in list(self._dialed.values()):
+            if link.dial_task is not None:
+                link.dial_task.cancel()
+        if self._server is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+        logs.log(self.logger, "member-exit", reason=self.stop_reason, exit_code=self.exit_code)
+
+    # --- the member ------------------------------------------------------------------------------
+
+    def _handle(self, event: Any) -> None:
+        member = self.member
+        if member is None or self._stopped.is_set():
+            return
+        before = member.identity
+        try:
+            effects = member.handle(self.now_ms(), event)
+        except Exception as error:  # our bug: the member never raises on a peer's input
+            self.logger.critical("member-failed", exc_info=error, extra={"fields": {"error": repr(error)}})
+            self._finish(f"internal error: {error!r}", 70)
+            return
+        if member.identity != before:
+            self._forget_identity(before, member.identity)
+        for effect in effects:
+            kind = type(effect)
+            if kind is Send:
+                self._send(effect.target.address, effect.target.uuid, effect.message)
+            elif kind is ReplyToClient:
+                self._reply(effect.client_address, effect.message)
+            elif kind is SendToAddress:
+                self._send(effect.address, None, effect.message)
+            elif kind is SetTimer:
+                self._set_timer(effect.name, effect.at_ms)
+            elif kind is Emit:
+                self._on_emit(effect.event)
+        if member.lifecycle is Lifecycle.STOPPED:
+            self._finish(member.stop_reason, 0)
+
+    def _on_emit(self, event: Any) -> None:
+        logs.log_member_event(self.logger, event)
+        self.metrics.on_event(event)
+        if isinstance(event, MemberStopped):
+            self._finish(event.reason, 0)
+
+    def _forget_identity(self, old: Replica, new: Replica) -> None:
+        """Removed and rejoining as ``new``: every member connection proved ``old``; close them, so
+        that no peer goes on talking to an incarnation that no longer exists."""
+        self.identity = new
+        logs.log(self.logger, "member-new-identity", old=old, new=new)
+        for link in list(self._links.values()):
+            if link.client_id == "" and link.stream is not None:
+                link.stream.close()
+        for link in list(self._dialed.values()):
+            self._drop_dialed(link)
+
+    def _set_timer(self, name: str, at_ms: int) -> None:
+        old = self._timers.pop(name, None)
+        if old is not None:
+            old.cancel()
+        loop = asyncio.get_running_loop()
+        self._timers[name] = loop.call_at(self._t0 + at_ms / 1000, self._on_timer, name)
+
+    def _on_timer(self, name: str) -> None:
+        self._timers.pop(name, None)
+        self._handle(TimerFired(name))
+
+    # --- sending ---------------------------------------------------------------------------------
+
+    def _send(self, address: str, target_uuid: str | None, message: Any) -> None:
+        identity = self.identity
+        if identity is not None and address == identity.address:
+            # To itself (the simulator's network delivers these too): the next loop turn, uncoded.
+            if target_uuid is None or target_uuid == identity.uuid:
+                asyncio.get_running_loop().call_soon(self._handle, ReceiveEvent(address, identity, None, message))
+            return
+        link = self._dialed.get(address)
+        if link is None:
+            redial = self._redial_after.get(address)
+            if redial is not None and asyncio.get_running_loop().time() < redial[0]:
+                self._dropped("unreachable")
+                return
+            link = self._dial(address)
+            if link is None:
+                self._dropped("unreachable")
+                return
+        session, stream = link.session, link.stream
+        if session is None or stream is None or not session.established:
+            if len(link.queued) >= MAX_QUEUED_PER_DIAL:
+                self._dropped("unreachable")
+                return
+            link.queued.append((target_uuid, message))
+            return
+        self._send_established(link, target_uuid, message)
+
+    def _send_established(self, link: Link, target_uuid: str | None, message: Any) -> None:
+        session, stream = link.session, link.stream
+        if session is None or stream is None or session.peer is None:
+            return
+        if target_uuid is not None and session.peer.uuid != target_uuid:
+            self._dropped("stale")
+            return
+        if stream.backlog_bytes > PEER_BACKLOG_FACTOR * self.process.write_high_water_bytes:
+            self.counters.peers_cut_off += 1
+            self._dropped("peer cut off")
+            logs.log(self.logger, "peer-cut-off", logging.WARNING, peer=link.address, reason="not reading its frames")
+            stream.abort()
+            return
+        self.metrics.on_sent(message, stream.send(message))
+
+    def _dropped(self, reason: str, count: int = 1) -> None:
+        if reason == "stale":
+            self.counters.frames_dropped_stale += count
+        else:
+            self.counters.frames_dropped_unreachable += count
+        self.metrics.frames_dropped.labels(reason).inc(count)
+
+    def _refused_count(self) -> None:
+        self.counters.connections_refused += 1
+        self.metrics.connections_refused.inc()
+
+    def _reply(self, client_id: str, message: Any) -> None:
+        if client_id == LOCAL_CLIENT:
+            if isinstance(message, m.AdminReply) and message.status != m.ADMIN_OK:
+                # Nobody to hand its replicas to (the last data member), or refused for good: the
+                # signal asked the process to stop, so it stops, saying what that leaves behind.
+                logs.log(self.logger, "member-cannot-leave", logging.WARNING, reason=message.reason)
+                self._finish(f"stopped without handing replicas over: {message.reason}", 0)
+            return
+        link = self._clients.get(client_id)
+        if link is None or link.stream is None:
+            return
+        if type(message) is m.MapReply and not message.more:
+            started = link.calls.pop(message.call_id, None)
+            if started is not None:
+                elapsed = asyncio.get_running_loop().time() - started[0]
+                self.metrics.on_reply(started[1], started[2], message, elapsed)
+        link.stream.send(message)
+
+    def _dial(self, address: str) -> Link | None:
+        host, _, port_text = address.rpartition(":")
+        if not host or not port_text.isdigit():
+            return None  # not an address we can dial (the member only names addresses it was given)
+        link = Link(LinkKind.DIALED, address)
+        self._dialed[address] = link
+        link.dial_task = asyncio.get_running_loop().create_task(self._connect(link, host, int(port_text)))
+        return link
+
+    async def _connect(self, link: Link, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        process = self.process
+        try:
+            _, stream = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: FrameStream(self, process.max_frame_bytes, process.write_high_water_bytes),
+                    host,
+                    port,
+                    ssl=self._dial_ssl,
+                    server_hostname=host if self._dial_ssl is not None else None,
+                ),
+                process.handshake_timeout_ms / 1000,
+            )
+        except (TimeoutError, OSError, ssl.SSLError) as error:
+            self._dial_failed(link, f"{type(error).__name__}: {error}")
+            return
+        if self._dialed.get(link.address) is not link or self._stopped.is_set():
+            stream.close()
+            return
+        link.stream = stream
+        self._links[stream] = link
+        identity = self.identity
+        if identity is None:
+            stream.close()
+            return
+        session, hello = Session.initiate(
+            self._session_settings, PeerRole.MEMBER, identity, link.address, os.urandom(NONCE_BYTES), self.now_ms()
+        )
+        link.session = session
+        stream.send(hello)
+
+    def _dial_failed(self, link: Link, reason: str) -> None:
+        previous = self._redial_after.get(link.address)
+        backoff = MIN_REDIAL_MS if previous is None else min(previous[1] * 2, MAX_REDIAL_MS)
+        self._redial_after[link.address] = (asyncio.get_running_loop().time() + backoff / 1000, backoff)
+        self._dropped("unreachable", len(link.queued))
+        logs.log(self.logger, "dial-failed", logging.DEBUG, address=link.address, reason=reason)
+        self._drop_dialed(link)
+
+    def _drop_dialed(self, link: Link) -> None:
+        if self._dialed.get(link.address) is link:
+            del self._dialed[link.address]
+        link.queued.clear()
+        if link.dial_task is not None and not link.dial_task.done():
+            link.dial_task.cancel()
+        if link.stream is not None:
+            link.stream.close()
+
+    # --- what the streams report -----------------------------------------------------------------
+
+    def on_connected(self, stream: FrameStream) -> None:
+        if stream.accepted:
+            self._accept(stream)  # its handshake deadline runs from now
+
+    def on_messages(self, stream: FrameStream, messages: list[Any]) -> None:
+        link = self._links.get(stream)
+        if link is None:
+            return
+        for message in messages:
+            if stream.closed:
+                return
+            session = link.session
+            if session is None:
+                return
+            was_established = session.established
+            step = session.receive(message)
+            for reply in step.send:
+                stream.send(reply)
+            if session.closed:
+                self._refused(link, session.refusal)
+                return
+            if session.established and not was_established and not self._on_established(link):
+                return
+            if step.deliver is not None:
+                self._deliver(link, step.deliver)
+
+    def _accept(self, stream: FrameStream) -> Link | None:
+        handshaking = sum(1 for link in self._links.values() if link.session and not link.session.established)
+        identity = self.identity
+        if identity is None or handshaking >= MAX_HANDSHAKING_CONNECTIONS:
+            self._refused_count()
+            logs.log(
+                self.logger,
+                "connection-refused",
+                logging.WARNING,
+                peer=f"{stream.peer_host}:{stream.peer_port}",
+                reason=f"{handshaking} connections are still shaking hands",
+            )
+            stream.abort()
+            return None
+        link = Link(LinkKind.ACCEPTED, f"{stream.peer_host}:{stream.peer_port}", stream=stream)
+        link.session = Session.accept(self._session_settings, identity, os.urandom(NONCE_BYTES), self.now_ms())
+        self._links[stream] = link
+        return link
+
+    def _on_established(self, link: Link) -> bool:
+        session, stream = link.session, link.stream
+        if session is None or stream is None:
+            return False
+        if link.kind is LinkKind.DIALED:
+            queued, link.queued = link.queued, []
+            self._redial_after.pop(link.address, None)
+            for target_uuid, message in queued:
+                self._send_established(link, target_uuid, message)
+            return True
+        if session.peer_role is PeerRole.CLIENT:
+            if len(self._clients) >= MAX_CLIENT_CONNECTIONS:
+                self._refused(link, f"{MAX_CLIENT_CONNECTIONS} clients are connected already")
+                return False
+            self._client_counter += 1
+            link.client_id = f"client-{self._client_counter}@{link.address}"
+            self._clients[link.client_id] = link
+            logs.log(self.logger, "client-connected", logging.DEBUG, client=link.client_id)
+            return True
+        peer = session.peer
+        same = [
+            other
+            for other in self._links.values()
+            if other.kind is LinkKind.ACCEPTED and other.session is not None and other.session.peer == peer
+        ]
+        if peer is not None and len(same) > self.process.max_connections_per_address:
+            self._refused(link, f"{peer.address} already has {len(same) - 1} connections")
+            return False
+        return True
+
+    def _deliver(self, link: Link, message: Any) -> None:
+        session = link.session
+        if session is None:
+            return
+        if session.peer_role is PeerRole.CLIENT:
+            if type(message) is m.MapRequest and len(link.calls) < MAX_TIMED_CALLS_PER_CLIENT:
+                now = asyncio.get_running_loop().time()
+                link.calls[message.call_id] = (now, message.map_name, message.kind.value)
+            self._handle(ReceiveEvent(link.client_id, None, None, message))
+            return
+        peer = session.peer
+        if peer is None:
+            return
+        claimed = getattr(message, "member", None) if isinstance(message, m.JoinRequest | m.Unjoined) else peer
+        if claimed != peer:
+            self._refused(link, "a message names a member other than the one this connection proved to be")
+            return
+        self._handle(ReceiveEvent(peer.address, peer, None, message))
+
+    def _refused(self, link: Link, reason: str) -> None:
+        self._refused_count()
+        peer = link.session.peer if link.session is not None else None
+        logs.log(
+            self.logger,
+            "connection-refused",
+            logging.WARNING,
+            peer=link.address,
+            member=peer,
+            direction=link.kind.value,
+            reason=reason,
+        )
+        if link.stream is not None:
+            link.stream.close()
+
+    def on_broken(self, stream: FrameStream, reason: str) -> None:
+        link = self._links.get(stream)
+        address = link.address if link is not None else f"{stream.peer_host}:{stream.peer_port}"
+        self._refused_count()
+        logs.log(self.logger, "connection-closed", logging.WARNING, peer=address, reason=f"bad input: {reason}")
+
+    def on_closed(self, stream: FrameStream) -> None:
+        link = self._links.pop(stream, None)
+        if link is None:
+            return
+        if link.client_id:
+            self._clients.pop(link.client_id, None)
+        if link.kind is LinkKind.DIALED and self._dialed.get(link.address) is link:
+            del self._dialed[link.address]
+
+    def on_backlog(self, stream: FrameStream, over_high_water: bool) -> None:
+        link = self._links.get(stream)
+        if link is None or not link.client_id:
+            return  # a peer's backlog is checked as frames are sent to it
+        if over_high_water:
+            stream.pause_reading()  # the client's next requests wait in its socket
+        else:
+            stream.resume_reading()
+
+    # --- housekeeping ------------------------------------------------------------------------------
+
+    def _on_housekeeping(self) -> None:
+        now = self.now_ms()
+        for link in list(self._links.values()):
+            session = link.session
+            if session is not None and session.expired(now):
+                self._refused(link, f"no handshake within {self.process.handshake_timeout_ms} ms")
+        self._ticks += 1
+        if self._ticks % STATUS_EVERY_TICKS == 0 and self.member is not None:
+            self.metrics.on_status(self.member.status(0))
+            kinds = {"client": 0, "member_dialed": 0, "member_accepted": 0}
+            for link in self._links.values():
+                kind = "client" if link.client_id else f"member_{link.kind.value}"
+                kinds[kind] += 1
+            for kind, count in kinds.items():
+                self.metrics.connections.labels(kind).set(count)
+        self._housekeeping = asyncio.get_running_loop().call_later(HOUSEKEEPING_MS / 1000, self._on_housekeeping)

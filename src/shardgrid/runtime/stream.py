@@ -1,0 +1,179 @@
+"""One TCP connection carrying the core's frames: decoded as bytes arrive, written once per loop turn.
+
+An ``asyncio.Protocol`` rather than streams: ``data_received`` hands the bytes straight to the
+codec's ``FrameDecoder`` (which refuses an oversized frame from its length prefix, before it
+buffers the body), and frames sent during one turn of the event loop leave in one ``writelines``
+call. The stream knows nothing of sessions or members: it tells its ``StreamOwner`` what arrived
+and when it can or cannot take more, and the owner decides what that means for its peer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from shardgrid.core import codec
+
+
+class StreamOwner(Protocol):
+    def on_connected(self, stream: FrameStream) -> None: ...
+
+    def on_messages(self, stream: FrameStream, messages: list[Any]) -> None: ...
+
+    def on_broken(self, stream: FrameStream, reason: str) -> None: ...
+
+    def on_closed(self, stream: FrameStream) -> None: ...
+
+    def on_backlog(self, stream: FrameStream, over_high_water: bool) -> None: ...
+
+
+class FrameStream(asyncio.Protocol):
+    """Frames in and out of one connection.
+
+    ``send`` never blocks and never drops: it queues the frame for the end of this loop turn. How
+    much may wait is the owner's call: ``backlog_bytes`` says how much does, and ``on_backlog``
+    fires when it crosses ``high_water_bytes`` (up) and falls under a quarter of it (down).
+    """
+
+    def __init__(self, owner: StreamOwner, max_frame_bytes: int, high_water_bytes: int, accepted: bool = False) -> None:
+        self.owner = owner
+        self.accepted = accepted  # a listener made it (else we dialed)
+        self.transport: asyncio.Transport | None = None
+        self.peer_host = ""
+        self.peer_port = 0
+        self._decoder = codec.FrameDecoder(max_frame_bytes)
+        self._high_water_bytes = high_water_bytes
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._flush_scheduled = False
+        self._over_high_water = False
+        self._transport_paused = False
+        self.closed = False
+        self.frames_sent = 0
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+    # --- asyncio's callbacks ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not isinstance(transport, asyncio.Transport):
+            raise TypeError(f"a frame stream runs over a stream transport, not {type(transport).__name__}")
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.peer_host, self.peer_port = str(peer[0]), int(peer[1])
+        # The transport's own buffer reports up at the high-water mark; ours adds the frames of
+        # this loop turn on top of it.
+        transport.set_write_buffer_limits(high=self._high_water_bytes, low=self._high_water_bytes // 4)
+        self.owner.on_connected(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.bytes_received += len(data)
+        try:
+            messages = self._decoder.feed(data)
+        except codec.StreamError as error:
+            if error.decoded:
+                self.owner.on_messages(self, error.decoded)
+            self.owner.on_broken(self, str(error))
+            self.close()
+            return
+        if messages:
+            self.owner.on_messages(self, messages)
+
+    def eof_received(self) -> bool:
+        return False  # half-closed is closed: the core has no use for a one-way connection
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._pending.clear()
+        self._pending_bytes = 0
+        self.owner.on_closed(self)
+
+    def pause_writing(self) -> None:
+        self._transport_paused = True
+        self._check_backlog()
+
+    def resume_writing(self) -> None:
+        self._transport_paused = False
+        self._check_backlog()
+
+    # --- what the owner calls --------------------------------------------------------------------
+
+    def send(self, message: Any) -> int:
+        """Queue ``message``; returns its frame's size. Raises ProtocolError (our message is over
+        the frame limit) or TypeError (not a message): both are the sender's bug."""
+        frame = codec.encode(message)
+        self.send_frame(frame)
+        return len(frame)
+
+    def send_frame(self, frame: bytes) -> None:
+        if self.closed:
+            return
+        self._pending.append(frame)
+        self._pending_bytes += len(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+        if not self._over_high_water and self._pending_bytes >= self._high_water_bytes:
+            self._check_backlog()
+
+    @property
+    def backlog_bytes(self) -> int:
+        transport = self.transport
+        buffered = transport.get_write_buffer_size() if transport is not None and not self.closed else 0
+        return buffered + self._pending_bytes
+
+    def pause_reading(self) -> None:
+        if self.transport is not None and not self.closed and self.transport.is_reading():
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.closed and not self.transport.is_reading():
+            self.transport.resume_reading()
+
+    def close(self) -> None:
+        """Close after what is queued has been written."""
+        if self.closed:
+            return
+        self._flush()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Close at once, dropping what is queued (a peer that does not read)."""
+        self.closed = True
+        self._pending.clear()
+        self._pending_bytes = 0
+        if self.transport is not None:
+            self.transport.abort()
+
+    # --- inside ------------------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._pending or self.closed or self.transport is None:
+            return
+        frames, self._pending = self._pending, []
+        self.frames_sent += len(frames)
+        self.bytes_sent += self._pending_bytes
+        self._pending_bytes = 0
+        try:
+            self.transport.writelines(frames)
+        except (RuntimeError, OSError) as error:  # the transport closed under us
+            self.owner.on_broken(self, f"write failed: {error}")
+            self.abort()
+            return
+        self._check_backlog()
+
+    def _check_backlog(self) -> None:
+        backlog = self.backlog_bytes
+        over = self._transport_paused or backlog >= self._high_water_bytes
+        if over and not self._over_high_water:
+            self._over_high_water = True
+            self.owner.on_backlog(self, True)
+        elif not over and self._over_high_water and backlog <= self._high_water_bytes // 4:
+            self._over_high_water = False
+            self.owner.on_backlog(self, False)

@@ -1,0 +1,64 @@
+"""The commands a user runs against a cluster, as a user runs them: ``local up``, ``status``,
+``safe``, ``state``, ``map``, ``shutdown``, ``local down``, each a process with its exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from shardgrid.cli.local_cluster import alive, port_is_free
+
+
+def _shardgrid(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "shardgrid", *args], capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
+def _base_port() -> int:
+    base = 21_000 + (os.getpid() % 500) * 20
+    while not all(port_is_free(port) for port in range(base, base + 4)):
+        base += 4
+    return base
+
+
+def test_a_local_cluster_from_up_to_down(tmp_path):
+    base = _base_port()
+    directory = tmp_path / "local"
+    up = _shardgrid(
+        "local", "up", "--members", "3", "--base-port", str(base), "--dir", str(directory),
+        "--set", "bootstrap_after_ms=300",
+    )  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    pids = [member["pid"] for member in json.loads((directory / "cluster.json").read_text())["members"]]
+    members = ",".join(f"127.0.0.1:{port}" for port in range(base, base + 3))
+    try:
+        assert _shardgrid("safe", "--members", members, "--wait", "60").returncode == 0
+        status = json.loads(_shardgrid("status", "--members", members, "--json").stdout)
+        assert len(status["members"]) == 3
+        assert status["safe"] is True
+        assert sum(member["owned_partitions"] for member in status["members"]) == 271
+        assert _shardgrid("map", "put", "users", "ada", '{"born": 1815}', "--members", members).returncode == 0
+        got = _shardgrid("map", "get", "users", "ada", "--members", members)
+        assert json.loads(got.stdout) == {"born": 1815}
+        missing = _shardgrid("map", "get", "users", "nobody", "--members", members)
+        assert missing.returncode == 1
+        assert "no key" in missing.stderr
+        assert _shardgrid("map", "size", "users", "--members", members).stdout.strip() == "1"
+        assert _shardgrid("state", "set", "no-migration", "--members", members).returncode == 0
+        assert _shardgrid("state", "get", "--members", members).stdout.strip() == "no-migration"
+        assert _shardgrid("state", "set", "active", "--members", members).returncode == 0
+        leaving = f"127.0.0.1:{base + 2}"
+        assert _shardgrid("shutdown", leaving, "--members", members).returncode == 0
+        status = json.loads(_shardgrid("status", "--members", members, "--json").stdout)
+        assert [member["address"] for member in status["members"]] == members.split(",")[:2]
+        assert json.loads(_shardgrid("map", "get", "users", "ada", "--members", members).stdout) == {"born": 1815}
+        unreachable = _shardgrid("status", "--members", "127.0.0.1:1", "--timeout", "2")
+        assert unreachable.returncode == 3
+    finally:
+        down = _shardgrid("local", "down", "--dir", str(directory))
+    assert down.returncode == 0, down.stderr
+    assert not any(alive(pid) for pid in pids)
+    assert not (directory / "cluster.json").exists()
