@@ -36,6 +36,9 @@ def test_a_local_cluster_from_up_to_down(tmp_path):
     members = ",".join(f"127.0.0.1:{port}" for port in range(base, base + 3))
     try:
         assert _shardgrid("safe", "--members", members, "--wait", "60").returncode == 0
+        watched = _shardgrid("watch", "--members", members, "--until-safe", "30")
+        assert watched.returncode == 0
+        assert "safe after" in watched.stdout
         status = json.loads(_shardgrid("status", "--members", members, "--json").stdout)
         assert len(status["members"]) == 3
         assert status["safe"] is True

@@ -13,7 +13,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from shardgrid.cli.demo import demo
 from shardgrid.cli.local_cluster import local
+from shardgrid.cli.watch import watch_until_safe
 from shardgrid.client import Client
 from shardgrid.client.errors import (
     AuthenticationError,
@@ -194,6 +196,22 @@ def safe(wait_s: float, **options: Any) -> None:
     click.echo("safe")
 
 
+@click.command()
+@client_options
+@click.option("--until-safe", "limit_s", type=float, default=600.0, show_default=True, help="Give up after this long.")
+def watch(limit_s: float, **options: Any) -> None:
+    """Show migration progress live (planned, finished, entries and bytes moved, rate, ETA) until
+    the cluster is safe; exits 1 if it is not within --until-safe seconds."""
+    options["timeout_s"] = max(options["timeout_s"], limit_s + 10)
+    result = _with_client(options, lambda client: watch_until_safe(client, limit_s, Console(), "migrations"))
+    if not result.safe:
+        click.echo(f"not safe after {result.seconds:.0f} s: {result.reason}")
+        sys.exit(EXIT_REFUSED)
+    click.echo(
+        f"safe after {result.seconds:.1f} s: {result.migrations} migrations, {result.entries_moved:,} entries moved"
+    )
+
+
 @click.group()
 def state() -> None:
     """The cluster state: active, no-migration (rebalancing paused), frozen, passive."""
@@ -318,4 +336,4 @@ def map_size(map_name: str, **options: Any) -> None:
     click.echo(_with_client(options, lambda client: client.get_map(map_name).size()))
 
 
-COMMANDS = (status, safe, state, rebalance, promote, shutdown, recover, map_group, local)
+COMMANDS = (demo, status, safe, watch, state, rebalance, promote, shutdown, recover, map_group, local)

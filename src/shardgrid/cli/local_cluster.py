@@ -33,7 +33,10 @@ class LocalMember:
 
 
 def port_is_free(port: int) -> bool:
+    """Whether a member could listen on ``port`` now (connections it closed lately, in TIME_WAIT,
+    do not count: members listen with SO_REUSEADDR)."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -158,7 +161,7 @@ def local_up(count: int, base_port: int, directory: Path, timeout_s: float, assi
     members = [start_member(directory, port, addresses, count, extra) for port in ports]
     write_state(directory, members)
     try:
-        _wait_until_formed(members, timeout_s, directory)
+        wait_until_formed(members, timeout_s, directory)
     except (ShardgridClientError, click.ClickException) as error:
         end([m.pid for m in members], grace_s=2)
         (directory / STATE_FILE).unlink(missing_ok=True)
@@ -168,7 +171,7 @@ def local_up(count: int, base_port: int, directory: Path, timeout_s: float, assi
     click.echo(f"export SHARDGRID_MEMBERS={','.join(addresses)}")
 
 
-def _wait_until_formed(members: list[LocalMember], timeout_s: float, directory: Path) -> None:
+def wait_until_formed(members: list[LocalMember], timeout_s: float, directory: Path) -> None:
     """Until every member is active in one cluster (members take a moment to listen, then
     ``bootstrap_after_ms`` to form it)."""
     from shardgrid.client import Client

@@ -81,6 +81,8 @@ class MemberConfig:
     max_chunk_entries: int = 1_000
     max_chunk_bytes: int = 1024 * 1024
     migration_window_chunks: int = 4  # chunks of one migration or sync in flight before the first is acknowledged
+    # What this member sends in migration chunks, at most, on average (keys and values); 0: no cap.
+    max_migration_bytes_per_s: int = 0
     # Seed 002's fragmented migration: a partition moves map by map in bounded chunks, a window at a
     # time, interleaved with other work. Off, a migration or sync sends everything at once.
     migration_fragments_enabled: bool = True
@@ -174,6 +176,12 @@ class MemberConfig:
             0 < self.max_chunk_entries <= MAX_ENTRIES_PER_CHUNK, f"max_chunk_entries must be 1..{MAX_ENTRIES_PER_CHUNK}"
         )
         require(1 <= self.migration_window_chunks <= 64, "migration_window_chunks must be 1..64")
+        require(
+            self.max_migration_bytes_per_s == 0
+            or self.max_migration_bytes_per_s * self.migration_timeout_ms >= 2_000 * self.max_chunk_bytes,
+            "max_migration_bytes_per_s must be 0 (no cap) or let two chunks of max_chunk_bytes through within "
+            "migration_timeout_ms",
+        )
         require(self.anti_entropy_interval_ms > 0, "anti_entropy_interval_ms must be positive")
         require(1 <= self.max_parallel_replications <= 1_000, "max_parallel_replications must be 1..1000")
         require(self.snapshot_every_entries >= 10, "snapshot_every_entries must be at least 10")

@@ -441,6 +441,9 @@ class StatusReply(Message, tag=130):
     syncs_in_flight: Counter  # replica syncs this member sends or receives
     master_idle: bool  # master only: nothing planned, proposed or running, nobody joining or leaving
     quiet: bool  # nothing of this member's is moving, syncing or waiting for a backup
+    entries_migrated: Counter = 0  # records this member sent as a migration source since it started
+    bytes_migrated: Counter = 0  # their keys' and values' bytes
+    chunks_resent: Counter = 0  # migration chunks it sent again for want of a timely acknowledgement
 
 
 # Codes 105-107 (one object per operation and per result) are retired.

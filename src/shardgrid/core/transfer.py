@@ -43,13 +43,16 @@ class SendWindow(Generic[M]):
         source = stream_pieces(maps, max_entries, max_bytes)
         return cls(source, next(source))
 
-    def fill(self, limit: int, build: Callable[[int, Piece, bool], M]) -> list[M]:
-        """Build chunks until ``limit`` are in flight; returns the new ones (to send).
+    def fill(
+        self, limit: int, build: Callable[[int, Piece, bool], M], allow: Callable[[], bool] | None = None
+    ) -> list[M]:
+        """Build chunks until ``limit`` are in flight (and while ``allow()`` says another may go);
+        returns the new ones (to send).
 
         Raises RuntimeError when a map changed under the stream (never expected: its writes wait).
         """
         built: list[M] = []
-        while self.ahead is not None and len(self.window) < limit:
+        while self.ahead is not None and len(self.window) < limit and (allow is None or allow()):
             piece = self.ahead
             self.ahead = next(self.source, None) if self.source is not None else None
             chunk = build(self.next_index, piece, self.ahead is None)
@@ -74,6 +77,29 @@ class SendWindow(Generic[M]):
         self.source = None
         self.ahead = None
         self.window = {}
+
+
+@dataclass(slots=True)
+class Throttle:
+    """A token bucket over bytes: ``bytes_per_s`` on average, in bursts of at most one second's
+    worth; 0 lets everything through. A chunk may overdraw it (a chunk never waits for more than
+    the bucket can hold); the next waits until the debt is paid."""
+
+    bytes_per_s: int
+    tokens: float = 0.0
+    at_ms: int = 0
+
+    def allows(self, now_ms: int) -> bool:
+        if self.bytes_per_s <= 0:
+            return True
+        elapsed_ms = max(0, now_ms - self.at_ms)
+        self.tokens = min(float(self.bytes_per_s), self.tokens + self.bytes_per_s * elapsed_ms / 1000)
+        self.at_ms = now_ms
+        return self.tokens > 0
+
+    def spend(self, nbytes: int) -> None:
+        if self.bytes_per_s > 0:
+            self.tokens -= nbytes
 
 
 class Chunk(Protocol):

@@ -36,7 +36,7 @@ from shardgrid.core.messages import (
 )
 from shardgrid.core.migration import MigrationRecord, MigrationStatus
 from shardgrid.core.store import Piece, columns_bytes
-from shardgrid.core.transfer import SendWindow, Staging, window_chunks
+from shardgrid.core.transfer import SendWindow, Staging, Throttle, window_chunks
 
 # Migration ids a destination refused to commit before it even applied their start; bounded.
 MAX_FENCED_IDS = 10_000
@@ -86,6 +86,11 @@ class MigrationReplica:
         self._fence_term = 0
         self._early: dict[str, tuple[Replica, dict[int, MigrationChunk]]] = {}
         self._early_bytes = 0
+        self.throttle = Throttle(ctx.config.max_migration_bytes_per_s, at_ms=ctx.now_ms)
+        self._throttle_turn = 0
+        self.entries_sent = 0  # records this member sent as a migration source (resends not counted)
+        self.bytes_sent = 0  # their keys' and values' bytes
+        self.chunks_resent = 0  # chunks sent again because no acknowledgement came in time
 
     # --- what the data path asks -------------------------------------------------------------------
 
@@ -193,6 +198,10 @@ class MigrationReplica:
 
         def build(index: int, piece: Piece, last: bool) -> MigrationChunk:
             map_name, version, keys, values = piece
+            size = columns_bytes(keys, values)
+            self.entries_sent += len(keys)
+            self.bytes_sent += size
+            self.throttle.spend(size)
             return MigrationChunk(
                 outgoing.record,
                 index,
@@ -206,8 +215,14 @@ class MigrationReplica:
                 outgoing.versions_from,
             )
 
+        throttle = self.throttle
+        now_ms = self.ctx.now_ms
+
+        def allow() -> bool:
+            return throttle.allows(now_ms)
+
         try:
-            chunks = outgoing.stream.fill(limit, build)
+            chunks = outgoing.stream.fill(limit, build, allow if throttle.bytes_per_s else None)
         except RuntimeError as error:  # the maps changed under the stream: never expected
             self._finish_sending(outgoing, False, f"the partition changed while it was sent: {error}")
             return
@@ -220,6 +235,7 @@ class MigrationReplica:
         outgoing.last_sent_ms = self.ctx.now_ms
         if outgoing.stream is not None:
             for chunk in outgoing.stream.outstanding():
+                self.chunks_resent += 1
                 self.ctx.send(outgoing.destination, chunk)
 
     def on_chunk_ack(self, sender: Replica, message: MigrationChunkAck) -> None:
@@ -382,3 +398,15 @@ class MigrationReplica:
                 self._finish_sending(outgoing, False, "the destination made no progress in time")
             elif self.ctx.now_ms - outgoing.last_sent_ms >= config.retry_interval_ms:
                 self._resend_window(outgoing)
+        if self.throttle.bytes_per_s:
+            # What the cap held back, as the bucket refills: each tick another migration goes
+            # first, so that none starves past migration_timeout_ms behind the others.
+            waiting = [pid for pid in sorted(self.outgoing) if self.outgoing[pid].sending]
+            self._throttle_turn += 1
+            for position in range(len(waiting)):
+                outgoing = self.outgoing.get(waiting[(self._throttle_turn + position) % len(waiting)])
+                if outgoing is not None and outgoing.sending and not outgoing.complete:
+                    self._fill_window(outgoing)
+                    if outgoing.stream is not None and not outgoing.stream.window:
+                        # Nothing in flight: it waits for this member's cap, not for its destination.
+                        outgoing.last_progress_ms = self.ctx.now_ms

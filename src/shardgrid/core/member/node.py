@@ -195,6 +195,9 @@ class Member:
             sum(len(syncs) for syncs in data.outgoing_syncs.values()) + len(data.incoming_syncs),
             master_idle,
             quiet,
+            self.replica.entries_sent,
+            self.replica.bytes_sent,
+            self.replica.chunks_resent,
         )
 
     # --- events ----------------------------------------------------------------------------------

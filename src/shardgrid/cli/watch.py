@@ -1,0 +1,91 @@
+"""``shardgrid watch``: a rebalance's progress, live, until the cluster is safe.
+
+Read from the members' status twice a second: migrations planned and running (the master's),
+finished (since the watch began), entries and bytes the sources sent, the rate and an ETA from
+the migrations finished so far. The demo uses the same loop.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from shardgrid.client import Client
+from shardgrid.client.errors import ClusterUnavailableError
+from shardgrid.client.status import ClusterStatus
+
+POLL_S = 0.5
+
+
+@dataclass
+class WatchResult:
+    safe: bool
+    seconds: float
+    migrations: int  # finished while watched
+    entries_moved: int
+    bytes_moved: int
+    reason: str  # why it is not safe (when it is not)
+    chunks_resent: int = 0  # duplicates: chunks sources sent again while watched
+
+
+class _Baseline:
+    """Counters as first seen per member, so that the watch shows what moved while it watched
+    (every member counts the migrations it applied from the log, and what it sent, since it started)."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, tuple[int, int, int, int]] = {}
+
+    def progress(self, status: ClusterStatus) -> tuple[int, int, int, int]:
+        """(finished, remaining, entries sent, bytes sent) since the watch began."""
+        for address, reply in status.replies.items():
+            counters = (reply.migrations_finished, reply.entries_migrated, reply.bytes_migrated, reply.chunks_resent)
+            self.first.setdefault(address, counters)
+        master = status.replies.get(status.master)
+        finished = remaining = 0
+        if master is not None:
+            finished = master.migrations_finished - self.first[master.address][0]
+            remaining = master.migrations_planned + master.migrations_in_log
+        entries = sum(reply.entries_migrated - self.first[a][1] for a, reply in status.replies.items())
+        moved = sum(reply.bytes_migrated - self.first[a][2] for a, reply in status.replies.items())
+        return finished, remaining, entries, moved
+
+    def resent(self, status: ClusterStatus) -> int:
+        return sum(reply.chunks_resent - self.first[a][3] for a, reply in status.replies.items() if a in self.first)
+
+
+def watch_until_safe(client: Client, timeout_s: float, console: Console, title: str = "rebalancing") -> WatchResult:
+    started = time.monotonic()
+    baseline = _Baseline()
+    reason = "not asked yet"
+    columns = (
+        TextColumn(f"[bold]{title}[/bold]"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f} migrations"),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task(title, total=1, detail="")
+        while True:
+            try:
+                status = client.cluster_status()
+            except ClusterUnavailableError as error:
+                status, reason = None, str(error)
+            if status is not None:
+                finished, remaining, entries, moved = baseline.progress(status)
+                elapsed = max(time.monotonic() - started, 1e-3)
+                rate = finished / elapsed
+                eta = f"ETA {remaining / rate:.0f} s" if rate > 0 and remaining else ""
+                detail = f"{entries:,} entries, {moved / 1e6:.1f} MB, {entries / elapsed:,.0f} entries/s {eta}"
+                progress.update(task, total=max(finished + remaining, 1), completed=finished, detail=detail)
+                if status.safe:
+                    progress.update(task, total=max(finished, 1), completed=max(finished, 1))
+                    resent = baseline.resent(status)
+                    return WatchResult(True, time.monotonic() - started, finished, entries, moved, "", resent)
+                reason = status.unsafe_reason
+            if time.monotonic() - started > timeout_s:
+                return WatchResult(False, time.monotonic() - started, 0, 0, 0, reason)
+            time.sleep(POLL_S)
