@@ -21,6 +21,13 @@ def test_the_throughput_cap_holds_a_rebalance_to_its_rate(tmp_path):
             entries = {f"k{i}": "v" * 100 for i in range(20_000)}
             data.put_all(entries)
             client.wait_until_safe(60)
+            migrations = []
+            listener = client.add_migration_listener(migrations.append)
+            members = []
+            client.add_event_listener(members.append, kinds=("member-added",))
+            deadline = time.monotonic() + 10
+            while not listener.subscribed.is_set() and time.monotonic() < deadline:
+                time.sleep(0.05)
             client.change_cluster_state("no-migration")  # pause: the joiner gets nothing yet
             joiner = running.start(join=running.addresses, initial=2)
             running.wait_for_log(joiner, "member-added", timeout_s=60)
@@ -38,3 +45,8 @@ def test_the_throughput_cap_holds_a_rebalance_to_its_rate(tmp_path):
             # Two sources, each capped, each with at most a second's burst.
             assert elapsed >= (moved - 2 * CAP_BYTES_PER_S) / (2 * CAP_BYTES_PER_S) * 0.9
             assert data.get_all(list(entries)) == entries
+            finished = [n for n in migrations if n.status == "finished"]
+            assert finished
+            assert all(n.kind == "migration" for n in migrations)
+            assert {n.destination for n in finished} >= {joiner}
+            assert [n.member for n in members] == [joiner]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from shardgrid.runtime import tls
 DEFAULT_ATTEMPT_TIMEOUT_MS = 10_000  # an attempt unanswered this long: its member may be gone
 DEFAULT_CONNECT_TIMEOUT_MS = 5_000
 MAX_TABLE_PAGES = 16  # 100,000 partitions at 20,000 a page, with room to spare
+LISTENER_CHECK_S = 0.5  # how often a listener checks that its connection still stands
 SHUTDOWN_CONFIRM_MS = 10_000  # how long a cluster shutting down may take to stop answering
 SCAN_PARALLEL_PARTITIONS = 16  # partitions a whole-map read has in flight at once
 
@@ -86,6 +87,7 @@ class AsyncClient:
         self._connections: dict[str, MemberConnection] = {}
         self._opening: dict[str, asyncio.Task[MemberConnection]] = {}
         self._refreshing: asyncio.Task[None] | None = None
+        self._listeners: list[EventListener] = []
         self._closed = False
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -107,6 +109,8 @@ class AsyncClient:
 
     async def close(self) -> None:
         self._closed = True
+        for listener in self._listeners:
+            listener.remove()
         for task in self._opening.values():
             task.cancel()
         for connection in self._connections.values():
@@ -487,6 +491,26 @@ class AsyncClient:
                 return True
         return False
 
+    # --- listeners -------------------------------------------------------------------------------
+
+    def add_event_listener(
+        self, on_event: Callable[[m.EventNotice], None], kinds: Iterable[str] | None = None
+    ) -> EventListener:
+        """Call ``on_event`` (on the client's event loop; keep it short) with each event the
+        master emits (``EventNotice``: migrations, members added and removed, master and state
+        changes, lost partitions), of ``kinds`` only when given. The listener follows the master
+        when it changes; events emitted while it moves over are missed (``status`` tells where
+        things stand). ``remove()`` the returned handle to stop."""
+        wanted = frozenset(kinds) if kinds is not None else None
+        listener = EventListener(self, on_event, wanted)
+        listener.task = asyncio.get_running_loop().create_task(listener.run())
+        self._listeners.append(listener)
+        return listener
+
+    def add_migration_listener(self, on_migration: Callable[[m.EventNotice], None]) -> EventListener:
+        """Seed 000's migration listener: every migration the master starts, finishes or fails."""
+        return self.add_event_listener(on_migration, ("migration",))
+
     # --- administration ----------------------------------------------------------------------------
 
     async def admin(self, command: Any, address: str | None = None) -> str:
@@ -504,6 +528,52 @@ class AsyncClient:
         if reply.status != m.ADMIN_OK:
             raise AdminError(f"{type(command).__name__} at {connection.address}: {reply.status}: {reply.reason}")
         return reply.reason
+
+
+class EventListener:
+    """A subscription to the master's events, kept across master changes and lost connections."""
+
+    def __init__(
+        self, client: AsyncClient, on_event: Callable[[m.EventNotice], None], kinds: frozenset[str] | None
+    ) -> None:
+        self.client = client
+        self.on_event = on_event
+        self.kinds = kinds
+        self.task: asyncio.Task[None] | None = None
+        self.master = ""  # the member it listens to
+        self.subscribed = asyncio.Event()
+
+    def remove(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    async def run(self) -> None:
+        while not self.client._closed:
+            moved = asyncio.Event()
+            try:
+                status = await self.client.member_status()
+                master = status.master_address or status.address
+                connection = await self.client._connection(master)
+
+                def deliver(notice: m.EventNotice, at: str = master, moved: asyncio.Event = moved) -> None:
+                    if notice.kind == "listening":
+                        self.subscribed.set()
+                        return
+                    if notice.kind == "master-changed" and notice.member != at:
+                        moved.set()  # follow the new master
+                    if self.kinds is None or notice.kind in self.kinds:
+                        self.on_event(notice)
+
+                self.master = master
+                connection.listen(deliver)
+                while not connection.closed and not moved.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(LISTENER_CHECK_S):
+                            await moved.wait()
+            except (ClusterUnavailableError, ConnectionLost):
+                pass
+            self.subscribed.clear()
+            await asyncio.sleep(LISTENER_CHECK_S)
 
 
 class AsyncMap:

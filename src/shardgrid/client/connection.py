@@ -12,6 +12,7 @@ import asyncio
 import os
 import ssl
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from shardgrid.client.errors import AuthenticationError, ClusterUnavailableError
@@ -45,6 +46,7 @@ class MemberConnection:
         self._established: asyncio.Future[None] | None = None
         self._calls: dict[int, tuple[asyncio.Future[Any], list[m.MapReply]]] = {}
         self._tables: deque[asyncio.Future[m.TableReply]] = deque()
+        self._listeners: dict[int, Callable[[m.EventNotice], None]] = {}
         self._next_call_id = 0
         self._writable = asyncio.Event()
         self._writable.set()
@@ -108,6 +110,15 @@ class MemberConnection:
         stream.send(m.TableRequest(first_partition))
         return await future
 
+    def listen(self, on_notice: Callable[[m.EventNotice], None]) -> int:
+        """Ask the member for its events; ``on_notice`` gets each (on the client's loop) until
+        the connection closes. Returns the subscription's call id."""
+        stream = self._live_stream()
+        call_id = self.new_call_id()
+        self._listeners[call_id] = on_notice
+        stream.send(m.ListenRequest(call_id))
+        return call_id
+
     def _live_stream(self) -> FrameStream:
         stream = self._stream
         if self.closed or stream is None or stream.closed:
@@ -154,6 +165,10 @@ class MemberConnection:
             parts.append(message)
             if not message.more and not future.done():
                 future.set_result(_joined(parts))
+        elif kind is m.EventNotice:
+            listener = self._listeners.get(message.call_id)
+            if listener is not None:
+                listener(message)
         elif kind is m.TableReply:
             while self._tables:
                 future = self._tables.popleft()

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, TypeVar
 
-from shardgrid.client.aio import AsyncClient, AsyncMap
+from shardgrid.client.aio import AsyncClient, AsyncMap, EventListener
 from shardgrid.client.errors import ClientClosedError
 from shardgrid.client.serialization import Serializer
 from shardgrid.client.status import ClusterStatus
 from shardgrid.core.hashing import Key
-from shardgrid.core.messages import StatusReply
+from shardgrid.core.messages import EventNotice, StatusReply
 from shardgrid.core.metadata.cluster_state import ClusterState
 
 T = TypeVar("T")
@@ -102,6 +102,23 @@ class Client:
 
     def shutdown_cluster(self) -> None:
         self._run(self._async.shutdown_cluster())
+
+    def add_event_listener(
+        self, on_event: Callable[[EventNotice], None], kinds: Iterable[str] | None = None
+    ) -> EventListener:
+        """As ``AsyncClient.add_event_listener``; ``on_event`` runs on the client's own thread."""
+        return self._run(self._add_listener(on_event, kinds))
+
+    def add_migration_listener(self, on_migration: Callable[[EventNotice], None]) -> EventListener:
+        return self.add_event_listener(on_migration, ("migration",))
+
+    async def _add_listener(
+        self, on_event: Callable[[EventNotice], None], kinds: Iterable[str] | None
+    ) -> EventListener:
+        return self._async.add_event_listener(on_event, kinds)
+
+    def remove_listener(self, listener: EventListener) -> None:
+        self._loop.call_soon_threadsafe(listener.remove)
 
 
 class Map(MutableMapping[Any, Any]):

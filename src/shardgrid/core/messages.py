@@ -17,7 +17,7 @@ from typing import Annotated
 
 import msgspec
 
-from shardgrid.core.identity import Replica, Replicas
+from shardgrid.core.identity import MAX_ADDRESS_CHARS, Replica, Replicas
 from shardgrid.core.limits import (
     MAX_COUNTER,
     MAX_ENTRIES_PER_CHUNK,
@@ -444,6 +444,32 @@ class StatusReply(Message, tag=130):
     entries_migrated: Counter = 0  # records this member sent as a migration source since it started
     bytes_migrated: Counter = 0  # their keys' and values' bytes
     chunks_resent: Counter = 0  # migration chunks it sent again for want of a timely acknowledgement
+
+
+class ListenRequest(Message, tag=131):
+    """A client asks the member it is connected to for its events, pushed as ``EventNotice``s
+    tagged with this ``call_id`` until the connection closes. The member process answers it (the
+    member's own events are its ``Emit`` effects); a member keeps no subscription of its own."""
+
+    call_id: Counter
+
+
+class EventNotice(Message, tag=132):
+    """One event a member emitted, for a listening client: ``kind`` names it (``migration``,
+    ``member-added``, ``member-removed``, ``master-changed``, ``cluster-state-changed``,
+    ``partition-lost``, ``member-promoted``, or ``listening`` first, to say the subscription holds);
+    the other fields carry what that kind has, addresses for members."""
+
+    call_id: Counter
+    kind: Annotated[str, msgspec.Meta(max_length=64)]
+    status: Annotated[str, msgspec.Meta(max_length=64)] = ""  # a migration's: started, finished, failed
+    partition_id: Annotated[int, msgspec.Meta(ge=-1, lt=MAX_PARTITION_COUNT)] = -1
+    migration_id: Annotated[str, msgspec.Meta(max_length=256)] = ""
+    migration_kind: Annotated[str, msgspec.Meta(max_length=64)] = ""
+    source: Annotated[str, msgspec.Meta(max_length=MAX_ADDRESS_CHARS)] = ""
+    destination: Annotated[str, msgspec.Meta(max_length=MAX_ADDRESS_CHARS)] = ""
+    member: Annotated[str, msgspec.Meta(max_length=MAX_ADDRESS_CHARS)] = ""
+    detail: Annotated[str, msgspec.Meta(max_length=512)] = ""
 
 
 # Codes 105-107 (one object per operation and per result) are retired.

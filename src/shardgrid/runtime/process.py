@@ -41,6 +41,7 @@ from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.session import NONCE_BYTES, PeerRole, Session, SessionSettings
 from shardgrid.runtime import logs, tls
 from shardgrid.runtime.metrics import MemberMetrics
+from shardgrid.runtime.notices import notice_of
 from shardgrid.runtime.settings import Settings
 from shardgrid.runtime.stream import FrameStream
 
@@ -54,6 +55,7 @@ MAX_REDIAL_MS = 2_000  # ... doubling up to this
 HOUSEKEEPING_MS = 100
 STATUS_EVERY_TICKS = 10  # the metrics read the member's status once a second
 MAX_TIMED_CALLS_PER_CLIENT = 100_000  # calls in flight whose latency is measured; more go untimed
+MAX_LISTENERS_PER_CLIENT = 64  # event subscriptions on one client connection
 LOCAL_CLIENT = "local"  # the process itself, asking its member to leave on SIGTERM
 
 
@@ -72,6 +74,7 @@ class Link:
     queued: list[tuple[str | None, Any]] = field(default_factory=list)  # (target uuid, message) before the handshake
     dial_task: asyncio.Task[None] | None = None
     calls: dict[int, tuple[float, str, str]] = field(default_factory=dict)  # a client's: call id -> (start, map, op)
+    listening: list[int] = field(default_factory=list)  # a client's ListenRequest call ids: each gets the events
 
 
 @dataclass(slots=True)
@@ -249,6 +252,17 @@ class MemberProcess:
     def _on_emit(self, event: Any) -> None:
         logs.log_member_event(self.logger, event)
         self.metrics.on_event(event)
+        for link in self._clients.values():
+            stream = link.stream
+            if not link.listening or stream is None:
+                continue
+            if stream.backlog_bytes >= self.process.write_high_water_bytes:
+                self.metrics.notices_dropped.inc()  # a listener that does not keep up loses news
+                continue
+            for call_id in link.listening:
+                notice = notice_of(event, call_id)
+                if notice is not None:
+                    stream.send(notice)
         if isinstance(event, MemberStopped):
             self._finish(event.reason, 0)
 
@@ -486,6 +500,14 @@ class MemberProcess:
         if session is None:
             return
         if session.peer_role is PeerRole.CLIENT:
+            if type(message) is m.ListenRequest:  # the process's own service: the member is not asked
+                if len(link.listening) >= MAX_LISTENERS_PER_CLIENT:
+                    self._refused(link, f"over {MAX_LISTENERS_PER_CLIENT} event subscriptions on one connection")
+                    return
+                link.listening.append(message.call_id)
+                if link.stream is not None and self.identity is not None:
+                    link.stream.send(m.EventNotice(message.call_id, "listening", member=self.identity.address))
+                return
             if type(message) is m.MapRequest and len(link.calls) < MAX_TIMED_CALLS_PER_CLIENT:
                 now = asyncio.get_running_loop().time()
                 link.calls[message.call_id] = (now, message.map_name, message.kind.value)
