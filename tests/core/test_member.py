@@ -144,14 +144,14 @@ def test_a_process_that_heard_of_a_cluster_never_founds_one() -> None:
 
 def test_a_member_redirects_joiners_to_its_leader_and_an_unjoined_one_says_so() -> None:
     member, now = following(B, A_OWNS_B_BACKS)
-    effects = member.handle(now + 1, Receive(C.address, None, None, m.JoinRequest(C)))
+    effects = member.handle(now + 1, Receive(C.address, C, None, m.JoinRequest(C)))
     assert sent(effects, m.JoinRedirect) == [m.JoinRedirect(A.address)]
     lonely = Member(C, CONFIG, SEEDS, random.Random(3))
     lonely.handle(0, Start())
-    effects = lonely.handle(1, Receive(B.address, None, None, m.JoinRequest(B, settings_digest=CONFIG.settings_digest)))
+    effects = lonely.handle(1, Receive(B.address, B, None, m.JoinRequest(B, settings_digest=CONFIG.settings_digest)))
     assert sent(effects, m.Unjoined) == [m.Unjoined(C, False, False, CONFIG.settings_digest)]
     # A process with other settings is no peer: no answer, and never counted to found a cluster.
-    effects = lonely.handle(2, Receive(A.address, None, None, m.JoinRequest(A, settings_digest="other")))
+    effects = lonely.handle(2, Receive(A.address, A, None, m.JoinRequest(A, settings_digest="other")))
     assert sent(effects, m.Unjoined) == []
     assert A not in lonely.discovery.peers
 

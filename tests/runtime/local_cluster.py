@@ -71,6 +71,12 @@ class LocalCluster:
             time.sleep(0.05)
         raise AssertionError(f"{address}: no {needle!r} within {timeout_s} s:\n{self.log_text(address)[-3000:]}")
 
+    def wait_formed(self, timeout_s: float = 30) -> LocalCluster:
+        """Until every founder has seen a master (the cluster formed)."""
+        for address in self.addresses:
+            self.wait_for_log(address, "master-changed", timeout_s)
+        return self
+
     def kill(self, address: str) -> None:
         process = self.processes[address]
         process.send_signal(signal.SIGKILL)

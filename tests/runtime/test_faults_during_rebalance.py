@@ -15,8 +15,7 @@ CALL_TIMEOUT_MS = 90_000
 
 def test_writes_go_on_through_a_join_and_a_master_crash_mid_migration(tmp_path):
     with LocalCluster(tmp_path, 3) as running:
-        for address in running.addresses:
-            running.wait_for_log(address, "master-changed")
+        running.wait_formed()
         with Client(running.addresses, operation_call_timeout_ms=CALL_TIMEOUT_MS) as client:
             data = client.get_map("data")
             acknowledged: dict[str, int] = {}

@@ -23,8 +23,7 @@ CALL_TIMEOUT_MS = 60_000
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     with LocalCluster(tmp_path_factory.mktemp("three"), 3) as running:
-        for address in running.addresses:
-            running.wait_for_log(address, "master-changed")
+        running.wait_formed()
         yield running
 
 
@@ -119,8 +118,7 @@ def test_hostile_connections_are_closed_and_the_member_keeps_serving(cluster):
 
 def test_sigkill_of_a_member_loses_no_acknowledged_write(tmp_path):
     with LocalCluster(tmp_path, 3) as running:
-        for address in running.addresses:
-            running.wait_for_log(address, "master-changed")
+        running.wait_formed()
         victim = running.addresses[1]
         acknowledged: dict[str, int] = {}
         with Client([running.addresses[0]], operation_call_timeout_ms=CALL_TIMEOUT_MS) as client:
@@ -142,8 +140,7 @@ def test_sigkill_of_a_member_loses_no_acknowledged_write(tmp_path):
 
 def test_sigterm_leaves_gracefully_and_keeps_every_entry(tmp_path):
     with LocalCluster(tmp_path, 3) as running:
-        for address in running.addresses:
-            running.wait_for_log(address, "master-changed")
+        running.wait_formed()
         with Client([running.addresses[0]], operation_call_timeout_ms=CALL_TIMEOUT_MS) as client:
             data = client.get_map("data")
             entries = {f"k{i}": i for i in range(3_000)}

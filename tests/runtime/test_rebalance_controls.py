@@ -14,8 +14,7 @@ CAP_BYTES_PER_S = 400_000
 def test_the_throughput_cap_holds_a_rebalance_to_its_rate(tmp_path):
     cap = ("--set", f"max_migration_bytes_per_s={CAP_BYTES_PER_S}")
     with LocalCluster(tmp_path, 2, *cap) as running:
-        for address in running.addresses:
-            running.wait_for_log(address, "master-changed")
+        running.wait_formed()
         with Client(running.addresses, operation_call_timeout_ms=60_000) as client:
             data = client.get_map("data")
             entries = {f"k{i}": "v" * 100 for i in range(20_000)}

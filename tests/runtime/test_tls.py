@@ -35,8 +35,7 @@ def test_a_cluster_over_mutual_tls(tmp_path, certificates):
         f"tls_ca_file={certificates['ca']}",
     )
     with LocalCluster(tmp_path, 3, *tls) as running:
-        for address in running.addresses:
-            running.wait_for_log(address, "master-changed")
+        running.wait_formed()
         assert "tls=true" in running.log_text(running.addresses[0])
         with Client(
             running.addresses[:1],

@@ -38,7 +38,7 @@ def test_a_join_at_a_live_members_address_does_not_evict_it() -> None:
         impostor = Replica(f"f00d{i:04d}-0000-4000-8000-000000000000", victim.identity.address)
         sim._send(
             "evil-client:1",
-            None,
+            impostor,  # as a member session would name it, where no secret proves identities
             leader.identity.address,
             None,
             m.JoinRequest(impostor, settings_digest=leader.config.settings_digest),
@@ -92,6 +92,20 @@ def test_a_bootstrap_from_a_process_it_never_found_does_not_found_a_cluster() ->
     assert not member.consensus.has_state
 
 
+def test_a_join_request_counts_only_from_the_process_it_names() -> None:
+    """Found by an outside tester: a client session (no identity) sent JoinRequests naming
+    phantom members, and the leader added them."""
+    scenario = formed()
+    leader = scenario.master
+    phantom = Replica("efefefef-0000-4000-8000-000000000009", "127.0.0.1:1")
+    request = m.JoinRequest(phantom, settings_digest=leader.config.settings_digest)
+    for sender in (None, scenario.sim.live_members()[1].identity):
+        leader.handle(scenario.sim.now_ms, Receive("client-1", sender, None, request))
+    scenario.sim.run_until(scenario.sim.now_ms + 2_000)
+    assert not leader.consensus.state.is_member(phantom)
+    assert phantom not in leader.membership.joiners
+
+
 def test_a_cluster_at_its_member_limit_turns_a_new_joiner_away(monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by an outside tester: nothing stopped a 1,001st member, whose member list the codec's
     bounds would then refuse in every snapshot."""
@@ -103,7 +117,9 @@ def test_a_cluster_at_its_member_limit_turns_a_new_joiner_away(monkeypatch: pyte
     newcomer = Replica("abababab-0000-4000-8000-000000000009", "127.0.0.1:5799")
     effects = leader.handle(
         scenario.sim.now_ms,
-        Receive(newcomer.address, None, None, m.JoinRequest(newcomer, settings_digest=leader.config.settings_digest)),
+        Receive(
+            newcomer.address, newcomer, None, m.JoinRequest(newcomer, settings_digest=leader.config.settings_digest)
+        ),
     )
     (rejected,) = [e.message for e in effects if isinstance(e, SendToAddress) and isinstance(e.message, m.JoinRejected)]
     assert "3 members" in rejected.reason
@@ -111,7 +127,9 @@ def test_a_cluster_at_its_member_limit_turns_a_new_joiner_away(monkeypatch: pyte
     restarted = Replica("cdcdcdcd-0000-4000-8000-000000000009", scenario.sim.live_members()[1].identity.address)
     effects = leader.handle(
         scenario.sim.now_ms,
-        Receive(restarted.address, None, None, m.JoinRequest(restarted, settings_digest=leader.config.settings_digest)),
+        Receive(
+            restarted.address, restarted, None, m.JoinRequest(restarted, settings_digest=leader.config.settings_digest)
+        ),
     )
     assert not [e for e in effects if isinstance(e, SendToAddress) and isinstance(e.message, m.JoinRejected)]
 
@@ -146,13 +164,13 @@ def test_joiners_asking_together_at_the_limit_are_admitted_only_up_to_it(monkeyp
     digest = leader.config.settings_digest
     for i in range(3):
         joiner = Replica(f"abababab-0000-4000-8000-00000000001{i}", f"127.0.0.1:58{i:02d}")
-        sim._send(joiner.address, None, leader.identity.address, None, m.JoinRequest(joiner, settings_digest=digest))
+        sim._send(joiner.address, joiner, leader.identity.address, None, m.JoinRequest(joiner, settings_digest=digest))
     # Two incarnations at a crashed member's address: only the newer one may replace it.
     victim = next(x for x in sim.live_members() if x is not leader)
     sim.crash(victim.identity.address)
     for i in range(2):
         again = Replica(f"cdcdcdcd-0000-4000-8000-00000000002{i}", victim.identity.address)
-        sim._send(again.address, None, leader.identity.address, None, m.JoinRequest(again, settings_digest=digest))
+        sim._send(again.address, again, leader.identity.address, None, m.JoinRequest(again, settings_digest=digest))
     most, most_at_address = 0, 0
     for _ in range(75):  # every 200 ms for 15 s: the silent joiners are removed after a while
         sim.run_until(sim.now_ms + 200)

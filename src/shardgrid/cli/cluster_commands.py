@@ -5,6 +5,7 @@ no or did not answer in time, 2 on bad arguments, 3 when no member could be reac
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ T = TypeVar("T")
 MEMBERS_ENV = "SHARDGRID_MEMBERS"
 EXIT_REFUSED = 1
 EXIT_UNREACHABLE = 3
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 def client_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -60,9 +62,25 @@ def client_options(function: Callable[..., Any]) -> Callable[..., Any]:
     return function
 
 
+def _members(text: str) -> list[str]:
+    members = [address.strip() for address in text.split(",") if address.strip()]
+    if not members:
+        raise click.UsageError("--members: give at least one member as host:port")
+    for address in members:
+        host, colon, port = address.rpartition(":")
+        if not (colon and host and port.isdigit() and 1 <= int(port) <= 65_535):
+            raise click.UsageError(f"--members: expected host:port with a port 1..65535, got {address!r}")
+    return members
+
+
 def _with_client(options: dict[str, Any], action: Callable[[Client], T]) -> T:
-    members = [address.strip() for address in str(options["members"]).split(",") if address.strip()]
-    timeout_ms = max(1, int(options["timeout_s"] * 1000))
+    members = _members(str(options["members"]))
+    timeout_s = options["timeout_s"]
+    if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
+        raise click.UsageError(
+            f"--timeout: expected seconds, more than 0 and at most {MAX_TIMEOUT_S:g}, got {timeout_s}"
+        )
+    timeout_ms = max(1, int(timeout_s * 1000))
     try:
         with Client(
             members,
@@ -301,8 +319,14 @@ def map_group() -> None:
     """Read and write a map from the shell (str keys, JSON values)."""
 
 
+def _map_name(_context: click.Context, _parameter: click.Parameter, name: str) -> str:
+    if not 0 < len(name) <= m.MAX_MAP_NAME_CHARS:
+        raise click.BadParameter(f"a map name is 1 to {m.MAX_MAP_NAME_CHARS} characters")
+    return name
+
+
 @map_group.command("put")
-@click.argument("map_name")
+@click.argument("map_name", callback=_map_name)
 @click.argument("key")
 @click.argument("value")
 @client_options
@@ -316,7 +340,7 @@ def map_put(map_name: str, key: str, value: str, **options: Any) -> None:
 
 
 @map_group.command("get")
-@click.argument("map_name")
+@click.argument("map_name", callback=_map_name)
 @click.argument("key")
 @client_options
 def map_get(map_name: str, key: str, **options: Any) -> None:
@@ -330,7 +354,7 @@ def map_get(map_name: str, key: str, **options: Any) -> None:
 
 
 @map_group.command("size")
-@click.argument("map_name")
+@click.argument("map_name", callback=_map_name)
 @client_options
 def map_size(map_name: str, **options: Any) -> None:
     click.echo(_with_client(options, lambda client: client.get_map(map_name).size()))

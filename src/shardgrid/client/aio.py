@@ -29,7 +29,15 @@ from shardgrid.client.serialization import KeySerializer, MsgpackSerializer, Ser
 from shardgrid.client.status import ClusterStatus
 from shardgrid.core import codec
 from shardgrid.core import messages as m
-from shardgrid.core.call_policy import CallProgress, CallSettings, Decision, Verdict, on_answer, on_no_answer
+from shardgrid.core.call_policy import (
+    CallProgress,
+    CallSettings,
+    Decision,
+    Verdict,
+    on_answer,
+    on_deadline,
+    on_no_answer,
+)
 from shardgrid.core.hashing import Key, partition_ids_of_serialized
 from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_KEY_BYTES, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES
 from shardgrid.core.metadata.cluster_state import ClusterState
@@ -236,7 +244,7 @@ class AsyncClient:
             attempts = []
             for owner, indexes in group_by_owner(remaining, pids, self.table).items():
                 for batch in split_requests(indexes, keys, values, MAX_OPERATIONS_PER_REQUEST):
-                    attempts.append(self._attempt(owner, kind, map_name, batch, pids, keys, values, previous))
+                    attempts.append(self._attempt(owner, kind, map_name, batch, pids, keys, values, previous, progress))
             answers = await asyncio.gather(*attempts)
             remaining = []
             decisions: list[Decision] = []
@@ -281,10 +289,13 @@ class AsyncClient:
         keys: Sequence[bytes],
         values: Sequence[bytes] | None,
         previous: bool,
+        progress: CallProgress,
     ) -> tuple[list[int], m.MapReply | None]:
+        wait_s = self._attempt_wait_s(progress)
         try:
-            connection = await (self._connection(owner) if owner is not None else self._any_connection())
-        except ClusterUnavailableError:
+            async with asyncio.timeout(wait_s):
+                connection = await (self._connection(owner) if owner is not None else self._any_connection())
+        except (ClusterUnavailableError, TimeoutError):
             return batch, None
         request = m.MapRequest(
             connection.new_call_id(),
@@ -296,11 +307,17 @@ class AsyncClient:
             previous,
         )
         try:
-            async with asyncio.timeout(self.attempt_timeout_ms / 1000):
+            async with asyncio.timeout(self._attempt_wait_s(progress)):
                 reply = await connection.call(request)
         except (ConnectionLost, TimeoutError):
             return batch, None
         return batch, reply
+
+    def _attempt_wait_s(self, progress: CallProgress) -> float:
+        """How long one attempt may wait: ``attempt_timeout_ms``, but never past the call's own
+        deadline (the attempt that runs out then counts as unanswered, and the policy ends the call)."""
+        left_ms = progress.deadline_ms(self.call_settings) - self._now_ms()
+        return max(0.001, min(self.attempt_timeout_ms, left_ms) / 1000)
 
     async def _carry_out(
         self, decisions: list[Decision], reasons: list[str], kind: m.OpKind, left: int, count: int
@@ -354,8 +371,11 @@ class AsyncClient:
         values: list[bytes] = []
         stamp: tuple[str, int] | None = None
         while True:
+            expired = on_deadline(self.call_settings, progress, self._now_ms())
+            if expired is not None:
+                await self._carry_out([expired], [], m.GET, 1, 1)  # raises OperationTimeoutError
             owner = self.table.owners[pid]
-            reply = await self._scan_attempt(owner, map_name, pid, len(keys), page_entries, keys_only)
+            reply = await self._scan_attempt(owner, map_name, pid, len(keys), page_entries, keys_only, progress)
             now = self._now_ms()
             if reply is None:
                 self.table.forget(pid)
@@ -370,7 +390,8 @@ class AsyncClient:
                 continue
             page_stamp = (reply.lineage, reply.map_version)
             if stamp is not None and page_stamp != stamp:
-                keys, values, stamp = [], [], None  # written to between pages: read it again
+                keys, values, stamp = [], [], None  # written to between pages: read it again, after a pause
+                await asyncio.sleep(self.call_settings.min_retry_backoff_ms / 1000)
                 continue
             stamp = page_stamp
             keys.extend(reply.keys)
@@ -379,15 +400,23 @@ class AsyncClient:
                 return keys, values
 
     async def _scan_attempt(
-        self, owner: str | None, map_name: str, pid: int, offset: int, page_entries: int, keys_only: bool
+        self,
+        owner: str | None,
+        map_name: str,
+        pid: int,
+        offset: int,
+        page_entries: int,
+        keys_only: bool,
+        progress: CallProgress,
     ) -> m.ScanReply | None:
         try:
-            connection = await (self._connection(owner) if owner is not None else self._any_connection())
-        except ClusterUnavailableError:
+            async with asyncio.timeout(self._attempt_wait_s(progress)):
+                connection = await (self._connection(owner) if owner is not None else self._any_connection())
+        except (ClusterUnavailableError, TimeoutError):
             return None
         request = m.ScanRequest(connection.new_call_id(), map_name, pid, offset, page_entries, keys_only)
         try:
-            async with asyncio.timeout(self.attempt_timeout_ms / 1000):
+            async with asyncio.timeout(self._attempt_wait_s(progress)):
                 return await connection.call(request)
         except (ConnectionLost, TimeoutError):
             return None

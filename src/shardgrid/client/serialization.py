@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from shardgrid.core.hashing import Key, serialize_key
+from shardgrid.core.hashing import INT64_MAX, INT64_MIN, Key, serialize_key
 
 
 class Serializer(Protocol):
@@ -58,6 +58,20 @@ class KeySerializer:
         self.key_type = key_type
 
     def dumps(self, key: Key) -> bytes:
+        """The key's bytes; a key of another type than the map's is refused (a str map given 5,
+        or an int map given "abcd", would store a key it could not read back, and "" and 0 would
+        be the same 4 bytes)."""
+        kind = self.key_type
+        if kind is str:
+            if not isinstance(key, str):
+                raise TypeError(f"this map's keys are str (key_type=str), not {type(key).__name__}")
+        elif kind is int:
+            if isinstance(key, bool) or not isinstance(key, int):
+                raise TypeError(f"this map's keys are int (key_type=int), not {type(key).__name__}")
+            if not INT64_MIN <= key <= INT64_MAX:
+                raise ValueError(f"an int key fits in a signed 64-bit integer, got {key}")
+        elif not isinstance(key, bytes | bytearray | memoryview):
+            raise TypeError(f"this map's keys are bytes (key_type=bytes), not {type(key).__name__}")
         return serialize_key(key)
 
     def loads(self, data: bytes) -> Any:

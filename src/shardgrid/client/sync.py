@@ -9,6 +9,8 @@ for this; we do not).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, TypeVar
@@ -22,6 +24,7 @@ from shardgrid.core.messages import EventNotice, StatusReply
 from shardgrid.core.metadata.cluster_state import ClusterState
 
 T = TypeVar("T")
+CLOSE_TIMEOUT_S = 5.0
 
 
 class Client:
@@ -45,18 +48,34 @@ class Client:
 
     def _run(self, coroutine: Awaitable[T]) -> T:
         if self._closed:
+            if asyncio.iscoroutine(coroutine):
+                coroutine.close()
             raise ClientClosedError("the client is closed")
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()  # type: ignore[arg-type]
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)  # type: ignore[arg-type]
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise ClientClosedError("the client was closed during the call") from None
 
     def close(self) -> None:
+        """Close the connections; a call another thread is waiting on ends with ClientClosedError."""
         if self._closed:
             return
-        client = getattr(self, "_async", None)
-        if client is not None:
-            asyncio.run_coroutine_threadsafe(client.close(), self._loop).result()
         self._closed = True
+        client = getattr(self, "_async", None)
+
+        async def shut_down() -> None:
+            if client is not None:
+                await client.close()
+            others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+
+        with contextlib.suppress(concurrent.futures.TimeoutError, RuntimeError):
+            asyncio.run_coroutine_threadsafe(shut_down(), self._loop).result(timeout=CLOSE_TIMEOUT_S)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=CLOSE_TIMEOUT_S)
         if not self._thread.is_alive():
             self._loop.close()
 
@@ -176,7 +195,10 @@ class Map(MutableMapping[Any, Any]):
         self.delete(key)
 
     def __contains__(self, key: object) -> bool:
-        return self.contains_key(key)  # type: ignore[arg-type]
+        try:
+            return self.contains_key(key)  # type: ignore[arg-type]
+        except TypeError:  # a key of another type than the map's is not in it (as with a dict)
+            return False
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.keys())

@@ -57,6 +57,10 @@ STATUS_EVERY_TICKS = 10  # the metrics read the member's status once a second
 MAX_TIMED_CALLS_PER_CLIENT = 100_000  # calls in flight whose latency is measured; more go untimed
 MAX_LISTENERS_PER_CLIENT = 64  # event subscriptions on one client connection
 LOCAL_CLIENT = "local"  # the process itself, asking its member to leave on SIGTERM
+# What a client session may send; anything else (a member's message) closes its connection.
+CLIENT_MESSAGES = frozenset(
+    {m.MapRequest, m.ScanRequest, m.TableRequest, m.StatusRequest, m.AdminRequest, m.ListenRequest}
+)
 
 
 class LinkKind(enum.Enum):
@@ -74,6 +78,7 @@ class Link:
     queued: list[tuple[str | None, Any]] = field(default_factory=list)  # (target uuid, message) before the handshake
     dial_task: asyncio.Task[None] | None = None
     calls: dict[int, tuple[float, str, str]] = field(default_factory=dict)  # a client's: call id -> (start, map, op)
+    deferred: list[Any] = field(default_factory=list)  # a client's messages read while its answers piled up
     listening: list[int] = field(default_factory=list)  # a client's ListenRequest call ids: each gets the events
 
 
@@ -428,8 +433,22 @@ class MemberProcess:
         link = self._links.get(stream)
         if link is None:
             return
-        for message in messages:
+        if link.deferred:  # still working off an earlier read: keep the order
+            link.deferred.extend(messages)
+            stream.pause_reading()
+            return
+        self._take(link, stream, messages)
+
+    def _take(self, link: Link, stream: FrameStream, messages: list[Any]) -> None:
+        for position, message in enumerate(messages):
             if stream.closed:
+                return
+            if link.client_id and stream.over_high_water:
+                # A client whose answers pile up: what it sent in the same read waits until they
+                # drain (pausing the socket alone would still answer everything already read, and
+                # a few bytes of requests can ask for megabytes of answers).
+                link.deferred.extend(messages[position:])
+                stream.pause_reading()
                 return
             session = link.session
             if session is None:
@@ -447,19 +466,23 @@ class MemberProcess:
                 self._deliver(link, step.deliver)
 
     def _accept(self, stream: FrameStream) -> Link | None:
-        handshaking = sum(1 for link in self._links.values() if link.session and not link.session.established)
         identity = self.identity
-        if identity is None or handshaking >= MAX_HANDSHAKING_CONNECTIONS:
-            self._refused_count()
-            logs.log(
-                self.logger,
-                "connection-refused",
-                logging.WARNING,
-                peer=f"{stream.peer_host}:{stream.peer_port}",
-                reason=f"{handshaking} connections are still shaking hands",
-            )
+        if identity is None:
             stream.abort()
             return None
+        handshaking = [
+            link
+            for link in self._links.values()
+            if link.kind is LinkKind.ACCEPTED and link.session is not None and not link.session.established
+        ]
+        if len(handshaking) >= MAX_HANDSHAKING_CONNECTIONS:
+            # The oldest makes room: connections that say nothing cannot lock everyone out until
+            # they time out, and an honest handshake takes milliseconds, not the whole timeout.
+            oldest = min(handshaking, key=lambda link: link.session.deadline_ms if link.session else 0)
+            self._refused(oldest, f"evicted: {len(handshaking)} connections were still shaking hands")
+            if oldest.stream is not None:
+                oldest.stream.abort()
+                self._links.pop(oldest.stream, None)  # counted out now, not when asyncio reports it closed
         link = Link(LinkKind.ACCEPTED, f"{stream.peer_host}:{stream.peer_port}", stream=stream)
         link.session = Session.accept(self._session_settings, identity, os.urandom(NONCE_BYTES), self.now_ms())
         self._links[stream] = link
@@ -500,6 +523,9 @@ class MemberProcess:
         if session is None:
             return
         if session.peer_role is PeerRole.CLIENT:
+            if type(message) not in CLIENT_MESSAGES:
+                self._refused(link, f"a client may not send {type(message).__name__}")
+                return
             if type(message) is m.ListenRequest:  # the process's own service: the member is not asked
                 if len(link.listening) >= MAX_LISTENERS_PER_CLIENT:
                     self._refused(link, f"over {MAX_LISTENERS_PER_CLIENT} event subscriptions on one connection")
@@ -558,7 +584,10 @@ class MemberProcess:
             return  # a peer's backlog is checked as frames are sent to it
         if over_high_water:
             stream.pause_reading()  # the client's next requests wait in its socket
-        else:
+            return
+        waiting, link.deferred = link.deferred, []
+        self._take(link, stream, waiting)
+        if not link.deferred and not stream.over_high_water:
             stream.resume_reading()
 
     # --- housekeeping ------------------------------------------------------------------------------

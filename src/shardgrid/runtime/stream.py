@@ -32,7 +32,8 @@ class FrameStream(asyncio.Protocol):
 
     ``send`` never blocks and never drops: it queues the frame for the end of this loop turn. How
     much may wait is the owner's call: ``backlog_bytes`` says how much does, and ``on_backlog``
-    fires when it crosses ``high_water_bytes`` (up) and falls under a quarter of it (down).
+    fires when the transport pauses writing (its buffer reached ``high_water_bytes``) or this
+    turn's frames alone reach it (up), and when both are over (down).
     """
 
     def __init__(self, owner: StreamOwner, max_frame_bytes: int, high_water_bytes: int, accepted: bool = False) -> None:
@@ -169,11 +170,15 @@ class FrameStream(asyncio.Protocol):
         self._check_backlog()
 
     def _check_backlog(self) -> None:
-        backlog = self.backlog_bytes
-        over = self._transport_paused or backlog >= self._high_water_bytes
-        if over and not self._over_high_water:
-            self._over_high_water = True
-            self.owner.on_backlog(self, True)
-        elif not over and self._over_high_water and backlog <= self._high_water_bytes // 4:
-            self._over_high_water = False
-            self.owner.on_backlog(self, False)
+        # Over while the transport says so (it pauses at the high-water mark and resumes, always,
+        # once drained below a quarter of it) or while this turn's frames alone reach the mark.
+        # Nothing else: a state that only a later callback could clear would freeze the stream
+        # when the callback never comes (a transport that was never paused never resumes).
+        over = self._transport_paused or self._pending_bytes >= self._high_water_bytes
+        if over != self._over_high_water:
+            self._over_high_water = over
+            self.owner.on_backlog(self, over)
+
+    @property
+    def over_high_water(self) -> bool:
+        return self._over_high_water

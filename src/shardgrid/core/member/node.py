@@ -240,10 +240,12 @@ class Member:
             self._client_message(event.sender_address, message)
             return
         if kind is m.JoinRequest:
-            self._on_join_request(message)
+            if event.sender == message.member:  # only a process asks for itself (not a client)
+                self._on_join_request(message)
             return
         if kind in _DISCOVERY:
-            self._discovery_message(event.sender, message)
+            if event.sender is not None and (kind is not m.Unjoined or event.sender == message.member):
+                self._discovery_message(event.sender, message)
             return
         sender = event.sender
         if sender is None:

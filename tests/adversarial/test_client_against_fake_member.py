@@ -1,0 +1,96 @@
+"""The client against a fake member (no cluster): bounds of a call's time."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import pytest
+
+from shardgrid.client import Client, ClientClosedError, OperationTimeoutError
+from shardgrid.core import messages as m
+
+from .fake_member import FakeMember
+
+
+def test_a_call_ends_within_operation_call_timeout_when_the_member_is_silent():
+    """``AsyncClient._attempt`` waits the full ``attempt_timeout_ms`` (10 s by default) whatever
+    is left of the call's ``operation_call_timeout_ms``: a get with a 2 s call timeout against a
+    member that does not answer (paused, SIGSTOP) raises OperationTimeoutError only after 10 s."""
+    with FakeMember(lambda message: []) as member, Client([member.address], operation_call_timeout_ms=2_000) as client:
+        started = time.monotonic()
+        with pytest.raises(OperationTimeoutError):
+            client.get_map("m").get("k")
+        took = time.monotonic() - started
+    assert took < 4, f"a call with operation_call_timeout_ms=2000 took {took:.1f} s"
+
+
+def test_a_scan_of_a_partition_written_between_pages_ends_within_the_call_timeout():
+    """``AsyncClient.scan_partition`` starts a partition over when the map's version changed
+    between pages, with ``continue``, without asking the call policy: under steady writes to a
+    partition with more than one page (over 8 MiB of values: a handful of 4 MiB values), ``values()``
+    never returns and never times out."""
+    versions = itertools.count(1)
+
+    def behave(message):
+        if type(message) is m.ScanRequest:
+            # Every page says more follows, and the map changed since the page before.
+            return [
+                m.ScanReply(message.call_id, m.Status.OK, (b"\0\0\0\1a",), (b"\x01",), 2, True, "l", next(versions))
+            ]
+        return []
+
+    with FakeMember(behave) as member, Client([member.address], operation_call_timeout_ms=1_000) as client:
+        started = time.monotonic()
+        future = client._run(_start_scan(client))  # the scan runs on the client's loop
+        try:
+            outcome = future.result(timeout=8)  # noqa: F841
+        except TimeoutError:
+            pytest.fail("scan_partition was still running 8 s into a call with operation_call_timeout_ms=1000")
+        except OperationTimeoutError:
+            assert time.monotonic() - started < 3
+
+
+async def _start_scan(client):
+    import asyncio
+    import concurrent.futures
+
+    task = asyncio.ensure_future(client.async_client.scan_partition("m", 0))
+    result: concurrent.futures.Future = concurrent.futures.Future()
+
+    def done(t):
+        if t.cancelled():
+            result.cancel()
+        elif t.exception() is not None:
+            result.set_exception(t.exception())
+        else:
+            result.set_result(t.result())
+
+    task.add_done_callback(done)
+    return result
+
+
+@pytest.mark.parametrize("delay", ["0.2", "0.6", "1.2"])
+def test_closing_the_client_while_another_thread_waits_raises_client_closed(delay):
+    """A call in flight in one thread while another closes the Client: the waiting thread gets
+    ``concurrent.futures.CancelledError`` (the loop is stopped under it), not the documented
+    ``ClientClosedError``."""
+    with FakeMember(lambda message: []) as member:
+        client = Client([member.address], operation_call_timeout_ms=30_000, attempt_timeout_ms=500)
+        errors: list[BaseException] = []
+
+        def call():
+            try:
+                client.get_map("m").get("k")
+            except BaseException as error:
+                errors.append(error)
+
+        worker = threading.Thread(target=call, daemon=True)
+        worker.start()
+        time.sleep(float(delay))  # the call is in flight, or between attempts
+        client.close()
+        worker.join(10)
+        assert not worker.is_alive(), "the calling thread still waits after close()"
+        assert errors, "the call ended without an error"
+        assert isinstance(errors[0], ClientClosedError), f"got {errors!r}"
