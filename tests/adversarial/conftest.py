@@ -18,3 +18,17 @@ def rss_mb(pid: int) -> int:
             if line.startswith("VmRSS"):
                 return int(line.split()[1]) // 1024
     return 0
+
+
+def peak_rss_mb_while(pid: int, send: object, seconds: float) -> int:
+    """``send()`` (bytes to a member that is never read back), then the member's peak resident
+    memory over ``seconds``."""
+    import time
+
+    peak = rss_mb(pid)
+    send()  # type: ignore[operator]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        peak = max(peak, rss_mb(pid))
+        time.sleep(0.2)
+    return peak

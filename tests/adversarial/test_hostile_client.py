@@ -11,7 +11,7 @@ from shardgrid.core import messages as m
 from shardgrid.core.config import MemberConfig
 from shardgrid.core.hashing import partition_ids_of_serialized, serialize_key
 
-from .conftest import rss_mb
+from .conftest import peak_rss_mb_while, rss_mb
 from .raw import Raw, fake_member
 
 
@@ -62,11 +62,7 @@ def test_pipelined_reads_of_a_big_value_keep_the_member_bounded(cluster):
         raw.handshake()
         raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         burst = b"".join(codec.encode(m.MapRequest(i + 1, m.GET, "amplify", (pid,), (key,))) for i in range(400))
-        raw.send_bytes(burst)
-        deadline = time.monotonic() + 8
-        while time.monotonic() < deadline:
-            peak = max(peak, rss_mb(process.pid))
-            time.sleep(0.2)
+        peak = peak_rss_mb_while(process.pid, lambda: raw.send_bytes(burst), 8)
     finally:
         raw.close()
     assert process.poll() is None

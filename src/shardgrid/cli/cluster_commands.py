@@ -32,6 +32,7 @@ MEMBERS_ENV = "SHARDGRID_MEMBERS"
 EXIT_REFUSED = 1
 EXIT_UNREACHABLE = 3
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
+SHUTDOWN_TIMEOUT_S = 600.0  # shutdown ADDRESS without --timeout
 
 
 def client_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -197,6 +198,9 @@ def safe(wait_s: float, **options: Any) -> None:
     """Exit 0 when the cluster is safe now (every replica in sync, nothing migrating), else 1 with
     the reason; with --wait, wait for it first."""
 
+    if not (math.isfinite(wait_s) and 0 <= wait_s <= MAX_TIMEOUT_S):
+        raise click.UsageError(f"--wait: expected seconds, 0 to {MAX_TIMEOUT_S:g}, got {wait_s}")
+
     def check(client: Client) -> str:
         if wait_s > 0:
             try:
@@ -274,7 +278,8 @@ def shutdown(address: str | None, whole_cluster: bool, **options: Any) -> None:
         return
     if whole_cluster:
         raise click.UsageError("give either a member's ADDRESS or --cluster, not both")
-    options["timeout_s"] = max(options["timeout_s"], 600.0)  # handing replicas over takes its time
+    if click.get_current_context().get_parameter_source("timeout_s") is click.core.ParameterSource.DEFAULT:
+        options["timeout_s"] = SHUTDOWN_TIMEOUT_S  # handing replicas over takes its time, unless told otherwise
     _with_client(options, lambda client: client.shutdown_member(address))
     click.echo(f"{address} left the cluster")
 

@@ -125,9 +125,39 @@ def read_state(directory: Path) -> list[LocalMember]:
         raise click.ClickException(f"{path} is not a shardgrid local cluster file ({error})") from None
 
 
-def write_state(directory: Path, members: list[LocalMember]) -> None:
+def write_state(directory: Path, members: list[LocalMember], cluster_name: str = "shardgrid") -> None:
+    """PIDs, addresses and the cluster name (never the secret: ``down`` reads it from the
+    environment, as ``up`` did)."""
     path = directory / STATE_FILE
-    path.write_text(json.dumps({"members": [asdict(member) for member in members]}, indent=2))
+    document = {"cluster_name": cluster_name, "members": [asdict(member) for member in members]}
+    path.write_text(json.dumps(document, indent=2))
+
+
+def read_cluster_name(directory: Path) -> str:
+    try:
+        return str(json.loads((directory / STATE_FILE).read_text()).get("cluster_name", "shardgrid"))
+    except (OSError, ValueError, AttributeError):
+        return "shardgrid"
+
+
+@dataclass(frozen=True)
+class Access:
+    """How a client gets into the local cluster: its name and secret, as the members have them."""
+
+    cluster_name: str = "shardgrid"
+    cluster_secret: str | None = None
+
+    @classmethod
+    def of(cls, assignments: tuple[str, ...]) -> Access:
+        """From the same sources the members read (``--set`` and ``SHARDGRID_*``); exits 2 on a bad one."""
+        from shardgrid.cli.member_command import flags_of
+        from shardgrid.runtime.settings import SettingsError, load_settings
+
+        try:
+            settings = load_settings(None, os.environ, flags_of({"assignments": assignments}))
+        except SettingsError as error:
+            raise click.UsageError(str(error)) from None
+        return cls(settings.process.cluster_name, settings.process.cluster_secret)
 
 
 @click.group()
@@ -145,6 +175,7 @@ def local_up(count: int, base_port: int, directory: Path, timeout_s: float, assi
     """Start COUNT members and wait until they formed the cluster; prints their addresses."""
     from shardgrid.client.errors import ShardgridClientError
 
+    access = Access.of(assignments)
     directory.mkdir(parents=True, exist_ok=True)
     running = [member for member in read_state(directory) if alive(member.pid) and is_our_member(member.pid)]
     if running:
@@ -159,9 +190,9 @@ def local_up(count: int, base_port: int, directory: Path, timeout_s: float, assi
     addresses = [f"127.0.0.1:{port}" for port in ports]
     extra = tuple(item for assignment in assignments for item in ("--set", assignment))
     members = [start_member(directory, port, addresses, count, extra) for port in ports]
-    write_state(directory, members)
+    write_state(directory, members, access.cluster_name)
     try:
-        wait_until_formed(members, timeout_s, directory)
+        wait_until_formed(members, timeout_s, directory, access)
     except (ShardgridClientError, click.ClickException) as error:
         end([m.pid for m in members], grace_s=2)
         (directory / STATE_FILE).unlink(missing_ok=True)
@@ -171,12 +202,15 @@ def local_up(count: int, base_port: int, directory: Path, timeout_s: float, assi
     click.echo(f"export SHARDGRID_MEMBERS={','.join(addresses)}")
 
 
-def wait_until_formed(members: list[LocalMember], timeout_s: float, directory: Path) -> None:
-    """Until every member is active in one cluster (members take a moment to listen, then
-    ``bootstrap_after_ms`` to form it)."""
+def wait_until_formed(
+    members: list[LocalMember], timeout_s: float, directory: Path, access: Access | None = None
+) -> None:
+    """Until every member is active in one cluster with a master (members take a moment to
+    listen, then ``bootstrap_after_ms`` to form it, then an election)."""
     from shardgrid.client import Client
     from shardgrid.client.errors import ClusterUnavailableError
 
+    access = access or Access()
     addresses = [m.address for m in members]
     deadline = time.monotonic() + timeout_s
     reason = "not asked yet"
@@ -185,10 +219,17 @@ def wait_until_formed(members: list[LocalMember], timeout_s: float, directory: P
         if exited:
             raise click.ClickException(f"{', '.join(exited)} exited; see the logs in {directory}")
         try:
-            with Client(addresses, connect_timeout_ms=1_000, operation_call_timeout_ms=5_000) as client:
+            with Client(
+                addresses,
+                access.cluster_name,
+                cluster_secret=access.cluster_secret,
+                connect_timeout_ms=1_000,
+                operation_call_timeout_ms=5_000,
+            ) as client:
                 status = client.cluster_status()
                 replies = status.replies.values()
-                if len(status.members) == len(members) and all(r.lifecycle == "active" for r in replies):
+                formed = len(status.members) == len(members) and all(r.lifecycle == "active" for r in replies)
+                if formed and status.master:  # and it elected its master: it takes commands
                     return
                 reason = f"{len(status.members)} of {len(members)} members in the cluster"
         except ClusterUnavailableError as error:
@@ -213,7 +254,11 @@ def local_down(directory: Path, timeout_s: float) -> None:
     if live:
         try:
             with Client(
-                [m.address for m in live], connect_timeout_ms=2_000, operation_call_timeout_ms=10_000
+                [m.address for m in live],
+                read_cluster_name(directory),
+                cluster_secret=Access.of(()).cluster_secret,
+                connect_timeout_ms=2_000,
+                operation_call_timeout_ms=10_000,
             ) as client:
                 client.shutdown_cluster()
         except ShardgridClientError as error:

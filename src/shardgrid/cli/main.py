@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 
 from shardgrid import __version__
+from shardgrid.cli.bench_cluster import run_cluster_bench
 from shardgrid.cli.bench_member import run_member_bench
 from shardgrid.cli.bench_plan import run_plan_bench
 from shardgrid.cli.bench_sim import run_sim_bench
@@ -232,6 +233,37 @@ def bench_member(migration_entries: int, handle_partitions: int) -> None:
     click.echo(json.dumps(report, indent=2))
     if not report["target"]["met"]:
         click.echo(f"target missed: {report['target']['what']}", err=True)
+        sys.exit(1)
+
+
+SCENARIOS = ("scale-up", "scale-up-backup-0", "scale-down", "crash")
+
+
+@bench.command("cluster")
+@click.option("--entries", type=click.IntRange(1_000, 10_000_000), default=1_000_000, show_default=True)
+@click.option(
+    "--scenario",
+    "scenarios",
+    type=click.Choice(SCENARIOS),
+    multiple=True,
+    help="Run only these (repeatable); all four by default.",
+)
+@click.option(
+    "--samples",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("bench-cluster-samples.jsonl"),
+    show_default=True,
+    help="Every latency sample and migration event, as JSON lines (for bench report).",
+)
+def bench_cluster(entries: int, scenarios: tuple[str, ...], samples: Path) -> None:
+    """Member processes on 127.0.0.1: client throughput and latency, then scale up 3->4 (backups 1
+    and 0), scale down 4->3 and a crash of one of 4 with ENTRIES loaded; exits 1 when a target is
+    missed."""
+    report = run_cluster_bench(entries, list(scenarios or SCENARIOS), samples)
+    click.echo(json.dumps(report, indent=2))
+    if not report["targets"]["all_met"]:
+        missed = [name for name, check in report["targets"].items() if isinstance(check, dict) and not check["met"]]
+        click.echo(f"targets missed: {', '.join(missed)}", err=True)
         sys.exit(1)
 
 

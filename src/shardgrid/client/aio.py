@@ -37,6 +37,7 @@ from shardgrid.core.call_policy import (
     on_answer,
     on_deadline,
     on_no_answer,
+    on_not_sent,
 )
 from shardgrid.core.hashing import Key, partition_ids_of_serialized
 from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_KEY_BYTES, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES
@@ -47,9 +48,17 @@ from shardgrid.runtime import tls
 DEFAULT_ATTEMPT_TIMEOUT_MS = 10_000  # an attempt unanswered this long: its member may be gone
 DEFAULT_CONNECT_TIMEOUT_MS = 5_000
 MAX_TABLE_PAGES = 16  # 100,000 partitions at 20,000 a page, with room to spare
+ADMIN_RETRY_S = 0.2  # an administrative command the cluster cannot take now is asked again this often
 LISTENER_CHECK_S = 0.5  # how often a listener checks that its connection still stands
 SHUTDOWN_CONFIRM_MS = 10_000  # how long a cluster shutting down may take to stop answering
 SCAN_PARALLEL_PARTITIONS = 16  # partitions a whole-map read has in flight at once
+
+
+class _NotSent:
+    """An attempt that never left the client (no connection could be made)."""
+
+
+NOT_SENT = _NotSent()
 
 
 class AsyncClient:
@@ -251,8 +260,9 @@ class AsyncClient:
             reasons: list[str] = []
             now = self._now_ms()
             for batch, reply in answers:
-                if reply is None:
-                    decisions.append(on_no_answer(self.call_settings, progress, now))
+                if reply is None or reply is NOT_SENT:
+                    decide = on_not_sent if reply is NOT_SENT else on_no_answer
+                    decisions.append(decide(self.call_settings, progress, now))
                     remaining += batch
                     for index in batch:
                         self.table.forget(pids[index])
@@ -290,13 +300,13 @@ class AsyncClient:
         values: Sequence[bytes] | None,
         previous: bool,
         progress: CallProgress,
-    ) -> tuple[list[int], m.MapReply | None]:
+    ) -> tuple[list[int], m.MapReply | _NotSent | None]:
         wait_s = self._attempt_wait_s(progress)
         try:
             async with asyncio.timeout(wait_s):
                 connection = await (self._connection(owner) if owner is not None else self._any_connection())
         except (ClusterUnavailableError, TimeoutError):
-            return batch, None
+            return batch, NOT_SENT  # no byte of it left: it cannot have been applied
         request = m.MapRequest(
             connection.new_call_id(),
             kind,
@@ -544,19 +554,25 @@ class AsyncClient:
 
     async def admin(self, command: Any, address: str | None = None) -> str:
         """Send an administrative command (to ``address``, or any member); returns the member's
-        answer text, raises AdminError when it failed."""
-        connection = await (self._connection(address) if address else self._any_connection())
-        request = m.AdminRequest(connection.new_call_id(), command)
-        try:
-            async with asyncio.timeout(self.call_settings.operation_call_timeout_ms / 1000):
-                reply = await connection.call(request)
-        except ConnectionLost as error:
-            raise ClusterUnavailableError(f"{connection.address}: {error}") from None
-        except TimeoutError:
-            raise OperationTimeoutError(f"{type(command).__name__}: no answer in time", True) from None
-        if reply.status != m.ADMIN_OK:
-            raise AdminError(f"{type(command).__name__} at {connection.address}: {reply.status}: {reply.reason}")
-        return reply.reason
+        answer text, raises AdminError when it failed. An answer that the cluster cannot take it
+        now (no leader: an election is under way) is asked again, within the call's time."""
+        deadline = self._now_ms() + self.call_settings.operation_call_timeout_ms
+        while True:
+            connection = await (self._connection(address) if address else self._any_connection())
+            request = m.AdminRequest(connection.new_call_id(), command)
+            try:
+                async with asyncio.timeout(max(0.001, (deadline - self._now_ms()) / 1000)):
+                    reply = await connection.call(request)
+            except ConnectionLost as error:
+                raise ClusterUnavailableError(f"{connection.address}: {error}") from None
+            except TimeoutError:
+                raise OperationTimeoutError(f"{type(command).__name__}: no answer in time", True) from None
+            if reply.status == m.ADMIN_OK:
+                return reply.reason
+            what = f"{type(command).__name__} at {connection.address}: {reply.status}: {reply.reason}"
+            if reply.status != m.ADMIN_UNAVAILABLE or self._now_ms() >= deadline:
+                raise AdminError(what)
+            await asyncio.sleep(ADMIN_RETRY_S)
 
 
 class EventListener:

@@ -88,6 +88,13 @@ def on_no_answer(settings: CallSettings, call: CallProgress, now_ms: int) -> Dec
     return _after_uncertain_attempt(settings, call, now_ms)
 
 
+def on_not_sent(settings: CallSettings, call: CallProgress, now_ms: int) -> Decision:
+    """An attempt could not be sent (no connection to any member that could take it): nothing of
+    it was applied, so it changes nothing of what is known; it is tried again after a table
+    refresh, within the call's time."""
+    return _retry(settings, call, now_ms, now_ms + settings.min_retry_backoff_ms, refresh_table=True)
+
+
 def on_deadline(settings: CallSettings, call: CallProgress, now_ms: int, in_flight: bool = False) -> Decision | None:
     """The call's own clock: a TIMED_OUT decision once it ran out of time, else None. With an
     attempt still ``in_flight`` (sent, not answered), a write's outcome is unknown."""

@@ -38,6 +38,9 @@ MAX_OPERATIONS_PER_REQUEST: Final = 10_000
 MAX_BACKUP_BATCH_BYTES: Final = 4 * 1024 * 1024
 # Values in one reply frame to a client (a larger answer is split; one value is at most 4 MiB).
 MAX_REPLY_VALUE_BYTES: Final = 8 * 1024 * 1024
+# Values one get may answer with, all its replies together: a request of a few kilobytes naming big
+# values (or one big value many times) must not make a member buffer gigabytes for one client.
+MAX_GET_ANSWER_BYTES: Final = 16 * 1024 * 1024
 # Partitions in one table reply to a client (7 slots of small ints each: well under a frame).
 MAX_TABLE_REPLY_PARTITIONS: Final = 20_000
 MAX_MAP_NAME_CHARS: Final = 256

@@ -168,6 +168,14 @@ class MigrationDataDone(Message, tag=82):
     reason: str = ""
 
 
+class MigrationProgress(Message, tag=133):
+    """Data sender to leader, once a ``migration_timeout_ms`` while a long transfer moves (or waits
+    for the sender's throughput cap): the leader's backstop on transfers it hears nothing about
+    counts from the latest one."""
+
+    migration_id: str
+
+
 class MigrationCommit(Message, tag=83):
     """Leader to destination, before the log records the outcome (seed 000, 2.1 step 2)."""
 

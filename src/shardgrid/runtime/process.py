@@ -53,6 +53,7 @@ PEER_BACKLOG_FACTOR = 4  # a peer with this many high-water marks unsent is cut 
 MIN_REDIAL_MS = 100  # after a failed dial, sends to that address are dropped for this long ...
 MAX_REDIAL_MS = 2_000  # ... doubling up to this
 HOUSEKEEPING_MS = 100
+CLOSE_FLUSH_S = 1.0  # how long a stopping process waits for its last frames to be written
 STATUS_EVERY_TICKS = 10  # the metrics read the member's status once a second
 MAX_TIMED_CALLS_PER_CLIENT = 100_000  # calls in flight whose latency is measured; more go untimed
 MAX_LISTENERS_PER_CLIENT = 64  # event subscriptions on one client connection
@@ -219,9 +220,14 @@ class MemberProcess:
         for link in list(self._dialed.values()):
             if link.dial_task is not None:
                 link.dial_task.cancel()
+        # What the member said last (a reply, the commit that tells followers the cluster shut
+        # down) leaves before the process does: each transport closes once its buffer is written.
+        deadline = asyncio.get_running_loop().time() + CLOSE_FLUSH_S
+        while self._links and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
         if self._server is not None:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), CLOSE_FLUSH_S)
         logs.log(self.logger, "member-exit", reason=self.stop_reason, exit_code=self.exit_code)
 
     # --- the member ------------------------------------------------------------------------------

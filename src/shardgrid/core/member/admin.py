@@ -209,6 +209,14 @@ class Admin:
             respond(ADMIN_OK, "")
         elif not record.lite and state.table is not None and not self._others_take_data(origin):
             respond(ADMIN_FAILED, "the last data member cannot hand its replicas over to anyone: shut the cluster down")
+        elif not record.lite and state.table is not None and not state.cluster_state.migration_allowed:
+            # Found by an outside tester: the leave was taken, then waited for migrations the state
+            # forbids until graceful_shutdown_timeout_ms. Refused at once, changing nothing.
+            respond(
+                ADMIN_FAILED,
+                f"the cluster state is {state.cluster_state.value}: nothing migrates, so this member cannot hand "
+                "its replicas over; set the state to active (rebalance resume) first",
+            )
         else:
             self._propose(MarkLeaving(origin), respond, "the leader changed before the shutdown was recorded")
 

@@ -29,6 +29,7 @@ from shardgrid.core.identity import Replica
 from shardgrid.core.limits import (
     MAX_BACKUP_BATCH_BYTES,
     MAX_FRAME_BYTES,
+    MAX_GET_ANSWER_BYTES,
     MAX_KEY_BYTES,
     MAX_MAP_NAME_CHARS,
     MAX_OPERATIONS_PER_REQUEST,
@@ -270,6 +271,8 @@ class DataPath:
             for pid, indexes in groups.items():
                 self._execute(call, message, pid, indexes, serving)
             self._send_outbox()
+            if message.kind == GET:
+                self._bound_answer(call)
         if call.open_writes == 0:
             self._reply(call)
 
@@ -537,6 +540,21 @@ class DataPath:
         addresses = tuple(replica.address for replica in index_of)
         versions = tuple(table.versions[pid] for pid in range(start, end))
         self.ctx.reply(client, TableReply(count, start, addresses, versions, tuple(rows), end < count))
+
+    @staticmethod
+    def _bound_answer(call: PendingCall) -> None:
+        """The keys of a get past ``MAX_GET_ANSWER_BYTES`` of values are refused (nothing changed:
+        the client asks for them again, in smaller requests)."""
+        values = call.values
+        if values is None or sum(map(len, filter(None, values))) <= MAX_GET_ANSWER_BYTES:
+            return
+        size = 0
+        for index, value in enumerate(values):
+            size += len(value) if value is not None else 0
+            if size > MAX_GET_ANSWER_BYTES:
+                values[index] = None
+                call.statuses[index] = Status.REJECTED
+        call.reason = f"the values asked for pass {MAX_GET_ANSWER_BYTES} bytes: ask for fewer keys at once"
 
     def _reply(self, call: PendingCall) -> None:
         statuses = call.statuses

@@ -29,6 +29,7 @@ from shardgrid.core.messages import (
     MigrationDataDone,
     MigrationOutcomeQuery,
     MigrationOutcomeReply,
+    MigrationProgress,
 )
 from shardgrid.core.metadata import Changes, MetadataState
 from shardgrid.core.metadata.commands import AssignPartitions, FinishMigrations, StartMigrations
@@ -54,7 +55,7 @@ class Stage(enum.Enum):
 class Flight:
     record: MigrationRecord
     stage: Stage
-    started_ms: int
+    started_ms: int  # or when its sender last said the transfer goes on (MigrationProgress)
     last_sent_ms: int
     stage_since_ms: int
 
@@ -288,6 +289,14 @@ class MigrationMaster:
             self._ask_commit(flight)
         else:
             self._decide(flight, MigrationStatus.ROLLED_BACK)
+
+    def on_progress(self, sender: Replica, message: MigrationProgress) -> None:
+        flight = self._flight_by_id(message.migration_id)
+        table = self.consensus.state.table
+        if flight is None or flight.stage is not Stage.TRANSFER or table is None:
+            return
+        if sender == table.owner(flight.record.partition_id):
+            flight.started_ms = self.ctx.now_ms
 
     def _ask_commit(self, flight: Flight) -> None:
         flight.stage = Stage.COMMIT

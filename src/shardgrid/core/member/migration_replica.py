@@ -33,6 +33,7 @@ from shardgrid.core.messages import (
     MigrationDataDone,
     MigrationOutcomeQuery,
     MigrationOutcomeReply,
+    MigrationProgress,
 )
 from shardgrid.core.migration import MigrationRecord, MigrationStatus
 from shardgrid.core.store import Piece, columns_bytes
@@ -62,6 +63,7 @@ class Outgoing:
     last_sent_ms: int = 0
     last_progress_ms: int = 0
     last_report_ms: int = -(10**12)
+    last_progress_told_ms: int = 0  # when the leader last heard that this transfer goes on
 
 
 @dataclass(slots=True)
@@ -126,8 +128,9 @@ class MigrationReplica:
                 for sequence in sorted(chunks):
                     self.on_chunk(sender, chunks[sequence])
         elif owner == self.ctx.identity:
+            now = self.ctx.now_ms
             self.outgoing[pid] = Outgoing(
-                record, destination, last_sent_ms=self.ctx.now_ms, last_progress_ms=self.ctx.now_ms
+                record, destination, last_sent_ms=now, last_progress_ms=now, last_progress_told_ms=now
             )
             self._start_sending(pid)
 
@@ -398,6 +401,15 @@ class MigrationReplica:
                 self._finish_sending(outgoing, False, "the destination made no progress in time")
             elif self.ctx.now_ms - outgoing.last_sent_ms >= config.retry_interval_ms:
                 self._resend_window(outgoing)
+            if (
+                not outgoing.complete
+                and self.ctx.now_ms - outgoing.last_progress_told_ms >= config.migration_timeout_ms
+                and outgoing.last_progress_ms > outgoing.last_progress_told_ms
+            ):
+                # A long transfer (a big partition, a throughput cap) that still moves: the leader
+                # must not roll it back for its length.
+                outgoing.last_progress_told_ms = self.ctx.now_ms
+                self.to_leader(MigrationProgress(outgoing.record.migration_id))
         if self.throttle.bytes_per_s:
             # What the cap held back, as the bucket refills: each tick another migration goes
             # first, so that none starves past migration_timeout_ms behind the others.

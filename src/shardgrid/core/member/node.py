@@ -76,6 +76,7 @@ class Member:
         self._known_leader: Replica | None = None
         self._shutdown_index = 0  # the leader stops once every member holds the shutdown entry
         self._shutdown_since_ms = 0
+        self._shutdown_everyone_since_ms: int | None = None  # when the last member held the shutdown entry
         self._migrations_finished = 0
         self._build(known_addresses=(), cluster_seen=False)
 
@@ -100,6 +101,7 @@ class Member:
             m.MigrationCommit: self.replica.on_commit,
             m.MigrationOutcomeQuery: self.replica.on_outcome_query,
             m.MigrationDataDone: self.master.on_data_done,
+            m.MigrationProgress: self.master.on_progress,
             m.MigrationCommitAck: self.master.on_commit_ack,
             m.MigrationOutcomeReply: self.master.on_outcome_reply,
             m.BackupBatch: self.data.on_backup_batch,
@@ -379,10 +381,18 @@ class Member:
         raft = self.consensus.raft
         others = [r for r in self.consensus.state.replicas if r != self.identity]
         everyone_has_it = all(raft.match_index(r) >= self._shutdown_index for r in others)
-        waited = self.ctx.now_ms - self._shutdown_since_ms
-        if (everyone_has_it and waited >= self.ctx.config.raft_heartbeat_interval_ms) or (
-            waited > self.ctx.config.failure_timeout_ms
-        ):
+        now = self.ctx.now_ms
+        heartbeats_ms = 2 * self.ctx.config.raft_heartbeat_interval_ms
+        if everyone_has_it and self._shutdown_everyone_since_ms is None:
+            self._shutdown_everyone_since_ms = now
+        # A follower stops when it learns the entry committed, which the leader's next append
+        # tells it: the leader stays two heartbeats past the moment the last of them held the
+        # entry (found on real processes: one that matched late never heard it was committed, and
+        # ran on alone). One it cannot reach, it gives up on after the failure timeout.
+        everyone_knows = (
+            self._shutdown_everyone_since_ms is not None and now - self._shutdown_everyone_since_ms >= heartbeats_ms
+        )
+        if everyone_knows or now - self._shutdown_since_ms > self.ctx.config.failure_timeout_ms + heartbeats_ms:
             self._stop("the cluster shut down")
 
     def _discovery_tick(self) -> None:

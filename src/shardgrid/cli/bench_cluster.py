@@ -1,0 +1,357 @@
+"""``shardgrid bench cluster``: a local cluster of member processes, measured as seed 003 does.
+
+First the client's throughput and latency on a steady 3-member cluster: put, get, put_all and
+get_all from one blocking-style caller, then the async client with many calls in flight. Then seed
+003's shape at this machine's scale, each on a fresh cluster loaded with ``entries`` entries of
+100 bytes: scale up 3 -> 4 (backup count 1, and again with 0), scale down 4 -> 3 gracefully, and
+crash one of 4. For each: migrations, time until safe, entries and MB moved per second, and GET
+and SET latency percentiles while migrating next to the steady state just before. Every sample
+and migration event goes to ``--samples`` (JSON lines) for the Spark analysis. It prints one JSON
+document and exits 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from shardgrid.cli.local_cluster import LocalMember, alive, end, port_is_free, start_member
+from shardgrid.client.aio import AsyncClient, AsyncMap
+from shardgrid.client.errors import ShardgridClientError
+from shardgrid.client.serialization import BytesSerializer
+
+VALUE = b"v" * 100
+BATCH = 1_000
+STEADY_S = 3.0
+SAMPLER_CONCURRENCY = 4  # calls the latency sampler keeps in flight (half GET, half SET)
+
+TARGETS = {
+    "rebalance_entries_per_s": 1_000_000,  # between two members on loopback
+    "scale_up_backup0_s": 2.0,
+    "batched_entries_per_s": 150_000,
+    "p99_during_migration_ratio": 2.0,
+}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _latency_summary(samples: list[float]) -> dict[str, float]:
+    return {
+        "count": len(samples),
+        "p50_ms": round(_percentile(samples, 0.50) * 1000, 3),
+        "p99_ms": round(_percentile(samples, 0.99) * 1000, 3),
+        "p999_ms": round(_percentile(samples, 0.999) * 1000, 3),
+    }
+
+
+@dataclass
+class Cluster:
+    directory: Path
+    members: list[LocalMember] = field(default_factory=list)
+    addresses: list[str] = field(default_factory=list)
+
+    def start(self, address: str, join: list[str], initial: int, backups: int) -> None:
+        extra = ("--backup-count", str(backups), "--set", "bootstrap_after_ms=500")
+        port = int(address.rpartition(":")[2])
+        self.members.append(start_member(self.directory, port, join, initial, extra))
+        self.addresses.append(address)
+
+    def member_at(self, address: str) -> LocalMember:
+        return next(m for m in self.members if m.address == address)
+
+    def end_all(self) -> None:
+        end([m.pid for m in self.members if alive(m.pid)], grace_s=2)
+
+
+def _free_addresses(count: int, first: int) -> list[str]:
+    port = first
+    found: list[str] = []
+    while len(found) < count:
+        if port_is_free(port):
+            found.append(f"127.0.0.1:{port}")
+        port += 1
+    return found
+
+
+async def _formed(addresses: list[str], count: int, timeout_s: float) -> None:
+    """Until ``count`` members answer as one safe cluster (they take a moment to listen)."""
+    deadline = time.monotonic() + timeout_s
+    reason = "not asked yet"
+    while time.monotonic() < deadline:
+        try:
+            async with AsyncClient(addresses, connect_timeout_ms=1_000, operation_call_timeout_ms=5_000) as client:
+                status = await client.cluster_status()
+                if len(status.members) == count and status.safe:
+                    return
+                reason = status.unsafe_reason or f"{len(status.members)} members"
+        except ShardgridClientError as error:
+            reason = str(error)
+        await asyncio.sleep(0.3)
+    raise TimeoutError(f"{count} members did not form a safe cluster within {timeout_s:g} s ({reason})")
+
+
+async def _load(data: AsyncMap, entries: int) -> float:
+    started = time.monotonic()
+    for first in range(0, entries, BATCH * 10):
+        keys = [f"key-{i}" for i in range(first, min(first + BATCH * 10, entries))]
+        await data.put_all({key: VALUE for key in keys})
+    return time.monotonic() - started
+
+
+class Sampler:
+    """GETs and SETs of random loaded keys, a few in flight, each timed; stops when told."""
+
+    def __init__(self, data: AsyncMap, entries: int, out: TextIO | None, scenario: str) -> None:
+        self.data = data
+        self.entries = entries
+        self.out = out
+        self.scenario = scenario
+        self.samples: list[tuple[float, str, float]] = []  # (start, op, seconds)
+        self.errors = 0
+        self._stop = asyncio.Event()
+        self._rng = random.Random(7)
+
+    async def _worker(self, op: str) -> None:
+        while not self._stop.is_set():
+            key = f"key-{self._rng.randrange(self.entries)}"
+            started = time.monotonic()
+            try:
+                if op == "get":
+                    await self.data.get(key)
+                else:
+                    await self.data.set(key, VALUE)
+            except Exception:
+                self.errors += 1
+                continue
+            elapsed = time.monotonic() - started
+            self.samples.append((started, op, elapsed))
+            if self.out is not None:
+                self.out.write(
+                    json.dumps({"kind": "sample", "scenario": self.scenario, "t": started, "op": op, "s": elapsed})
+                    + "\n"
+                )
+
+    async def run(self) -> None:
+        ops = ["get", "set"] * (SAMPLER_CONCURRENCY // 2)
+        await asyncio.gather(*(self._worker(op) for op in ops))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def between(self, start: float, end: float, op: str) -> list[float]:
+        return [s for t, o, s in self.samples if start <= t < end and o == op]
+
+
+async def _moved(client: AsyncClient) -> tuple[int, int, int]:
+    status = await client.cluster_status()
+    entries = sum(r.entries_migrated for r in status.replies.values())
+    moved = sum(r.bytes_migrated for r in status.replies.values())
+    finished = max((r.migrations_finished for r in status.replies.values()), default=0)
+    return entries, moved, finished
+
+
+async def _client_figures(addresses: list[str], entries: int) -> dict[str, Any]:
+    async with AsyncClient(addresses, operation_call_timeout_ms=120_000) as client:
+        data = client.get_map("client-bench", value_serializer=BytesSerializer())
+        keys = [f"c-{i}" for i in range(entries)]
+        started = time.monotonic()
+        for first in range(0, entries, BATCH):
+            await data.put_all({key: VALUE for key in keys[first : first + BATCH]})
+        put_all_s = time.monotonic() - started
+        started = time.monotonic()
+        for first in range(0, entries, BATCH):
+            await data.get_all(keys[first : first + BATCH])
+        get_all_s = time.monotonic() - started
+        singles: dict[str, list[float]] = {"put": [], "get": []}
+        for i in range(2_000):
+            started = time.monotonic()
+            await data.set(keys[i], VALUE)
+            singles["put"].append(time.monotonic() - started)
+            started = time.monotonic()
+            await data.get(keys[i])
+            singles["get"].append(time.monotonic() - started)
+        in_flight = 64
+        started = time.monotonic()
+        count = 20_000
+
+        async def worker(offset: int) -> None:
+            for i in range(offset, count, in_flight):
+                await data.get(keys[i % entries])
+
+        await asyncio.gather(*(worker(o) for o in range(in_flight)))
+        async_s = time.monotonic() - started
+    return {
+        "put_all_entries_per_s": round(entries / put_all_s),
+        "get_all_entries_per_s": round(entries / get_all_s),
+        "put": {**_latency_summary(singles["put"]), "ops_per_s": round(len(singles["put"]) / sum(singles["put"]))},
+        "get": {**_latency_summary(singles["get"]), "ops_per_s": round(len(singles["get"]) / sum(singles["get"]))},
+        "async_get_in_flight_64_ops_per_s": round(count / async_s),
+    }
+
+
+async def _scenario(name: str, entries: int, backups: int, samples_out: TextIO | None, workdir: Path) -> dict[str, Any]:
+    """One fresh cluster, loaded, then the change named by ``name``; figures of the change."""
+    start_size = 3 if name in ("scale-up", "scale-up-backup-0") else 4
+    directory = workdir / name
+    directory.mkdir(parents=True, exist_ok=True)
+    cluster = Cluster(directory)
+    addresses = _free_addresses(start_size + 1, 5801)
+    founders = addresses[:start_size]
+    try:
+        for address in founders:
+            cluster.start(address, founders, start_size, backups)
+        await _formed(founders, start_size, 60)
+        async with AsyncClient(founders, operation_call_timeout_ms=120_000) as client:
+            data = client.get_map("bench", value_serializer=BytesSerializer())
+            load_s = await _load(data, entries)
+            await client.wait_until_safe(300)
+            events: list[tuple[float, Any]] = []  # (when it arrived, notice)
+            listener = client.add_migration_listener(lambda notice: events.append((time.monotonic(), notice)))
+            sampler = Sampler(data, entries, samples_out, name)
+            sampling = asyncio.get_running_loop().create_task(sampler.run())
+            await asyncio.sleep(STEADY_S)
+            before_entries, before_bytes, before_finished = await _moved(client)
+            changed = time.monotonic()
+            if name.startswith("scale-up"):
+                cluster.start(addresses[start_size], founders, start_size, backups)
+            elif name == "scale-down":
+                await client.shutdown_member(founders[-1])
+            else:  # crash
+                os.kill(cluster.member_at(founders[-1]).pid, signal.SIGKILL)
+            if name.startswith("scale-up"):
+                while addresses[start_size] not in (await client.cluster_status()).members:
+                    await asyncio.sleep(0.1)
+            await client.wait_until_safe(600)
+            safe_at = time.monotonic()
+            after_entries, after_bytes, after_finished = await _moved(client)
+            await asyncio.sleep(1.0)
+            sampler.stop()
+            await sampling
+            listener.remove()
+            if samples_out is not None:
+                for when, notice in events:
+                    samples_out.write(
+                        json.dumps(
+                            {
+                                "kind": "migration",
+                                "scenario": name,
+                                "status": notice.status,
+                                "partition_id": notice.partition_id,
+                                "source": notice.source,
+                                "destination": notice.destination,
+                                "t": when,
+                            }
+                        )
+                        + "\n"
+                    )
+            took = safe_at - changed
+            moved_entries = after_entries - before_entries
+            # The migrations' own period: from the first start to the last end the master reported.
+            times = [when for when, _ in events]
+            migrating_s = (max(times) - min(times)) if len(times) >= 2 else took
+            moved_bytes = after_bytes - before_bytes
+            steady = {op: _latency_summary(sampler.between(changed - STEADY_S, changed, op)) for op in ("get", "set")}
+            during = {op: _latency_summary(sampler.between(changed, safe_at, op)) for op in ("get", "set")}
+            return {
+                "entries": entries,
+                "backup_count": backups,
+                "load_entries_per_s": round(entries / load_s),
+                "migrations": after_finished - before_finished,
+                "finished_notices": sum(1 for _, n in events if n.status == "finished"),
+                "seconds_migrating": round(migrating_s, 2),
+                "seconds_to_safe": round(took, 2),
+                "entries_moved": moved_entries,
+                "entries_moved_per_s": round(moved_entries / migrating_s) if migrating_s > 0 else 0,
+                "mb_moved_per_s": round(moved_bytes / migrating_s / 1e6, 2) if migrating_s > 0 else 0,
+                "steady": steady,
+                "during_migration": during,
+                "sampler_errors": sampler.errors,
+            }
+    finally:
+        cluster.end_all()
+
+
+def run_cluster_bench(entries: int, scenarios: list[str], samples: Path | None) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="shardgrid-bench-"))
+    report: dict[str, Any] = {"entries": entries, "logs": str(workdir)}
+    out = samples.open("w") if samples is not None else None
+    try:
+        client_dir = workdir / "client"
+        client_dir.mkdir()
+        cluster = Cluster(client_dir)
+        addresses = _free_addresses(3, 5801)
+        try:
+            for address in addresses:
+                cluster.start(address, addresses, 3, 1)
+
+            async def client_part() -> dict[str, Any]:
+                await _formed(addresses, 3, 60)
+                return await _client_figures(addresses, min(entries, 100_000))
+
+            report["client"] = asyncio.run(client_part())
+        finally:
+            cluster.end_all()
+        for name in scenarios:
+            backups = 0 if name == "scale-up-backup-0" else 1
+            report[name] = asyncio.run(_scenario(name, entries, backups, out, workdir))
+    finally:
+        if out is not None:
+            out.close()
+    report["targets"] = _check(report)
+    return report
+
+
+def _check(report: dict[str, Any]) -> dict[str, Any]:
+    checks: dict[str, Any] = {}
+    client = report.get("client", {})
+    batched = min(client.get("put_all_entries_per_s", 0), client.get("get_all_entries_per_s", 0))
+    checks["batched_entries_per_s"] = {
+        "value": batched,
+        "target": TARGETS["batched_entries_per_s"],
+        "met": batched >= TARGETS["batched_entries_per_s"],
+    }
+    moves = [report[n]["entries_moved_per_s"] for n in ("scale-up", "scale-up-backup-0") if n in report]
+    if moves:
+        best = max(moves)
+        checks["rebalance_entries_per_s"] = {
+            "value": best,
+            "target": TARGETS["rebalance_entries_per_s"],
+            "met": best >= TARGETS["rebalance_entries_per_s"],
+        }
+    if "scale-up-backup-0" in report:
+        took = report["scale-up-backup-0"]["seconds_to_safe"]
+        checks["scale_up_backup0_s"] = {
+            "value": took,
+            "target": TARGETS["scale_up_backup0_s"],
+            "met": took < TARGETS["scale_up_backup0_s"],
+        }
+    ratios = []
+    for name in ("scale-up", "scale-down", "crash", "scale-up-backup-0"):
+        if name in report:
+            for op in ("get", "set"):
+                steady = report[name]["steady"][op]["p99_ms"]
+                during = report[name]["during_migration"][op]["p99_ms"]
+                if steady > 0:
+                    ratios.append(during / steady)
+    if ratios:
+        worst = round(max(ratios), 2)
+        checks["p99_during_migration_ratio"] = {
+            "value": worst,
+            "target": TARGETS["p99_during_migration_ratio"],
+            "met": worst <= TARGETS["p99_during_migration_ratio"],
+        }
+    checks["all_met"] = all(check["met"] for check in checks.values() if isinstance(check, dict))
+    return checks
