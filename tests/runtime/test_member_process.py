@@ -11,7 +11,13 @@ import time
 
 import pytest
 
-from shardgrid.client import AuthenticationError, Client, ClusterUnavailableError, OperationRejectedError
+from shardgrid.client import (
+    AuthenticationError,
+    BytesSerializer,
+    Client,
+    ClusterUnavailableError,
+    OperationRejectedError,
+)
 from shardgrid.core import codec
 from shardgrid.core import messages as m
 
@@ -61,6 +67,16 @@ def test_a_request_over_a_limit_is_rejected_and_the_member_goes_on(cluster):
             blobs.set(b"k" * (64 * 1024 + 1), 1)
         blobs.set(b"k", 1)
         assert blobs.get(b"k") == 1
+
+
+def test_a_get_all_over_the_answer_bound_comes_back_whole(cluster):
+    """A member answers at most 16 MiB of values to one get (the rest OVERLOADED): the client
+    fetches the rest in the rounds that follow."""
+    with Client(cluster.addresses[:1], operation_call_timeout_ms=CALL_TIMEOUT_MS) as client:
+        blobs = client.get_map("big-values", value_serializer=BytesSerializer())
+        values = {f"blob-{i}": bytes([i]) * (1024 * 1024) for i in range(24)}
+        blobs.put_all(values)
+        assert blobs.get_all(list(values)) == values
 
 
 def test_wrong_cluster_name_or_secret_is_refused(cluster):

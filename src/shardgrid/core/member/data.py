@@ -543,18 +543,17 @@ class DataPath:
 
     @staticmethod
     def _bound_answer(call: PendingCall) -> None:
-        """The keys of a get past ``MAX_GET_ANSWER_BYTES`` of values are refused (nothing changed:
-        the client asks for them again, in smaller requests)."""
+        """The keys of a get past ``MAX_GET_ANSWER_BYTES`` of values are answered OVERLOADED
+        (nothing changed): the client asks for them again, and each round brings that much more."""
         values = call.values
         if values is None or sum(map(len, filter(None, values))) <= MAX_GET_ANSWER_BYTES:
             return
         size = 0
         for index, value in enumerate(values):
             size += len(value) if value is not None else 0
-            if size > MAX_GET_ANSWER_BYTES:
+            if size > MAX_GET_ANSWER_BYTES and index > 0:
                 values[index] = None
-                call.statuses[index] = Status.REJECTED
-        call.reason = f"the values asked for pass {MAX_GET_ANSWER_BYTES} bytes: ask for fewer keys at once"
+                call.statuses[index] = Status.OVERLOADED
 
     def _reply(self, call: PendingCall) -> None:
         statuses = call.statuses
