@@ -175,6 +175,10 @@ def local_up(count: int, base_port: int, directory: Path, timeout_s: float, assi
     """Start COUNT members and wait until they formed the cluster; prints their addresses."""
     from shardgrid.client.errors import ShardgridClientError
 
+    if any(assignment.partition("=")[0].strip().replace("-", "_") == "cluster_secret" for assignment in assignments):
+        # Found by an outside tester: `down` could not shut such a cluster down (the secret is
+        # never written to the state file), and flags show in every process list.
+        raise click.UsageError("give the secret in $SHARDGRID_CLUSTER_SECRET, not --set: `local down` reads it there")
     access = Access.of(assignments)
     directory.mkdir(parents=True, exist_ok=True)
     running = [member for member in read_state(directory) if alive(member.pid) and is_our_member(member.pid)]

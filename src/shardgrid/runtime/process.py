@@ -342,6 +342,30 @@ class MemberProcess:
             return
         self.metrics.on_sent(message, stream.send(message))
 
+    def _leave_refused(self, reason: str) -> None:
+        """The leave a signal asked for was refused. The last data member has nobody to hand its
+        replicas to: the signal asked the process to stop, so it stops, saying what that leaves
+        behind. Any other (rebalancing paused, say) goes on serving: stopping would be a crash to
+        the cluster; a second signal stops it at once."""
+        member = self.member
+        me = member.identity if member is not None else None
+        others = [
+            record
+            for record in (member.consensus.state.members if member is not None else ())
+            if not record.lite and not record.leaving and record.replica != me
+        ]
+        if not others:
+            logs.log(self.logger, "member-cannot-leave", logging.WARNING, reason=reason)
+            self._finish(f"stopped without handing replicas over: {reason}", 0)
+            return
+        logs.log(
+            self.logger,
+            "member-cannot-leave-now",
+            logging.WARNING,
+            reason=reason,
+            note="still serving; a second signal stops it at once, as a crash would",
+        )
+
     def _dropped(self, reason: str, count: int = 1) -> None:
         if reason == "stale":
             self.counters.frames_dropped_stale += count
@@ -356,10 +380,7 @@ class MemberProcess:
     def _reply(self, client_id: str, message: Any) -> None:
         if client_id == LOCAL_CLIENT:
             if isinstance(message, m.AdminReply) and message.status != m.ADMIN_OK:
-                # Nobody to hand its replicas to (the last data member), or refused for good: the
-                # signal asked the process to stop, so it stops, saying what that leaves behind.
-                logs.log(self.logger, "member-cannot-leave", logging.WARNING, reason=message.reason)
-                self._finish(f"stopped without handing replicas over: {message.reason}", 0)
+                self._leave_refused(message.reason)
             return
         link = self._clients.get(client_id)
         if link is None or link.stream is None:
