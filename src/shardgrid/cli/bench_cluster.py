@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from shardgrid.cli.local_cluster import LocalMember, alive, end, port_is_free, start_member
+from shardgrid.cli.local_cluster import LocalMember, alive, end, free_port_base, start_member, wait_until_formed
+from shardgrid.cli.watch import ProgressBaseline
 from shardgrid.client.aio import AsyncClient, AsyncMap
-from shardgrid.client.errors import ShardgridClientError
 from shardgrid.client.serialization import BytesSerializer
 
 VALUE = b"v" * 100
@@ -76,31 +76,9 @@ class Cluster:
         end([m.pid for m in self.members if alive(m.pid)], grace_s=2)
 
 
-def _free_addresses(count: int, first: int) -> list[str]:
-    port = first
-    found: list[str] = []
-    while len(found) < count:
-        if port_is_free(port):
-            found.append(f"127.0.0.1:{port}")
-        port += 1
-    return found
-
-
-async def _formed(addresses: list[str], count: int, timeout_s: float) -> None:
-    """Until ``count`` members answer as one safe cluster (they take a moment to listen)."""
-    deadline = time.monotonic() + timeout_s
-    reason = "not asked yet"
-    while time.monotonic() < deadline:
-        try:
-            async with AsyncClient(addresses, connect_timeout_ms=1_000, operation_call_timeout_ms=5_000) as client:
-                status = await client.cluster_status()
-                if len(status.members) == count and status.safe:
-                    return
-                reason = status.unsafe_reason or f"{len(status.members)} members"
-        except ShardgridClientError as error:
-            reason = str(error)
-        await asyncio.sleep(0.3)
-    raise TimeoutError(f"{count} members did not form a safe cluster within {timeout_s:g} s ({reason})")
+def _addresses(count: int) -> list[str]:
+    base = free_port_base(5801, count)
+    return [f"127.0.0.1:{port}" for port in range(base, base + count)]
 
 
 async def _load(data: AsyncMap, entries: int) -> float:
@@ -155,16 +133,9 @@ class Sampler:
         return [s for t, o, s in self.samples if start <= t < end and o == op]
 
 
-async def _moved(client: AsyncClient) -> tuple[int, int, int]:
-    status = await client.cluster_status()
-    entries = sum(r.entries_migrated for r in status.replies.values())
-    moved = sum(r.bytes_migrated for r in status.replies.values())
-    finished = max((r.migrations_finished for r in status.replies.values()), default=0)
-    return entries, moved, finished
-
-
 async def _client_figures(addresses: list[str], entries: int) -> dict[str, Any]:
     async with AsyncClient(addresses, operation_call_timeout_ms=120_000) as client:
+        await client.wait_until_safe(60)
         data = client.get_map("client-bench", value_serializer=BytesSerializer())
         keys = [f"c-{i}" for i in range(entries)]
         started = time.monotonic()
@@ -208,13 +179,14 @@ async def _scenario(name: str, entries: int, backups: int, samples_out: TextIO |
     directory = workdir / name
     directory.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(directory)
-    addresses = _free_addresses(start_size + 1, 5801)
+    addresses = _addresses(start_size + 1)
     founders = addresses[:start_size]
     try:
         for address in founders:
             cluster.start(address, founders, start_size, backups)
-        await _formed(founders, start_size, 60)
+        await asyncio.to_thread(wait_until_formed, cluster.members, 60, directory)
         async with AsyncClient(founders, operation_call_timeout_ms=120_000) as client:
+            await client.wait_until_safe(60)
             data = client.get_map("bench", value_serializer=BytesSerializer())
             load_s = await _load(data, entries)
             await client.wait_until_safe(300)
@@ -223,7 +195,8 @@ async def _scenario(name: str, entries: int, backups: int, samples_out: TextIO |
             sampler = Sampler(data, entries, samples_out, name)
             sampling = asyncio.get_running_loop().create_task(sampler.run())
             await asyncio.sleep(STEADY_S)
-            before_entries, before_bytes, before_finished = await _moved(client)
+            baseline = ProgressBaseline()
+            baseline.progress(await client.cluster_status())
             changed = time.monotonic()
             if name.startswith("scale-up"):
                 cluster.start(addresses[start_size], founders, start_size, backups)
@@ -236,7 +209,7 @@ async def _scenario(name: str, entries: int, backups: int, samples_out: TextIO |
                     await asyncio.sleep(0.1)
             await client.wait_until_safe(600)
             safe_at = time.monotonic()
-            after_entries, after_bytes, after_finished = await _moved(client)
+            migrations, _, moved_entries, moved_bytes = baseline.progress(await client.cluster_status())
             await asyncio.sleep(1.0)
             sampler.stop()
             await sampling
@@ -258,18 +231,16 @@ async def _scenario(name: str, entries: int, backups: int, samples_out: TextIO |
                         + "\n"
                     )
             took = safe_at - changed
-            moved_entries = after_entries - before_entries
             # The migrations' own period: from the first start to the last end the master reported.
             times = [when for when, _ in events]
             migrating_s = (max(times) - min(times)) if len(times) >= 2 else took
-            moved_bytes = after_bytes - before_bytes
             steady = {op: _latency_summary(sampler.between(changed - STEADY_S, changed, op)) for op in ("get", "set")}
             during = {op: _latency_summary(sampler.between(changed, safe_at, op)) for op in ("get", "set")}
             return {
                 "entries": entries,
                 "backup_count": backups,
                 "load_entries_per_s": round(entries / load_s),
-                "migrations": after_finished - before_finished,
+                "migrations": migrations,
                 "finished_notices": sum(1 for _, n in events if n.status == "finished"),
                 "seconds_migrating": round(migrating_s, 2),
                 "seconds_to_safe": round(took, 2),
@@ -292,16 +263,12 @@ def run_cluster_bench(entries: int, scenarios: list[str], samples: Path | None) 
         client_dir = workdir / "client"
         client_dir.mkdir()
         cluster = Cluster(client_dir)
-        addresses = _free_addresses(3, 5801)
+        addresses = _addresses(3)
         try:
             for address in addresses:
                 cluster.start(address, addresses, 3, 1)
-
-            async def client_part() -> dict[str, Any]:
-                await _formed(addresses, 3, 60)
-                return await _client_figures(addresses, min(entries, 100_000))
-
-            report["client"] = asyncio.run(client_part())
+            wait_until_formed(cluster.members, 60, client_dir)
+            report["client"] = asyncio.run(_client_figures(addresses, min(entries, 100_000)))
         finally:
             cluster.end_all()
         for name in scenarios:

@@ -26,6 +26,7 @@ from shardgrid.client.errors import (
 )
 from shardgrid.client.status import ClusterStatus
 from shardgrid.core import messages as m
+from shardgrid.runtime.settings import is_address
 
 T = TypeVar("T")
 MEMBERS_ENV = "SHARDGRID_MEMBERS"
@@ -68,8 +69,7 @@ def _members(text: str) -> list[str]:
     if not members:
         raise click.UsageError("--members: give at least one member as host:port")
     for address in members:
-        host, colon, port = address.rpartition(":")
-        if not (colon and host and port.isdigit() and 1 <= int(port) <= 65_535):
+        if not is_address(address):
             raise click.UsageError(f"--members: expected host:port with a port 1..65535, got {address!r}")
     return members
 

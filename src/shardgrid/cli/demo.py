@@ -25,7 +25,7 @@ from shardgrid.cli.local_cluster import (
     LocalMember,
     alive,
     end,
-    port_is_free,
+    free_port_base,
     start_member,
     wait_until_formed,
     write_state,
@@ -49,13 +49,6 @@ class DemoReport:
     @property
     def ok(self) -> bool:
         return all(result.safe for _, result in self.steps) and not any(self.lost.values())
-
-
-def _free_base(first: int, count: int) -> int:
-    base = first
-    while not all(port_is_free(port) for port in range(base, base + count)):
-        base += count
-    return base
 
 
 def _value(i: int) -> dict[str, object]:
@@ -115,7 +108,7 @@ def _wait_for_member(client: Client, address: str, timeout_s: float) -> None:
 def run_demo(entries: int, console: Console, workdir: Path | None = None) -> DemoReport:
     directory = Path(workdir or tempfile.mkdtemp(prefix="shardgrid-demo-"))
     directory.mkdir(parents=True, exist_ok=True)
-    base = _free_base(5701, 4)
+    base = free_port_base(5701, 4)
     addresses = [f"127.0.0.1:{port}" for port in range(base, base + 4)]
     founders = addresses[:3]
     started: list[LocalMember] = []

@@ -63,6 +63,14 @@ def member_command(port: int, join: list[str], initial: int, extra: tuple[str, .
     ]
 
 
+def free_port_base(first: int, count: int) -> int:
+    """The first port from ``first`` on with ``count`` free ports in a row on 127.0.0.1."""
+    base = first
+    while not all(port_is_free(port) for port in range(base, base + count)):
+        base += count
+    return base
+
+
 def start_member(
     directory: Path, port: int, join: list[str], initial: int, extra: tuple[str, ...], lite: bool = False
 ) -> LocalMember:

@@ -31,7 +31,7 @@ class WatchResult:
     chunks_resent: int = 0  # duplicates: chunks sources sent again while watched
 
 
-class _Baseline:
+class ProgressBaseline:
     """Counters as first seen per member, so that the watch shows what moved while it watched
     (every member counts the migrations it applied from the log, and what it sent, since it started)."""
 
@@ -58,7 +58,7 @@ class _Baseline:
 
 def watch_until_safe(client: Client, timeout_s: float, console: Console, title: str = "rebalancing") -> WatchResult:
     started = time.monotonic()
-    baseline = _Baseline()
+    baseline = ProgressBaseline()
     reason = "not asked yet"
     columns = (
         TextColumn(f"[bold]{title}[/bold]"),

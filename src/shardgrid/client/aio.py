@@ -168,6 +168,10 @@ class AsyncClient:
         self._connections[address] = connection
         return connection
 
+    async def _connection_to(self, address: str | None) -> MemberConnection:
+        """The connection to ``address``, or to any member when None."""
+        return await (self._connection(address) if address is not None else self._any_connection())
+
     def _candidates(self) -> list[str]:
         """Members to ask when any will do: those connected first, then the table's, then seeds."""
         live = [a for a, c in self._connections.items() if not c.closed]
@@ -253,7 +257,9 @@ class AsyncClient:
             attempts = []
             for owner, indexes in group_by_owner(remaining, pids, self.table).items():
                 for batch in split_requests(indexes, keys, values, MAX_OPERATIONS_PER_REQUEST):
-                    attempts.append(self._attempt(owner, kind, map_name, batch, pids, keys, values, previous, progress))
+                    attempts.append(
+                        self._map_attempt(owner, kind, map_name, batch, pids, keys, values, previous, progress)
+                    )
             answers = await asyncio.gather(*attempts)
             remaining = []
             decisions: list[Decision] = []
@@ -289,7 +295,7 @@ class AsyncClient:
                 await self._carry_out(decisions, reasons, kind, len(remaining), count)
         return results
 
-    async def _attempt(
+    async def _map_attempt(
         self,
         owner: str | None,
         kind: m.OpKind,
@@ -301,27 +307,33 @@ class AsyncClient:
         previous: bool,
         progress: CallProgress,
     ) -> tuple[list[int], m.MapReply | _NotSent | None]:
-        wait_s = self._attempt_wait_s(progress)
-        try:
-            async with asyncio.timeout(wait_s):
-                connection = await (self._connection(owner) if owner is not None else self._any_connection())
-        except (ClusterUnavailableError, TimeoutError):
-            return batch, NOT_SENT  # no byte of it left: it cannot have been applied
-        request = m.MapRequest(
-            connection.new_call_id(),
-            kind,
-            map_name,
-            tuple(pids[i] for i in batch),
-            tuple(keys[i] for i in batch),
-            tuple(values[i] for i in batch) if values is not None else (),
-            previous,
-        )
+        def request(call_id: int) -> m.MapRequest:
+            return m.MapRequest(
+                call_id,
+                kind,
+                map_name,
+                tuple(pids[i] for i in batch),
+                tuple(keys[i] for i in batch),
+                tuple(values[i] for i in batch) if values is not None else (),
+                previous,
+            )
+
+        return batch, await self._attempt(owner, progress, request)
+
+    async def _attempt(self, owner: str | None, progress: CallProgress, request_of: Callable[[int], Any]) -> Any:
+        """One attempt of a call to ``owner`` (any member when None), within the call's time: the
+        answer; None when none came (it may have been applied); NOT_SENT when no connection could
+        be made (no byte of it left: it cannot have been applied)."""
         try:
             async with asyncio.timeout(self._attempt_wait_s(progress)):
-                reply = await connection.call(request)
+                connection = await self._connection_to(owner)
+        except (ClusterUnavailableError, TimeoutError):
+            return NOT_SENT
+        try:
+            async with asyncio.timeout(self._attempt_wait_s(progress)):
+                return await connection.call(request_of(connection.new_call_id()))
         except (ConnectionLost, TimeoutError):
-            return batch, None
-        return batch, reply
+            return None
 
     def _attempt_wait_s(self, progress: CallProgress) -> float:
         """How long one attempt may wait: ``attempt_timeout_ms``, but never past the call's own
@@ -372,30 +384,14 @@ class AsyncClient:
         call policy (a scan is a read: it is always retried, within operation_call_timeout_ms)."""
         if not 1 <= page_entries <= MAX_OPERATIONS_PER_REQUEST:
             raise ValueError(f"page_entries is 1..{MAX_OPERATIONS_PER_REQUEST}")
-        if not self.table.known:
-            await self.refresh_table()
-        if not 0 <= pid < self.table.partition_count:
-            raise ValueError(f"partition {pid} does not exist: the cluster has {self.table.partition_count}")
+        await self._check_partition(pid)
         progress = CallProgress(self._now_ms(), mutating=False)
         keys: list[bytes] = []
         values: list[bytes] = []
         stamp: tuple[str, int] | None = None
         while True:
-            expired = on_deadline(self.call_settings, progress, self._now_ms())
-            if expired is not None:
-                await self._carry_out([expired], [], m.GET, 1, 1)  # raises OperationTimeoutError
-            owner = self.table.owners[pid]
-            reply = await self._scan_attempt(owner, map_name, pid, len(keys), page_entries, keys_only, progress)
-            now = self._now_ms()
+            reply = await self._scan_page(map_name, pid, len(keys), page_entries, keys_only, progress)
             if reply is None:
-                self.table.forget(pid)
-                await self._carry_out([on_no_answer(self.call_settings, progress, now)], [], m.GET, 1, 1)
-                continue
-            if reply.status is not m.Status.OK:
-                if reply.redirect is not None:
-                    self.table.apply_redirect(reply.redirect)
-                decision = on_answer(self.call_settings, progress, reply.status, reply.retry_after_ms, now)
-                await self._carry_out([decision], [reply.reason] if reply.reason else [], m.GET, 1, 1)
                 keys, values, stamp = [], [], None  # another owner, or the same later: start over
                 continue
             page_stamp = (reply.lineage, reply.map_version)
@@ -409,26 +405,47 @@ class AsyncClient:
             if not reply.more:
                 return keys, values
 
-    async def _scan_attempt(
-        self,
-        owner: str | None,
-        map_name: str,
-        pid: int,
-        offset: int,
-        page_entries: int,
-        keys_only: bool,
-        progress: CallProgress,
+    async def count_partition(self, map_name: str, pid: int) -> int:
+        """How many entries one partition of a map holds, as its owner has them (a page of no
+        entries: nothing but the count crosses the wire)."""
+        await self._check_partition(pid)
+        progress = CallProgress(self._now_ms(), mutating=False)
+        while True:
+            reply = await self._scan_page(map_name, pid, 0, 0, True, progress)
+            if reply is not None:
+                return reply.total
+
+    async def _check_partition(self, pid: int) -> None:
+        if not 0 <= pid < await self.partition_count():
+            raise ValueError(f"partition {pid} does not exist: the cluster has {self.table.partition_count}")
+
+    async def _scan_page(
+        self, map_name: str, pid: int, offset: int, page_entries: int, keys_only: bool, progress: CallProgress
     ) -> m.ScanReply | None:
-        try:
-            async with asyncio.timeout(self._attempt_wait_s(progress)):
-                connection = await (self._connection(owner) if owner is not None else self._any_connection())
-        except (ClusterUnavailableError, TimeoutError):
-            return None
-        request = m.ScanRequest(connection.new_call_id(), map_name, pid, offset, page_entries, keys_only)
-        try:
-            async with asyncio.timeout(self._attempt_wait_s(progress)):
-                return await connection.call(request)
-        except (ConnectionLost, TimeoutError):
+        """One page from the partition's owner, after the retries a lost answer calls for; None
+        when an owner refused it (it moved, or it migrates): the caller starts the partition over.
+        Raises what the call policy ends the call with."""
+
+        def request(call_id: int) -> m.ScanRequest:
+            return m.ScanRequest(call_id, map_name, pid, offset, page_entries, keys_only)
+
+        while True:
+            expired = on_deadline(self.call_settings, progress, self._now_ms())
+            if expired is not None:
+                await self._carry_out([expired], [], m.GET, 1, 1)  # raises OperationTimeoutError
+            reply = await self._attempt(self.table.owners[pid], progress, request)
+            now = self._now_ms()
+            if reply is None or reply is NOT_SENT:
+                self.table.forget(pid)
+                decide = on_not_sent if reply is NOT_SENT else on_no_answer
+                await self._carry_out([decide(self.call_settings, progress, now)], [], m.GET, 1, 1)
+                continue
+            if reply.status is m.Status.OK:
+                return reply
+            if reply.redirect is not None:
+                self.table.apply_redirect(reply.redirect)
+            decision = on_answer(self.call_settings, progress, reply.status, reply.retry_after_ms, now)
+            await self._carry_out([decision], [reply.reason] if reply.reason else [], m.GET, 1, 1)
             return None
 
     async def partition_count(self) -> int:
@@ -440,7 +457,7 @@ class AsyncClient:
 
     async def member_status(self, address: str | None = None) -> m.StatusReply:
         """One member's own view (``address``, or any member)."""
-        connection = await (self._connection(address) if address else self._any_connection())
+        connection = await self._connection_to(address or None)
         try:
             async with asyncio.timeout(self.attempt_timeout_ms / 1000):
                 return await connection.call(m.StatusRequest(connection.new_call_id()))
@@ -558,7 +575,7 @@ class AsyncClient:
         now (no leader: an election is under way) is asked again, within the call's time."""
         deadline = self._now_ms() + self.call_settings.operation_call_timeout_ms
         while True:
-            connection = await (self._connection(address) if address else self._any_connection())
+            connection = await self._connection_to(address or None)
             request = m.AdminRequest(connection.new_call_id(), command)
             try:
                 async with asyncio.timeout(max(0.001, (deadline - self._now_ms()) / 1000)):
@@ -663,6 +680,11 @@ class AsyncMap:
     async def delete(self, key: Key) -> None:
         await self.client.map_call(m.REMOVE, self.name, [self._key(key)])
 
+    async def discard(self, key: Key) -> bool:
+        """Remove ``key``; whether it was there (one call: no window between asking and removing)."""
+        (old,) = await self.client.map_call(m.REMOVE, self.name, [self._key(key)], previous=True)
+        return old is not None
+
     async def put_all(self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]]) -> None:
         pairs = entries.items() if isinstance(entries, Mapping) else entries
         keys: list[bytes] = []
@@ -703,10 +725,14 @@ class AsyncMap:
 
     async def size(self) -> int:
         """Entries in the map, counted partition by partition (each count as its owner has it)."""
-        total = 0
-        async for keys, _ in self._scan_all(keys_only=True):
-            total += len(keys)
-        return total
+        count = await self.client.partition_count()
+        window = asyncio.Semaphore(SCAN_PARALLEL_PARTITIONS)
+
+        async def one(pid: int) -> int:
+            async with window:
+                return await self.client.count_partition(self.name, pid)
+
+        return sum(await asyncio.gather(*(one(pid) for pid in range(count))))
 
     async def keys(self) -> list[Any]:
         load = self.key_serializer.loads

@@ -36,9 +36,9 @@ class ClusterStatus:
             if address not in self.replies:
                 return f"{address} did not answer ({self.unreachable.get(address, 'not asked')})"
         replies = [self.replies[address] for address in self.members]
-        if any(reply.lifecycle != "active" for reply in replies):
-            which = next(reply.address for reply in replies if reply.lifecycle != "active")
-            return f"{which} is {next(r.lifecycle for r in replies if r.address == which)}"
+        inactive = next((reply for reply in replies if reply.lifecycle != "active"), None)
+        if inactive is not None:
+            return f"{inactive.address} is {inactive.lifecycle}"
         if not self.master:
             return "the members do not agree on a master"
         if len({reply.members for reply in replies}) != 1:

@@ -190,9 +190,8 @@ class Map(MutableMapping[Any, Any]):
         self.set(key, value)
 
     def __delitem__(self, key: Key) -> None:
-        if not self._client._run(self._map.contains_key(key)):
+        if not self._client._run(self._map.discard(key)):
             raise KeyError(key)
-        self.delete(key)
 
     def __contains__(self, key: object) -> bool:
         try:

@@ -12,8 +12,8 @@ connections honest:
 - bad bytes, an oversized or unknown frame, a failed or slow handshake: that connection is closed
   with one log line, and nothing else changes;
 - nothing grows without bound: frames waiting for a dial, a peer's unsent backlog, handshaking
-  connections, clients. A peer over its backlog is cut off (the member resends what matters once
-  it reconnects); a client over its backlog stops being read until it catches up.
+  connections, clients. A peer over its backlog is cut off (the member's timed resends bring what
+  was lost once it reconnects); a client over its backlog stops being read until it catches up.
 """
 
 from __future__ import annotations
@@ -83,14 +83,6 @@ class Link:
     listening: list[int] = field(default_factory=list)  # a client's ListenRequest call ids: each gets the events
 
 
-@dataclass(slots=True)
-class Counters:
-    frames_dropped_stale: int = 0  # meant for an earlier incarnation at the address
-    frames_dropped_unreachable: int = 0  # the address could not be dialed, or its queue was full
-    connections_refused: int = 0
-    peers_cut_off: int = 0
-
-
 class MemberProcess:
     """Owns the sockets, the timers and the member; ``await run()`` until it stops."""
 
@@ -100,7 +92,6 @@ class MemberProcess:
         self.logger = logger or logging.getLogger(logs.LOGGER_NAME)
         self.member: Member | None = None
         self.identity: Replica | None = None
-        self.counters = Counters()
         self.stop_reason = ""
         self.exit_code = 0
         self._server: asyncio.Server | None = None
@@ -194,10 +185,6 @@ class MemberProcess:
             return
         logs.log(self.logger, "member-leaving", signal=sig.name, note="a second signal stops at once")
         self._handle(ReceiveEvent(LOCAL_CLIENT, None, None, m.AdminRequest(0, m.ShutdownMember())))
-
-    def request_stop(self, reason: str) -> None:
-        """Stop now, without leaving the cluster (its members see a crash)."""
-        self._finish(reason, 0)
 
     def _finish(self, reason: str, exit_code: int) -> None:
         if self._stopped.is_set():
@@ -335,7 +322,6 @@ class MemberProcess:
             self._dropped("stale")
             return
         if stream.backlog_bytes > PEER_BACKLOG_FACTOR * self.process.write_high_water_bytes:
-            self.counters.peers_cut_off += 1
             self._dropped("peer cut off")
             logs.log(self.logger, "peer-cut-off", logging.WARNING, peer=link.address, reason="not reading its frames")
             stream.abort()
@@ -348,13 +334,7 @@ class MemberProcess:
         behind. Any other (rebalancing paused, say) goes on serving: stopping would be a crash to
         the cluster; a second signal stops it at once."""
         member = self.member
-        me = member.identity if member is not None else None
-        others = [
-            record
-            for record in (member.consensus.state.members if member is not None else ())
-            if not record.lite and not record.leaving and record.replica != me
-        ]
-        if not others:
+        if member is None or not member.admin.others_take_data(member.identity):
             logs.log(self.logger, "member-cannot-leave", logging.WARNING, reason=reason)
             self._finish(f"stopped without handing replicas over: {reason}", 0)
             return
@@ -367,15 +347,7 @@ class MemberProcess:
         )
 
     def _dropped(self, reason: str, count: int = 1) -> None:
-        if reason == "stale":
-            self.counters.frames_dropped_stale += count
-        else:
-            self.counters.frames_dropped_unreachable += count
         self.metrics.frames_dropped.labels(reason).inc(count)
-
-    def _refused_count(self) -> None:
-        self.counters.connections_refused += 1
-        self.metrics.connections_refused.inc()
 
     def _reply(self, client_id: str, message: Any) -> None:
         if client_id == LOCAL_CLIENT:
@@ -576,7 +548,7 @@ class MemberProcess:
         self._handle(ReceiveEvent(peer.address, peer, None, message))
 
     def _refused(self, link: Link, reason: str) -> None:
-        self._refused_count()
+        self.metrics.connections_refused.inc()
         peer = link.session.peer if link.session is not None else None
         logs.log(
             self.logger,
@@ -593,7 +565,7 @@ class MemberProcess:
     def on_broken(self, stream: FrameStream, reason: str) -> None:
         link = self._links.get(stream)
         address = link.address if link is not None else f"{stream.peer_host}:{stream.peer_port}"
-        self._refused_count()
+        self.metrics.connections_refused.inc()
         logs.log(self.logger, "connection-closed", logging.WARNING, peer=address, reason=f"bad input: {reason}")
 
     def on_closed(self, stream: FrameStream) -> None:

@@ -83,7 +83,7 @@ class ProcessSettings:
         _check(bool(self.host) and self.host == self.host.strip(), "host", "must be a non-empty name or address")
         _check(0 <= self.port <= 65_535, "port", f"must be 0..65535, got {self.port}")
         for address in self.join:
-            _check(_is_address(address), "join", f'expected host:port with a port 1..65535, got "{address}"')
+            _check(is_address(address), "join", f'expected host:port with a port 1..65535, got "{address}"')
         _check(bool(self.cluster_name.strip()), "cluster_name", "must not be empty")
         _check(self.cluster_secret != "", "cluster_secret", "must not be empty (leave it out for none)")
         _check(self.tls_cert_file is None or self.tls_key_file is not None, "tls_cert_file", "needs tls_key_file")
@@ -106,7 +106,8 @@ class ProcessSettings:
         _check(self.write_high_water_bytes > 0, "write_high_water_bytes", "must be positive")
 
 
-def _is_address(address: str) -> bool:
+def is_address(address: str) -> bool:
+    """host:port with a port 1..65535, as members are named in ``join`` and on the command line."""
     host, colon, port = address.rpartition(":")
     return bool(colon and host.strip() and port.isdigit() and 1 <= int(port) <= 65_535)
 

@@ -50,9 +50,6 @@ class FrameStream(asyncio.Protocol):
         self._over_high_water = False
         self._transport_paused = False
         self.closed = False
-        self.frames_sent = 0
-        self.bytes_sent = 0
-        self.bytes_received = 0
 
     # --- asyncio's callbacks ---------------------------------------------------------------------
 
@@ -71,7 +68,6 @@ class FrameStream(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        self.bytes_received += len(data)
         try:
             messages = self._decoder.feed(data)
         except codec.StreamError as error:
@@ -106,12 +102,8 @@ class FrameStream(asyncio.Protocol):
         """Queue ``message``; returns its frame's size. Raises ProtocolError (our message is over
         the frame limit) or TypeError (not a message): both are the sender's bug."""
         frame = codec.encode(message)
-        self.send_frame(frame)
-        return len(frame)
-
-    def send_frame(self, frame: bytes) -> None:
         if self.closed:
-            return
+            return len(frame)
         self._pending.append(frame)
         self._pending_bytes += len(frame)
         if not self._flush_scheduled:
@@ -119,6 +111,7 @@ class FrameStream(asyncio.Protocol):
             asyncio.get_running_loop().call_soon(self._flush)
         if not self._over_high_water and self._pending_bytes >= self._high_water_bytes:
             self._check_backlog()
+        return len(frame)
 
     @property
     def backlog_bytes(self) -> int:
@@ -158,8 +151,6 @@ class FrameStream(asyncio.Protocol):
         if not self._pending or self.closed or self.transport is None:
             return
         frames, self._pending = self._pending, []
-        self.frames_sent += len(frames)
-        self.bytes_sent += self._pending_bytes
         self._pending_bytes = 0
         try:
             self.transport.writelines(frames)

@@ -207,7 +207,7 @@ class Admin:
             respond(ADMIN_FAILED, f"unknown command {type(command).__name__}")
         elif record.leaving:
             respond(ADMIN_OK, "")
-        elif not record.lite and state.table is not None and not self._others_take_data(origin):
+        elif not record.lite and state.table is not None and not self.others_take_data(origin):
             respond(ADMIN_FAILED, "the last data member cannot hand its replicas over to anyone: shut the cluster down")
         elif not record.lite and state.table is not None and not state.cluster_state.migration_allowed:
             # Found by an outside tester: the leave was taken, then waited for migrations the state
@@ -220,7 +220,8 @@ class Admin:
         else:
             self._propose(MarkLeaving(origin), respond, "the leader changed before the shutdown was recorded")
 
-    def _others_take_data(self, leaving: Replica) -> bool:
+    def others_take_data(self, leaving: Replica) -> bool:
+        """Whether a data member other than ``leaving`` is there to take its replicas."""
         return any(not r.lite and not r.leaving and r.replica != leaving for r in self.consensus.state.members)
 
     def _propose(self, command: object, respond: Respond, lost: str) -> None:

@@ -323,26 +323,20 @@ class DataPath:
         invariant(table is not None, "a request is served only with a table")
         kind = message.kind
         slots = table.replicas[pid]
-        owner = slots[0]
-        if owner != self.ctx.identity:
-            if kind == GET and serving and self._read_from_backup(call, message, pid, indexes, slots):
-                return
-            if owner is None:
-                call.mark(indexes, Status.NOT_READY)
-            else:
-                call.mark(indexes, Status.WRONG_OWNER)
-                call.redirects[pid] = PartitionRedirect(pid, table.versions[pid], owner.address)
+        backup_read = slots[0] != self.ctx.identity and kind == GET and serving
+        if backup_read and self._read_from_backup(call, message, pid, indexes, slots):
             return
-        if not serving or migrations is None:
-            call.mark(indexes, Status.NOT_READY)  # no lease: the leader may have given it away
+        refusal = self._owner_refusal(pid, serving, reading=kind == GET)
+        if refusal is not None:
+            status, redirect = refusal
+            call.mark(indexes, status)
+            if redirect is not None:
+                call.redirects[pid] = redirect
             return
+        invariant(migrations is not None, "an owner that serves has its migrations")
         data = self.store(pid)
         keys, values, out = message.keys, message.values, call.values
         if kind == GET:
-            moving = migrations.writes_blocked(pid) and self.ctx.config.stale_read_disabled
-            if moving or migrations.reads_blocked(pid):
-                call.mark(indexes, Status.MIGRATING)
-                return
             self._read_into(call, message, data, indexes)
             return
         if migrations.writes_blocked(pid) or (pid in self.outgoing_syncs and self._syncing(pid, message.map_name)):
@@ -462,6 +456,27 @@ class DataPath:
             for index in indexes:
                 out[index] = records.get(keys[index])
 
+    def _owner_refusal(self, pid: int, serving: bool, reading: bool) -> tuple[Status, PartitionRedirect | None] | None:
+        """Why this member does not serve ``pid`` as its owner now, with where the partition is
+        for WRONG_OWNER; None when it does. The rules a get, a write and a scan share; a read also
+        waits while the partition's migration allows no reads (``stale_read_disabled``, or the copy
+        handed over)."""
+        table = self.consensus.state.table
+        invariant(table is not None, "a request is served only with a table")
+        owner = table.replicas[pid][0]
+        if owner != self.ctx.identity:
+            if owner is None:
+                return Status.NOT_READY, None
+            return Status.WRONG_OWNER, PartitionRedirect(pid, table.versions[pid], owner.address)
+        migrations = self.migrations
+        if not serving or migrations is None:
+            return Status.NOT_READY, None  # no lease: the leader may have given it away
+        if reading:
+            moving = migrations.writes_blocked(pid) and self.ctx.config.stale_read_disabled
+            if moving or migrations.reads_blocked(pid):
+                return Status.MIGRATING, None
+        return None
+
     def on_scan_request(self, client: str, message: ScanRequest) -> None:
         """A page of one partition's map, served by its owner under the same rules as a get (the
         reads a migration allows); the reply names the copy's lineage and the map's version, so the
@@ -477,23 +492,11 @@ class DataPath:
         if refused is not None:
             self.ctx.reply(client, ScanReply(call_id, refused, retry_after_ms=retry_after))
             return
-        table = self.consensus.state.table
-        invariant(table is not None, "a request is served only with a table")
-        owner = table.replicas[pid][0]
-        migrations = self.migrations
-        if owner != self.ctx.identity:
-            if owner is None:
-                self.ctx.reply(client, ScanReply(call_id, Status.NOT_READY, retry_after_ms=retry_after))
-            else:
-                redirect = PartitionRedirect(pid, table.versions[pid], owner.address)
-                self.ctx.reply(client, ScanReply(call_id, Status.WRONG_OWNER, redirect=redirect))
-            return
-        if not self.leases.holds() or migrations is None:
-            self.ctx.reply(client, ScanReply(call_id, Status.NOT_READY, retry_after_ms=retry_after))
-            return
-        moving = migrations.writes_blocked(pid) and self.ctx.config.stale_read_disabled
-        if moving or migrations.reads_blocked(pid):
-            self.ctx.reply(client, ScanReply(call_id, Status.MIGRATING, retry_after_ms=retry_after))
+        refusal = self._owner_refusal(pid, self.leases.holds(), reading=True)
+        if refusal is not None:
+            status, redirect = refusal
+            wait_ms = retry_after if status in RETRYABLE else 0
+            self.ctx.reply(client, ScanReply(call_id, status, redirect=redirect, retry_after_ms=wait_ms))
             return
         data = self.store(pid)
         records = data.maps.get(message.map_name) or {}
