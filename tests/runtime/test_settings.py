@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from shardgrid.core.config import MapConfig, MemberConfig
 from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_PARTITION_COUNT
 from shardgrid.runtime.settings import (
     FIELDS,
+    RUNTIME_CLUSTER_DEFAULTS,
     SECRET_MASK,
     ProcessSettings,
     Settings,
@@ -50,9 +52,20 @@ def test_defaults_bind_to_loopback_and_are_the_dataclasses_own() -> None:
     assert (settings.process.host, settings.process.port) == ("127.0.0.1", 5701)
     assert settings.process.cluster_name == "shardgrid"
     assert settings.process.max_frame_bytes == MAX_FRAME_BYTES
-    assert settings.member_config == MemberConfig()
+    # the core's defaults, but for the runtime's own (a resend backstop: connections report loss)
+    assert settings.member_config == replace(MemberConfig(), **RUNTIME_CLUSTER_DEFAULTS)
+    assert settings.member_config.transfer_resend_ms > settings.member_config.retry_interval_ms
     assert set(settings.sources.values()) == {"default"}
     assert settings.config_path is None
+
+
+def test_the_resend_backstop_follows_a_shorter_migration_timeout_unless_set() -> None:
+    assert load(migration_timeout_ms=2_000).member_config.transfer_resend_ms == 666
+    assert load(migration_timeout_ms=60_000).member_config.transfer_resend_ms == 5_000
+    assert load(migration_timeout_ms=60_000, transfer_resend_ms=9_000).member_config.transfer_resend_ms == 9_000
+    assert "transfer_resend_ms must be positive and under migration_timeout_ms" in error_of(
+        migration_timeout_ms=2_000, transfer_resend_ms=3_000
+    )
 
 
 def test_every_public_field_is_a_setting_and_no_private_one_is() -> None:

@@ -73,7 +73,12 @@ class MemberConfig:
     lease_renew_interval_ms: int = 500
     clock_drift_margin_ms: int = 200
     failure_timeout_ms: int = 5_000  # silence after which the leader removes a member
-    retry_interval_ms: int = 300  # resend of an unacknowledged commit, chunk, backup or query
+    retry_interval_ms: int = 300  # resend of an unacknowledged commit, backup run or query
+    # Resend of a window of migration or sync chunks nobody acknowledged. The simulator loses
+    # messages without a word, so it resends soon; a member process is told when a connection comes
+    # back (LinkRestored) and resends then, and keeps this only as a long backstop (its default is
+    # RUNTIME_CLUSTER_DEFAULTS' in runtime/settings.py).
+    transfer_resend_ms: int = 300
     migration_timeout_ms: int = 30_000  # a migration making no progress this long is rolled back
     backup_ack_timeout_ms: int = 5_000  # a write whose backups did not all ack is indeterminate
     graceful_shutdown_timeout_ms: int = 600_000  # a graceful shutdown still handing over after this fails
@@ -181,6 +186,11 @@ class MemberConfig:
             or self.max_migration_bytes_per_s * self.migration_timeout_ms >= 2_000 * self.max_chunk_bytes,
             "max_migration_bytes_per_s must be 0 (no cap) or let two chunks of max_chunk_bytes through within "
             "migration_timeout_ms",
+        )
+        require(
+            0 < self.transfer_resend_ms < self.migration_timeout_ms,
+            "transfer_resend_ms must be positive and under migration_timeout_ms (a window waiting for "
+            "its resend would be rolled back first)",
         )
         require(self.anti_entropy_interval_ms > 0, "anti_entropy_interval_ms must be positive")
         require(1 <= self.max_parallel_replications <= 1_000, "max_parallel_replications must be 1..1000")

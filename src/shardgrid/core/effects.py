@@ -34,6 +34,18 @@ class TimerFired:
     name: str
 
 
+@dataclass(frozen=True, slots=True)
+class LinkRestored:
+    """A connection with ``peer`` is up again after one was lost or frames to it were dropped.
+
+    Whatever was on its way either way may be gone: the member sends again, at once, what ``peer``
+    has not acknowledged, and ``peer`` acknowledges again what it already holds. Over TCP this,
+    not a timer, is what resends; the timers stay as a backstop (``transfer_resend_ms``).
+    """
+
+    peer: Replica
+
+
 # --- effects out ---------------------------------------------------------------------------------
 
 

@@ -76,6 +76,10 @@ class MemberMetrics:
             "shardgrid_frames_dropped", "Frames to peers dropped (unreachable, stale incarnation).", ["reason"],
             registry=registry,
         )  # fmt: skip
+        self.links_restored = Counter(
+            "shardgrid_links_restored", "Connections to peers back after a loss: unacknowledged frames resent.",
+            registry=registry,
+        )  # fmt: skip
         self.notices_dropped = Counter(
             "shardgrid_event_notices_dropped", "Events not pushed to a listening client that did not keep up.",
             registry=registry,

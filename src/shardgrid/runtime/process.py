@@ -32,7 +32,7 @@ from typing import Any
 
 from shardgrid.core import codec
 from shardgrid.core import messages as m
-from shardgrid.core.effects import Emit, ReplyToClient, Send, SendToAddress, SetTimer, Start, TimerFired
+from shardgrid.core.effects import Emit, LinkRestored, ReplyToClient, Send, SendToAddress, SetTimer, Start, TimerFired
 from shardgrid.core.effects import Receive as ReceiveEvent
 from shardgrid.core.events import MemberStopped
 from shardgrid.core.identity import Replica
@@ -57,6 +57,7 @@ CLOSE_FLUSH_S = 1.0  # how long a stopping process waits for its last frames to 
 STATUS_EVERY_TICKS = 10  # the metrics read the member's status once a second
 MAX_TIMED_CALLS_PER_CLIENT = 100_000  # calls in flight whose latency is measured; more go untimed
 MAX_LISTENERS_PER_CLIENT = 64  # event subscriptions on one client connection
+MAX_LOST_PEERS = 1_024  # addresses whose frames may have been lost, kept until their link is back
 LOCAL_CLIENT = "local"  # the process itself, asking its member to leave on SIGTERM
 # What a client session may send; anything else (a member's message) closes its connection.
 CLIENT_MESSAGES = frozenset(
@@ -110,6 +111,9 @@ class MemberProcess:
         self._links: dict[FrameStream, Link] = {}
         self._dialed: dict[str, Link] = {}
         self._redial_after: dict[str, tuple[float, int]] = {}  # address -> (loop time, backoff ms)
+        # Peers whose frames may have been lost (a connection closed, a frame dropped): when a link
+        # with one is up again the member is told (LinkRestored) and resends to it at once.
+        self._lost_peers: dict[str, None] = {}
         self._clients: dict[str, Link] = {}
         self._client_counter = 0
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -299,7 +303,7 @@ class MemberProcess:
         if link is None:
             redial = self._redial_after.get(address)
             if redial is not None and asyncio.get_running_loop().time() < redial[0]:
-                self._dropped("unreachable")
+                self._dropped("unreachable", address=address)
                 return
             link = self._dial(address)
             if link is None:
@@ -308,7 +312,7 @@ class MemberProcess:
         session, stream = link.session, link.stream
         if session is None or stream is None or not session.established:
             if len(link.queued) >= MAX_QUEUED_PER_DIAL:
-                self._dropped("unreachable")
+                self._dropped("unreachable", address=address)
                 return
             link.queued.append((target_uuid, message))
             return
@@ -322,7 +326,7 @@ class MemberProcess:
             self._dropped("stale")
             return
         if stream.backlog_bytes > PEER_BACKLOG_FACTOR * self.process.write_high_water_bytes:
-            self._dropped("peer cut off")
+            self._dropped("peer cut off", address=link.address)
             logs.log(self.logger, "peer-cut-off", logging.WARNING, peer=link.address, reason="not reading its frames")
             stream.abort()
             return
@@ -346,8 +350,24 @@ class MemberProcess:
             note="still serving; a second signal stops it at once, as a crash would",
         )
 
-    def _dropped(self, reason: str, count: int = 1) -> None:
+    def _dropped(self, reason: str, count: int = 1, address: str | None = None) -> None:
         self.metrics.frames_dropped.labels(reason).inc(count)
+        if address is not None and count > 0:
+            self._lost(address)
+
+    def _lost(self, address: str) -> None:
+        if address in self._lost_peers:
+            return
+        if len(self._lost_peers) >= MAX_LOST_PEERS:
+            # Forgetting one costs that peer a resend by the backstop timer, not its data.
+            del self._lost_peers[next(iter(self._lost_peers))]
+        self._lost_peers[address] = None
+
+    def _link_restored(self, peer: Replica) -> None:
+        if peer.address in self._lost_peers:
+            del self._lost_peers[peer.address]
+            self.metrics.links_restored.inc()
+            self._handle(LinkRestored(peer))
 
     def _reply(self, client_id: str, message: Any) -> None:
         if client_id == LOCAL_CLIENT:
@@ -409,7 +429,7 @@ class MemberProcess:
         previous = self._redial_after.get(link.address)
         backoff = MIN_REDIAL_MS if previous is None else min(previous[1] * 2, MAX_REDIAL_MS)
         self._redial_after[link.address] = (asyncio.get_running_loop().time() + backoff / 1000, backoff)
-        self._dropped("unreachable", len(link.queued))
+        self._dropped("unreachable", len(link.queued), link.address)
         logs.log(self.logger, "dial-failed", logging.DEBUG, address=link.address, reason=reason)
         self._drop_dialed(link)
 
@@ -496,6 +516,8 @@ class MemberProcess:
             self._redial_after.pop(link.address, None)
             for target_uuid, message in queued:
                 self._send_established(link, target_uuid, message)
+            if session.peer is not None:
+                self._link_restored(session.peer)
             return True
         if session.peer_role is PeerRole.CLIENT:
             if len(self._clients) >= MAX_CLIENT_CONNECTIONS:
@@ -515,6 +537,8 @@ class MemberProcess:
         if peer is not None and len(same) > self.process.max_connections_per_address:
             self._refused(link, f"{peer.address} already has {len(same) - 1} connections")
             return False
+        if peer is not None:
+            self._link_restored(peer)
         return True
 
     def _deliver(self, link: Link, message: Any) -> None:
@@ -574,6 +598,12 @@ class MemberProcess:
             return
         if link.client_id:
             self._clients.pop(link.client_id, None)
+        session = link.session
+        if session is not None and session.established and session.peer_role is PeerRole.MEMBER and session.peer:
+            self._lost(session.peer.address)  # frames either way may have gone with it
+        if link.queued:
+            self._dropped("unreachable", len(link.queued), link.address)
+            link.queued.clear()
         if link.kind is LinkKind.DIALED and self._dialed.get(link.address) is link:
             del self._dialed[link.address]
 
@@ -591,12 +621,30 @@ class MemberProcess:
 
     # --- housekeeping ------------------------------------------------------------------------------
 
+    def _redial_lost(self) -> None:
+        """A member whose connection was lost is dialed again even when nothing is being sent to
+        it: its acknowledgements, or the resends it owes this member, may be what everyone waits
+        on. An address no member has any more is forgotten."""
+        member = self.member
+        if member is None or not self._lost_peers:
+            return
+        addresses = {replica.address for replica in member.consensus.state.replicas}
+        now = asyncio.get_running_loop().time()
+        for address in list(self._lost_peers):
+            if address not in addresses:
+                del self._lost_peers[address]
+            elif address not in self._dialed:
+                redial = self._redial_after.get(address)
+                if redial is None or now >= redial[0]:
+                    self._dial(address)
+
     def _on_housekeeping(self) -> None:
         now = self.now_ms()
         for link in list(self._links.values()):
             session = link.session
             if session is not None and session.expired(now):
                 self._refused(link, f"no handshake within {self.process.handshake_timeout_ms} ms")
+        self._redial_lost()
         self._ticks += 1
         if self._ticks % STATUS_EVERY_TICKS == 0 and self.member is not None:
             self.metrics.on_status(self.member.status(0))

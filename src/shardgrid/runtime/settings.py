@@ -42,6 +42,14 @@ _TRUE = frozenset({"true", "1", "yes"})
 _FALSE = frozenset({"false", "0", "no"})
 
 
+# Where a member process's default differs from the core's (which is the simulator's): over TCP a
+# chunk window is resent when its connection comes back (LinkRestored), so the timer is a backstop,
+# of this long or a third of migration_timeout_ms when that is shorter (it must resend before the
+# master gives up on the migration).
+RUNTIME_CLUSTER_DEFAULTS: Mapping[str, int] = MappingProxyType({"transfer_resend_ms": 5_000})
+BACKSTOP_SHARE_OF_MIGRATION_TIMEOUT = 3
+
+
 class SettingsError(ConfigError):
     """A setting the process cannot start with. The message names the source (file and table,
     environment variable or flag), the key and what was wrong, so the operator can fix it without
@@ -211,7 +219,8 @@ class _Loader:
         self.origins: dict[tuple[str, str], tuple[str, str]] = {}  # (kind, where) of each value
         for section, defaults in ((PROCESS, ProcessSettings()), (CLUSTER, MemberConfig())):
             for key in FIELDS[section]:
-                self.values[(section, key)] = getattr(defaults, key)
+                own = RUNTIME_CLUSTER_DEFAULTS if section == CLUSTER else {}
+                self.values[(section, key)] = own[key] if key in own else getattr(defaults, key)
                 self.origins[(section, key)] = ("default", f"{_table(section)} {key} (default)")
         self.maps: list[str] = []
 
@@ -293,6 +302,12 @@ class _Loader:
         return SettingsError(f"{self.origins[primary][1]}: {error}{context}", primary[1], str(error))
 
     def build(self) -> Settings:
+        if self.origins[(CLUSTER, "transfer_resend_ms")][0] == "default":
+            timeout_ms = self.values[(CLUSTER, "migration_timeout_ms")]
+            if isinstance(timeout_ms, int) and timeout_ms > 0:
+                share = max(1, timeout_ms // BACKSTOP_SHARE_OF_MIGRATION_TIMEOUT)
+                backstop = RUNTIME_CLUSTER_DEFAULTS["transfer_resend_ms"]
+                self.values[(CLUSTER, "transfer_resend_ms")] = min(backstop, share)
         process_values = {k: v for (s, k), v in self.values.items() if s == PROCESS}
         cluster_values = {k: v for (s, k), v in self.values.items() if s == CLUSTER}
         process = ProcessSettings(**process_values)

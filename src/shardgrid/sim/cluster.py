@@ -18,7 +18,17 @@ from typing import Any
 from shardgrid.core import codec
 from shardgrid.core.call_policy import CallSettings
 from shardgrid.core.config import MemberConfig
-from shardgrid.core.effects import Emit, Receive, ReplyToClient, Send, SendToAddress, SetTimer, Start, TimerFired
+from shardgrid.core.effects import (
+    Emit,
+    LinkRestored,
+    Receive,
+    ReplyToClient,
+    Send,
+    SendToAddress,
+    SetTimer,
+    Start,
+    TimerFired,
+)
 from shardgrid.core.identity import Replica
 from shardgrid.core.member import Member
 from shardgrid.core.member.lifecycle import Lifecycle
@@ -207,8 +217,17 @@ class Simulation:
         self._record("split", sides)
 
     def heal(self) -> None:
+        """The split ends. As a member process would on reconnecting, each member is told, a
+        latency later, that its links with the members it was cut off from are back."""
+        groups = self.network.groups
         self.network.heal()
         self._record("heal", None)
+        live = [node for node in self.nodes.values() if node.alive]
+        for node in live:
+            for peer in live:
+                if peer is not node and groups.get(node.address, 0) != groups.get(peer.address, 0):
+                    payload = (node.address, node.incarnation, peer.member.identity)
+                    self._schedule(self.now_ms + self.network.config.max_latency_ms, "link", payload)
 
     def admin(self, address: str, command: Any) -> int:
         """Send an administrative command to the member at ``address``; its reply lands in
@@ -260,13 +279,15 @@ class Simulation:
                 self.admin_replies[envelope[3].call_id] = envelope[3]
         elif kind == "timer":
             address, incarnation, name = payload
-            node = self.nodes.get(address)
-            if node is None or node.incarnation != incarnation or not node.alive:
-                return
-            if node.paused:
-                node.held.append((kind, payload))
-                return
-            self._run_member(node, TimerFired(name))
+            node = self._running(address, incarnation, kind, payload)
+            if node is not None:
+                self._run_member(node, TimerFired(name))
+        elif kind == "link":
+            address, incarnation, peer = payload
+            node = self._running(address, incarnation, kind, payload)
+            if node is not None:
+                self._trace_line("l", address, peer.address)
+                self._run_member(node, LinkRestored(peer))
         elif kind == "client":
             client = self.clients[payload]
             for address, message in client.tick(self.now_ms, self.member_addresses()):
@@ -274,6 +295,16 @@ class Simulation:
             self._schedule(self.now_ms + 5, "client", payload)
         elif kind == "action":
             payload()
+
+    def _running(self, address: str, incarnation: int, kind: str, payload: Any) -> Node | None:
+        """The incarnation an event was meant for, when it runs now (a paused one holds the event)."""
+        node = self.nodes.get(address)
+        if node is None or node.incarnation != incarnation or not node.alive:
+            return None
+        if node.paused:
+            node.held.append((kind, payload))
+            return None
+        return node
 
     def _run_member(self, node: Node, event: Any) -> None:
         effects = node.member.handle(self.now_ms, event)

@@ -98,6 +98,7 @@ class OutgoingSync:
     versions_from: int
     last_sent_ms: int
     refused: bool = False  # the backup does not follow it: start over at the next retry
+    heard: bool = False  # the backup accepted a chunk: as a migration's ``Outgoing.heard``
 
 
 @dataclass(slots=True)
@@ -668,6 +669,26 @@ class DataPath:
             self._last_summary_ms = now
             self._send_summaries()
 
+    def resend_to(self, peer: Replica) -> None:
+        """``peer``'s connection came back: the runs it has not acknowledged and the sync chunks
+        of its open windows go again now (it acknowledges what it holds already)."""
+        table = self.consensus.state.table
+        if table is None:
+            return
+        for pid in sorted(self.pending):
+            pending = self.pending[pid]
+            if pending.idle or peer not in self._backups_of(pid):
+                continue
+            slots = table.replicas[pid]
+            self._send_runs(peer, self._runs_held_at(slots.index(peer), pending.runs_for(peer)))
+        for pid in sorted(self.outgoing_syncs):
+            sync = self.outgoing_syncs[pid].get(peer)
+            if sync is None or sync.refused:
+                continue
+            sync.last_sent_ms = self.ctx.now_ms
+            for chunk in sync.stream.outstanding():
+                self.ctx.send(peer, chunk)
+
     # --- backup: applying in order ---------------------------------------------------------------
 
     def on_backup_batch(self, sender: Replica, message: BackupBatch) -> None:
@@ -877,6 +898,7 @@ class DataPath:
                 # a fresh sync follows at the next retry, for as long as it is a backup.
                 sync.refused = True
             return
+        sync.heard = True
         progressed, finished = sync.stream.acknowledge(message.sequence)
         if progressed:
             sync.refused = False  # it follows the sync after all (the refusal was overtaken)
@@ -969,7 +991,9 @@ class DataPath:
             syncs = self.outgoing_syncs[pid]
             for backup in sorted(syncs):
                 sync = syncs[backup]
-                if now - sync.last_sent_ms < self.ctx.config.retry_interval_ms:
+                config = self.ctx.config
+                waits_ms = config.transfer_resend_ms if sync.heard and not sync.refused else config.retry_interval_ms
+                if now - sync.last_sent_ms < waits_ms:
                     continue
                 if sync.refused:
                     self._end_sync(sync)

@@ -350,6 +350,17 @@ class MigrationMaster:
             else:
                 self._send_to_destination(flight, MigrationOutcomeQuery(flight.record, self.consensus.term))
 
+    def resend_to(self, peer: Replica) -> None:
+        """``peer``'s connection came back: the commit or outcome query it may have missed, now."""
+        for pid in sorted(self.flights):
+            flight = self.flights[pid]
+            if flight.record.migration.destination != peer:
+                continue
+            if flight.stage is Stage.COMMIT:
+                self._send_to_destination(flight, MigrationCommit(flight.record, self.consensus.term))
+            elif flight.stage is Stage.RECOVERING:
+                self._send_to_destination(flight, MigrationOutcomeQuery(flight.record, self.consensus.term))
+
     def _send_to_destination(self, flight: Flight, message: Any) -> None:
         destination = flight.record.migration.destination
         flight.last_sent_ms = self.ctx.now_ms

@@ -57,6 +57,10 @@ class Outgoing:
     lineage: str = ""
     versions_from: int = 0
     sending: bool = False  # the stream was opened and chunks are going out
+    # The destination acknowledged a chunk: it knows the migration and keeps what comes within the
+    # window, so from then on only a lost connection loses a chunk (before, it may not have applied
+    # the start yet and drops them: those are resent every retry_interval_ms).
+    heard: bool = False
     complete: bool = False  # every chunk acknowledged, or the transfer failed
     success: bool = False
     reason: str = ""
@@ -92,7 +96,7 @@ class MigrationReplica:
         self._throttle_turn = 0
         self.entries_sent = 0  # records this member sent as a migration source (resends not counted)
         self.bytes_sent = 0  # their keys' and values' bytes
-        self.chunks_resent = 0  # chunks sent again because no acknowledgement came in time
+        self.chunks_resent = 0  # chunks sent again: unacknowledged in time, or their connection came back
 
     # --- what the data path asks -------------------------------------------------------------------
 
@@ -241,6 +245,19 @@ class MigrationReplica:
                 self.chunks_resent += 1
                 self.ctx.send(outgoing.destination, chunk)
 
+    def resend_to(self, peer: Replica) -> None:
+        """``peer``'s connection came back: the open windows of chunks to it go again now, and a
+        finished transfer's report, when ``peer`` leads."""
+        for pid in sorted(self.outgoing):
+            outgoing = self.outgoing[pid]
+            if not outgoing.sending:
+                continue
+            if outgoing.complete:
+                if self.consensus.leader == peer:
+                    self._report(outgoing)
+            elif outgoing.destination == peer:
+                self._resend_window(outgoing)
+
     def on_chunk_ack(self, sender: Replica, message: MigrationChunkAck) -> None:
         outgoing = self._outgoing_by_id(message.migration_id)
         if outgoing is None or sender != outgoing.destination or outgoing.complete:
@@ -250,6 +267,7 @@ class MigrationReplica:
             return
         if outgoing.stream is None:
             return
+        outgoing.heard = True
         progressed, finished = outgoing.stream.acknowledge(message.sequence)
         if not progressed:
             return
@@ -399,7 +417,9 @@ class MigrationReplica:
                     self._report(outgoing)  # until the outcome is in the log (the leader may change)
             elif self.ctx.now_ms - outgoing.last_progress_ms > config.migration_timeout_ms:
                 self._finish_sending(outgoing, False, "the destination made no progress in time")
-            elif self.ctx.now_ms - outgoing.last_sent_ms >= config.retry_interval_ms:
+            elif self.ctx.now_ms - outgoing.last_sent_ms >= (
+                config.transfer_resend_ms if outgoing.heard else config.retry_interval_ms
+            ):
                 self._resend_window(outgoing)
             if (
                 not outgoing.complete

@@ -22,7 +22,7 @@ from typing import Any
 from shardgrid.core import events
 from shardgrid.core import messages as m
 from shardgrid.core.config import MemberConfig
-from shardgrid.core.effects import Effect, Receive, Start, TimerFired
+from shardgrid.core.effects import Effect, LinkRestored, Receive, Start, TimerFired
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import Replica
 from shardgrid.core.member.admin import Admin
@@ -216,6 +216,8 @@ class Member:
         elif isinstance(event, TimerFired):
             if event.name == TICK:
                 self._tick()
+        elif isinstance(event, LinkRestored):
+            self._link_restored(event.peer)
         elif isinstance(event, Start):
             self.discovery.started_ms = now_ms
             self._tick()
@@ -225,6 +227,14 @@ class Member:
             self.consensus.flush(self._gather)
         out, ctx.out = ctx.out, []
         return out
+
+    def _link_restored(self, peer: Replica) -> None:
+        if not self.joined or peer == self.identity or not self.consensus.state.is_member(peer):
+            return
+        self.data.resend_to(peer)
+        self.replica.resend_to(peer)
+        if self.consensus.leader == self.identity:
+            self.master.resend_to(peer)
 
     def _gather(self) -> None:
         """The leader's proposals of this event, gathered into the entry about to be proposed."""
