@@ -208,6 +208,27 @@ def test_a_batch_spanning_partitions_answers_each_key_and_previous_values_on_req
     assert member.data.stores[0].sequence == 3  # two puts and a remove
 
 
+def test_put_if_absent_writes_only_keys_without_a_value_and_backs_up_only_those() -> None:
+    member, now = alone()
+    member.handle(now + 1, Receive("c", None, None, put(1, [0])))
+    k0, k1 = key_in(0), key_in(1)
+    request = m.MapRequest(2, m.PUT_IF_ABSENT, "m", (0, 1, 1), (k0, k1, k1), (b"x", b"y", b"z"), True)
+    (reply,) = replies(member.handle(now + 2, Receive("c", None, None, request)))
+    assert reply.statuses == (m.Status.OK,) * 3
+    assert reply.values == (b"v", None, b"y")  # what stays; the second k1 finds the first's value
+    assert member.data.stores[0].maps["m"][k0] == b"v"
+    assert member.data.stores[1].maps["m"][k1] == b"y"
+    assert member.data.stores[1].sequence == 1  # one write: the key named twice is written once
+
+    owner, now = following(B, B_OWNS_A_BACKS)
+    now = grant_lease(owner, now)
+    owner.handle(now + 1, Receive("c", None, None, put(3, [0])))
+    absent = m.MapRequest(4, m.PUT_IF_ABSENT, "m", (0, 1), (k0, k1), (b"x", b"y"))
+    effects = owner.handle(now + 2, Receive("c", None, None, absent))
+    (batch,) = sent(effects, m.BackupBatch)
+    assert [(run.kind, run.keys, run.values) for run in batch.runs] == [(m.PUT, (k1,), (b"y",))]
+
+
 def test_an_owner_without_a_lease_does_not_serve() -> None:
     member, now = following(B, B_OWNS_A_BACKS)
     get = m.MapRequest(1, m.GET, "m", (0,), (key_in(0),))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import threading
 from typing import Any
 
 from shardgrid.client import AsyncClient
@@ -92,3 +94,47 @@ async def _cut_a_rebalancing_connection() -> None:
 
 def test_a_connection_cut_mid_rebalance_is_resent_when_it_comes_back() -> None:
     asyncio.run(_cut_a_rebalancing_connection())
+
+
+async def _dial_a_listener_that_closes_at_once() -> list[str]:
+    """Dials, many times, a port whose listener accepts and closes at once; returns what stayed."""
+    own, closer_port = free_ports(2)
+    process = _process(own, [f"127.0.0.1:{own}"])
+    await process.start()
+    run = asyncio.create_task(process.run())
+
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", closer_port))
+    listener.listen(64)
+
+    def close_at_once() -> None:  # a thread: the close races the dialer's event loop
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            connection.close()
+
+    threading.Thread(target=close_at_once, daemon=True).start()
+    address = f"127.0.0.1:{closer_port}"
+    stuck: list[str] = []
+    try:
+        for _ in range(30):
+            process._redial_after.pop(address, None)
+            process._dial(address)
+            await asyncio.sleep(0.05)
+            link = process._dialed.get(address)
+            if link is not None and link.stream is not None and link.stream.closed:
+                stuck.append(address)
+    finally:
+        listener.close()
+        process._finish("test over", 0)
+        await asyncio.wait_for(run, 10)
+    return stuck
+
+
+def test_a_connection_closed_as_it_opens_is_never_kept_as_the_link():
+    """Found by an outside tester: the close could reach the stream before the dial resumed, and
+    the dead link then stayed, so the address was never dialed again."""
+    assert asyncio.run(_dial_a_listener_that_closes_at_once()) == []

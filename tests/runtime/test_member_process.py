@@ -3,6 +3,7 @@ leave, and hostile connections. Every process is started and ended by PID (``Loc
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 import struct
 import subprocess
@@ -56,8 +57,18 @@ def test_map_operations_round_trip(cluster):
         del users["alan"]
         with pytest.raises(KeyError):
             del users["alan"]
+        assert users.put_if_absent("grace", 1906) is None
+        assert users.put_if_absent("grace", 1907) == 1906
+        users.put_all_if_absent({"grace": 0, "linus": 1969})
+        assert users.get_all(["grace", "linus"]) == {"grace": 1906, "linus": 1969}
         users.clear()
         assert users.size() == 0
+
+
+def test_a_member_runs_on_uvloop_when_it_is_installed(cluster):
+    uvloop_installed = importlib.util.find_spec("uvloop") is not None
+    expected = "loop=uvloop" if uvloop_installed else "loop=asyncio"
+    assert expected in cluster.log_text(cluster.addresses[0])
 
 
 def test_a_request_over_a_limit_is_rejected_and_the_member_goes_on(cluster):

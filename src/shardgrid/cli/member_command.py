@@ -11,7 +11,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +92,7 @@ def member_start(config_path: Path | None, **options: Any) -> None:
         sys.exit(2)
     logger = logs.configure(settings.process.log_format)
     try:
-        code = asyncio.run(_run(settings, logger))
+        code = run_event_loop(_run(settings, logger))
     except OSError as error:  # the port is taken, the host is not ours
         click.echo(
             f"shardgrid member start: cannot listen on {settings.process.host}:{settings.process.port}: "
@@ -101,6 +101,16 @@ def member_start(config_path: Path | None, **options: Any) -> None:
         )
         sys.exit(1)
     sys.exit(code)
+
+
+def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
+    """uvloop's event loop when it is installed (the ``fast`` extra): the same code on a loop that
+    moves bytes in C; asyncio's own otherwise."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 async def _run(settings: Settings, logger: logging.Logger) -> int:

@@ -664,6 +664,20 @@ class AsyncMap:
         """Store ``value`` under ``key`` (like put, without fetching the previous value)."""
         await self.client.map_call(m.PUT, self.name, [self._key(key)], [self.value_serializer.dumps(value)])
 
+    async def put_if_absent(self, key: Key, value: Any) -> Any:
+        """Store ``value`` under ``key`` only if the key has no value; returns the value that was
+        there (None when this call stored its own). A retry after a lost answer may find its own
+        write and return it."""
+        (old,) = await self.client.map_call(
+            m.PUT_IF_ABSENT, self.name, [self._key(key)], [self.value_serializer.dumps(value)], previous=True
+        )
+        return self._value(old)
+
+    async def put_all_if_absent(self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]]) -> None:
+        """put_if_absent for many entries, grouped per owner like put_all."""
+        keys, values = self._columns(entries)
+        await self.client.map_call(m.PUT_IF_ABSENT, self.name, keys, values)
+
     async def get(self, key: Key, default: Any = None) -> Any:
         (data,) = await self.client.map_call(m.GET, self.name, [self._key(key)])
         return default if data is None else self.value_serializer.loads(data)
@@ -686,6 +700,10 @@ class AsyncMap:
         return old is not None
 
     async def put_all(self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]]) -> None:
+        keys, values = self._columns(entries)
+        await self.client.map_call(m.PUT, self.name, keys, values)
+
+    def _columns(self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]]) -> tuple[list[bytes], list[bytes]]:
         pairs = entries.items() if isinstance(entries, Mapping) else entries
         keys: list[bytes] = []
         values: list[bytes] = []
@@ -693,7 +711,7 @@ class AsyncMap:
         for key, value in pairs:
             keys.append(dump_key(key))
             values.append(dump_value(value))
-        await self.client.map_call(m.PUT, self.name, keys, values)
+        return keys, values
 
     async def get_all(self, keys: Iterable[Key]) -> dict[Key, Any]:
         """The keys that have a value, with their values (missing keys are left out)."""

@@ -155,6 +155,12 @@ class Map(MutableMapping[Any, Any]):
     def set(self, key: Key, value: Any) -> None:
         self._client._run(self._map.set(key, value))
 
+    def put_if_absent(self, key: Key, value: Any) -> Any:
+        return self._client._run(self._map.put_if_absent(key, value))
+
+    def put_all_if_absent(self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]]) -> None:
+        self._client._run(self._map.put_all_if_absent(entries))
+
     def get(self, key: Key, default: Any = None) -> Any:
         return self._client._run(self._map.get(key, default))
 

@@ -211,9 +211,12 @@ class OpKind(enum.StrEnum):
     GET = "get"
     PUT = "put"
     REMOVE = "remove"
+    # A put of the keys that have no value; a key that has one keeps it (and answers it as the
+    # previous value). The owner decides, so its backups are sent a PUT of the keys it wrote.
+    PUT_IF_ABSENT = "put_if_absent"
 
 
-GET, PUT, REMOVE = OpKind.GET, OpKind.PUT, OpKind.REMOVE
+GET, PUT, REMOVE, PUT_IF_ABSENT = OpKind.GET, OpKind.PUT, OpKind.REMOVE, OpKind.PUT_IF_ABSENT
 
 
 class WriteRun(Record):

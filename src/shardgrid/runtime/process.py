@@ -158,6 +158,7 @@ class MemberProcess:
             lite=process.lite,
             tls=self._server_ssl is not None,
             join=list(process.join),
+            loop=type(loop).__module__.split(".")[0],
         )
         if process.metrics_port is not None:
             self.metrics.serve(process.host, process.metrics_port)
@@ -412,6 +413,11 @@ class MemberProcess:
             return
         if self._dialed.get(link.address) is not link or self._stopped.is_set():
             stream.close()
+            return
+        if stream.closed:
+            # Closed by the peer before this resumed: its close found no link to drop, so this
+            # one must not be kept (it would never be dialed again).
+            self._dial_failed(link, "the connection closed as it opened")
             return
         link.stream = stream
         self._links[stream] = link

@@ -306,8 +306,11 @@ class _Loader:
             timeout_ms = self.values[(CLUSTER, "migration_timeout_ms")]
             if isinstance(timeout_ms, int) and timeout_ms > 0:
                 share = max(1, timeout_ms // BACKSTOP_SHARE_OF_MIGRATION_TIMEOUT)
+                retry_ms = self.values[(CLUSTER, "retry_interval_ms")]
                 backstop = RUNTIME_CLUSTER_DEFAULTS["transfer_resend_ms"]
-                self.values[(CLUSTER, "transfer_resend_ms")] = min(backstop, share)
+                # Never sooner than an unacknowledged window's resend, unless the timeout forbids it.
+                floor = retry_ms if isinstance(retry_ms, int) and retry_ms < timeout_ms else share
+                self.values[(CLUSTER, "transfer_resend_ms")] = min(backstop, max(floor, share))
         process_values = {k: v for (s, k), v in self.values.items() if s == PROCESS}
         cluster_values = {k: v for (s, k), v in self.values.items() if s == CLUSTER}
         process = ProcessSettings(**process_values)

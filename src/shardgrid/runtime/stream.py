@@ -10,7 +10,7 @@ and when it can or cannot take more, and the owner decides what that means for i
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from shardgrid.core import codec
 
@@ -54,9 +54,10 @@ class FrameStream(asyncio.Protocol):
     # --- asyncio's callbacks ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not isinstance(transport, asyncio.Transport):
+        # uvloop's transports are not asyncio.Transport subclasses: what matters is that it writes.
+        if not callable(getattr(transport, "write", None)):
             raise TypeError(f"a frame stream runs over a stream transport, not {type(transport).__name__}")
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer_host, self.peer_port = str(peer[0]), int(peer[1])

@@ -45,6 +45,7 @@ from shardgrid.core.member.replication import PendingCall, PendingPartition, Pen
 from shardgrid.core.messages import (
     GET,
     PUT,
+    PUT_IF_ABSENT,
     REMOVE,
     RETRYABLE,
     BackupAckBatch,
@@ -279,7 +280,7 @@ class DataPath:
 
     def _request_problem(self, message: MapRequest) -> str:
         kind, keys, values, pids = message.kind, message.keys, message.values, message.partition_ids
-        if kind not in (GET, PUT, REMOVE):
+        if kind not in (GET, PUT, REMOVE, PUT_IF_ABSENT):
             return f"unknown operation {kind!r}"
         if not (isinstance(message.map_name, str) and 0 < len(message.map_name) <= MAX_MAP_NAME_CHARS):
             return f"a map name is 1 to {MAX_MAP_NAME_CHARS} characters"
@@ -287,7 +288,7 @@ class DataPath:
             return "keys, partition ids and values are tuples"
         if len(keys) > MAX_OPERATIONS_PER_REQUEST:
             return f"{len(keys)} keys in one request, over the limit of {MAX_OPERATIONS_PER_REQUEST}"
-        if len(pids) != len(keys) or len(values) != (len(keys) if kind == PUT else 0):
+        if len(pids) != len(keys) or len(values) != (len(keys) if kind in (PUT, PUT_IF_ABSENT) else 0):
             return "one partition id per key, and one value per key for a put (none otherwise)"
         # The codec already checked every field's type; lengths and partitions are checked here,
         # in C-speed passes over the columns rather than a Python step per key.
@@ -343,6 +344,11 @@ class DataPath:
         if migrations.writes_blocked(pid) or (pid in self.outgoing_syncs and self._syncing(pid, message.map_name)):
             call.mark(indexes, Status.MIGRATING)
             return
+        if kind == PUT_IF_ABSENT:
+            indexes = self._absent(data.maps.get(message.map_name, {}), keys, values, indexes, out)
+            if not indexes:
+                return  # every key has a value: nothing is written, each answered OK
+            kind = PUT
         run_keys = [keys[i] for i in indexes]
         run_values = [values[i] for i in indexes] if kind == PUT else []
         size = columns_bytes(run_keys, run_values)
@@ -382,6 +388,28 @@ class DataPath:
         self.pending_count += len(indexes)
         self.pending_bytes += size
         call.open_writes += 1
+
+    @staticmethod
+    def _absent(
+        records: dict[bytes, bytes],
+        keys: Sequence[bytes],
+        values: Sequence[bytes],
+        indexes: list[int],
+        out: list[bytes | None] | None,
+    ) -> list[int]:
+        """The indexes of a put-if-absent to write: keys without a value, the first of a key named
+        twice; the others are answered the value that stays (when the caller asked for values)."""
+        written: dict[bytes, int] = {}
+        absent = []
+        for index in indexes:
+            key = keys[index]
+            held = records.get(key)
+            if held is None and key not in written:
+                written[key] = index
+                absent.append(index)
+            elif out is not None:
+                out[index] = held if held is not None else values[written[key]]
+        return absent
 
     def _syncing(self, pid: int, map_name: str) -> bool:
         """A sync of the partition reads this map: its writes wait (the copy sent must not change)."""
