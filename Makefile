@@ -1,10 +1,14 @@
 # The two commands of the README's quick start: `make demo` and `make test`.
 BIN := .venv/bin
 
-.PHONY: demo test lint bench venv clean
+.PHONY: demo test lint bench venv java clean
 
 venv:
 	@bash scripts/venv.sh
+
+# Spark 4 needs Java 17+: installed (Debian's headless JRE) when missing.
+java:
+	@bash scripts/java.sh
 
 # The main job: a 3-member cluster of real processes on 127.0.0.1, 200,000 entries loaded, a member
 # SIGKILLed, the repair, a member joining, the rebalance, every entry verified after each; it ends
@@ -17,7 +21,7 @@ lint: venv
 	$(BIN)/ruff format --check src tests
 
 # The whole suite: lint, then every test.
-test: lint
+test: lint java
 	$(BIN)/python -m pytest
 
 bench: venv

@@ -20,6 +20,7 @@ from shardgrid.cli.bench_sim import run_sim_bench
 from shardgrid.cli.cluster_commands import COMMANDS as CLUSTER_COMMANDS
 from shardgrid.cli.config_report import render_json, render_text
 from shardgrid.cli.member_command import flags_of, member, settings_options
+from shardgrid.cli.pipeline import pipeline
 from shardgrid.cli.plan_report import render, summarize
 from shardgrid.cli.scenario import ScenarioSpec, run_scenario
 from shardgrid.cli.sim_report import render as render_sim
@@ -287,6 +288,7 @@ def config_show(config_path: Path | None, output_format: str, **options: Any) ->
 
 
 cli.add_command(member)
+cli.add_command(pipeline)
 for command in CLUSTER_COMMANDS:
     cli.add_command(command)
 

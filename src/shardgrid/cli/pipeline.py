@@ -1,0 +1,170 @@
+"""``shardgrid pipeline load`` and ``export``: files into a map and a map into Parquet, on Spark.
+
+Each runs one Spark job through the ``shardgrid`` data source (local Spark unless
+``--spark-master`` names another) and prints rows, bytes, seconds and rows per second; it exits
+non-zero when the job fails, naming why.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from shardgrid.cli.cluster_commands import EXIT_REFUSED, MEMBERS_ENV, _members
+
+INPUT_FORMATS = ("parquet", "csv", "json")
+
+
+def _connection_options(function: Any) -> Any:
+    for option in reversed(
+        [
+            click.option("--members", envvar=MEMBERS_ENV, default="127.0.0.1:5701", show_default=True),
+            click.option("--cluster-name", envvar="SHARDGRID_CLUSTER_NAME", default="shardgrid", show_default=True),
+            click.option("--cluster-secret", envvar="SHARDGRID_CLUSTER_SECRET", default=None),
+            click.option("--tls-ca-file", type=click.Path(dir_okay=False), default=None),
+            click.option("--spark-master", default=None, help="A Spark master URL (default: local[2])."),
+        ]
+    ):
+        function = option(function)
+    return function
+
+
+def source_options(members: str, cluster_name: str, secret: str | None, tls_ca_file: str | None) -> dict[str, str]:
+    found = {"cluster.members": ",".join(_members(members)), "cluster.name": cluster_name}
+    if secret:
+        found["cluster.secret"] = secret
+    if tls_ca_file:
+        found["tls.ca.file"] = tls_ca_file
+    return found
+
+
+def _format_of(path: Path, given: str | None) -> str:
+    if given is not None:
+        return given
+    suffix = path.suffix.lstrip(".").lower() if path.is_file() else ""
+    if suffix in INPUT_FORMATS:
+        return suffix
+    if path.is_dir():
+        files = [p for p in path.iterdir() if p.is_file() and not p.name.startswith((".", "_"))]
+        kinds = {p.suffix.lstrip(".").lower() for p in files} & set(INPUT_FORMATS)
+        if len(kinds) == 1:
+            return kinds.pop()
+    raise click.UsageError(f"--input: cannot tell the format of {path}; give --format {'|'.join(INPUT_FORMATS)}")
+
+
+def _size_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _figures(verb: str, rows: int, data_bytes: int, seconds: float) -> dict[str, Any]:
+    figures = {
+        "rows": rows,
+        "bytes": data_bytes,
+        "seconds": round(seconds, 2),
+        "rows_per_s": round(rows / seconds) if seconds > 0 else None,
+    }
+    click.echo(
+        f"{verb} {rows:,} rows, {data_bytes / 1e6:,.1f} MB in {seconds:.1f} s ({figures['rows_per_s'] or 0:,} rows/s)"
+    )
+    return figures
+
+
+def _fail(what: str, error: Exception) -> None:
+    message = str(error)
+    start = message.find("shardgrid:")
+    line = message[start:] if start >= 0 else message
+    click.echo(f"{what} failed: {line.splitlines()[0] if line else type(error).__name__}", err=True)
+    sys.exit(EXIT_REFUSED)
+
+
+@click.group()
+def pipeline() -> None:
+    """Move data between files and maps on Spark."""
+
+
+@pipeline.command("load")
+@click.option("--input", "input_path", type=click.Path(exists=True, path_type=Path), required=True)
+@click.option("--format", "input_format", type=click.Choice(INPUT_FORMATS), default=None)
+@click.option("--map", "map_name", required=True)
+@click.option("--key", "key_column", required=True, help="The column holding the keys.")
+@click.option("--mode", type=click.Choice(["put", "put_if_absent"]), default="put", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as one JSON object too.")
+@_connection_options
+def load(
+    input_path: Path, input_format: str | None, map_name: str, key_column: str, mode: str, as_json: bool, **given: Any
+) -> None:
+    """Load a Parquet, CSV or JSON file (or folder of them) into a map, keyed by a column."""
+    options = source_options(given["members"], given["cluster_name"], given["cluster_secret"], given["tls_ca_file"])
+    kind = _format_of(input_path, input_format)
+    from shardgrid.spark.session import start_session
+
+    spark = start_session(given["spark_master"], "shardgrid pipeline load")
+    try:
+        reader = spark.read.format(kind)
+        if kind == "csv":
+            reader = reader.option("header", "true").option("inferSchema", "true")
+        frame = reader.load(str(input_path))
+        with tempfile.TemporaryDirectory() as scratch:
+            report = Path(scratch) / "report.json"
+            started = time.monotonic()
+            try:
+                frame.write.format("shardgrid").options(**options).option("map", map_name).option(
+                    "key.column", key_column
+                ).option("write.mode", mode).option("write.report.file", str(report)).mode("append").save()
+            except Exception as error:  # Spark's, carrying the source's message
+                _fail("load", error)
+            seconds = time.monotonic() - started
+            summary = json.loads(report.read_text())
+        figures = _figures(f"loaded into map '{map_name}':", summary["rows"], summary["bytes"], seconds)
+        if as_json:
+            click.echo(json.dumps({"map": map_name, "input": str(input_path), **figures}))
+    finally:
+        spark.stop()
+
+
+@pipeline.command("export")
+@click.option("--map", "map_name", required=True)
+@click.option("--output", "output_path", type=click.Path(path_type=Path), required=True)
+@click.option("--key", "key_column", default="key", show_default=True, help="The key column's name.")
+@click.option("--key-type", type=click.Choice(["string", "long", "binary"]), default="string", show_default=True)
+@click.option("--schema", "schema_ddl", default=None, help="The rows' schema as DDL (default: inferred).")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as one JSON object too.")
+@_connection_options
+def export(
+    map_name: str,
+    output_path: Path,
+    key_column: str,
+    key_type: str,
+    schema_ddl: str | None,
+    as_json: bool,
+    **given: Any,
+) -> None:
+    """Write every entry of a map to Parquet (the folder is replaced)."""
+    options = source_options(given["members"], given["cluster_name"], given["cluster_secret"], given["tls_ca_file"])
+    from shardgrid.spark.session import start_session
+
+    spark = start_session(given["spark_master"], "shardgrid pipeline export")
+    try:
+        reader = spark.read.format("shardgrid").options(**options).option("map", map_name)
+        reader = reader.option("key.column", key_column).option("key.type", key_type)
+        started = time.monotonic()
+        try:
+            frame = (reader.schema(schema_ddl) if schema_ddl else reader).load()
+            frame.write.mode("overwrite").parquet(str(output_path))
+        except Exception as error:
+            _fail("export", error)
+        seconds = time.monotonic() - started
+        rows = spark.read.parquet(str(output_path)).count()  # from the files' footers
+        figures = _figures(f"exported map '{map_name}' to {output_path}:", rows, _size_bytes(output_path), seconds)
+        if as_json:
+            click.echo(json.dumps({"map": map_name, "output": str(output_path), **figures}))
+    finally:
+        spark.stop()

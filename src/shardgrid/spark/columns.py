@@ -1,0 +1,213 @@
+"""Rows to keys and values and back, a column at a time, as the data source's tasks move them.
+
+A row becomes one entry: its key column serialized as the client serializes keys (so a map written
+by Spark is read by ``Client`` and the other way round), and its value either the other columns as
+a msgpack map (field name to value) or one column stored as it is (``value.column``: bytes, or a
+string as UTF-8). Reading turns entries into Arrow record batches of exactly the declared schema.
+Nothing here imports Spark: the tasks and the tests call it with pyarrow alone.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import pyarrow as pa
+
+from shardgrid.client.serialization import KeySerializer
+from shardgrid.spark.options import KeyType, SparkOptionError
+
+PLAIN_VALUE_COLUMN = "value"  # a sampled map whose values are not msgpack maps is read as one column
+
+
+class RowError(ValueError):
+    """A row the map cannot take or an entry the schema cannot hold; the message names which."""
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where a row's key and value come from (or go to): the same for every batch of one job."""
+
+    key_column: str
+    key_type: KeyType
+    value_column: str | None  # None: the other columns, as a msgpack map
+    value_is_text: bool  # value.column is a string column (stored as UTF-8)
+    field_names: tuple[str, ...]  # every column of the schema, in order
+
+    @property
+    def map_fields(self) -> tuple[str, ...]:
+        return tuple(name for name in self.field_names if name != self.key_column)
+
+
+def key_type_of(arrow_type: pa.DataType, column: str) -> KeyType:
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return KeyType.STRING
+    if pa.types.is_integer(arrow_type):
+        return KeyType.LONG
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+        return KeyType.BINARY
+    raise SparkOptionError(f"shardgrid: key column '{column}' is {arrow_type}; a key is a string, an integer or binary")
+
+
+def layout_of(schema: pa.Schema, key_column: str, value_column: str | None) -> Layout:
+    """Checks the columns the options name against the schema; raises SparkOptionError."""
+    names = tuple(schema.names)
+    if key_column not in names:
+        raise SparkOptionError(
+            f"shardgrid: option 'key.column': no column '{key_column}' in the schema (columns: {', '.join(names)})"
+        )
+    key_type = key_type_of(schema.field(key_column).type, key_column)
+    value_is_text = False
+    if value_column is not None:
+        if value_column not in names:
+            raise SparkOptionError(
+                f"shardgrid: option 'value.column': no column '{value_column}' in the schema "
+                f"(columns: {', '.join(names)})"
+            )
+        if value_column == key_column:
+            raise SparkOptionError("shardgrid: options 'value.column' and 'key.column' name the same column")
+        value_type = schema.field(value_column).type
+        value_is_text = pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
+        if not value_is_text and not (pa.types.is_binary(value_type) or pa.types.is_large_binary(value_type)):
+            raise SparkOptionError(
+                f"shardgrid: option 'value.column': column '{value_column}' is {value_type}; a value stored as "
+                "it is must be binary or string (leave the option out to store the columns as a msgpack map)"
+            )
+    return Layout(key_column, key_type, value_column, value_is_text, names)
+
+
+def key_serializer(key_type: KeyType) -> KeySerializer:
+    return KeySerializer({KeyType.STRING: str, KeyType.LONG: int, KeyType.BINARY: bytes}[key_type])
+
+
+class RowEncoder:
+    """Arrow record batches (or Spark rows) to the serialized keys and values of a put_all."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self._keys = key_serializer(layout.key_type)
+        self._encoder = msgspec.msgpack.Encoder()
+
+    def encode_batch(self, batch: pa.RecordBatch) -> tuple[list[bytes], list[bytes]]:
+        layout = self.layout
+        key_column = batch.column(batch.schema.get_field_index(layout.key_column))
+        if key_column.null_count:
+            raise RowError(f"shardgrid: a row has a null key (column '{layout.key_column}'); every row needs a key")
+        keys = self._dump_keys(key_column.to_pylist())
+        if layout.value_column is not None:
+            column = batch.column(batch.schema.get_field_index(layout.value_column))
+            return keys, self._plain_values(column.to_pylist(), keys)
+        fields = batch.select(list(layout.map_fields))
+        encode = self._encoder.encode
+        return keys, [encode(row) for row in fields.to_pylist()]
+
+    def encode_rows(self, rows: Sequence[Any]) -> tuple[list[bytes], list[bytes]]:
+        """Spark ``Row`` objects (the streaming writer's input), in schema order."""
+        layout = self.layout
+        key_index = layout.field_names.index(layout.key_column)
+        raw_keys = [row[key_index] for row in rows]
+        if any(key is None for key in raw_keys):
+            raise RowError(f"shardgrid: a row has a null key (column '{layout.key_column}'); every row needs a key")
+        keys = self._dump_keys(raw_keys)
+        if layout.value_column is not None:
+            value_index = layout.field_names.index(layout.value_column)
+            return keys, self._plain_values([row[value_index] for row in rows], keys)
+        positions = [(i, name) for i, name in enumerate(layout.field_names) if name != layout.key_column]
+        encode = self._encoder.encode
+        return keys, [encode({name: row[i] for i, name in positions}) for row in rows]
+
+    def _dump_keys(self, raw: list[Any]) -> list[bytes]:
+        dump = self._keys.dumps
+        try:
+            return [dump(key) for key in raw]
+        except (TypeError, ValueError) as error:
+            raise RowError(f"shardgrid: key column '{self.layout.key_column}': {error}") from None
+
+    def _plain_values(self, raw: list[Any], keys: list[bytes]) -> list[bytes]:
+        if any(value is None for value in raw):
+            raise RowError(
+                f"shardgrid: a row has a null in value column '{self.layout.value_column}': a value stored as it is "
+                "cannot be null"
+            )
+        if self.layout.value_is_text:
+            return [value.encode() for value in raw]
+        return raw
+
+
+def spark_type_name_of(value: Any) -> str | None:
+    """The Spark type a sampled value infers (None: it says nothing, being null)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "bigint"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bytes):
+        return "binary"
+    if isinstance(value, datetime.datetime):
+        return "timestamp"
+    raise RowError(f"a sampled value of type {type(value).__name__} has no column type: give the schema with .schema()")
+
+
+class EntryDecoder:
+    """Entries to Arrow record batches of exactly ``schema`` (a Spark schema, as Arrow)."""
+
+    def __init__(self, layout: Layout, schema: pa.Schema) -> None:
+        self.layout = layout
+        self.schema = schema
+        self._keys = key_serializer(layout.key_type)
+        self._decoder = msgspec.msgpack.Decoder()
+
+    def decode(self, keys: Sequence[bytes], values: Sequence[bytes]) -> pa.RecordBatch:
+        layout = self.layout
+        load_key = self._keys.loads
+        columns: dict[str, list[Any]] = {layout.key_column: [load_key(key) for key in keys]}
+        if layout.value_column is not None:
+            columns[layout.value_column] = (
+                [value.decode() for value in values] if layout.value_is_text else list(values)
+            )
+        else:
+            decode = self._decoder.decode
+            decoded = [decode(value) for value in values]
+            fields = layout.map_fields
+            if fields == (PLAIN_VALUE_COLUMN,) and not all(isinstance(entry, dict) for entry in decoded):
+                columns[PLAIN_VALUE_COLUMN] = decoded
+            else:
+                for name in fields:
+                    columns[name] = [entry.get(name) if isinstance(entry, dict) else None for entry in decoded]
+        arrays = []
+        for field in self.schema:
+            try:
+                arrays.append(pa.array(_from_text(columns[field.name], field.type), type=field.type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as error:
+                problem = f"shardgrid: column '{field.name}' ({field.type}): an entry does not fit: {error}"
+                raise RowError(problem) from None
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def _from_text(column: list[Any], arrow_type: pa.DataType) -> list[Any]:
+    """msgpack has no decimal, date or zone-less timestamp: the writer's encoder stored them as ISO
+    text (lossless); a schema asking for one gets it back. An integer column takes integers only."""
+    if pa.types.is_integer(arrow_type):
+        # pyarrow would truncate 2.5 to 2 without a word: a value that is not an integer is an error.
+        for value in column:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise pa.ArrowInvalid(f"{value!r} is not an integer")
+        return column
+    if pa.types.is_decimal(arrow_type):
+        parse: Any = decimal.Decimal
+    elif pa.types.is_date(arrow_type):
+        parse = datetime.date.fromisoformat
+    elif pa.types.is_timestamp(arrow_type):
+        parse = datetime.datetime.fromisoformat
+    else:
+        return column
+    return [parse(value) if isinstance(value, str) else value for value in column]

@@ -1,0 +1,57 @@
+"""``shardgrid pipeline load`` and ``export`` as a user runs them: separate processes, each with
+its own local Spark, against member processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from .conftest import SECRET
+
+ROWS = 20_000
+
+
+def _shardgrid(cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SHARDGRID_CLUSTER_SECRET": SECRET, "SHARDGRID_MEMBERS": ",".join(cluster.addresses)}
+    command = [sys.executable, "-m", "shardgrid", "pipeline", *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_load_then_export_round_trips_a_parquet_file(spark, cluster, tmp_path):
+    source = spark.range(ROWS).selectExpr("id", "concat('row-', id) as label", "id % 13 as bucket")
+    source.write.parquet(str(tmp_path / "in.parquet"))
+    loaded = _shardgrid(
+        cluster, "load", "--input", str(tmp_path / "in.parquet"), "--map", "piped", "--key", "id", "--json"
+    )
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    figures = json.loads(loaded.stdout.strip().splitlines()[-1])
+    assert figures["rows"] == ROWS
+    assert figures["bytes"] > 0
+    assert figures["rows_per_s"] > 0
+    exported = _shardgrid(
+        cluster,
+        "export",
+        "--map",
+        "piped",
+        "--output",
+        str(tmp_path / "out.parquet"),
+        "--key",
+        "id",
+        "--schema",
+        "id long, label string, bucket long",
+        "--json",
+    )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert json.loads(exported.stdout.strip().splitlines()[-1])["rows"] == ROWS
+    back = spark.read.parquet(str(tmp_path / "out.parquet"))
+    assert back.count() == ROWS
+    assert source.exceptAll(back.select("id", "label", "bucket")).count() == 0
+
+
+def test_a_load_that_cannot_run_says_why_and_exits_non_zero(spark, cluster, tmp_path):
+    spark.range(5).write.json(str(tmp_path / "in.json"))
+    failed = _shardgrid(cluster, "load", "--input", str(tmp_path / "in.json"), "--map", "bad", "--key", "nope")
+    assert failed.returncode == 1
+    assert "load failed: shardgrid: option 'key.column': no column 'nope' in the schema" in failed.stderr
