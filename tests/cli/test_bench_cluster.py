@@ -21,6 +21,7 @@ def test_a_small_cluster_bench_reports_a_rebalance(tmp_path):
     assert scale_up["migrations"] > 0
     assert scale_up["entries_moved"] > 0
     assert scale_up["seconds_to_safe"] > 0
+    assert isinstance(scale_up["chunks_resent"], int)  # the duplicates are reported
     assert scale_up["steady"]["get"]["count"] > 0
     assert report["client"]["put_all_entries_per_s"] > 0
     assert (done.returncode == 0) == report["targets"]["all_met"]

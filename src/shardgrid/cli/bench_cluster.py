@@ -209,7 +209,9 @@ async def _scenario(name: str, entries: int, backups: int, samples_out: TextIO |
                     await asyncio.sleep(0.1)
             await client.wait_until_safe(600)
             safe_at = time.monotonic()
-            migrations, _, moved_entries, moved_bytes = baseline.progress(await client.cluster_status())
+            final_status = await client.cluster_status()
+            migrations, _, moved_entries, moved_bytes = baseline.progress(final_status)
+            resent = baseline.resent(final_status)
             await asyncio.sleep(1.0)
             sampler.stop()
             await sampling
@@ -245,6 +247,9 @@ async def _scenario(name: str, entries: int, backups: int, samples_out: TextIO |
                 "seconds_migrating": round(migrating_s, 2),
                 "seconds_to_safe": round(took, 2),
                 "entries_moved": moved_entries,
+                # Duplicates the rebalance sent: migration chunks sent again (no timely
+                # acknowledgement, or a connection that came back), by the members still up.
+                "chunks_resent": resent,
                 "entries_moved_per_s": round(moved_entries / migrating_s) if migrating_s > 0 else 0,
                 "mb_moved_per_s": round(moved_bytes / migrating_s / 1e6, 2) if migrating_s > 0 else 0,
                 "steady": steady,

@@ -261,11 +261,27 @@ def bench_cluster(entries: int, scenarios: tuple[str, ...], samples: Path) -> No
     and 0), scale down 4->3 and a crash of one of 4 with ENTRIES loaded; exits 1 when a target is
     missed."""
     report = run_cluster_bench(entries, list(scenarios or SCENARIOS), samples)
+    _print_with_targets(report)
+
+
+def _print_with_targets(report: dict[str, Any]) -> None:
+    """The report as JSON; exits 1, naming them, when targets were missed."""
     click.echo(json.dumps(report, indent=2))
     if not report["targets"]["all_met"]:
         missed = [name for name, check in report["targets"].items() if isinstance(check, dict) and not check["met"]]
         click.echo(f"targets missed: {', '.join(missed)}", err=True)
         sys.exit(1)
+
+
+@bench.command("pipeline")
+@click.option("--rows", type=click.IntRange(1_000, 100_000_000), default=1_000_000, show_default=True)
+def bench_pipeline(rows: int) -> None:
+    """Spark: load and export ROWS rows through the data source beside Parquet write and read and a
+    sink that discards rows; JSON; exits 1 when a target is missed."""
+    from shardgrid.cli.bench_pipeline import run_pipeline_bench
+
+    report = run_pipeline_bench(rows)
+    _print_with_targets(report)
 
 
 @cli.group()
