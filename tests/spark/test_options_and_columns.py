@@ -107,3 +107,46 @@ def test_bad_rows_and_layouts_are_named() -> None:
 
 def _nulls(count: int) -> dict[str, list[None]]:
     return {name: [None] * count for name in SCHEMA.names if name != "id"}
+
+
+def test_map_columns_are_refused_anywhere_in_the_schema() -> None:
+    for column in (pa.map_(pa.string(), pa.int32()), pa.struct([("m", pa.map_(pa.string(), pa.int32()))])):
+        schema = pa.schema([("id", pa.int64()), ("m", column)])
+        with pytest.raises(SparkOptionError, match="map columns are not supported"):
+            layout_of(schema, "id", None)
+
+
+def test_the_stream_writer_stores_structs_as_the_batch_writer_does() -> None:
+    """Found by an outside tester: a struct came in a stream's Row as a tuple and was stored as a
+    list, which no read could take back."""
+    from pyspark.sql import Row
+
+    schema = pa.schema([("id", pa.int64()), ("st", pa.struct([("a", pa.int32()), ("b", pa.string())]))])
+    layout = layout_of(schema, "id", None)
+    rows = [Row(id=1, st=Row(a=7, b="x")), Row(id=2, st=None)]
+    from_rows = RowEncoder(layout).encode_rows(rows)
+    batch = pa.RecordBatch.from_pylist([{"id": 1, "st": {"a": 7, "b": "x"}}, {"id": 2, "st": None}], schema=schema)
+    assert from_rows == RowEncoder(layout).encode_batch(batch)
+    assert EntryDecoder(layout, schema).decode(*from_rows).to_pylist() == batch.to_pylist()
+
+
+def test_a_failed_job_is_told_by_the_line_that_says_why() -> None:
+    """Found by an outside tester: the first "shardgrid:" in Spark's error could be a source line
+    quoted in a traceback, printed as the reason."""
+    from shardgrid.cli.pipeline import failure_reason
+
+    spark_error = "\n".join(
+        [
+            "An exception was thrown from the Python worker. Please see the stack trace below.",
+            "Traceback (most recent call last):",
+            '  File "columns.py", line 90, in encode_batch',
+            "    raise RowError(f\"shardgrid: a row has a null key (column '{layout.key_column}')\")",
+            "shardgrid.spark.columns.RowError: shardgrid: a row has a null key (column 'id'); every row needs a key",
+            "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(...)",
+        ]
+    )
+    assert (
+        failure_reason(RuntimeError(spark_error))
+        == "shardgrid: a row has a null key (column 'id'); every row needs a key"
+    )
+    assert failure_reason(RuntimeError("Traceback:\nValueError: bad schema")) == "bad schema"

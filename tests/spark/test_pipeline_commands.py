@@ -50,8 +50,22 @@ def test_load_then_export_round_trips_a_parquet_file(spark, cluster, tmp_path):
     assert source.exceptAll(back.select("id", "label", "bucket")).count() == 0
 
 
+def test_export_never_replaces_what_is_at_the_output_unless_told(cluster, tmp_path):
+    """Found by an outside tester: an export replaced a folder of other files without a word."""
+    (tmp_path / "keep").mkdir()
+    (tmp_path / "keep" / "notes.txt").write_text("mine")
+    refused = _shardgrid(cluster, "export", "--map", "piped", "--output", str(tmp_path / "keep"))
+    assert refused.returncode == 2
+    assert "exists; give --overwrite" in refused.stderr
+    assert (tmp_path / "keep" / "notes.txt").read_text() == "mine"
+
+
 def test_a_load_that_cannot_run_says_why_and_exits_non_zero(spark, cluster, tmp_path):
     spark.range(5).write.json(str(tmp_path / "in.json"))
     failed = _shardgrid(cluster, "load", "--input", str(tmp_path / "in.json"), "--map", "bad", "--key", "nope")
     assert failed.returncode == 1
     assert "load failed: shardgrid: option 'key.column': no column 'nope' in the schema" in failed.stderr
+    (tmp_path / "nulls.csv").write_text("id,v\n1,a\n,b\n")
+    nulls = _shardgrid(cluster, "load", "--input", str(tmp_path / "nulls.csv"), "--map", "bad", "--key", "id")
+    assert nulls.returncode == 1
+    assert "load failed: shardgrid: a row has a null key (column 'id'); every row needs a key" in nulls.stderr

@@ -8,6 +8,7 @@ non-zero when the job fails, naming why.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import tempfile
 import time
@@ -77,11 +78,25 @@ def _figures(verb: str, rows: int, data_bytes: int, seconds: float) -> dict[str,
     return figures
 
 
+ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
+
+
+def failure_reason(error: Exception) -> str:
+    """The line that says what went wrong, out of Spark's error (a JVM trace around a Python
+    traceback): the last ``SomethingError: message`` line, one of the data source's when there is
+    one (its messages start "shardgrid:"); source lines quoted in tracebacks are not taken."""
+    found = [match.group(2) for match in map(ERROR_LINE.match, str(error).splitlines()) if match]
+    ours = [message for message in found if message.startswith("shardgrid:")]
+    if ours:
+        return ours[-1]
+    if found:
+        return found[-1]
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
 def _fail(what: str, error: Exception) -> None:
-    message = str(error)
-    start = message.find("shardgrid:")
-    line = message[start:] if start >= 0 else message
-    click.echo(f"{what} failed: {line.splitlines()[0] if line else type(error).__name__}", err=True)
+    click.echo(f"{what} failed: {failure_reason(error)}", err=True)
     sys.exit(EXIT_REFUSED)
 
 
@@ -136,6 +151,7 @@ def load(
 @click.option("--key", "key_column", default="key", show_default=True, help="The key column's name.")
 @click.option("--key-type", type=click.Choice(["string", "long", "binary"]), default="string", show_default=True)
 @click.option("--schema", "schema_ddl", default=None, help="The rows' schema as DDL (default: inferred).")
+@click.option("--overwrite", is_flag=True, help="Replace what is at --output (refused otherwise).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as one JSON object too.")
 @_connection_options
 def export(
@@ -144,10 +160,14 @@ def export(
     key_column: str,
     key_type: str,
     schema_ddl: str | None,
+    overwrite: bool,
     as_json: bool,
     **given: Any,
 ) -> None:
-    """Write every entry of a map to Parquet (the folder is replaced)."""
+    """Write every entry of a map to a Parquet folder at --output (which must not exist, unless
+    --overwrite: then it is replaced whole)."""
+    if output_path.exists() and not overwrite:
+        raise click.UsageError(f"--output: {output_path} exists; give --overwrite to replace it (all of it)")
     options = source_options(given["members"], given["cluster_name"], given["cluster_secret"], given["tls_ca_file"])
     from shardgrid.spark.session import start_session
 

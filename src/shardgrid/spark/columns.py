@@ -61,6 +61,14 @@ def layout_of(schema: pa.Schema, key_column: str, value_column: str | None) -> L
             f"shardgrid: option 'key.column': no column '{key_column}' in the schema (columns: {', '.join(names)})"
         )
     key_type = key_type_of(schema.field(key_column).type, key_column)
+    for field in schema:
+        if _holds_map(field.type):
+            # Arrow hands a map over as (key, value) pairs and msgpack has no such type: what was
+            # stored could not be read back as the map it was. Refused, not stored wrongly.
+            raise SparkOptionError(
+                f"shardgrid: column '{field.name}' is {field.type}: map columns are not supported; "
+                "store it as a struct, or as JSON text (to_json)"
+            )
     value_is_text = False
     if value_column is not None:
         if value_column not in names:
@@ -78,6 +86,16 @@ def layout_of(schema: pa.Schema, key_column: str, value_column: str | None) -> L
                 "it is must be binary or string (leave the option out to store the columns as a msgpack map)"
             )
     return Layout(key_column, key_type, value_column, value_is_text, names)
+
+
+def _holds_map(arrow_type: pa.DataType) -> bool:
+    if pa.types.is_map(arrow_type):
+        return True
+    if pa.types.is_struct(arrow_type):
+        return any(_holds_map(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
+        return _holds_map(arrow_type.value_type)
+    return False
 
 
 def key_serializer(key_type: KeyType) -> KeySerializer:
@@ -116,9 +134,14 @@ class RowEncoder:
         if layout.value_column is not None:
             value_index = layout.field_names.index(layout.value_column)
             return keys, self._plain_values([row[value_index] for row in rows], keys)
-        positions = [(i, name) for i, name in enumerate(layout.field_names) if name != layout.key_column]
         encode = self._encoder.encode
-        return keys, [encode({name: row[i] for i, name in positions}) for row in rows]
+        key_column = layout.key_column
+        # asDict(recursive=True): a struct is a Row (a tuple) inside a Row; stored as the batch
+        # writer stores it, a map of its fields, so either writer's entries read back alike.
+        return keys, [
+            encode({name: value for name, value in row.asDict(recursive=True).items() if name != key_column})
+            for row in rows
+        ]
 
     def _dump_keys(self, raw: list[Any]) -> list[bytes]:
         dump = self._keys.dumps
@@ -169,7 +192,13 @@ class EntryDecoder:
     def decode(self, keys: Sequence[bytes], values: Sequence[bytes]) -> pa.RecordBatch:
         layout = self.layout
         load_key = self._keys.loads
-        columns: dict[str, list[Any]] = {layout.key_column: [load_key(key) for key in keys]}
+        try:
+            columns: dict[str, list[Any]] = {layout.key_column: [load_key(key) for key in keys]}
+        except (TypeError, ValueError) as error:
+            raise RowError(
+                f"shardgrid: key column '{layout.key_column}' ({layout.key_type.value}): a stored key is not one: "
+                f"{error} (is the map's key type another? see key.type)"
+            ) from None
         if layout.value_column is not None:
             columns[layout.value_column] = (
                 [value.decode() for value in values] if layout.value_is_text else list(values)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -48,6 +49,7 @@ from pyspark.sql.types import (
 from shardgrid.client import AsyncClient
 from shardgrid.client.errors import ShardgridClientError
 from shardgrid.core import messages as m
+from shardgrid.core.errors import ConfigError
 from shardgrid.spark.columns import (
     PLAIN_VALUE_COLUMN,
     EntryDecoder,
@@ -95,7 +97,12 @@ def _with_client(options: SourceOptions, work: Callable[[AsyncClient], Awaitable
     """``work`` on a connected client, on a loop of its own (Spark's Python workers run none)."""
 
     async def run() -> T:
-        client = _client(options)
+        try:
+            client = _client(options)
+        except (ConfigError, OSError, ValueError) as error:
+            raise SparkOptionError(
+                f"shardgrid: the connection options (cluster.*, tls.*) cannot be used: {error}"
+            ) from None
         try:
             await client.connect()
             await client.refresh_table()
@@ -163,6 +170,7 @@ class ShardgridDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> ShardgridWriter:
         options = parse(self.options, writing=True)
         layout = _write_layout(options, schema)
+        _check_report_file(options)
         if overwrite and not options.confirm_truncate:
             raise SparkOptionError(
                 f"shardgrid: save mode overwrite clears map '{options.map_name}' first; say so with "
@@ -200,6 +208,15 @@ async def _sample(client: AsyncClient, options: SourceOptions) -> list[Any]:
         if len(found) >= options.infer_sample_size:
             break
     return found
+
+
+def _check_report_file(options: SourceOptions) -> None:
+    """Before any task writes: a report the commit could not write would fail a finished job."""
+    if options.write_report_file is None:
+        return
+    folder = Path(options.write_report_file).parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise SparkOptionError(f"shardgrid: option 'write.report.file': {folder} is not a folder this job can write to")
 
 
 def _write_layout(options: SourceOptions, schema: StructType) -> Layout:
@@ -288,7 +305,10 @@ class ShardgridWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         # Nothing to undo: what was acknowledged is in the map (a retried task rewrites its rows).
-        _report(messages, "aborted; rows written before the failure stay in the map", self.options)
+        # Only tasks that finished report: rows a failed task had written (they stay) are not counted.
+        _report(
+            messages, "aborted; the rows written stay in the map (failed tasks' rows are not counted)", self.options
+        )
 
 
 class ShardgridStreamWriter(DataSourceStreamWriter):
