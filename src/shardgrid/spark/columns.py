@@ -215,16 +215,17 @@ class EntryDecoder:
         arrays = []
         for field in self.schema:
             try:
-                arrays.append(pa.array(_from_text(columns[field.name], field.type), type=field.type))
+                arrays.append(pa.array(_as_column_type(columns[field.name], field.type), type=field.type))
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as error:
                 problem = f"shardgrid: column '{field.name}' ({field.type}): an entry does not fit: {error}"
                 raise RowError(problem) from None
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
-def _from_text(column: list[Any], arrow_type: pa.DataType) -> list[Any]:
-    """msgpack has no decimal, date or zone-less timestamp: the writer's encoder stored them as ISO
-    text (lossless); a schema asking for one gets it back. An integer column takes integers only."""
+def _as_column_type(column: list[Any], arrow_type: pa.DataType) -> list[Any]:
+    """Decoded values ready for ``pa.array`` of the column's type. msgpack has no decimal, date or
+    zone-less timestamp: the writer's encoder stored them as ISO text (lossless), and a schema asking
+    for one gets it back. An integer column takes integers only (pyarrow would truncate floats)."""
     if pa.types.is_integer(arrow_type):
         # pyarrow would truncate 2.5 to 2 without a word: a value that is not an integer is an error.
         for value in column:

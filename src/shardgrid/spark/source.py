@@ -442,7 +442,11 @@ class ShardgridKeyReader(ShardgridReader):
             else:
                 yield condition
                 continue
-            self.keys = wanted if self.keys is None else tuple(k for k in self.keys if k in set(wanted))
+            if self.keys is None:
+                self.keys = wanted
+            else:
+                allowed = set(wanted)  # built once, not once per key kept
+                self.keys = tuple(k for k in self.keys if k in allowed)
 
 
 async def _owners(client: AsyncClient) -> list[str | None]:
