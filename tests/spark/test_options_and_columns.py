@@ -133,7 +133,7 @@ def test_the_stream_writer_stores_structs_as_the_batch_writer_does() -> None:
 def test_a_failed_job_is_told_by_the_line_that_says_why() -> None:
     """Found by an outside tester: the first "shardgrid:" in Spark's error could be a source line
     quoted in a traceback, printed as the reason."""
-    from shardgrid.cli.pipeline import failure_reason
+    from shardgrid.spark.jobs import failure_reason
 
     spark_error = "\n".join(
         [

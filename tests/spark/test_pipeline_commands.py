@@ -69,3 +69,17 @@ def test_a_load_that_cannot_run_says_why_and_exits_non_zero(spark, cluster, tmp_
     nulls = _shardgrid(cluster, "load", "--input", str(tmp_path / "nulls.csv"), "--map", "bad", "--key", "id")
     assert nulls.returncode == 1
     assert "load failed: shardgrid: a row has a null key (column 'id'); every row needs a key" in nulls.stderr
+
+
+def test_without_java_a_load_names_what_is_missing_and_starts_no_jvm(tmp_path):
+    (tmp_path / "in.csv").write_text("id,v\n1,a\n")
+    bin_dir = os.path.dirname(sys.executable)  # the interpreter only: no java on this PATH
+    env = {key: value for key, value in os.environ.items() if key != "JAVA_HOME"}
+    env["PATH"] = bin_dir
+    command = [sys.executable, "-m", "shardgrid", "pipeline", "load", "--input", str(tmp_path / "in.csv")]
+    done = subprocess.run(
+        [*command, "--map", "m", "--key", "id"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1
+    assert "Spark needs Java 17 or newer and there is no java on PATH" in done.stderr
+    assert "Traceback" not in done.stderr

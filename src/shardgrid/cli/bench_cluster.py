@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from shardgrid.cli.local_cluster import LocalMember, alive, end, free_port_base, start_member, wait_until_formed
+from shardgrid.cli.local_cluster import LocalMember, alive, end, loopback_addresses, start_member, wait_until_formed
 from shardgrid.cli.watch import ProgressBaseline
 from shardgrid.client.aio import AsyncClient, AsyncMap
 from shardgrid.client.serialization import BytesSerializer
 
+BENCH_FIRST_PORT = 5801  # apart from the members `local up` and the demo start from 5701
 VALUE = b"v" * 100
 BATCH = 1_000
 STEADY_S = 3.0
@@ -74,11 +75,6 @@ class Cluster:
 
     def end_all(self) -> None:
         end([m.pid for m in self.members if alive(m.pid)], grace_s=2)
-
-
-def _addresses(count: int) -> list[str]:
-    base = free_port_base(5801, count)
-    return [f"127.0.0.1:{port}" for port in range(base, base + count)]
 
 
 async def _load(data: AsyncMap, entries: int) -> float:
@@ -179,7 +175,7 @@ async def _scenario(name: str, entries: int, backups: int, samples_out: TextIO |
     directory = workdir / name
     directory.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(directory)
-    addresses = _addresses(start_size + 1)
+    addresses = loopback_addresses(BENCH_FIRST_PORT, start_size + 1)
     founders = addresses[:start_size]
     try:
         for address in founders:
@@ -268,7 +264,7 @@ def run_cluster_bench(entries: int, scenarios: list[str], samples: Path | None) 
         client_dir = workdir / "client"
         client_dir.mkdir()
         cluster = Cluster(client_dir)
-        addresses = _addresses(3)
+        addresses = loopback_addresses(BENCH_FIRST_PORT, 3)
         try:
             for address in addresses:
                 cluster.start(address, addresses, 3, 1)

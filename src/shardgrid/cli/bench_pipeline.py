@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shardgrid.cli.bench_cluster import Cluster, _addresses
-from shardgrid.cli.local_cluster import wait_until_formed
+from shardgrid.cli.bench_cluster import BENCH_FIRST_PORT, Cluster
+from shardgrid.cli.local_cluster import loopback_addresses, wait_until_formed
 
 SHARE_TARGET = 0.5
 SCHEMA = "id long, payload string"
@@ -41,7 +41,7 @@ def run_pipeline_bench(rows: int) -> dict[str, Any]:
     spark = start_session(app_name="shardgrid bench pipeline")
     try:
         spark.dataSource.register(DiscardDataSource)
-        addresses = _addresses(3)
+        addresses = loopback_addresses(BENCH_FIRST_PORT, 3)
         for address in addresses:
             cluster.start(address, addresses, 3, 1)
         wait_until_formed(cluster.members, 60, workdir)

@@ -64,7 +64,7 @@ def client_options(function: Callable[..., Any]) -> Callable[..., Any]:
     return function
 
 
-def _members(text: str) -> list[str]:
+def parse_members(text: str) -> list[str]:
     members = [address.strip() for address in text.split(",") if address.strip()]
     if not members:
         raise click.UsageError("--members: give at least one member as host:port")
@@ -75,7 +75,7 @@ def _members(text: str) -> list[str]:
 
 
 def _with_client(options: dict[str, Any], action: Callable[[Client], T]) -> T:
-    members = _members(str(options["members"]))
+    members = parse_members(str(options["members"]))
     timeout_s = options["timeout_s"]
     if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
         raise click.UsageError(

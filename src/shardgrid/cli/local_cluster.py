@@ -71,6 +71,12 @@ def free_port_base(first: int, count: int) -> int:
     return base
 
 
+def loopback_addresses(first_port: int, count: int) -> list[str]:
+    """``count`` addresses on 127.0.0.1 whose ports are free now, from ``first_port`` on."""
+    base = free_port_base(first_port, count)
+    return [f"127.0.0.1:{port}" for port in range(base, base + count)]
+
+
 def start_member(
     directory: Path, port: int, join: list[str], initial: int, extra: tuple[str, ...], lite: bool = False
 ) -> LocalMember:

@@ -8,16 +8,15 @@ non-zero when the job fails, naming why.
 from __future__ import annotations
 
 import json
-import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import click
 
-from shardgrid.cli.cluster_commands import EXIT_REFUSED, MEMBERS_ENV, _members
+from shardgrid.cli.cluster_commands import EXIT_REFUSED, MEMBERS_ENV, parse_members
+from shardgrid.spark.jobs import failure_reason, read_map, write_to_map
 
 INPUT_FORMATS = ("parquet", "csv", "json")
 
@@ -37,7 +36,7 @@ def _connection_options(function: Any) -> Any:
 
 
 def source_options(members: str, cluster_name: str, secret: str | None, tls_ca_file: str | None) -> dict[str, str]:
-    found = {"cluster.members": ",".join(_members(members)), "cluster.name": cluster_name}
+    found = {"cluster.members": ",".join(parse_members(members)), "cluster.name": cluster_name}
     if secret:
         found["cluster.secret"] = secret
     if tls_ca_file:
@@ -78,26 +77,21 @@ def _figures(verb: str, rows: int, data_bytes: int, seconds: float) -> dict[str,
     return figures
 
 
-ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
-
-
-def failure_reason(error: Exception) -> str:
-    """The line that says what went wrong, out of Spark's error (a JVM trace around a Python
-    traceback): the last ``SomethingError: message`` line, one of the data source's when there is
-    one (its messages start "shardgrid:"); source lines quoted in tracebacks are not taken."""
-    found = [match.group(2) for match in map(ERROR_LINE.match, str(error).splitlines()) if match]
-    ours = [message for message in found if message.startswith("shardgrid:")]
-    if ours:
-        return ours[-1]
-    if found:
-        return found[-1]
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
-
-
 def _fail(what: str, error: Exception) -> None:
     click.echo(f"{what} failed: {failure_reason(error)}", err=True)
     sys.exit(EXIT_REFUSED)
+
+
+def _start_spark(master: str | None, app_name: str) -> Any:
+    from shardgrid.spark.session import SparkUnavailableError, start_session
+
+    try:
+        return start_session(master, app_name)
+    except SparkUnavailableError as error:
+        click.echo(f"{app_name} failed: {error}", err=True)
+        sys.exit(EXIT_REFUSED)
+    except Exception as error:  # the JVM did not start, or the master could not be reached
+        _fail(app_name, error)
 
 
 @click.group()
@@ -119,26 +113,17 @@ def load(
     """Load a Parquet, CSV or JSON file (or folder of them) into a map, keyed by a column."""
     options = source_options(given["members"], given["cluster_name"], given["cluster_secret"], given["tls_ca_file"])
     kind = _format_of(input_path, input_format)
-    from shardgrid.spark.session import start_session
-
-    spark = start_session(given["spark_master"], "shardgrid pipeline load")
+    spark = _start_spark(given["spark_master"], "shardgrid pipeline load")
     try:
         reader = spark.read.format(kind)
         if kind == "csv":
             reader = reader.option("header", "true").option("inferSchema", "true")
         frame = reader.load(str(input_path))
-        with tempfile.TemporaryDirectory() as scratch:
-            report = Path(scratch) / "report.json"
-            started = time.monotonic()
-            try:
-                frame.write.format("shardgrid").options(**options).option("map", map_name).option(
-                    "key.column", key_column
-                ).option("write.mode", mode).option("write.report.file", str(report)).mode("append").save()
-            except Exception as error:  # Spark's, carrying the source's message
-                _fail("load", error)
-            seconds = time.monotonic() - started
-            summary = json.loads(report.read_text())
-        figures = _figures(f"loaded into map '{map_name}':", summary["rows"], summary["bytes"], seconds)
+        try:
+            written = write_to_map(frame, options, map_name, key_column, mode)
+        except Exception as error:  # Spark's, carrying the source's message
+            _fail("load", error)
+        figures = _figures(f"loaded into map '{map_name}':", written.rows, written.data_bytes, written.seconds)
         if as_json:
             click.echo(json.dumps({"map": map_name, "input": str(input_path), **figures}))
     finally:
@@ -169,15 +154,11 @@ def export(
     if output_path.exists() and not overwrite:
         raise click.UsageError(f"--output: {output_path} exists; give --overwrite to replace it (all of it)")
     options = source_options(given["members"], given["cluster_name"], given["cluster_secret"], given["tls_ca_file"])
-    from shardgrid.spark.session import start_session
-
-    spark = start_session(given["spark_master"], "shardgrid pipeline export")
+    spark = _start_spark(given["spark_master"], "shardgrid pipeline export")
     try:
-        reader = spark.read.format("shardgrid").options(**options).option("map", map_name)
-        reader = reader.option("key.column", key_column).option("key.type", key_type)
         started = time.monotonic()
         try:
-            frame = (reader.schema(schema_ddl) if schema_ddl else reader).load()
+            frame = read_map(spark, options, map_name, key_column, key_type, schema_ddl)
             frame.write.mode("overwrite").parquet(str(output_path))
         except Exception as error:
             _fail("export", error)

@@ -56,9 +56,18 @@ class ProgressBaseline:
         return sum(reply.chunks_resent - self.first[a][3] for a, reply in status.replies.items() if a in self.first)
 
 
-def watch_until_safe(client: Client, timeout_s: float, console: Console, title: str = "rebalancing") -> WatchResult:
-    started = time.monotonic()
-    baseline = ProgressBaseline()
+def watch_until_safe(
+    client: Client,
+    timeout_s: float,
+    console: Console,
+    title: str = "rebalancing",
+    since: tuple[ProgressBaseline, float] | None = None,
+) -> WatchResult:
+    """Until the cluster is safe or ``timeout_s`` passed. ``since``: counters taken and the
+    monotonic time noted when what is watched began (a crash during a load), when that was before
+    the watch: the result then counts from there."""
+    baseline, started = since or (ProgressBaseline(), time.monotonic())
+    deadline = time.monotonic() + timeout_s
     reason = "not asked yet"
     columns = (
         TextColumn(f"[bold]{title}[/bold]"),
@@ -86,6 +95,6 @@ def watch_until_safe(client: Client, timeout_s: float, console: Console, title: 
                     resent = baseline.resent(status)
                     return WatchResult(True, time.monotonic() - started, finished, entries, moved, "", resent)
                 reason = status.unsafe_reason
-            if time.monotonic() - started > timeout_s:
+            if time.monotonic() > deadline:
                 return WatchResult(False, time.monotonic() - started, 0, 0, 0, reason)
             time.sleep(POLL_S)

@@ -7,14 +7,35 @@ print their own figures).
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import sys
 from typing import Any
 
 LOCAL_MASTER = "local[2]"
 
 
+class SparkUnavailableError(RuntimeError):
+    """What this machine lacks to run Spark, said before Spark fails with a JVM trace."""
+
+
+def check_spark_installed() -> None:
+    if importlib.util.find_spec("pyspark") is None or importlib.util.find_spec("pyarrow") is None:
+        raise SparkUnavailableError(
+            "PySpark and pyarrow are not installed: pip install 'shardgrid[spark]' "
+            "(make demo and make test install them)"
+        )
+    java_home = os.environ.get("JAVA_HOME")
+    if shutil.which("java") is None and not (java_home and os.path.exists(os.path.join(java_home, "bin", "java"))):
+        raise SparkUnavailableError(
+            "Spark needs Java 17 or newer and there is no java on PATH (nor JAVA_HOME): "
+            "install a JRE (Debian: openjdk-17-jre-headless; `make java` does it as root)"
+        )
+
+
 def start_session(master: str | None = None, app_name: str = "shardgrid") -> Any:
+    check_spark_installed()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     chosen = master or LOCAL_MASTER
     if chosen.startswith("local"):

@@ -1,0 +1,105 @@
+"""The Spark jobs the commands run through the data source: rows into a map, a map as rows, and a
+fingerprint that tells two sets of rows apart.
+
+``pipeline load`` / ``export`` and the demo share these so that the demo exercises exactly the path
+a user's command takes. Spark is imported by the caller (a session exists before any of these run).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class WriteSummary:
+    rows: int
+    data_bytes: int  # keys and values as stored, what the writer's commit counted
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Fingerprint:
+    """A row count and an order-free checksum (the sum of each row's 64-bit hash): two sets of rows
+    with the same fingerprint hold the same rows, short of a hash collision."""
+
+    rows: int
+    checksum: int
+
+
+def write_to_map(
+    frame: Any, options: Mapping[str, str], map_name: str, key_column: str, mode: str = "put"
+) -> WriteSummary:
+    """Appends ``frame`` to the map; raises Spark's error (carrying the source's message) on failure.
+
+    The rows and bytes come from the writer's commit, which runs in another process on the driver:
+    it hands them over through ``write.report.file``."""
+    with tempfile.TemporaryDirectory(prefix="shardgrid-write-") as scratch:
+        report = Path(scratch) / "report.json"
+        started = time.monotonic()
+        (
+            frame.write.format("shardgrid")
+            .options(**options)
+            .option("map", map_name)
+            .option("key.column", key_column)
+            .option("write.mode", mode)
+            .option("write.report.file", str(report))
+            .mode("append")
+            .save()
+        )
+        seconds = time.monotonic() - started
+        summary = json.loads(report.read_text())
+    return WriteSummary(rows=int(summary["rows"]), data_bytes=int(summary["bytes"]), seconds=seconds)
+
+
+def read_map(
+    spark: Any,
+    options: Mapping[str, str],
+    map_name: str,
+    key_column: str,
+    key_type: str = "string",
+    schema_ddl: str | None = None,
+) -> Any:
+    """The map as a DataFrame (lazy: nothing is read until an action), with the given schema or one
+    inferred from a sample of entries."""
+    reader = spark.read.format("shardgrid").options(**options).option("map", map_name)
+    reader = reader.option("key.column", key_column).option("key.type", key_type)
+    return (reader.schema(schema_ddl) if schema_ddl else reader).load()
+
+
+def fingerprint(frame: Any, columns: Sequence[str]) -> Fingerprint:
+    from pyspark.sql import functions as F
+
+    # decimal(38,0): the sum of up to 10^19 signed 64-bit hashes never overflows (a long sum would).
+    row = frame.select(
+        F.count(F.lit(1)).alias("rows"), F.sum(F.xxhash64(*columns).cast("decimal(38,0)")).alias("checksum")
+    ).first()
+    return Fingerprint(rows=int(row["rows"]), checksum=int(row["checksum"] or 0))
+
+
+def rows_missing(expected: Any, actual: Any, columns: Sequence[str]) -> int:
+    """Rows of ``expected`` with no equal row (on ``columns``) in ``actual``."""
+    return int(expected.join(actual, list(columns), "left_anti").count())
+
+
+ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
+
+
+def failure_reason(error: Exception) -> str:
+    """The line that says what went wrong, out of Spark's error (a JVM trace around a Python
+    traceback): the last ``SomethingError: message`` line, one of the data source's when there is
+    one (its messages start "shardgrid:"); source lines quoted in tracebacks are not taken."""
+    found = [match.group(2) for match in map(ERROR_LINE.match, str(error).splitlines()) if match]
+    ours = [message for message in found if message.startswith("shardgrid:")]
+    if ours:
+        return ours[-1]
+    if found:
+        return found[-1]
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
