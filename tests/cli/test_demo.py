@@ -11,7 +11,6 @@ import pytest
 
 from shardgrid.cli.local_cluster import alive, read_state
 
-
 pytest.importorskip("pyspark")  # installed by the test command (the spark extra)
 
 

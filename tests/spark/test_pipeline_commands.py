@@ -83,3 +83,42 @@ def test_without_java_a_load_names_what_is_missing_and_starts_no_jvm(tmp_path):
     assert done.returncode == 1
     assert "Spark needs Java 17 or newer and there is no java on PATH" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_stream_writes_each_file_of_a_folder_once_and_resumes_after_them(cluster, tmp_path):
+    """The example pipeline: a folder that JSON files arrive in, streamed into a map; a second run
+    with the same checkpoint writes only the file that arrived since (its own batch count says so)."""
+    from shardgrid.client import Client
+
+    arriving = tmp_path / "arriving"
+    arriving.mkdir()
+
+    def drop(name: str, first: int, count: int) -> None:
+        lines = [json.dumps({"id": i, "name": f"user-{i}", "score": i * 1.5}) for i in range(first, first + count)]
+        (arriving / name).write_text("\n".join(lines) + "\n")
+
+    drop("a.json", 0, 300)
+    drop("b.json", 300, 300)
+    common = ["--input", str(arriving), "--map", "streamed", "--key", "id", "--checkpoint", str(tmp_path / "ckpt")]
+    first = _shardgrid(cluster, "stream", *common, "--once", "--max-files-per-batch", "1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "streamed 600 rows into map 'streamed'" in first.stdout
+    assert first.stdout.count("rows into 'streamed'") == 2  # one file a batch
+    drop("c.json", 600, 50)
+    second = _shardgrid(cluster, "stream", *common, "--once", "--schema", "id long, name string, score double")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "streamed 50 rows into map 'streamed'" in second.stdout
+    with Client(cluster.addresses, cluster_secret=SECRET) as client:
+        users = client.get_map("streamed", key_type=int)
+        assert users.size() == 650
+        assert users.get(649) == {"name": "user-649", "score": 649 * 1.5}
+
+
+def test_stream_without_files_or_schema_says_what_to_give(cluster, tmp_path):
+    (tmp_path / "empty").mkdir()
+    done = _shardgrid(
+        cluster, "stream", "--input", str(tmp_path / "empty"), "--map", "m", "--key", "id",
+        "--checkpoint", str(tmp_path / "ckpt"), "--once",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "holds no files to infer the schema from; give --schema DDL" in done.stderr

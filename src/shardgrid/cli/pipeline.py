@@ -115,10 +115,7 @@ def load(
     kind = _format_of(input_path, input_format)
     spark = _start_spark(given["spark_master"], "shardgrid pipeline load")
     try:
-        reader = spark.read.format(kind)
-        if kind == "csv":
-            reader = reader.option("header", "true").option("inferSchema", "true")
-        frame = reader.load(str(input_path))
+        frame = _file_reader(spark.read.format(kind), kind).load(str(input_path))
         try:
             written = write_to_map(frame, options, map_name, key_column, mode)
         except Exception as error:  # Spark's, carrying the source's message
@@ -128,6 +125,100 @@ def load(
             click.echo(json.dumps({"map": map_name, "input": str(input_path), **figures}))
     finally:
         spark.stop()
+
+
+STREAM_POLL_S = 1.0
+
+
+def _file_reader(reader: Any, kind: str) -> Any:
+    return reader.option("header", "true").option("inferSchema", "true") if kind == "csv" else reader
+
+
+def _stream_schema(spark: Any, kind: str, input_dir: Path, given: str | None) -> Any:
+    """The files' schema: a streaming file source needs one before it starts. Inferred from the
+    files there now unless given."""
+    if given is not None:
+        return given
+    if not any(p.is_file() and not p.name.startswith((".", "_")) for p in input_dir.iterdir()):
+        raise click.UsageError(f"--schema: {input_dir} holds no files to infer the schema from; give --schema DDL")
+    try:
+        return _file_reader(spark.read.format(kind), kind).load(str(input_dir)).schema
+    except Exception as error:
+        raise click.UsageError(f"--schema: cannot infer it from {input_dir}: {failure_reason(error)}") from None
+
+
+@pipeline.command("stream")
+@click.option("--input", "input_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
+              help="A folder that files arrive in; each file is written once.")  # fmt: skip
+@click.option("--format", "input_format", type=click.Choice(INPUT_FORMATS), default="json", show_default=True)
+@click.option("--map", "map_name", required=True)
+@click.option("--key", "key_column", required=True, help="The column holding the keys.")
+@click.option("--checkpoint", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Where Spark notes the files written; the same folder again resumes after them.")  # fmt: skip
+@click.option("--schema", "schema_ddl", default=None, help="The files' schema as DDL (default: inferred).")
+@click.option("--once", is_flag=True, help="Write the files there now, in micro-batches, then stop.")
+@click.option("--interval-ms", type=click.IntRange(100, 3_600_000), default=1000, show_default=True)
+@click.option("--max-files-per-batch", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@_connection_options
+def stream(
+    input_dir: Path,
+    input_format: str,
+    map_name: str,
+    key_column: str,
+    checkpoint: Path,
+    schema_ddl: str | None,
+    once: bool,
+    interval_ms: int,
+    max_files_per_batch: int,
+    **given: Any,
+) -> None:
+    """Stream a folder of JSON, CSV or Parquet files into a map, keyed by a column: each new file
+    is written once (a micro-batch replayed after a failure rewrites the same keys). Runs until
+    Ctrl-C, or with --once until the files there now are written."""
+    options = source_options(given["members"], given["cluster_name"], given["cluster_secret"], given["tls_ca_file"])
+    spark = _start_spark(given["spark_master"], "shardgrid pipeline stream")
+    query = None
+    rows = 0
+    started = time.monotonic()
+    try:
+        schema = _stream_schema(spark, input_format, input_dir, schema_ddl)
+        source = spark.readStream.format(input_format).schema(schema).option("maxFilesPerTrigger", max_files_per_batch)
+        writer = (
+            _file_reader(source, input_format)
+            .load(str(input_dir))
+            .writeStream.format("shardgrid")
+            .options(**options)
+            .option("map", map_name)
+            .option("key.column", key_column)
+            .option("checkpointLocation", str(checkpoint))
+        )
+        trigger = {"availableNow": True} if once else {"processingTime": f"{interval_ms} milliseconds"}
+        try:
+            query = writer.trigger(**trigger).start()
+            last_seen = ""  # the newest progress report's timestamp (Spark keeps the last 100 reports)
+            while True:
+                active = query.isActive
+                query.awaitTermination(STREAM_POLL_S)
+                for batch in query.recentProgress:
+                    if batch["timestamp"] > last_seen:  # ISO 8601 in UTC: ordered as text
+                        last_seen = batch["timestamp"]
+                        rows += batch["numInputRows"]
+                        if batch["numInputRows"]:
+                            click.echo(f"batch {batch['batchId']}: {batch['numInputRows']:,} rows into '{map_name}'")
+                if not active:  # one more look after it ended: its last batch's report
+                    break
+            if query.exception() is not None:
+                _fail("stream", query.exception())
+        except KeyboardInterrupt:
+            click.echo(f"stopped; run again with --checkpoint {checkpoint} to go on after the files written")
+        except Exception as error:
+            _fail("stream", error)
+    finally:
+        if query is not None and query.isActive:
+            query.stop()
+        spark.stop()
+    seconds = time.monotonic() - started
+    click.echo(f"streamed {rows:,} rows into map '{map_name}' in {seconds:.1f} s")
 
 
 @pipeline.command("export")
