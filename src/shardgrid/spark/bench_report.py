@@ -19,7 +19,7 @@ rows per second and operation, per period, per completion bucket and per phase.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -171,7 +171,19 @@ def _migration_seconds(samples: DataFrame, periods: DataFrame) -> DataFrame:
 
 def _latencies(samples: DataFrame, marked: DataFrame) -> tuple[list[Any], list[Any]]:
     """Percentiles per second and operation, and per phase (steady or migration) and operation."""
-    flagged = samples.join(marked, ["scenario", "second"], "left").fillna({"migrating": False})
+    flagged = (
+        samples.join(marked, ["scenario", "second"], "left")
+        .fillna({"migrating": False})
+        .select("scenario", "second", "op", "s", "migrating")
+        .cache()  # both groupings read it
+    )
+    try:
+        return _percentiles_by(flagged)
+    finally:
+        flagged.unpersist()
+
+
+def _percentiles_by(flagged: DataFrame) -> tuple[list[Any], list[Any]]:
     per_second = (
         flagged.groupBy("scenario", "second", "op", "migrating")
         .agg(*_percentiles_ms("s"))
@@ -189,20 +201,27 @@ def _latencies(samples: DataFrame, marked: DataFrame) -> tuple[list[Any], list[A
 
 
 def analyze(spark: SparkSession, path: str) -> BenchFigures:
-    """The figures of one samples file (already checked line by line: see ``cli.bench_samples``)."""
+    """The figures of one samples file (already checked line by line: see ``cli.bench_samples``).
+
+    The parsed lines are cached (every figure reads them) and each scenario's first and last sample
+    are collected once and handed back as a local table, so no later query aggregates them again."""
     lines = spark.read.schema(SAMPLES_SCHEMA).option("mode", "FAILFAST").json(path).cache()
     try:
-        return _analyze(lines)
+        spans = (
+            lines.where(F.col("kind") == "sample")
+            .groupBy("scenario")
+            .agg(F.min("t").alias("t0"), F.round(F.max("t") - F.min("t"), 6).alias("last_s"))
+            .collect()
+        )
+        origins = spark.createDataFrame(spans, "scenario string, t0 double, last_s double")
+        figures = _analyze(lines, F.broadcast(origins))
     finally:
         lines.unpersist()
+    return replace(figures, span_s={r["scenario"]: r["last_s"] for r in spans})
 
 
-def _analyze(lines: DataFrame) -> BenchFigures:
-    samples = lines.where(F.col("kind") == "sample")
-    origins = F.broadcast(
-        samples.groupBy("scenario").agg(F.min("t").alias("t0"), F.round(F.max("t") - F.min("t"), 6).alias("last_s"))
-    )
-    samples = samples.join(origins, "scenario").withColumn("at_s", _since("t0"))
+def _analyze(lines: DataFrame, origins: DataFrame) -> BenchFigures:
+    samples = lines.where(F.col("kind") == "sample").join(origins, "scenario").withColumn("at_s", _since("t0"))
     samples = samples.withColumn("second", F.floor("at_s").cast("long"))
     migrations = (
         lines.where(F.col("kind") == "migration")
@@ -210,7 +229,6 @@ def _analyze(lines: DataFrame) -> BenchFigures:
         .withColumn("at_s", _since("t0"))
         .fillna({"source": "", "destination": ""})
     )
-
     periods = _periods(_intervals(migrations)).cache()  # read by the collect and by the marking
     try:
         period_rows = periods.orderBy("scenario", "start_s").collect()
@@ -225,7 +243,6 @@ def _analyze(lines: DataFrame) -> BenchFigures:
         .orderBy("scenario", "bucket")
         .collect()
     )
-    spans = origins.select("scenario", "last_s").collect()
     return BenchFigures(
         seconds=[
             SecondLatency(
@@ -245,5 +262,5 @@ def _analyze(lines: DataFrame) -> BenchFigures:
             PhaseLatency(r["scenario"], r["op"], r["phase"], r["count"], r["p50_ms"], r["p99_ms"], r["p999_ms"])
             for r in phases
         ],
-        span_s={r["scenario"]: r["last_s"] for r in spans},
+        span_s={},  # filled in by analyze
     )
