@@ -284,6 +284,62 @@ def bench_pipeline(rows: int) -> None:
     _print_with_targets(report)
 
 
+@bench.command("report")
+@click.option(
+    "--samples",
+    type=click.Path(path_type=Path),
+    default=Path("bench-cluster-samples.jsonl"),
+    show_default=True,
+    help="The samples file `bench cluster --samples` wrote.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("bench-report"),
+    show_default=True,
+    help="Folder for summary.json, per_second.csv, migrations_completed.csv and the PNGs.",
+)
+@click.option("--spark-master", default=None, help="A Spark master URL (default: local[2]).")
+def bench_report(samples: Path, out: Path, spark_master: str | None) -> None:
+    """Spark over a `bench cluster` samples file: GET and SET p50/p99/p99.9 per second, migration
+    periods marked, steady against migrating; prints the JSON summary, writes it, a CSV per second
+    and PNG plots into OUT, and names the files on stderr. Exits 1 on a missing, empty or malformed
+    file (naming the line)."""
+    from shardgrid.cli.bench_samples import SamplesError, check_samples
+
+    try:
+        check = check_samples(samples)
+    except SamplesError as error:
+        click.echo(f"bench report: {error}", err=True)
+        sys.exit(1)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        click.echo(f"bench report: --out {out}: {error.strerror or error}", err=True)
+        sys.exit(1)
+    try:
+        from shardgrid.cli.bench_report import run_bench_report
+        from shardgrid.spark.session import start_session
+    except ImportError as error:
+        click.echo(f"bench report needs the spark extra (pip install 'shardgrid[spark]'): {error}", err=True)
+        sys.exit(1)
+    from shardgrid.cli.pipeline import failure_reason
+
+    spark = start_session(spark_master, "shardgrid bench report")
+    try:
+        summary, files = run_bench_report(spark, samples, check, out)
+    except Exception as error:  # Spark's, a JVM trace around the reason
+        click.echo(f"bench report failed: {failure_reason(error)}", err=True)
+        sys.exit(1)
+    finally:
+        spark.stop()
+    click.echo(json.dumps(summary, indent=2))
+    if check.migrations == 0:
+        click.echo("bench report: no migration events in the file: every second counted as steady", err=True)
+    for path in files:
+        click.echo(f"wrote {path}", err=True)
+
+
 @cli.group()
 def config() -> None:
     """A member's settings: defaults, a TOML file, SHARDGRID_* environment variables, flags."""
