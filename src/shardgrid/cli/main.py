@@ -323,9 +323,17 @@ def bench_report(samples: Path, out: Path, spark_master: str | None) -> None:
     except ImportError as error:
         click.echo(f"bench report needs the spark extra (pip install 'shardgrid[spark]'): {error}", err=True)
         sys.exit(1)
-    from shardgrid.cli.pipeline import failure_reason
+    from shardgrid.spark.jobs import failure_reason
+    from shardgrid.spark.session import SparkUnavailableError
 
-    spark = start_session(spark_master, "shardgrid bench report")
+    try:
+        spark = start_session(spark_master, "shardgrid bench report")
+    except SparkUnavailableError as error:
+        click.echo(f"bench report: {error}", err=True)
+        sys.exit(1)
+    except Exception as error:  # the JVM did not start, or the master could not be reached
+        click.echo(f"bench report: Spark did not start: {failure_reason(error)}", err=True)
+        sys.exit(1)
     try:
         summary, files = run_bench_report(spark, samples, check, out)
     except Exception as error:  # Spark's, a JVM trace around the reason
