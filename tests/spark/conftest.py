@@ -24,6 +24,29 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
+class KeptSession:
+    """The test session, handed to a command, which stops what it started: not this one."""
+
+    def __init__(self, session: object) -> None:
+        self._session = session
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._session, name)
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.fixture
+def commands_on_test_session(spark: object, monkeypatch: pytest.MonkeyPatch) -> object:
+    """Commands run in this process (click's runner) on the test session: a command run as its
+    own process starts a JVM (15-20 s); the tests that must run one as a user does still do."""
+    import shardgrid.spark.session
+
+    monkeypatch.setattr(shardgrid.spark.session, "start_session", lambda *args, **kwargs: KeptSession(spark))
+    return spark
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     env = {"SHARDGRID_CLUSTER_SECRET": SECRET}

@@ -171,23 +171,7 @@ def test_the_report_writes_its_summary_csv_and_plots(spark, known_file, tmp_path
     assert {r["migrating"] for r in rows if r["scenario"] == "known" and int(r["second"]) >= 3} == {"true"}
 
 
-class KeptSession:
-    """The test session, handed to the command, which stops what it started: not this one."""
-
-    def __init__(self, session: object) -> None:
-        self._session = session
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._session, name)
-
-    def stop(self) -> None:
-        pass
-
-
-def test_the_command_prints_the_summary_and_names_the_files(spark, tmp_path, monkeypatch):
-    import shardgrid.spark.session
-
-    monkeypatch.setattr(shardgrid.spark.session, "start_session", lambda master, name: KeptSession(spark))
+def test_the_command_prints_the_summary_and_names_the_files(commands_on_test_session, tmp_path):
     lines = [sample("quiet", i / 100, op, 0.001) for i in range(300) for op in ("get", "set")]
     path = write_lines(tmp_path / "quiet.jsonl", lines)
     out = tmp_path / "report"

@@ -1,5 +1,6 @@
-"""``shardgrid pipeline load`` and ``export`` as a user runs them: separate processes, each with
-its own local Spark, against member processes on 127.0.0.1."""
+"""``shardgrid pipeline load``, ``export`` and ``stream`` against member processes on 127.0.0.1: the
+round trip as a user runs it (separate processes, each with its own local Spark), the rest in this
+process on the test session (a JVM per command would cost 15-20 s each)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import json
 import os
 import subprocess
 import sys
+
+from click.testing import CliRunner, Result
+
+from shardgrid.cli.main import cli
 
 from .conftest import SECRET
 
@@ -50,6 +55,11 @@ def test_load_then_export_round_trips_a_parquet_file(spark, cluster, tmp_path):
     assert source.exceptAll(back.select("id", "label", "bucket")).count() == 0
 
 
+def _here(cluster, *args: str) -> Result:
+    env = {"SHARDGRID_CLUSTER_SECRET": SECRET, "SHARDGRID_MEMBERS": ",".join(cluster.addresses)}
+    return CliRunner().invoke(cli, ["pipeline", *args], env=env)
+
+
 def test_export_never_replaces_what_is_at_the_output_unless_told(cluster, tmp_path):
     """Found by an outside tester: an export replaced a folder of other files without a word."""
     (tmp_path / "keep").mkdir()
@@ -60,14 +70,14 @@ def test_export_never_replaces_what_is_at_the_output_unless_told(cluster, tmp_pa
     assert (tmp_path / "keep" / "notes.txt").read_text() == "mine"
 
 
-def test_a_load_that_cannot_run_says_why_and_exits_non_zero(spark, cluster, tmp_path):
-    spark.range(5).write.json(str(tmp_path / "in.json"))
-    failed = _shardgrid(cluster, "load", "--input", str(tmp_path / "in.json"), "--map", "bad", "--key", "nope")
-    assert failed.returncode == 1
+def test_a_load_that_cannot_run_says_why_and_exits_non_zero(commands_on_test_session, cluster, tmp_path):
+    commands_on_test_session.range(5).write.json(str(tmp_path / "in.json"))
+    failed = _here(cluster, "load", "--input", str(tmp_path / "in.json"), "--map", "bad", "--key", "nope")
+    assert failed.exit_code == 1
     assert "load failed: shardgrid: option 'key.column': no column 'nope' in the schema" in failed.stderr
     (tmp_path / "nulls.csv").write_text("id,v\n1,a\n,b\n")
-    nulls = _shardgrid(cluster, "load", "--input", str(tmp_path / "nulls.csv"), "--map", "bad", "--key", "id")
-    assert nulls.returncode == 1
+    nulls = _here(cluster, "load", "--input", str(tmp_path / "nulls.csv"), "--map", "bad", "--key", "id")
+    assert nulls.exit_code == 1
     assert "load failed: shardgrid: a row has a null key (column 'id'); every row needs a key" in nulls.stderr
 
 
@@ -85,7 +95,7 @@ def test_without_java_a_load_names_what_is_missing_and_starts_no_jvm(tmp_path):
     assert "Traceback" not in done.stderr
 
 
-def test_stream_writes_each_file_of_a_folder_once_and_resumes_after_them(cluster, tmp_path):
+def test_stream_writes_each_file_of_a_folder_once_and_resumes_after_them(commands_on_test_session, cluster, tmp_path):
     """The example pipeline: a folder that JSON files arrive in, streamed into a map; a second run
     with the same checkpoint writes only the file that arrived since (its own batch count says so)."""
     from shardgrid.client import Client
@@ -100,13 +110,13 @@ def test_stream_writes_each_file_of_a_folder_once_and_resumes_after_them(cluster
     drop("a.json", 0, 300)
     drop("b.json", 300, 300)
     common = ["--input", str(arriving), "--map", "streamed", "--key", "id", "--checkpoint", str(tmp_path / "ckpt")]
-    first = _shardgrid(cluster, "stream", *common, "--once", "--max-files-per-batch", "1")
-    assert first.returncode == 0, first.stderr[-3000:]
+    first = _here(cluster, "stream", *common, "--once", "--max-files-per-batch", "1")
+    assert first.exit_code == 0, first.stderr[-3000:]
     assert "streamed 600 rows into map 'streamed'" in first.stdout
     assert first.stdout.count("rows into 'streamed'") == 2  # one file a batch
     drop("c.json", 600, 50)
-    second = _shardgrid(cluster, "stream", *common, "--once", "--schema", "id long, name string, score double")
-    assert second.returncode == 0, second.stderr[-3000:]
+    second = _here(cluster, "stream", *common, "--once", "--schema", "id long, name string, score double")
+    assert second.exit_code == 0, second.stderr[-3000:]
     assert "streamed 50 rows into map 'streamed'" in second.stdout
     with Client(cluster.addresses, cluster_secret=SECRET) as client:
         users = client.get_map("streamed", key_type=int)
@@ -114,11 +124,11 @@ def test_stream_writes_each_file_of_a_folder_once_and_resumes_after_them(cluster
         assert users.get(649) == {"name": "user-649", "score": 649 * 1.5}
 
 
-def test_stream_without_files_or_schema_says_what_to_give(cluster, tmp_path):
+def test_stream_without_files_or_schema_says_what_to_give(commands_on_test_session, cluster, tmp_path):
     (tmp_path / "empty").mkdir()
-    done = _shardgrid(
+    done = _here(
         cluster, "stream", "--input", str(tmp_path / "empty"), "--map", "m", "--key", "id",
         "--checkpoint", str(tmp_path / "ckpt"), "--once",
     )  # fmt: skip
-    assert done.returncode == 2
+    assert done.exit_code == 2
     assert "holds no files to infer the schema from; give --schema DDL" in done.stderr
