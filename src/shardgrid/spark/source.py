@@ -60,9 +60,14 @@ from shardgrid.spark.columns import (
     spark_type_name_of,
 )
 from shardgrid.spark.options import KeyType, SourceOptions, SparkOptionError, WriteMode, parse
+from shardgrid.spark.owner_batches import OwnerBatches
 
 SOURCE_NAME = "shardgrid"
 SCAN_AHEAD_PARTITIONS = 4  # grid partitions a read task fetches ahead of the one it yields
+# Rows per Arrow batch a read task yields (Spark's own spark.sql.execution.arrow.maxRecordsPerBatch
+# default): each batch crossing to the JVM has a cost of its own, and batches of 1,000 rows read
+# about 25% slower here than batches of 10,000.
+ARROW_BATCH_ROWS = 10_000
 T = TypeVar("T")
 # What a sampled value infers (``columns.spark_type_name_of``), and each key type's column.
 SPARK_TYPES: dict[str, DataType] = {
@@ -239,35 +244,39 @@ class WriteReport(WriterCommitMessage):
 
 
 async def _write_batches(
-    client: AsyncClient, options: SourceOptions, batches: Iterator[tuple[list[bytes], list[bytes]]]
+    client: AsyncClient, options: SourceOptions, chunks: Iterator[tuple[list[bytes], list[bytes]]]
 ) -> WriteReport:
-    """Up to ``write.concurrency`` put_all batches in flight at once; the first failure ends the
-    task (its batches' retries through migrations and crashes are the client's)."""
+    """The task's rows, grouped per owner into put_all batches of ``write.batch.size`` rows
+    (``owner_batches``), up to ``write.concurrency`` batches in flight at once; the first failure
+    ends the task (its batches' retries through migrations and crashes are the client's)."""
     started = time.monotonic()
     rows = key_bytes = value_bytes = 0
     in_flight: set[asyncio.Task[Any]] = set()
     kind = m.PUT_IF_ABSENT if options.write_mode is WriteMode.PUT_IF_ABSENT else m.PUT
-    try:
+    grouped = OwnerBatches(client.table, options.write_batch_size)
+
+    async def send(batches: list[tuple[list[bytes], list[bytes]]]) -> None:
+        nonlocal in_flight
         for keys, values in batches:
             while len(in_flight) >= options.write_concurrency:
                 done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     task.result()
             in_flight.add(asyncio.ensure_future(client.map_call(kind, options.map_name, keys, values)))
+
+    try:
+        for keys, values in chunks:
             rows += len(keys)
             key_bytes += sum(map(len, keys))
             value_bytes += sum(map(len, values))
+            await send(grouped.add(keys, values))
+        await send(grouped.rest())
         for task in asyncio.as_completed(in_flight):
             await task
     finally:
         for task in in_flight:
             task.cancel()
     return WriteReport(rows, key_bytes, value_bytes, time.monotonic() - started)
-
-
-def _split(keys: list[bytes], values: list[bytes], size: int) -> Iterator[tuple[list[bytes], list[bytes]]]:
-    for start in range(0, len(keys), size):
-        yield keys[start : start + size], values[start : start + size]
 
 
 def _report(messages: Sequence[WriterCommitMessage | None], outcome: str, options: SourceOptions) -> None:
@@ -291,12 +300,10 @@ class ShardgridWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
         encoder = RowEncoder(self.layout)
-        size = self.options.write_batch_size
 
         def batches() -> Iterator[tuple[list[bytes], list[bytes]]]:
-            for batch in iterator:
-                keys, values = encoder.encode_batch(batch)
-                yield from _split(keys, values, size)
+            for batch in iterator:  # Spark's Arrow batches: spark.sql.execution.arrow.maxRecordsPerBatch rows
+                yield encoder.encode_batch(batch)
 
         return _with_client(self.options, lambda client: _write_batches(client, self.options, batches()))
 
@@ -393,14 +400,21 @@ class ShardgridReader(DataSourceReader):
                 return
             pending = list(partition.partition_ids)
             ahead: list[asyncio.Future[tuple[list[bytes], list[bytes]]]] = []
-            size = options.read_batch_size
+            page = options.read_batch_size
+            keys: list[bytes] = []
+            values: list[bytes] = []
             while pending or ahead:
                 while pending and len(ahead) < SCAN_AHEAD_PARTITIONS:
-                    scan = client.scan_partition(options.map_name, pending.pop(0))
+                    scan = client.scan_partition(options.map_name, pending.pop(0), page_entries=page)
                     ahead.append(asyncio.ensure_future(scan, loop=loop))
-                keys, values = loop.run_until_complete(ahead.pop(0))
-                for start in range(0, len(keys), size):
-                    yield decoder.decode(keys[start : start + size], values[start : start + size])
+                more_keys, more_values = loop.run_until_complete(ahead.pop(0))
+                keys.extend(more_keys)
+                values.extend(more_values)
+                while len(keys) >= ARROW_BATCH_ROWS:
+                    yield decoder.decode(keys[:ARROW_BATCH_ROWS], values[:ARROW_BATCH_ROWS])
+                    del keys[:ARROW_BATCH_ROWS], values[:ARROW_BATCH_ROWS]
+            if keys:
+                yield decoder.decode(keys, values)
         except ShardgridClientError as error:
             raise ClusterError(f"shardgrid: reading map '{options.map_name}': {error}") from None
         finally:
