@@ -249,3 +249,18 @@ def test_a_real_cluster_bench_run_is_reported(spark, tmp_path):
             1 for line in samples.open() if json.loads(line).get("op") == op
         )
     assert all(is_png(path) for path in files if path.suffix == ".png")
+
+
+def test_odd_scenario_names_and_a_late_start_are_reported_apart_and_never_negative(spark, tmp_path):
+    """Found by an outside tester: scenarios "a b" and "a/b" wrote the same PNG, and a migration
+    that started after the last sample had a negative duration."""
+    lines = [sample(name, i / 10, op, 0.001) for name in ("a b", "a/b") for i in range(20) for op in ("get", "set")]
+    lines.append(migration("a b", 9.0, "started", 7))  # after the last sample (1.9 s)
+    path = write_lines(tmp_path / "odd.jsonl", lines)
+    summary, files = run_bench_report(spark, path, check_samples(path), tmp_path / "out")
+    pngs = [p for p in files if p.suffix == ".png"]
+    assert len(pngs) == len({p.name for p in pngs}) == 4
+    late = summary["scenarios"]["a b"]
+    assert late["migration_periods"][0]["duration_s"] == 0
+    assert late["seconds_migrating"] == 0
+    assert late["migrations_unfinished"] == 1

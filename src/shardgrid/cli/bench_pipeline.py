@@ -36,9 +36,9 @@ def run_pipeline_bench(rows: int) -> dict[str, Any]:
     cluster = Cluster(workdir)
     report: dict[str, Any] = {"rows": rows, "payload_bytes": 100, "logs": str(workdir)}
     from shardgrid.spark.discard import DiscardDataSource
-    from shardgrid.spark.session import start_session
+    from shardgrid.spark.session import start_session_or_end_jvm
 
-    spark = start_session(app_name="shardgrid bench pipeline")
+    spark = start_session_or_end_jvm(app_name="shardgrid bench pipeline")
     try:
         spark.dataSource.register(DiscardDataSource)
         addresses = loopback_addresses(BENCH_FIRST_PORT, 3)

@@ -114,8 +114,8 @@ def run_bench_report(
         "lines": check.lines,
         "samples": check.samples,
         "migration_events": check.migrations,
-        "percentiles": f"Spark percentile_approx, accuracy {PERCENTILE_ACCURACY:,} (nearest rank; exact below "
-        f"{PERCENTILE_ACCURACY:,} samples a group)",
+        "percentiles": f"Spark percentile_approx, accuracy {PERCENTILE_ACCURACY:,} (a sample within a rank or so "
+        "of the nearest-rank value)",
         "scenarios": {scenario: scenario_summary(figures, scenario) for scenario in check.scenarios},
     }
     files = [

@@ -15,7 +15,9 @@ from typing import Annotated, Literal
 
 import msgspec
 
-NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+# A call that took longer than a day is no latency sample (and 1e306 s in ms is infinite in JSON).
+Latency = Annotated[float, msgspec.Meta(ge=0, le=86_400)]
+PartitionId = Annotated[int, msgspec.Meta(ge=0, lt=2**31)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
@@ -25,7 +27,7 @@ class SampleLine(msgspec.Struct, tag_field="kind", tag="sample"):
     scenario: Name
     t: float
     op: Literal["get", "set"]
-    s: NonNegative
+    s: Latency
 
 
 class MigrationLine(msgspec.Struct, tag_field="kind", tag="migration"):
@@ -34,7 +36,7 @@ class MigrationLine(msgspec.Struct, tag_field="kind", tag="migration"):
     scenario: Name
     t: float
     status: Literal["started", "finished", "failed"]
-    partition_id: int
+    partition_id: PartitionId
     source: str = ""
     destination: str = ""
 

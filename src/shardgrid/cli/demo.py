@@ -32,6 +32,7 @@ from shardgrid.cli.local_cluster import (
     alive,
     end,
     loopback_addresses,
+    read_state,
     start_member,
     wait_until_formed,
     write_state,
@@ -40,6 +41,7 @@ from shardgrid.cli.watch import ProgressBaseline, WatchResult, watch_until_safe
 from shardgrid.client import Client
 from shardgrid.client.errors import ShardgridClientError
 from shardgrid.spark.jobs import failure_reason
+from shardgrid.spark.session import start_session_or_end_jvm
 
 MAP = "users"
 COLUMNS = ("id", "payload")
@@ -102,7 +104,7 @@ def _generate(spark: Any, entries: int, path: Path, console: Console) -> None:
     started = time.monotonic()
     spark.range(entries).selectExpr(
         "id", f"concat(lpad(cast(id as string), 10, '0'), repeat('x', {PAYLOAD_FILL})) as payload"
-    ).write.parquet(str(path))
+    ).write.mode("overwrite").parquet(str(path))
     console.print(f"Spark wrote {entries:,} generated rows to {path} in {time.monotonic() - started:.1f} s")
 
 
@@ -188,7 +190,7 @@ def _export_and_compare(spark: Any, options: dict[str, str], source: Path, out: 
 
     started = time.monotonic()
     with console.status("exporting the map through the data source"), _spark_step("the export failed"):
-        read_map(spark, options, MAP, "id", "long", SCHEMA).write.parquet(str(out))
+        read_map(spark, options, MAP, "id", "long", SCHEMA).write.mode("overwrite").parquet(str(out))
         seconds = time.monotonic() - started
         expected = spark.read.parquet(str(source))
         exported = spark.read.parquet(str(out))
@@ -227,12 +229,6 @@ def _wait_for_member(client: Client, address: str, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
-def _start_spark() -> Any:
-    from shardgrid.spark.session import start_session
-
-    return start_session(app_name="shardgrid demo")
-
-
 def _start_members(directory: Path, founders: list[str], started: list[LocalMember]) -> None:
     """Starts the founders and waits until they formed a cluster; ``started`` gets each process as
     soon as it exists, so that the caller ends it whatever happens."""
@@ -245,6 +241,10 @@ def _start_members(directory: Path, founders: list[str], started: list[LocalMemb
 def run_demo(entries: int, console: Console, workdir: Path | None = None) -> DemoReport:
     directory = Path(workdir or tempfile.mkdtemp(prefix="shardgrid-demo-"))
     directory.mkdir(parents=True, exist_ok=True)
+    if any(alive(member.pid) for member in read_state(directory)):
+        # Found by an outside tester: the demo overwrote a running cluster's file, and `local down`
+        # then stopped none of its members.
+        raise click.ClickException(f"--dir {directory} holds a running cluster (`local down --dir` ends it)")
     addresses = loopback_addresses(5701, 4)
     founders = addresses[:3]
     started: list[LocalMember] = []
@@ -257,7 +257,7 @@ def run_demo(entries: int, console: Console, workdir: Path | None = None) -> Dem
         with ThreadPoolExecutor(1, thread_name_prefix="demo-members") as starter:
             formed = starter.submit(_start_members, directory, founders, started)
             with console.status("starting Spark (local[2])"), _spark_step("Spark did not start"):
-                spark = _start_spark()
+                spark = start_session_or_end_jvm(app_name="shardgrid demo")
             formed.result()
         with Client(founders, operation_call_timeout_ms=120_000) as client:
             client.wait_until_safe(60)

@@ -319,7 +319,7 @@ def bench_report(samples: Path, out: Path, spark_master: str | None) -> None:
         sys.exit(1)
     try:
         from shardgrid.cli.bench_report import run_bench_report
-        from shardgrid.spark.session import start_session
+        from shardgrid.spark.session import start_session_or_end_jvm
     except ImportError as error:
         click.echo(f"bench report needs the spark extra (pip install 'shardgrid[spark]'): {error}", err=True)
         sys.exit(1)
@@ -327,7 +327,7 @@ def bench_report(samples: Path, out: Path, spark_master: str | None) -> None:
     from shardgrid.spark.session import SparkUnavailableError
 
     try:
-        spark = start_session(spark_master, "shardgrid bench report")
+        spark = start_session_or_end_jvm(spark_master, "shardgrid bench report")
     except SparkUnavailableError as error:
         click.echo(f"bench report: {error}", err=True)
         sys.exit(1)

@@ -177,7 +177,10 @@ def spark_type_name_of(value: Any) -> str | None:
         return "binary"
     if isinstance(value, datetime.datetime):
         return "timestamp"
-    raise RowError(f"a sampled value of type {type(value).__name__} has no column type: give the schema with .schema()")
+    raise RowError(
+        f"a sampled value of type {type(value).__name__} has no column type: "
+        "give the schema (.schema() in Spark, --schema to pipeline export)"
+    )
 
 
 class EntryDecoder:

@@ -88,7 +88,9 @@ def rows_missing(expected: Any, actual: Any, columns: Sequence[str]) -> int:
     return int(expected.join(actual, list(columns), "left_anti").count())
 
 
-ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
+# "SomeError: message", also as a JVM trace quotes it (": org.x.SomeException: ..." and
+# "Caused by: org.x.SomeException: ...", the root cause last).
+ERROR_LINE = re.compile(r"^\s*(?::\s*|Caused by:\s*)?(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
 
 
 def failure_reason(error: Exception) -> str:

@@ -7,9 +7,11 @@ print their own figures).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
+import signal
 import sys
 from typing import Any
 
@@ -50,5 +52,39 @@ def start_session(master: str | None = None, app_name: str = "shardgrid") -> Any
         .config("spark.sql.shuffle.partitions", "4")
         .getOrCreate()
     )
-    session.sparkContext.setLogLevel("ERROR")
+    # The commands print the one line that says why a job failed; Spark's own ERROR lines (a JVM
+    # trace per failed task, around the Python traceback) buried it.
+    session.sparkContext.setLogLevel("FATAL")
     return session
+
+
+def _child_jvms() -> list[int]:
+    """PIDs of the java processes this process started (its children), from /proc."""
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/comm") as comm:
+                name = comm.read().strip()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == me and name == "java":
+            found.append(int(entry))
+    return found
+
+
+def start_session_or_end_jvm(master: str | None = None, app_name: str = "shardgrid") -> Any:
+    """``start_session``, and when it is interrupted (Ctrl-C) or fails half-way, the JVM it had
+    started is ended by its PID. Found by an outside tester: a Ctrl-C while Spark started left the
+    JVM running, orphaned, after the command had exited."""
+    try:
+        return start_session(master, app_name)
+    except BaseException:
+        for pid in _child_jvms():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        raise

@@ -12,6 +12,7 @@ a group of grid partitions (by default those of one member), never one task per 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import os
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
+from pyspark.sql import Row
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -35,6 +37,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     BooleanType,
     DataType,
@@ -190,7 +193,7 @@ class ShardgridDataSource(DataSource):
         options = parse(self.options, writing=True)
         layout = _write_layout(options, schema)
         _with_client(options, lambda client: _nothing())
-        return ShardgridStreamWriter(options, layout)
+        return ShardgridStreamWriter(options, layout, schema)
 
 
 async def _nothing() -> int:
@@ -322,18 +325,20 @@ class ShardgridStreamWriter(DataSourceStreamWriter):
     """Each micro-batch's rows put by key: a batch replayed after a failure rewrites the same
     keys with the same values, so the map ends as if every batch were written once."""
 
-    def __init__(self, options: SourceOptions, layout: Layout) -> None:
+    def __init__(self, options: SourceOptions, layout: Layout, schema: StructType) -> None:
         self.options = options
         self.layout = layout
+        self.schema = schema
 
     def write(self, iterator: Iterator[Any]) -> WriteReport:
         encoder = RowEncoder(self.layout)
         size = self.options.write_batch_size
+        to_utc = _local_times_to_utc(self.schema)
 
         def batches() -> Iterator[tuple[list[bytes], list[bytes]]]:
             rows: list[Any] = []
             for row in iterator:
-                rows.append(row)
+                rows.append(to_utc(row) if to_utc is not None else row)
                 if len(rows) >= size:
                     yield encoder.encode_rows(rows)
                     rows = []
@@ -347,6 +352,36 @@ class ShardgridStreamWriter(DataSourceStreamWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _report(messages, f"micro-batch {batchId} aborted (it is replayed from the checkpoint)", self.options)
+
+
+def _utc(value: Any, kind: DataType) -> Any:
+    if value is None:
+        return None
+    if isinstance(kind, TimestampType):
+        return value.astimezone(datetime.UTC)  # naive: this machine's local time, as Spark made it
+    if isinstance(kind, StructType):
+        return Row(**{f.name: _utc(value[f.name], f.dataType) for f in kind.fields})
+    if isinstance(kind, ArrayType):
+        return [_utc(item, kind.elementType) for item in value]
+    return value
+
+
+def _holds_timestamp(kind: DataType) -> bool:
+    if isinstance(kind, TimestampType):
+        return True
+    if isinstance(kind, StructType):
+        return any(_holds_timestamp(f.dataType) for f in kind.fields)
+    return isinstance(kind, ArrayType) and _holds_timestamp(kind.elementType)
+
+
+def _local_times_to_utc(schema: StructType) -> Callable[[Any], Any] | None:
+    """Spark hands a stream writer its timestamps as naive datetimes in the machine's local time
+    (the batch writer gets Arrow's, in UTC). Found by an outside tester: stored as they came, they
+    read back shifted by the machine's UTC offset. This makes them aware UTC datetimes, stored as
+    the batch writer stores its own; None when the schema holds no timestamp."""
+    if not _holds_timestamp(schema):
+        return None
+    return lambda row: _utc(row, schema)
 
 
 # --- reading -----------------------------------------------------------------------------------
