@@ -13,7 +13,9 @@ from shardgrid.cli.main import cli
 
 def test_a_small_pipeline_bench_reports_every_figure(commands_on_test_session):
     done = CliRunner().invoke(cli, ["bench", "pipeline", "--rows", "2000"])
-    assert done.exit_code in (0, 1), done.output[-3000:]  # 1: a target missed, said on stderr
+    # 1: a target missed, said on stderr; an exception in the command is a failure (with its repr)
+    assert done.exit_code in (0, 1), done.output[-3000:]
+    assert done.exception is None or isinstance(done.exception, SystemExit), repr(done.exception)
     report = json.loads(done.stdout)
     for step in ("parquet_write", "grid_load", "discard_write", "parquet_read", "grid_export"):
         assert report[step]["rows_per_s"] > 0

@@ -126,7 +126,8 @@ def test_a_null_key_fails_the_write_naming_the_column(spark, cluster):
 def test_a_stream_into_a_map_restarts_from_its_checkpoint_without_loss_or_double(spark, cluster, tmp_path):
     sink = options(cluster, "stream", **{"key.column": "value"})
 
-    def run_until(batches: int) -> None:
+    def run_until(batches: int) -> int:
+        """Rows of the batches this run committed (a batch Spark reports progress for)."""
         query = (
             spark.readStream.format("rate")
             .option("rowsPerSecond", 2_000)
@@ -145,14 +146,19 @@ def test_a_stream_into_a_map_restarts_from_its_checkpoint_without_loss_or_double
                 time.sleep(0.2)
         finally:
             query.stop()
+        return sum(p["numInputRows"] for p in query.recentProgress)
 
-    run_until(2)
+    committed = run_until(2)
     first = _read(spark, cluster, "stream", "value long, timestamp timestamp", **{"key.column": "value"}).count()
-    run_until(2)
+    committed += run_until(2)
     back = _read(spark, cluster, "stream", "value long, timestamp timestamp", **{"key.column": "value"})
-    rows, highest = back.selectExpr("count(*)", "max(value)").first()
+    rows, below = back.selectExpr("count(*)", f"count_if(value < {committed})").first()
     assert rows > first
-    assert rows == highest + 1  # the rate source counts 0, 1, 2, ...: every value there, once
+    # The rate source counts 0, 1, 2, ...: every value of a committed batch there, once. The batch a
+    # stop interrupted is not committed: part of it may be in the map (a writer task Spark had not
+    # stopped yet), and the next start writes it again whole.
+    assert below == committed
+    assert rows >= committed
 
 
 def test_a_write_goes_on_through_a_sigkilled_member(spark, cluster):

@@ -161,7 +161,9 @@ def test_csv_headers_are_honoured_and_quoted_newlines_stay_in_their_field(comman
         else:  # or refused, naming the header: never stored under the wrong keys
             assert refused.exit_code == 1
             assert "header" in refused.stderr.lower()
-            assert client.get_map("csvmixed", key_type=str).size() == 0
+            # a failed job keeps what its other tasks wrote (a.csv's row), never a row under a wrong key
+            assert client.get_map("csvmixed", key_type=str).size() <= 1
+            assert stored.get(1) in (None, {"v": "alpha"})
 
 
 def test_a_stream_checkpoint_belongs_to_one_stream_and_keeps_its_schema(commands_on_test_session, cluster, tmp_path):

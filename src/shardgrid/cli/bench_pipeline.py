@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shardgrid.cli.bench_cluster import BENCH_FIRST_PORT, Cluster
+from shardgrid.cli.bench_cluster import Cluster
 from shardgrid.cli.local_cluster import loopback_addresses, wait_until_formed
 
 SHARE_TARGET = 0.5
+PIPELINE_FIRST_PORT = 5901  # apart from bench cluster's 5801 on: two benches may run at once
 SCHEMA = "id long, payload string"
 
 
@@ -41,7 +42,7 @@ def run_pipeline_bench(rows: int) -> dict[str, Any]:
     spark = start_session_or_end_jvm(app_name="shardgrid bench pipeline")
     try:
         spark.dataSource.register(DiscardDataSource)
-        addresses = loopback_addresses(BENCH_FIRST_PORT, 3)
+        addresses = loopback_addresses(PIPELINE_FIRST_PORT, 3)
         for address in addresses:
             cluster.start(address, addresses, 3, 1)
         wait_until_formed(cluster.members, 60, workdir)
