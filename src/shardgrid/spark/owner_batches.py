@@ -34,25 +34,29 @@ class OwnerBatches:
     def add(self, keys: Sequence[bytes], values: Sequence[bytes]) -> list[Batch]:
         """Takes rows in; returns the batches that filled up (in the order they filled)."""
         invariant(len(keys) == len(values), "a key for every value")
-        table = self.table
-        owners = table.owners
-        known = len(owners)
-        pids = partition_ids_of_serialized(keys, table.partition_count) if table.partition_count else []
         full: list[Batch] = []
         held = self.held
         size = self.batch_rows
-        for index, key in enumerate(keys):
-            pid = pids[index] if pids else 0
-            owner = owners[pid] if pid < known else None
+        for key, value, owner in zip(keys, values, self._owners_of(keys), strict=True):
             batch = held.get(owner)
             if batch is None:
                 batch = held[owner] = ([], [])
             batch[0].append(key)
-            batch[1].append(values[index])
+            batch[1].append(value)
             if len(batch[0]) >= size:
                 full.append(batch)
                 del held[owner]
         return full
+
+    def _owners_of(self, keys: Sequence[bytes]) -> list[str | None]:
+        """Each key's owner as the table has it now; None where the table names none (or is unknown)."""
+        table = self.table
+        if not table.partition_count:
+            return [None] * len(keys)
+        owners = table.owners
+        known = len(owners)
+        pids = partition_ids_of_serialized(keys, table.partition_count)
+        return [owners[pid] if pid < known else None for pid in pids]
 
     def rest(self) -> list[Batch]:
         """The batches not full yet, let out at the end of the task."""
