@@ -202,6 +202,9 @@ def test_ctrl_c_while_spark_starts_leaves_no_jvm_behind(tmp_path):
     import signal
     import time
 
+    from shardgrid.cli.local_cluster import alive
+    from shardgrid.spark.session import java_children
+
     (tmp_path / "in.csv").write_text("id,v\n1,a\n")
     command = [sys.executable, "-m", "shardgrid", "pipeline", "load", "--input", str(tmp_path / "in.csv"),
                "--map", "m", "--key", "id", "--members", "127.0.0.1:1"]  # fmt: skip
@@ -210,39 +213,18 @@ def test_ctrl_c_while_spark_starts_leaves_no_jvm_behind(tmp_path):
     deadline = time.monotonic() + 60
     try:
         while not jvms and time.monotonic() < deadline and process.poll() is None:
-            jvms = _java_children(process.pid)
+            jvms = java_children(process.pid)
             time.sleep(0.1)
         assert jvms, "no JVM started"
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=60)
         gone_by = time.monotonic() + 10
-        while any(_alive(pid) for pid in jvms) and time.monotonic() < gone_by:
+        while any(alive(pid) for pid in jvms) and time.monotonic() < gone_by:
             time.sleep(0.1)
-        assert not [pid for pid in jvms if _alive(pid)]
+        assert not [pid for pid in jvms if alive(pid)]
     finally:
         if process.poll() is None:
             process.kill()
         for pid in jvms:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-
-
-def _java_children(parent: int) -> list[int]:
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = open(f"/proc/{entry}/stat").read()  # noqa: SIM115 (read whole, closed by GC)
-            name = open(f"/proc/{entry}/comm").read().strip()  # noqa: SIM115
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and name == "java":
-            found.append(int(entry))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = open(f"/proc/{pid}/stat").read()  # noqa: SIM115
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -58,9 +58,9 @@ def start_session(master: str | None = None, app_name: str = "shardgrid") -> Any
     return session
 
 
-def _child_jvms() -> list[int]:
-    """PIDs of the java processes this process started (its children), from /proc."""
-    me = os.getpid()
+def java_children(parent: int | None = None) -> list[int]:
+    """PIDs of the java processes ``parent`` (this process by default) started, from /proc."""
+    me = os.getpid() if parent is None else parent
     found = []
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not entry.isdigit():
@@ -84,7 +84,7 @@ def start_session_or_end_jvm(master: str | None = None, app_name: str = "shardgr
     try:
         return start_session(master, app_name)
     except BaseException:
-        for pid in _child_jvms():
+        for pid in java_children():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         raise
