@@ -19,7 +19,7 @@ import sys
 import time
 
 from shardgrid.client import Client
-from tests.runtime.local_cluster import LocalCluster
+from tests.runtime.local_cluster import LocalCluster, master_of
 
 from .test_local_up_named_cluster import SRC, run_cli
 
@@ -32,7 +32,7 @@ def _loaded(running: LocalCluster) -> tuple[str, str]:
     with Client(running.addresses) as client:
         client.get_map("m").put_all({f"k{i}": i for i in range(2_000)})
         client.wait_until_safe(60)
-        return ",".join(running.addresses), client.cluster_status().master
+        return ",".join(running.addresses), master_of(client)
 
 
 def test_shutdown_while_paused_ends_within_its_timeout(tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from shardgrid.client import Client
-from tests.runtime.local_cluster import LocalCluster
+from tests.runtime.local_cluster import LocalCluster, master_of
 
 from .load_harness import Load, lost_writes
 
@@ -17,7 +17,7 @@ FAST = ("--partition-count", "71", "--set", "failure_timeout_ms=3000")
 
 
 def non_master(client: Client, addresses: list[str]) -> list[str]:
-    master = client.cluster_status().master
+    master = master_of(client)
     return [a for a in addresses if a != master]
 
 
@@ -47,14 +47,14 @@ def test_sigkill_a_backup_holder_during_load(tmp_path):
 def test_sigkill_the_master_during_load(tmp_path):
     with LocalCluster(tmp_path, 3, *FAST) as running:
         running.wait_formed()
-        run_kills(running, lambda client: [client.cluster_status().master])
+        run_kills(running, lambda client: [master_of(client)])
 
 
 def test_sigkill_two_members_with_two_backups(tmp_path):
     # Five members: five voters, so two lost leave a majority (four would have three voters).
     with LocalCluster(tmp_path, 5, *FAST, "--backup-count", "2") as running:
         running.wait_formed()
-        run_kills(running, lambda client: [client.cluster_status().master, non_master(client, running.addresses)[0]])
+        run_kills(running, lambda client: [master_of(client), non_master(client, running.addresses)[0]])
 
 
 def test_sigkill_a_source_during_a_rebalance(tmp_path):

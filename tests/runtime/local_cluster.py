@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from shardgrid.cli.local_cluster import member_command
+from shardgrid.client import Client
 
 FAST_SETTINGS = (
     "--set",
@@ -17,6 +18,17 @@ FAST_SETTINGS = (
     "--set",
     "join_retry_ms=100",
 )
+
+
+def master_of(client: Client, timeout_s: float = 30.0) -> str:
+    """The current master, waiting out an election (on a loaded, slow machine the status may
+    name none for a moment, even after the cluster formed)."""
+    deadline = time.monotonic() + timeout_s
+    while not (master := client.cluster_status().master):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no master elected within {timeout_s:g} s")
+        time.sleep(0.2)
+    return master
 
 
 def free_ports(count: int) -> list[int]:

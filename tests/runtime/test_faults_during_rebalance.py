@@ -8,7 +8,7 @@ import time
 
 from shardgrid.client import Client
 
-from .local_cluster import LocalCluster
+from .local_cluster import LocalCluster, master_of
 
 CALL_TIMEOUT_MS = 90_000
 
@@ -38,7 +38,7 @@ def test_writes_go_on_through_a_join_and_a_master_crash_mid_migration(tmp_path):
             thread = threading.Thread(target=writer, daemon=True)
             thread.start()
             joiner = running.start(join=running.addresses)
-            master = client.cluster_status().master
+            master = master_of(client)
             deadline = time.monotonic() + 60
             while client.member_status(master).migrations_in_log == 0 and time.monotonic() < deadline:
                 time.sleep(0.05)  # until the rebalance toward the joiner is under way
