@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import re
 
+import msgspec
 import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardgrid.core.hashing import serialize_key
 from shardgrid.spark.columns import EntryDecoder, RowEncoder, RowError, layout_of
 from shardgrid.spark.options import KeyType, SparkOptionError, WriteMode, parse
 
@@ -187,3 +190,45 @@ def test_a_stream_writers_local_timestamps_are_stored_as_the_instant_they_name(m
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+_LONGS = st.one_of(st.integers(-(2**31), 2**31 - 1), st.integers(-(2**63), 2**63 - 1))
+_CELLS = st.one_of(
+    st.none(), st.booleans(), _LONGS, st.floats(allow_nan=False), st.text(max_size=8), st.binary(max_size=8)
+)
+
+
+@settings(max_examples=200)
+@given(
+    keys=st.one_of(
+        st.lists(_LONGS, max_size=20, unique=True),
+        st.lists(st.text(max_size=12), max_size=20, unique=True),
+    ),
+    stored=st.lists(st.dictionaries(st.sampled_from(["n", "s", "f", "x"]), _CELLS, max_size=4), max_size=20),
+)
+def test_the_fast_column_passes_agree_with_the_clients_forms(keys: list, stored: list[dict]) -> None:
+    """Keys take one pass for a whole column and values a decoder typed by the schema: the
+    keys' bytes must be the client's (``serialize_key``) whatever their width, and entries of other
+    types than the columns' must read as the general decode reads them (or fail naming the column)."""
+    key_type = pa.int64() if keys and isinstance(keys[0], int) else pa.string()
+    schema = pa.schema([("k", key_type), ("n", pa.int64()), ("s", pa.string()), ("f", pa.float64())])
+    layout = layout_of(schema, "k", None)
+    batch = pa.RecordBatch.from_pydict(
+        {"k": keys, "n": [None] * len(keys), "s": [None] * len(keys), "f": [None] * len(keys)}, schema=schema
+    )
+    encoded_keys, _ = RowEncoder(layout).encode_batch(batch)
+    assert encoded_keys == [serialize_key(key) for key in keys]
+    count = min(len(keys), len(stored))
+    values = [msgspec.msgpack.encode(entry) for entry in stored[:count]]
+    decoder = EntryDecoder(layout, schema)
+    general = EntryDecoder(layout, schema)
+    general._rows = None  # the general decode alone, as the fast one falls back to
+    try:
+        expected: object = general.decode(encoded_keys[:count], values).to_pylist()
+    except RowError as error:
+        expected = error
+    if isinstance(expected, RowError):
+        with pytest.raises(RowError, match=re.escape(str(expected))):
+            decoder.decode(encoded_keys[:count], values)
+    else:
+        assert decoder.decode(encoded_keys[:count], values).to_pylist() == expected

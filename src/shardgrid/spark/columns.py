@@ -11,17 +11,31 @@ from __future__ import annotations
 
 import datetime
 import decimal
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import msgspec
 import pyarrow as pa
 
 from shardgrid.client.serialization import KeySerializer
+from shardgrid.core.hashing import INT32_MAX, INT32_MIN
 from shardgrid.spark.options import KeyType, SparkOptionError
 
 PLAIN_VALUE_COLUMN = "value"  # a sampled map whose values are not msgpack maps is read as one column
+_INT32 = struct.Struct(">i")
+_LENGTH = struct.Struct(">i")
+# Column types whose decoded values Arrow takes as they are: a stored value of another type fails
+# the typed decode, and the batch is decoded again the general way (which names the column).
+_PLAIN_TYPES: list[tuple[Callable[[pa.DataType], bool], type]] = [
+    (pa.types.is_boolean, bool),
+    (pa.types.is_integer, int),
+    (pa.types.is_floating, float),
+    (lambda kind: pa.types.is_string(kind) or pa.types.is_large_string(kind), str),
+    (lambda kind: pa.types.is_binary(kind) or pa.types.is_large_binary(kind), bytes),
+]
 
 
 class RowError(ValueError):
@@ -144,6 +158,19 @@ class RowEncoder:
         ]
 
     def _dump_keys(self, raw: list[Any]) -> list[bytes]:
+        """The key column serialized. Arrow's column types vouch for every key's type, so the
+        common columns take one C-speed pass (``serialize_key``'s forms exactly); the rest, and any
+        column the fast pass doubts, go key by key through the client's checks and messages."""
+        kind = self.layout.key_type
+        try:
+            if kind is KeyType.LONG and raw and min(raw) >= INT32_MIN and max(raw) <= INT32_MAX:
+                if all(type(key) is int for key in raw):
+                    return list(map(_INT32.pack, raw))
+            elif kind is KeyType.STRING and all(type(key) is str for key in raw):
+                pack = _LENGTH.pack
+                return [pack(len(encoded)) + encoded for encoded in [key.encode() for key in raw]]
+        except (TypeError, UnicodeEncodeError):
+            pass  # None, a bool or a lone surrogate among them: the checks below name it
         dump = self._keys.dumps
         try:
             return [dump(key) for key in raw]
@@ -191,12 +218,18 @@ class EntryDecoder:
         self.schema = schema
         self._keys = key_serializer(layout.key_type)
         self._decoder = msgspec.msgpack.Decoder()
+        self._rows = _typed_row_decoder(schema, layout.map_fields) if layout.value_column is None else None
+        self._typed_names = frozenset(
+            name for name in layout.map_fields if _plain_type_of(schema.field(name).type) is not None
+        )
 
     def decode(self, keys: Sequence[bytes], values: Sequence[bytes]) -> pa.RecordBatch:
         layout = self.layout
-        load_key = self._keys.loads
+        # Columns whose values are already of their Arrow type: the keys, as the key type loads
+        # them, and the value columns the typed decode checked.
+        checked = {layout.key_column}
         try:
-            columns: dict[str, list[Any]] = {layout.key_column: [load_key(key) for key in keys]}
+            columns: dict[str, list[Any]] = {layout.key_column: self._load_keys(keys)}
         except (TypeError, ValueError) as error:
             raise RowError(
                 f"shardgrid: key column '{layout.key_column}' ({layout.key_type.value}): a stored key is not one: "
@@ -206,6 +239,9 @@ class EntryDecoder:
             columns[layout.value_column] = (
                 [value.decode() for value in values] if layout.value_is_text else list(values)
             )
+        elif (typed := self._typed_columns(values)) is not None:
+            columns.update(typed)
+            checked |= self._typed_names
         else:
             decode = self._decoder.decode
             decoded = [decode(value) for value in values]
@@ -218,11 +254,63 @@ class EntryDecoder:
         arrays = []
         for field in self.schema:
             try:
-                arrays.append(pa.array(_as_column_type(columns[field.name], field.type), type=field.type))
+                column = columns[field.name]
+                ready = column if field.name in checked else _as_column_type(column, field.type)
+                arrays.append(pa.array(ready, type=field.type))
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as error:
                 problem = f"shardgrid: column '{field.name}' ({field.type}): an entry does not fit: {error}"
                 raise RowError(problem) from None
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _load_keys(self, keys: Sequence[bytes]) -> list[Any]:
+        """The key column; long keys all of one width (the common case) in one unpack."""
+        if self.layout.key_type is KeyType.LONG and keys:
+            widths = set(map(len, keys))
+            if widths == {4}:
+                return list(struct.unpack(f">{len(keys)}i", b"".join(keys)))
+            if widths == {8}:
+                return list(struct.unpack(f">{len(keys)}q", b"".join(keys)))
+        load_key = self._keys.loads
+        return [load_key(key) for key in keys]
+
+    def _typed_columns(self, values: Sequence[bytes]) -> dict[str, list[Any]] | None:
+        """The value columns through a decoder typed by the schema (no dict per entry), or None
+        when an entry is anything else than a map of those types: the general decode then sorts
+        it out and names the column at fault."""
+        if self._rows is None:
+            return None
+        decode, getter, names = self._rows
+        try:
+            rows = [decode(value) for value in values]
+        except msgspec.MsgspecError:
+            return None
+        if len(names) == 1:
+            return {names[0]: list(map(getter, rows))}
+        if not rows:
+            return {name: [] for name in names}
+        return {name: list(column) for name, column in zip(names, zip(*map(getter, rows), strict=True), strict=True)}
+
+
+def _typed_row_decoder(
+    schema: pa.Schema, fields: tuple[str, ...]
+) -> tuple[Callable[[bytes], Any], Callable[[Any], Any], tuple[str, ...]] | None:
+    """A msgpack decoder of one entry into a struct with the value columns as fields (each
+    optional, extra entries ignored, as the general decode treats them), an attribute getter for
+    them, and their names; None when there is no value column to decode."""
+    if not fields:
+        return None
+    spec: list[tuple[str, Any, None]] = []
+    for index, name in enumerate(fields):
+        python_type = _plain_type_of(schema.field(name).type)
+        spec.append((f"f{index}", Any if python_type is None else python_type | None, None))
+    rename = {f"f{index}": name for index, name in enumerate(fields)}
+    row = msgspec.defstruct("EntryRow", spec, rename=rename)
+    getter = attrgetter(*(attribute for attribute, _, _ in spec))
+    return msgspec.msgpack.Decoder(row).decode, getter, fields
+
+
+def _plain_type_of(arrow_type: pa.DataType) -> type | None:
+    return next((kind for test, kind in _PLAIN_TYPES if test(arrow_type)), None)
 
 
 def _as_column_type(column: list[Any], arrow_type: pa.DataType) -> list[Any]:
