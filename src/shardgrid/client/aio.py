@@ -277,6 +277,12 @@ class AsyncClient:
                     self.table.apply_redirect(redirect)
                 seen: set[m.Status] = set()
                 has_values = len(reply.values) == len(batch)
+                statuses = reply.statuses
+                if len(statuses) == len(batch) and statuses.count(m.Status.OK) == len(batch):
+                    if has_values:  # every key answered OK: no status to look at one by one
+                        for index, value in zip(batch, reply.values, strict=True):
+                            results[index] = value
+                    continue
                 for position, (index, status) in enumerate(zip(batch, reply.statuses, strict=False)):
                     if status is m.Status.OK:
                         if has_values:
@@ -312,9 +318,9 @@ class AsyncClient:
                 call_id,
                 kind,
                 map_name,
-                tuple(pids[i] for i in batch),
-                tuple(keys[i] for i in batch),
-                tuple(values[i] for i in batch) if values is not None else (),
+                tuple(map(pids.__getitem__, batch)),
+                tuple(map(keys.__getitem__, batch)),
+                tuple(map(values.__getitem__, batch)) if values is not None else (),
                 previous,
             )
 

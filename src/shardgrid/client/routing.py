@@ -64,11 +64,12 @@ def group_by_owner(indexes: Sequence[int], pids: Sequence[int], view: TableView)
     """``indexes`` (into a call's key column) grouped by the owner of their key's partition; None
     gathers the keys whose owner the view does not know."""
     owners = view.owners
-    groups: dict[str | None, list[int]] = {}
     known = len(owners)
-    for index in indexes:
-        pid = pids[index]
-        owner = owners[pid] if pid < known else None
+    column = [owners[pid] if pid < known else None for pid in map(pids.__getitem__, indexes)]
+    if len(set(column)) <= 1:  # one owner (a batch the caller grouped already): no step per key
+        return {column[0]: list(indexes)} if column else {}
+    groups: dict[str | None, list[int]] = {}
+    for index, owner in zip(indexes, column, strict=True):
         groups.setdefault(owner, []).append(index)
     return groups
 
@@ -78,6 +79,12 @@ def split_requests(
 ) -> list[list[int]]:
     """``indexes`` cut into requests of at most ``max_operations`` keys and ``MAX_REQUEST_BYTES``
     of keys and values each, in order."""
+    if len(indexes) <= max_operations:
+        size = sum(map(len, map(keys.__getitem__, indexes)))
+        if values is not None:
+            size += sum(map(len, map(values.__getitem__, indexes)))
+        if size <= MAX_REQUEST_BYTES:
+            return [list(indexes)] if indexes else []  # it all fits one request (a pass in C, not in Python)
     batches: list[list[int]] = []
     current: list[int] = []
     size = 0
