@@ -8,6 +8,7 @@ that has no flag of its own, by the name the file uses.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import sys
@@ -20,6 +21,8 @@ import click
 from shardgrid.runtime import logs
 from shardgrid.runtime.process import MemberProcess
 from shardgrid.runtime.settings import CONFIG_PATH_ENV, Settings, SettingsError, load_settings
+
+GC_YOUNG_ALLOCATIONS = 50_000  # objects allocated (net) between young collections; CPython says 700
 
 # Flags of their own (the rest go through --set); None means "not given" to the loader.
 _FLAG_OPTIONS: list[Callable[[Any], Any]] = [
@@ -114,7 +117,20 @@ def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
 
 
 async def _run(settings: Settings, logger: logging.Logger) -> int:
+    _tune_garbage_collector()
     process = MemberProcess(settings, logger)
     await process.start()
     process.install_signal_handlers()
     return await process.run()
+
+
+def _tune_garbage_collector() -> None:
+    """A member allocates a few container objects per entry it serves (message structs, columns,
+    runs), none of them in cycles, and CPython's default young collection every 700 allocations
+    showed as 4.5% of a loaded member's profile (py-spy, during a Spark-shaped put_all load).
+    Young collections every ``GC_YOUNG_ALLOCATIONS`` instead, and what start-up made (modules,
+    settings) frozen out of them. Measured against the default in alternating runs, the members'
+    CPU per entry fell 2-6%, about this machine's noise."""
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_ALLOCATIONS, middle, old)
