@@ -17,7 +17,8 @@ def test_a_small_pipeline_bench_reports_every_figure(commands_on_test_session):
     assert done.exit_code in (0, 1), done.output[-3000:]
     assert done.exception is None or isinstance(done.exception, SystemExit), repr(done.exception)
     report = json.loads(done.stdout)
-    for step in ("parquet_write", "grid_load", "discard_write", "parquet_read", "grid_export"):
+    for step in ("parquet_write", "grid_load", "discard_write", "parquet_read", "grid_export", "repeat_read"):
         assert report[step]["rows_per_s"] > 0
+        assert report[step]["first_job_seconds"] > 0
     assert report["targets"]["every_row_read_back"]["met"]
     assert (done.exit_code == 0) == report["targets"]["all_met"]

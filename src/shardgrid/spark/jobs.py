@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shardgrid.spark.options import MAX_READ_TASKS
+
 
 @dataclass(frozen=True, slots=True)
 class WriteSummary:
@@ -67,8 +69,12 @@ def read_map(
     schema_ddl: str | None = None,
 ) -> Any:
     """The map as a DataFrame (lazy: nothing is read until an action), with the given schema or one
-    inferred from a sample of entries."""
-    reader = spark.read.format("shardgrid").options(**options).option("map", map_name)
+    inferred from a sample of entries; read by one task per core Spark has, unless the options say
+    otherwise (a read task's cost is its own decoding; one task per member, the data source's
+    default, leaves cores idle when members and cores differ in number)."""
+    tasks = min(MAX_READ_TASKS, max(1, int(spark.sparkContext.defaultParallelism)))
+    reader = spark.read.format("shardgrid").option("read.tasks", str(tasks)).options(**options)
+    reader = reader.option("map", map_name)
     reader = reader.option("key.column", key_column).option("key.type", key_type)
     return (reader.schema(schema_ddl) if schema_ddl else reader).load()
 
