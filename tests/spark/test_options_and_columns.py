@@ -194,7 +194,13 @@ def test_a_stream_writers_local_timestamps_are_stored_as_the_instant_they_name(m
 
 _LONGS = st.one_of(st.integers(-(2**31), 2**31 - 1), st.integers(-(2**63), 2**63 - 1))
 _CELLS = st.one_of(
-    st.none(), st.booleans(), _LONGS, st.floats(allow_nan=False), st.text(max_size=8), st.binary(max_size=8)
+    st.none(),
+    st.booleans(),
+    _LONGS,
+    st.integers(2**53 - 2, 2**64 - 1),  # integers a double cannot hold exactly, in a float column too
+    st.floats(allow_nan=False),
+    st.text(max_size=8),
+    st.binary(max_size=8),
 )
 
 
@@ -232,3 +238,13 @@ def test_the_fast_column_passes_agree_with_the_clients_forms(keys: list, stored:
             decoder.decode(encoded_keys[:count], values)
     else:
         assert decoder.decode(encoded_keys[:count], values).to_pylist() == expected
+
+
+def test_an_integer_a_double_cannot_hold_is_refused_in_a_float_column_not_rounded() -> None:
+    """Found by an outside tester: the typed decode turned 2**53 + 1 into 2**53 in a double column."""
+    schema = pa.schema([("k", pa.int64()), ("f", pa.float64())])
+    decoder = EntryDecoder(layout_of(schema, "k", None), schema)
+    with pytest.raises(RowError, match="column 'f' \\(double\\)"):
+        decoder.decode([serialize_key(1)], [msgspec.msgpack.encode({"f": 2**53 + 1})])
+    exact = decoder.decode([serialize_key(1)], [msgspec.msgpack.encode({"f": 2**53})])
+    assert exact.to_pylist() == [{"k": 1, "f": float(2**53)}]
