@@ -17,6 +17,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # after the backend is chosen
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from shardgrid.spark.bench_report import COMPLETION_BUCKET_S, BenchFigures, MigrationPeriod
 
@@ -62,12 +63,9 @@ def latency_plot(figures: BenchFigures, scenario: str, out: Path) -> Path:
             ax.legend(loc="upper left", fontsize="small")
         axes[-1].set_xlabel("seconds since the first sample")
         figure.suptitle(f"{scenario}: latency per second, migration periods shaded")
-        figure.tight_layout()
-        path = out / _file_name(scenario, "latency")
-        figure.savefig(path, dpi=DPI)
+        return _save(figure, out / _file_name(scenario, "latency"))
     finally:
         plt.close(figure)
-    return path
 
 
 def migrations_plot(figures: BenchFigures, scenario: str, out: Path) -> Path:
@@ -89,11 +87,14 @@ def migrations_plot(figures: BenchFigures, scenario: str, out: Path) -> Path:
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper left", fontsize="small")
         ax.set_title(f"{scenario}: migrations completed over time")
-        figure.tight_layout()
-        path = out / _file_name(scenario, "migrations")
-        figure.savefig(path, dpi=DPI)
+        return _save(figure, out / _file_name(scenario, "migrations"))
     finally:
         plt.close(figure)
+
+
+def _save(figure: Figure, path: Path) -> Path:
+    figure.tight_layout()
+    figure.savefig(path, dpi=DPI)
     return path
 
 

@@ -40,7 +40,7 @@ from shardgrid.cli.local_cluster import (
 from shardgrid.cli.watch import ProgressBaseline, WatchResult, watch_until_safe
 from shardgrid.client import Client
 from shardgrid.client.errors import ShardgridClientError
-from shardgrid.spark.jobs import failure_reason
+from shardgrid.spark.jobs import failure_reason, fingerprint, read_map, rows_missing, write_to_map
 from shardgrid.spark.session import start_session_or_end_jvm
 
 MAP = "users"
@@ -153,8 +153,6 @@ def _load_while_killing(
     spark: Any, client: Client, options: dict[str, str], source: Path, victim: LocalMember, report: DemoReport,
     console: Console,
 ) -> tuple[ProgressBaseline, float]:  # fmt: skip
-    from shardgrid.spark.jobs import write_to_map
-
     watch = _LoadWatch(client, victim, report.entries, console)
     watch.thread.start()
     try:
@@ -186,8 +184,6 @@ class ExportCheck:
 
 def _export_and_compare(spark: Any, options: dict[str, str], source: Path, out: Path, console: Console) -> ExportCheck:
     """Exports the map to Parquet through the data source and compares it with the loaded file."""
-    from shardgrid.spark.jobs import fingerprint, read_map, rows_missing
-
     started = time.monotonic()
     with console.status("exporting the map through the data source"), _spark_step("the export failed"):
         read_map(spark, options, MAP, "id", "long", SCHEMA).write.mode("overwrite").parquet(str(out))
