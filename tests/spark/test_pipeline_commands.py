@@ -13,6 +13,7 @@ import sys
 from click.testing import CliRunner, Result
 
 from shardgrid.cli.main import cli
+from shardgrid.client import Client
 
 from .conftest import SECRET
 
@@ -81,6 +82,23 @@ def test_a_load_that_cannot_run_says_why_and_exits_non_zero(commands_on_test_ses
     nulls = _here(cluster, "load", "--input", str(tmp_path / "nulls.csv"), "--map", "bad", "--key", "id")
     assert nulls.exit_code == 1
     assert "load failed: shardgrid: a row has a null key (column 'id'); every row needs a key" in nulls.stderr
+
+
+def test_a_malformed_json_or_csv_record_fails_the_load_naming_it(commands_on_test_session, cluster, tmp_path):
+    """Spark's default reads a malformed JSON line as a row of nulls (and a _corrupt_record column),
+    which the load refused as "a null key", and fills a short CSV row's missing fields with nulls,
+    which it stored: a load reads files strictly, and says what it could not parse (Spark names a
+    CSV record; for JSON it gives the parser's complaint)."""
+    (tmp_path / "bad.json").write_text('{"id": 1, "v": "a"}\n{"id": 2, "v": \n')
+    failed = _here(cluster, "load", "--input", str(tmp_path / "bad.json"), "--map", "strict", "--key", "id")
+    assert failed.exit_code == 1
+    assert "load failed: Unexpected end-of-input within/between Object entries" in failed.stderr
+    (tmp_path / "short.csv").write_text("id,v,w\n1,a,x\n2,b\n")
+    short = _here(cluster, "load", "--input", str(tmp_path / "short.csv"), "--map", "strict", "--key", "id")
+    assert short.exit_code == 1
+    assert "Malformed CSV record: 2,b" in short.stderr
+    with Client(cluster.addresses, cluster_secret=SECRET) as client:
+        assert client.get_map("strict", key_type=int).get_all([1, 2]) == {}
 
 
 def test_without_java_a_load_names_what_is_missing_and_starts_no_jvm(tmp_path):
@@ -181,8 +199,9 @@ def test_a_stream_checkpoint_belongs_to_one_stream_and_keeps_its_schema(commands
     assert "belongs to the stream with map 'kept', not 'kept-elsewhere'" in other.stderr
     (arriving / "b.json").write_text('{"id": "2", "v": "second"}\n')  # ids as text now
     again = _here(cluster, "stream", *common, "--map", "kept")
-    assert again.exit_code == 1  # the kept schema reads that id as no long: a null key, refused
-    assert "a row has a null key (column 'id')" in again.stderr
+    assert again.exit_code == 1  # the kept schema reads that id as no long: the file is refused
+    assert "Encountered error while reading file" in again.stderr
+    assert "b.json" in again.stderr
     from shardgrid.client import Client
 
     with Client(cluster.addresses, cluster_secret=SECRET) as client:

@@ -115,8 +115,8 @@ def load(
     kind = _format_of(input_path, input_format)
     spark = _start_spark(given["spark_master"], "shardgrid pipeline load")
     try:
-        frame = _file_reader(spark.read.format(kind), kind).load(str(input_path))
-        try:
+        try:  # reading the input (its schema) fails here too: a malformed record, a corrupt file
+            frame = _file_reader(spark.read.format(kind), kind).load(str(input_path))
             written = write_to_map(frame, options, map_name, key_column, mode)
         except Exception as error:  # Spark's, carrying the source's message
             _fail("load", error)
@@ -133,7 +133,13 @@ STREAM_POLL_S = 1.0
 def _file_reader(reader: Any, kind: str) -> Any:
     """CSV as RFC 4180 writes it, columns matched by each file's header. Found by an outside
     tester: by default Spark matched columns by position across files whose headers differed
-    (values stored under the wrong keys) and split a quoted field holding a newline into rows."""
+    (values stored under the wrong keys) and split a quoted field holding a newline into rows.
+    JSON and CSV are read strictly (FAILFAST): by default Spark reads a malformed JSON line as a
+    row of nulls, refused as "a null key" with no word of the line, and a CSV row short of fields
+    as nulls in their place, which the load stored."""
+    if kind == "parquet":
+        return reader
+    reader = reader.option("mode", "FAILFAST")
     if kind != "csv":
         return reader
     options = {"header": "true", "inferSchema": "true", "enforceSchema": "false", "multiLine": "true", "escape": '"'}
