@@ -248,3 +248,14 @@ def test_an_integer_a_double_cannot_hold_is_refused_in_a_float_column_not_rounde
         decoder.decode([serialize_key(1)], [msgspec.msgpack.encode({"f": 2**53 + 1})])
     exact = decoder.decode([serialize_key(1)], [msgspec.msgpack.encode({"f": 2**53})])
     assert exact.to_pylist() == [{"k": 1, "f": float(2**53)}]
+
+
+def test_an_entry_without_a_value_for_a_not_null_column_is_named() -> None:
+    """Arrow takes a null into a column declared not null without a word; Spark then failed with
+    an error that named neither the column nor the entry."""
+    schema = pa.schema([pa.field("k", pa.int64(), False), pa.field("v", pa.string(), False)])
+    decoder = EntryDecoder(layout_of(schema, "k", None), schema)
+    with pytest.raises(RowError, match="column 'v' is declared not null, but an entry has no value for it"):
+        decoder.decode([serialize_key(1), serialize_key(2)], [msgspec.msgpack.encode({"v": "a"}), b"\x80"])
+    full = decoder.decode([serialize_key(1)], [msgspec.msgpack.encode({"v": "a"})])
+    assert full.to_pylist() == [{"k": 1, "v": "a"}]

@@ -257,10 +257,17 @@ class EntryDecoder:
             try:
                 column = columns[field.name]
                 ready = column if field.name in checked else _as_column_type(column, field.type)
-                arrays.append(pa.array(ready, type=field.type))
+                array = pa.array(ready, type=field.type)
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as error:
                 problem = f"shardgrid: column '{field.name}' ({field.type}): an entry does not fit: {error}"
                 raise RowError(problem) from None
+            if array.null_count and not field.nullable:
+                # Arrow does not check this, and Spark failed later with no word of the column.
+                raise RowError(
+                    f"shardgrid: column '{field.name}' is declared not null, but an entry has no value for it "
+                    "(declare the column nullable in the schema)"
+                )
+            arrays.append(array)
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _load_keys(self, keys: Sequence[bytes]) -> list[Any]:
