@@ -155,6 +155,35 @@ def test_a_failed_job_is_told_by_the_line_that_says_why() -> None:
     assert failure_reason(RuntimeError("Traceback:\nValueError: bad schema")) == "bad schema"
 
 
+def test_a_failed_read_names_the_file_and_what_its_header_lacked() -> None:
+    """Found by an outside tester: the reason kept "CSV header does not conform to the schema." and
+    dropped the file and the column Spark named; and an error whose text needs the JVM, asked after
+    the JVM ended, raised again instead of giving a reason."""
+    from shardgrid.spark.jobs import failure_reason
+
+    spark_error = "\n".join(
+        [
+            "An error occurred while calling o35.save.",
+            ": org.apache.spark.SparkException: [FAILED_READ_FILE.NO_HINT] Encountered error while reading file "
+            "file:///data/in/b.csv.  SQLSTATE: KD001",
+            "Caused by: java.lang.IllegalArgumentException: CSV header does not conform to the schema.",
+            " Header: id, w, v",
+            " Schema: id, v, w",
+            "Expected: v but found: w",
+            "CSV file: file:///data/in/b.csv",
+        ]
+    )
+    assert failure_reason(RuntimeError(spark_error)) == (
+        "CSV header does not conform to the schema. (file file:///data/in/b.csv; Expected: v but found: w)"
+    )
+
+    class JvmGone(Exception):
+        def __str__(self) -> str:
+            raise ConnectionRefusedError("the gateway is closed")
+
+    assert failure_reason(JvmGone()) == "JvmGone (the JVM ended before it said why)"
+
+
 def test_a_stream_writers_local_timestamps_are_stored_as_the_instant_they_name(monkeypatch):
     """Found by an outside tester: Spark hands a stream writer naive local datetimes; stored as they
     came, a machine at UTC+5:30 read 12:00Z back as 17:30Z."""

@@ -99,6 +99,45 @@ def test_a_malformed_json_or_csv_record_fails_the_load_naming_it(commands_on_tes
     assert "Malformed CSV record: 2,b" in short.stderr
     with Client(cluster.addresses, cluster_secret=SECRET) as client:
         assert client.get_map("strict", key_type=int).get_all([1, 2]) == {}
+    # Found by an outside tester: rows other tasks read before the bad one are written, and the
+    # failure said nothing of them; and a folder's bad file was not named.
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "a.csv").write_text("id,v\n10,a\n")
+    (tmp_path / "folder" / "b.csv").write_text("id,v\n11,b\n12\n")
+    partly = _here(cluster, "load", "--input", str(tmp_path / "folder"), "--map", "strict", "--key", "id")
+    assert partly.exit_code == 1
+    assert "Malformed CSV record: 12" in partly.stderr
+    assert "b.csv" in partly.stderr
+    assert "rows the job wrote before it failed stay in the map" in partly.stderr
+
+
+def test_paths_with_glob_characters_are_read_as_they_are(commands_on_test_session, cluster, tmp_path):
+    """Found by an outside tester: Spark reads a path as a glob, so an input in a folder named
+    ``in[1]`` was "not found", and an export to ``out[2]`` wrote its files, then failed counting them
+    with a raw traceback."""
+    folder = tmp_path / "in[1]"
+    folder.mkdir()
+    (folder / "rows.json").write_text("".join(f'{{"id": {i}, "v": "r{i}"}}\n' for i in range(50)))
+    loaded = _here(cluster, "load", "--input", str(folder / "rows.json"), "--map", "globbed", "--key", "id")
+    assert loaded.exit_code == 0, loaded.output[-2000:]
+    exported = _here(cluster, "export", "--map", "globbed", "--output", str(tmp_path / "out[2]"), "--key", "id",
+                     "--schema", "id long, v string", "--json")  # fmt: skip
+    assert exported.exit_code == 0, exported.output[-2000:]
+    assert json.loads(exported.stdout.strip().splitlines()[-1])["rows"] == 50
+
+
+def test_a_streams_first_start_on_a_bad_file_is_a_failed_job_not_a_usage_error(
+    commands_on_test_session, cluster, tmp_path
+):
+    """Found by an outside tester: a bad file met while inferring the schema exited 2 (a usage
+    error); the same file met later exits 1."""
+    arriving = tmp_path / "in"
+    arriving.mkdir()
+    (arriving / "a.json").write_text('{"id": 1, "v": "a"}\n{"id": 2, "v": \n')
+    done = _here(cluster, "stream", "--input", str(arriving), "--map", "firstbad", "--key", "id",
+                 "--checkpoint", str(tmp_path / "ckpt"), "--once")  # fmt: skip
+    assert done.exit_code == 1, done.output[-2000:]
+    assert f"stream failed: cannot infer the schema from {arriving}" in done.stderr
 
 
 def test_without_java_a_load_names_what_is_missing_and_starts_no_jvm(tmp_path):

@@ -40,7 +40,7 @@ from shardgrid.cli.local_cluster import (
 from shardgrid.cli.watch import ProgressBaseline, WatchResult, watch_until_safe
 from shardgrid.client import Client
 from shardgrid.client.errors import ShardgridClientError
-from shardgrid.spark.jobs import failure_reason, fingerprint, read_map, rows_missing, write_to_map
+from shardgrid.spark.jobs import failure_reason, fingerprint, read_map, read_path, rows_missing, write_to_map
 from shardgrid.spark.session import start_session_or_end_jvm
 
 MAP = "users"
@@ -157,7 +157,7 @@ def _load_while_killing(
     watch.thread.start()
     try:
         with _spark_step("the load through the data source failed"):
-            written = write_to_map(spark.read.parquet(str(source)), options, MAP, "id")
+            written = write_to_map(spark.read.parquet(read_path(source)), options, MAP, "id")
     finally:
         watch.stop.set()
         watch.thread.join()
@@ -188,8 +188,8 @@ def _export_and_compare(spark: Any, options: dict[str, str], source: Path, out: 
     with console.status("exporting the map through the data source"), _spark_step("the export failed"):
         read_map(spark, options, MAP, "id", "long", SCHEMA).write.mode("overwrite").parquet(str(out))
         seconds = time.monotonic() - started
-        expected = spark.read.parquet(str(source))
-        exported = spark.read.parquet(str(out))
+        expected = spark.read.parquet(read_path(source))
+        exported = spark.read.parquet(read_path(out))
         want, got = fingerprint(expected, COLUMNS), fingerprint(exported, COLUMNS)
         missing = rows_missing(expected, exported, COLUMNS)
     console.print(

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from shardgrid.cli.cluster_commands import EXIT_REFUSED, MEMBERS_ENV, parse_members
-from shardgrid.spark.jobs import failure_reason, read_map, write_to_map
+from shardgrid.spark.jobs import failure_reason, read_map, read_path, write_to_map
 
 INPUT_FORMATS = ("parquet", "csv", "json")
 
@@ -59,9 +59,20 @@ def _format_of(path: Path, given: str | None) -> str:
 
 
 def _size_bytes(path: Path) -> int:
+    """The bytes of the files Spark reads: a folder's own files, not those whose names start with
+    "_" or "." (Spark skips them), nor those in plain subfolders (Spark descends only into
+    partition folders, named column=value)."""
     if path.is_file():
         return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    total = 0
+    for child in path.iterdir():
+        if child.name.startswith(("_", ".")):
+            continue
+        if child.is_file():
+            total += child.stat().st_size
+        elif child.is_dir() and "=" in child.name:
+            total += _size_bytes(child)
+    return total
 
 
 def _figures(verb: str, rows: int, data_bytes: int, seconds: float) -> dict[str, Any]:
@@ -77,8 +88,17 @@ def _figures(verb: str, rows: int, data_bytes: int, seconds: float) -> dict[str,
     return figures
 
 
-def _fail(what: str, error: Exception) -> None:
+# A load is not one transaction: tasks that read rows before another met a bad one wrote them.
+PARTIAL_LOAD = (
+    "rows the job wrote before it failed stay in the map (a load is not one transaction); "
+    "fix the input and load it again: the same keys are written again"
+)
+
+
+def _fail(what: str, error: Exception, then: str = "") -> None:
     click.echo(f"{what} failed: {failure_reason(error)}", err=True)
+    if then:
+        click.echo(then, err=True)
     sys.exit(EXIT_REFUSED)
 
 
@@ -116,10 +136,10 @@ def load(
     spark = _start_spark(given["spark_master"], "shardgrid pipeline load")
     try:
         try:  # reading the input (its schema) fails here too: a malformed record, a corrupt file
-            frame = _file_reader(spark.read.format(kind), kind).load(str(input_path))
+            frame = _file_reader(spark.read.format(kind), kind).load(read_path(input_path))
             written = write_to_map(frame, options, map_name, key_column, mode)
         except Exception as error:  # Spark's, carrying the source's message
-            _fail("load", error)
+            _fail("load", error, PARTIAL_LOAD)
         figures = _figures(f"loaded into map '{map_name}':", written.rows, written.data_bytes, written.seconds)
         if as_json:
             click.echo(json.dumps({"map": map_name, "input": str(input_path), **figures}))
@@ -153,9 +173,11 @@ def _infer_schema(spark: Any, kind: str, input_dir: Path) -> Any:
     if not any(p.is_file() and not p.name.startswith((".", "_")) for p in input_dir.iterdir()):
         raise click.UsageError(f"--schema: {input_dir} holds no files to infer the schema from; give --schema DDL")
     try:
-        return _file_reader(spark.read.format(kind), kind).load(str(input_dir)).schema
+        return _file_reader(spark.read.format(kind), kind).load(read_path(input_dir)).schema
     except Exception as error:
-        raise click.UsageError(f"--schema: cannot infer it from {input_dir}: {failure_reason(error)}") from None
+        # The files' fault, not the command line's: a job failure (1), as the same file later is.
+        click.echo(f"stream failed: cannot infer the schema from {input_dir}: {failure_reason(error)}", err=True)
+        sys.exit(EXIT_REFUSED)
 
 
 def _stream_schema(spark: Any, stream: dict[str, str], checkpoint: Path, given: str | None) -> Any:
@@ -233,7 +255,7 @@ def stream(
         source = spark.readStream.format(input_format).schema(schema).option("maxFilesPerTrigger", max_files_per_batch)
         writer = (
             _file_reader(source, input_format)
-            .load(str(input_dir))
+            .load(read_path(input_dir))
             .writeStream.format("shardgrid")
             .options(**options)
             .option("map", map_name)
@@ -302,10 +324,10 @@ def export(
         try:
             frame = read_map(spark, options, map_name, key_column, key_type, schema_ddl)
             frame.write.mode("overwrite").parquet(str(output_path))
+            seconds = time.monotonic() - started
+            rows = spark.read.parquet(read_path(output_path)).count()  # from the files' footers
         except Exception as error:
             _fail("export", error)
-        seconds = time.monotonic() - started
-        rows = spark.read.parquet(str(output_path)).count()  # from the files' footers
         figures = _figures(f"exported map '{map_name}' to {output_path}:", rows, _size_bytes(output_path), seconds)
         if as_json:
             click.echo(json.dumps({"map": map_name, "output": str(output_path), **figures}))

@@ -60,6 +60,12 @@ def write_to_map(
     return WriteSummary(rows=int(summary["rows"]), data_bytes=int(summary["bytes"]), seconds=seconds)
 
 
+def read_path(path: Path | str) -> str:
+    """A local path as Spark's readers take it: they read a path as a glob pattern, so a folder named
+    ``in[1]`` was "not found" (found by an outside tester); its pattern characters are escaped."""
+    return re.sub(r"([\\{}\[\]*?])", r"\\\1", str(path))
+
+
 def read_map(
     spark: Any,
     options: Mapping[str, str],
@@ -99,15 +105,29 @@ def rows_missing(expected: Any, actual: Any, columns: Sequence[str]) -> int:
 ERROR_LINE = re.compile(r"^\s*(?::\s*|Caused by:\s*)?(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$")
 
 
+# What Spark says of a file it could not read, beside the reason: which file, and for a CSV header
+# that differs from the schema, which column it expected where.
+FILE_LINE = re.compile(r"(?:Encountered error while reading file|CSV file:) (\S+?)\.?(?:\s|$)")
+EXPECTED_LINE = re.compile(r"^\s*(Expected: .+ but found: .+)$", re.MULTILINE)
+
+
 def failure_reason(error: Exception) -> str:
     """The line that says what went wrong, out of Spark's error (a JVM trace around a Python
     traceback): the last ``SomethingError: message`` line, one of the data source's when there is
-    one (its messages start "shardgrid:"); source lines quoted in tracebacks are not taken."""
-    found = [match.group(2) for match in map(ERROR_LINE.match, str(error).splitlines()) if match]
+    one (its messages start "shardgrid:"); source lines quoted in tracebacks are not taken. The
+    file Spark was reading, and what a CSV header lacked, follow it when Spark names them."""
+    try:
+        text = str(error)
+    except Exception:  # a Py4J error asks the JVM for its text, and the JVM may be gone
+        return f"{type(error).__name__} (the JVM ended before it said why)"
+    found = [match.group(2) for match in map(ERROR_LINE.match, text.splitlines()) if match]
     ours = [message for message in found if message.startswith("shardgrid:")]
     if ours:
         return ours[-1]
     if found:
-        return found[-1]
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        reason = found[-1].strip()
+        details = [f"file {match.group(1)}" for match in FILE_LINE.finditer(text)][:1]
+        details += [match.group(1).strip() for match in EXPECTED_LINE.finditer(text)][:1]
+        return f"{reason} ({'; '.join(details)})" if details else reason
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
