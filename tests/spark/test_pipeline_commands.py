@@ -288,3 +288,16 @@ def test_ctrl_c_while_spark_starts_leaves_no_jvm_behind(tmp_path):
         for pid in jvms:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_spark_master_url_spark_would_not_take_is_refused_before_any_jvm(tmp_path):
+    """Found by an outside tester: ``--spark-master local[abc]`` started a JVM that died with a Java
+    trace and a Python one, and no readable reason."""
+    (tmp_path / "one.json").write_text('{"id": 1}\n')
+    for master in ("local[abc]", "local[0]", "spark:/nohost"):
+        done = CliRunner().invoke(
+            cli, ["pipeline", "load", "--input", str(tmp_path / "one.json"), "--map", "m", "--key", "id",
+                  "--spark-master", master],
+        )  # fmt: skip
+        assert done.exit_code == 2, done.output
+        assert "is no Spark master URL" in done.output

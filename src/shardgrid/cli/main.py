@@ -20,7 +20,7 @@ from shardgrid.cli.bench_sim import run_sim_bench
 from shardgrid.cli.cluster_commands import COMMANDS as CLUSTER_COMMANDS
 from shardgrid.cli.config_report import render_json, render_text
 from shardgrid.cli.member_command import flags_of, member, settings_options
-from shardgrid.cli.pipeline import pipeline
+from shardgrid.cli.pipeline import checked_spark_master, pipeline
 from shardgrid.cli.plan_report import render, summarize
 from shardgrid.cli.scenario import ScenarioSpec, run_scenario
 from shardgrid.cli.sim_report import render as render_sim
@@ -299,7 +299,9 @@ def bench_pipeline(rows: int) -> None:
     show_default=True,
     help="Folder for summary.json, per_second.csv, migrations_completed.csv and the PNGs.",
 )
-@click.option("--spark-master", default=None, help="A Spark master URL (default: local[2]).")
+@click.option(
+    "--spark-master", default=None, callback=checked_spark_master, help="A Spark master URL (default: local[2])."
+)
 def bench_report(samples: Path, out: Path, spark_master: str | None) -> None:
     """Spark over a `bench cluster` samples file: GET and SET p50/p99/p99.9 per second, migration
     periods marked, steady against migrating; prints the JSON summary, writes it, a CSV per second

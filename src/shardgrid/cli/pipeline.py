@@ -8,6 +8,7 @@ non-zero when the job fails, naming why.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -21,6 +22,22 @@ from shardgrid.spark.jobs import failure_reason, read_map, read_path, write_to_m
 INPUT_FORMATS = ("parquet", "csv", "json")
 
 
+# The master URLs Spark takes (its own parser's forms): anything else started a JVM that died
+# with a Java trace and a Python one, and no readable reason (found by an outside tester).
+SPARK_MASTER = re.compile(
+    r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]"
+    r"|spark://[^\s/]+(:\d+)?(,[^\s/]+(:\d+)?)*|yarn|k8s://\S+"
+)
+
+
+def checked_spark_master(_context: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not SPARK_MASTER.fullmatch(value):
+        raise click.BadParameter(
+            f"{value!r} is no Spark master URL: local, local[N], local[*], spark://HOST:PORT, yarn or k8s://..."
+        )
+    return value
+
+
 def _connection_options(function: Any) -> Any:
     for option in reversed(
         [
@@ -28,7 +45,12 @@ def _connection_options(function: Any) -> Any:
             click.option("--cluster-name", envvar="SHARDGRID_CLUSTER_NAME", default="shardgrid", show_default=True),
             click.option("--cluster-secret", envvar="SHARDGRID_CLUSTER_SECRET", default=None),
             click.option("--tls-ca-file", type=click.Path(dir_okay=False), default=None),
-            click.option("--spark-master", default=None, help="A Spark master URL (default: local[2])."),
+            click.option(
+                "--spark-master",
+                default=None,
+                callback=checked_spark_master,
+                help="A Spark master URL (default: local[2]).",
+            ),
         ]
     ):
         function = option(function)
