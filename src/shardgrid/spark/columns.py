@@ -25,8 +25,7 @@ from shardgrid.core.hashing import INT32_MAX, INT32_MIN
 from shardgrid.spark.options import KeyType, SparkOptionError
 
 PLAIN_VALUE_COLUMN = "value"  # a sampled map whose values are not msgpack maps is read as one column
-_INT32 = struct.Struct(">i")
-_LENGTH = struct.Struct(">i")
+_INT32 = struct.Struct(">i")  # a long key of 32 bits, and a string key's length (``serialize_key``)
 # Column types whose decoded values Arrow takes as they are: a stored value of another type fails
 # the typed decode, and the batch is decoded again the general way (which names the column). Not
 # floating point: msgspec turns a stored integer into a float without a word, rounding 2**53 + 1,
@@ -168,7 +167,7 @@ class RowEncoder:
                 if all(type(key) is int for key in raw):
                     return list(map(_INT32.pack, raw))
             elif kind is KeyType.STRING and all(type(key) is str for key in raw):
-                pack = _LENGTH.pack
+                pack = _INT32.pack
                 return [pack(len(encoded)) + encoded for encoded in [key.encode() for key in raw]]
         except (TypeError, UnicodeEncodeError):
             pass  # None, a bool or a lone surrogate among them: the checks below name it
@@ -220,9 +219,6 @@ class EntryDecoder:
         self._keys = key_serializer(layout.key_type)
         self._decoder = msgspec.msgpack.Decoder()
         self._rows = _typed_row_decoder(schema, layout.map_fields) if layout.value_column is None else None
-        self._typed_names = frozenset(
-            name for name in layout.map_fields if _plain_type_of(schema.field(name).type) is not None
-        )
 
     def decode(self, keys: Sequence[bytes], values: Sequence[bytes]) -> pa.RecordBatch:
         layout = self.layout
@@ -240,9 +236,9 @@ class EntryDecoder:
             columns[layout.value_column] = (
                 [value.decode() for value in values] if layout.value_is_text else list(values)
             )
-        elif (typed := self._typed_columns(values)) is not None:
+        elif self._rows is not None and (typed := _typed_columns(self._rows, values)) is not None:
             columns.update(typed)
-            checked |= self._typed_names
+            checked |= self._rows.plain_names
         else:
             decode = self._decoder.decode
             decoded = [decode(value) for value in values]
@@ -281,40 +277,51 @@ class EntryDecoder:
         load_key = self._keys.loads
         return [load_key(key) for key in keys]
 
-    def _typed_columns(self, values: Sequence[bytes]) -> dict[str, list[Any]] | None:
-        """The value columns through a decoder typed by the schema (no dict per entry), or None
-        when an entry is anything else than a map of those types: the general decode then sorts
-        it out and names the column at fault."""
-        if self._rows is None:
-            return None
-        decode, getter, names = self._rows
-        try:
-            rows = [decode(value) for value in values]
-        except msgspec.MsgspecError:
-            return None
-        if len(names) == 1:
-            return {names[0]: list(map(getter, rows))}
-        if not rows:
-            return {name: [] for name in names}
-        return {name: list(column) for name, column in zip(names, zip(*map(getter, rows), strict=True), strict=True)}
+
+@dataclass(frozen=True, slots=True)
+class TypedRows:
+    """A msgpack decoder of one entry into a struct with the value columns as fields, the getter of
+    those fields, their names, and those whose type the decoder checks (the rest are ``Any``)."""
+
+    decode: Callable[[bytes], Any]
+    getter: Callable[[Any], Any]
+    names: tuple[str, ...]
+    plain_names: frozenset[str]
 
 
-def _typed_row_decoder(
-    schema: pa.Schema, fields: tuple[str, ...]
-) -> tuple[Callable[[bytes], Any], Callable[[Any], Any], tuple[str, ...]] | None:
-    """A msgpack decoder of one entry into a struct with the value columns as fields (each
-    optional, extra entries ignored, as the general decode treats them), an attribute getter for
-    them, and their names; None when there is no value column to decode."""
+def _typed_row_decoder(schema: pa.Schema, fields: tuple[str, ...]) -> TypedRows | None:
+    """Each field optional and extra entries ignored, as the general decode treats them; None when
+    there is no value column to decode."""
     if not fields:
         return None
     spec: list[tuple[str, Any, None]] = []
+    plain: set[str] = set()
     for index, name in enumerate(fields):
         python_type = _plain_type_of(schema.field(name).type)
+        if python_type is not None:
+            plain.add(name)
         spec.append((f"f{index}", Any if python_type is None else python_type | None, None))
     rename = {f"f{index}": name for index, name in enumerate(fields)}
     row = msgspec.defstruct("EntryRow", spec, rename=rename)
     getter = attrgetter(*(attribute for attribute, _, _ in spec))
-    return msgspec.msgpack.Decoder(row).decode, getter, fields
+    return TypedRows(msgspec.msgpack.Decoder(row).decode, getter, fields, frozenset(plain))
+
+
+def _typed_columns(typed: TypedRows, values: Sequence[bytes]) -> dict[str, list[Any]] | None:
+    """The value columns through the decoder typed by the schema (no dict per entry), or None when
+    an entry is anything else than a map of those types: the general decode then sorts it out and
+    names the column at fault."""
+    decode = typed.decode
+    try:
+        rows = [decode(value) for value in values]
+    except msgspec.MsgspecError:
+        return None
+    names, getter = typed.names, typed.getter
+    if len(names) == 1:
+        return {names[0]: list(map(getter, rows))}
+    if not rows:
+        return {name: [] for name in names}
+    return {name: list(column) for name, column in zip(names, zip(*map(getter, rows), strict=True), strict=True)}
 
 
 def _plain_type_of(arrow_type: pa.DataType) -> type | None:
