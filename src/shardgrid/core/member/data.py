@@ -687,11 +687,14 @@ class DataPath:
             overdue = pending.overdue(now, self.ctx.config.backup_ack_timeout_ms)
             if overdue:
                 self.start_sync(pid, sorted(overdue))
-            if now - pending.last_sent_ms >= self.ctx.config.retry_interval_ms:
-                pending.last_sent_ms = now
+            retry_ms = self.ctx.config.retry_interval_ms
+            if now - pending.last_sent_ms >= retry_ms:
                 slots = self.consensus.state.table.replicas[pid] if self.consensus.state.table else ()
                 for backup in sorted(backups):
-                    self._send_runs(backup, self._runs_held_at(slots.index(backup), pending.runs_for(backup)))
+                    late = pending.runs_due_for(backup, now, retry_ms)
+                    if late:
+                        pending.last_sent_ms = now
+                        self._send_runs(backup, self._runs_held_at(slots.index(backup), late))
         self._sync_tick()
         if now - self._last_summary_ms >= self.ctx.config.anti_entropy_interval_ms:
             self._last_summary_ms = now

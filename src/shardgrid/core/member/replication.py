@@ -15,6 +15,7 @@ the backups that lacked them are brought back by a sync.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -150,6 +151,19 @@ class PendingPartition:
         """What ``backup`` has not acknowledged yet (whole runs: it skips what it already holds)."""
         held = self.acked.get(backup, -1)
         return [(run, size) for run, size, _ in self.runs if run.last_sequence > held]
+
+    def runs_due_for(self, backup: Replica, now_ms: int, after_ms: int) -> list[tuple[WriteRun, int]]:
+        """What ``backup`` has not acknowledged, when the oldest of it was first sent ``after_ms``
+        ago or more; nothing otherwise. Under steady load a partition always has runs on their
+        way: sending those again before they could have been answered only doubled the work of
+        the owner, the backup and the link (a member spent a tenth of its time on it)."""
+        held = self.acked.get(backup, -1)
+        for position, (run, _, sent_ms) in enumerate(self.runs):
+            if run.last_sequence > held:
+                if now_ms - sent_ms < after_ms:
+                    return []
+                return [(late, size) for late, size, _ in itertools.islice(self.runs, position, None)]
+        return []
 
     def _prune_runs(self) -> None:
         runs = self.runs
