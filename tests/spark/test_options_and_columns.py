@@ -22,7 +22,7 @@ def test_defaults_and_spellings() -> None:
     assert parsed.map_name == "users"
     assert parsed.key_column == "id"
     assert parsed.connection.members == ("127.0.0.1:5701",)
-    assert (parsed.write_batch_size, parsed.write_concurrency, parsed.write_mode) == (1_000, 4, WriteMode.PUT)
+    assert (parsed.write_batch_size, parsed.write_concurrency, parsed.write_mode) == (1_000, 8, WriteMode.PUT)
     assert parsed.key_type is KeyType.STRING
     assert parse({"map": "m"}, writing=False).key_column is None  # a read names it "key" unless told
 

@@ -1,7 +1,10 @@
 """Rows grouped per owner into put_all batches: every row comes out once, each batch goes to one
-owner, and only the last batches of a task are short."""
+owner in partition order, two rows of one key keep their order, and only each owner's last batch
+of a task is short."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,38 +20,74 @@ def _table(owner_of: list[str | None]) -> TableView:
     return TableView(partition_count=PARTITIONS, owners=owner_of, versions=[1] * PARTITIONS)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     owner_of=st.lists(st.sampled_from(["a:1", "b:2", "c:3", None]), min_size=PARTITIONS, max_size=PARTITIONS),
     chunks=st.lists(st.integers(0, 300), max_size=8),
     batch_rows=st.integers(1, 50),
+    held_rows=st.integers(1, 400),
+    distinct_keys=st.integers(1, 500),
 )
-def test_every_row_once_each_batch_one_owner_and_full_until_the_end(owner_of, chunks, batch_rows):
+def test_every_row_once_each_batch_one_owner_in_partition_order(owner_of, chunks, batch_rows, held_rows, distinct_keys):
     table = _table(owner_of)
-    grouped = OwnerBatches(table, batch_rows)
+    grouped = OwnerBatches(table, batch_rows, held_rows)
     sent: list[tuple[list[bytes], list[bytes]]] = []
-    rows: list[bytes] = []
+    pid_columns: list[list[int] | None] = []
+    rows: list[tuple[bytes, bytes]] = []
     for size in chunks:
-        keys = [f"k{len(rows) + i}".encode() for i in range(size)]
-        rows.extend(keys)
-        full = grouped.add(keys, [key + b"=v" for key in keys])
+        # Keys repeat (a key written twice by one task): the values tell the writes apart.
+        keys = [f"k{(len(rows) + i) % distinct_keys}".encode() for i in range(size)]
+        values = [b"%s=%d" % (key, len(rows) + i) for i, key in enumerate(keys)]
+        rows.extend(zip(keys, values, strict=True))
+        full = grouped.add(keys, values)
         assert all(len(batch[0]) == batch_rows for batch in full)
-        sent.extend(full)
+        sent.extend(batch[:2] for batch in full)
+        pid_columns.extend(batch[2] for batch in full)
+        # Bounded: under held_rows, or after a let-out under a batch per owner (4 here, None too).
+        assert len(grouped.keys) <= max(max(held_rows, batch_rows) - 1, 4 * (batch_rows - 1))
     rest = grouped.rest()
-    assert all(0 < len(batch[0]) < batch_rows for batch in rest)
-    sent.extend(rest)
+    sent.extend(batch[:2] for batch in rest)
+    pid_columns.extend(batch[2] for batch in rest)
     assert grouped.rest() == []
-    out = [key for keys, _ in sent for key in keys]
-    assert sorted(out) == sorted(rows)
-    for keys, values in sent:
-        assert values == [key + b"=v" for key in keys]
-        owners = {owner_of[pid] for pid in partition_ids_of_serialized(keys, PARTITIONS)}
-        assert len(owners) == 1
-    assert len(rest) <= len(set(owner_of))  # at most one short batch per owner
+    out = [(key, value) for keys, values in sent for key, value in zip(keys, values, strict=True)]
+    assert Counter(out) == Counter(rows)
+    # Each key's writes leave in the order they came (the last one stays in the map).
+    order_in = [value for _, value in rows]
+    for key in {key for key, _ in rows}:
+        came = [value for k, value in rows if k == key]
+        left = [value for k, value in out if k == key]
+        assert left == came, (key, came, left, order_in)
+    short: Counter[str | None] = Counter()
+    for (keys, _), given_pids in zip(sent, pid_columns, strict=True):
+        pids = partition_ids_of_serialized(keys, PARTITIONS)
+        assert given_pids == pids
+        assert len({owner_of[pid] for pid in pids}) == 1
+        assert pids == sorted(pids)
+        if len(keys) < batch_rows:
+            short[owner_of[pids[0]]] += 1
+    assert all(count == 1 for count in short.values())  # one short batch per owner at most
+    assert all(len(keys) == batch_rows for keys, _ in sent[: len(sent) - len(rest)])
 
 
 def test_without_a_table_the_rows_still_go_out_in_batches():
-    grouped = OwnerBatches(TableView(), 2)
-    full = grouped.add([b"a", b"b", b"c"], [b"1", b"2", b"3"])
-    assert full == [([b"a", b"b"], [b"1", b"2"])]
-    assert grouped.rest() == [([b"c"], [b"3"])]
+    grouped = OwnerBatches(TableView(), 2, held_rows=3)
+    assert grouped.add([b"a", b"b"], [b"1", b"2"]) == []
+    full = grouped.add([b"c"], [b"3"])
+    assert full == [([b"a", b"b"], [b"1", b"2"], None)]
+    assert grouped.rest() == [([b"c"], [b"3"], None)]
+
+
+def test_a_batch_covers_few_partitions():
+    """The point of holding rows: at 271 partitions and 3 owners, 1,000-row batches of 50,000
+    held rows touch a handful of partitions each, not most of their owner's 90."""
+    partitions = 271
+    owners = [f"m{pid % 3}:1" for pid in range(partitions)]
+    table = TableView(partition_count=partitions, owners=owners, versions=[1] * partitions)
+    grouped = OwnerBatches(table, 1_000, 50_000)
+    batches = []
+    for chunk in range(10):
+        keys = [b"key-%d" % (chunk * 10_000 + i) for i in range(10_000)]
+        batches.extend(grouped.add(keys, keys))
+    batches.extend(grouped.rest())
+    touched = [len(set(partition_ids_of_serialized(keys, partitions))) for keys, _, _ in batches]
+    assert sum(touched) / len(touched) < 10

@@ -232,10 +232,13 @@ class AsyncClient:
         keys: Sequence[bytes],
         values: Sequence[bytes] | None = None,
         previous: bool = False,
+        partition_ids: Sequence[int] | None = None,
     ) -> list[bytes | None]:
         """Run one operation on many keys (already serialized), through every retry its answers
         call for; returns one value per key (a get's, or a put's or remove's previous value when
-        ``previous``), None where there is none."""
+        ``previous``), None where there is none. ``partition_ids``: the keys' partitions, when
+        the caller hashed them already under this cluster's partition count (a member refuses a
+        request whose partition ids do not match its keys)."""
         if self._closed:
             raise ClientClosedError("the client is closed")
         count = len(keys)
@@ -250,7 +253,12 @@ class AsyncClient:
             raise OperationRejectedError(f"{kind.value}: a value is at most {MAX_VALUE_BYTES} bytes serialized")
         if not self.table.known:
             await self.refresh_table()
-        pids = partition_ids_of_serialized(keys, self.table.partition_count)
+        if partition_ids is None:
+            pids: Sequence[int] = partition_ids_of_serialized(keys, self.table.partition_count)
+        elif len(partition_ids) == count:
+            pids = partition_ids
+        else:
+            raise ValueError(f"{len(partition_ids)} partition ids for {count} keys")
         progress = CallProgress(self._now_ms(), kind is not m.GET)
         remaining = list(range(count))
         while remaining:
@@ -307,7 +315,7 @@ class AsyncClient:
         kind: m.OpKind,
         map_name: str,
         batch: list[int],
-        pids: list[int],
+        pids: Sequence[int],
         keys: Sequence[bytes],
         values: Sequence[bytes] | None,
         previous: bool,

@@ -59,7 +59,7 @@ CONNECTION_OPTIONS = {
 }
 WRITE_OPTIONS = {
     "write.batch.size": f"rows per put_all batch (default 1000, at most {MAX_OPERATIONS_PER_REQUEST})",
-    "write.concurrency": f"batches one task keeps in flight (default 4, at most {MAX_WRITE_CONCURRENCY})",
+    "write.concurrency": f"batches one task keeps in flight (default 8, at most {MAX_WRITE_CONCURRENCY})",
     "write.mode": "put (default) or put_if_absent",
     "confirm.truncate": "true lets save mode overwrite clear the map first",
     "write.report.file": "a file the driver writes the write's summary to as JSON (rows, bytes, tasks) at commit",
@@ -200,7 +200,7 @@ def parse(options: Mapping[str, str], *, writing: bool) -> SourceOptions:
         key_type=_choice(lowered, "key.type", KeyType, KeyType.STRING),
         value_column=_text(lowered, "value.column"),
         write_batch_size=_int(lowered, "write.batch.size", 1_000, 1, MAX_OPERATIONS_PER_REQUEST),
-        write_concurrency=_int(lowered, "write.concurrency", 4, 1, MAX_WRITE_CONCURRENCY),
+        write_concurrency=_int(lowered, "write.concurrency", 8, 1, MAX_WRITE_CONCURRENCY),
         write_mode=_choice(lowered, "write.mode", WriteMode, WriteMode.PUT),
         confirm_truncate=_bool(lowered, "confirm.truncate"),
         write_report_file=_text(lowered, "write.report.file"),

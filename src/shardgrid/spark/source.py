@@ -63,7 +63,7 @@ from shardgrid.spark.columns import (
     spark_type_name_of,
 )
 from shardgrid.spark.options import KeyType, SourceOptions, SparkOptionError, WriteMode, parse
-from shardgrid.spark.owner_batches import OwnerBatches
+from shardgrid.spark.owner_batches import Batch, OwnerBatches
 
 SOURCE_NAME = "shardgrid"
 SCAN_AHEAD_PARTITIONS = 4  # grid partitions a read task fetches ahead of the one it yields
@@ -258,14 +258,15 @@ async def _write_batches(
     kind = m.PUT_IF_ABSENT if options.write_mode is WriteMode.PUT_IF_ABSENT else m.PUT
     grouped = OwnerBatches(client.table, options.write_batch_size)
 
-    async def send(batches: list[tuple[list[bytes], list[bytes]]]) -> None:
+    async def send(batches: list[Batch]) -> None:
         nonlocal in_flight
-        for keys, values in batches:
+        for keys, values, pids in batches:
             while len(in_flight) >= options.write_concurrency:
                 done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     task.result()
-            in_flight.add(asyncio.ensure_future(client.map_call(kind, options.map_name, keys, values)))
+            call = client.map_call(kind, options.map_name, keys, values, partition_ids=pids)
+            in_flight.add(asyncio.ensure_future(call))
 
     try:
         for keys, values in chunks:
