@@ -6,8 +6,8 @@ write below, so generating them is not timed), then timed, each on its own:
 - Parquet write and the grid load (put_all through the data source), and a data source that
   discards what it is given (the Python worker's ceiling for a write);
 - Parquet read and the grid export (the data source's read, as ``pipeline export`` reads), and
-  a data source that yields one ready batch again and again (the Python worker's ceiling for a
-  read), each into Spark's no-op sink.
+  a data source that yields one ready batch again and again with as many tasks as the export
+  (the Python worker's ceiling for a read), each into Spark's no-op sink.
 Targets: the load reaches half the Parquet write's rows/s and the export half the Parquet read's.
 
 Each path first runs once on WARM_UP_ROWS rows, timed apart as ``first_job_seconds``. The first job
@@ -105,6 +105,7 @@ def run_pipeline_bench(rows: int) -> dict[str, Any]:
             lambda count: (
                 spark.read.format("shardgrid-repeat")
                 .option("rows", str(count))
+                .option("tasks", str(spark.sparkContext.defaultParallelism))  # as the export reads
                 .load()
                 .write.format("noop")
                 .mode("overwrite")

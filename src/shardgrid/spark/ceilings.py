@@ -19,9 +19,6 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 REPEAT_BATCH_ROWS = 10_000  # as many rows a batch as the grid's read tasks yield
-# Six tasks (the grid's read of three members had two each when this was measured first); the
-# export now reads with one task per core, two on local[2], so the two differ in task count.
-REPEAT_TASKS = 6
 
 
 @dataclass
@@ -50,14 +47,16 @@ class RepeatShare(InputPartition):
 
 class RepeatReader(DataSourceReader):
     """``rows`` rows of the schema ``id long, payload string`` (a 100-character payload), split
-    over ``REPEAT_TASKS`` tasks, each yielding one batch built once, again and again."""
+    over ``tasks`` tasks (as many as the read it is the ceiling of), each yielding one batch built
+    once, again and again."""
 
-    def __init__(self, rows: int) -> None:
+    def __init__(self, rows: int, tasks: int) -> None:
         self.rows = rows
+        self.tasks = tasks
 
     def partitions(self) -> list[RepeatShare]:
-        share, extra = divmod(self.rows, REPEAT_TASKS)
-        return [RepeatShare(share + (1 if task < extra else 0)) for task in range(REPEAT_TASKS)]
+        share, extra = divmod(self.rows, self.tasks)
+        return [RepeatShare(share + (1 if task < extra else 0)) for task in range(self.tasks)]
 
     def read(self, partition: RepeatShare) -> Iterator[pa.RecordBatch]:
         size = min(REPEAT_BATCH_ROWS, partition.rows)
@@ -80,4 +79,4 @@ class RepeatDataSource(DataSource):
         return "id long not null, payload string"
 
     def reader(self, schema: StructType) -> RepeatReader:
-        return RepeatReader(int(self.options.get("rows", "0")))
+        return RepeatReader(int(self.options.get("rows", "0")), max(1, int(self.options.get("tasks", "1"))))
