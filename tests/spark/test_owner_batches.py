@@ -26,11 +26,14 @@ def _table(owner_of: list[str | None]) -> TableView:
     chunks=st.lists(st.integers(0, 300), max_size=8),
     batch_rows=st.integers(1, 50),
     held_rows=st.integers(1, 400),
+    held_bytes=st.integers(1, 20_000),
     distinct_keys=st.integers(1, 500),
 )
-def test_every_row_once_each_batch_one_owner_in_partition_order(owner_of, chunks, batch_rows, held_rows, distinct_keys):
+def test_every_row_once_each_batch_one_owner_in_partition_order(
+    owner_of, chunks, batch_rows, held_rows, held_bytes, distinct_keys
+):
     table = _table(owner_of)
-    grouped = OwnerBatches(table, batch_rows, held_rows)
+    grouped = OwnerBatches(table, batch_rows, held_rows, held_bytes)
     sent: list[tuple[list[bytes], list[bytes]]] = []
     pid_columns: list[list[int] | None] = []
     rows: list[tuple[bytes, bytes]] = []
@@ -43,8 +46,11 @@ def test_every_row_once_each_batch_one_owner_in_partition_order(owner_of, chunks
         assert all(len(batch[0]) == batch_rows for batch in full)
         sent.extend(batch[:2] for batch in full)
         pid_columns.extend(batch[2] for batch in full)
-        # Bounded: under held_rows, or after a let-out under a batch per owner (4 here, None too).
-        assert len(grouped.keys) <= max(max(held_rows, batch_rows) - 1, 4 * (batch_rows - 1))
+        # Bounded: under held_rows and held_bytes, or after a let-out under a batch per owner
+        # (4 here, None too).
+        held = len(grouped.keys)
+        assert grouped.bytes == sum(map(len, grouped.keys)) + sum(map(len, grouped.values))
+        assert held <= 4 * (batch_rows - 1) or (held < max(held_rows, batch_rows) and grouped.bytes < held_bytes)
     rest = grouped.rest()
     sent.extend(batch[:2] for batch in rest)
     pid_columns.extend(batch[2] for batch in rest)
@@ -75,6 +81,14 @@ def test_without_a_table_the_rows_still_go_out_in_batches():
     full = grouped.add([b"c"], [b"3"])
     assert full == [([b"a", b"b"], [b"1", b"2"], None)]
     assert grouped.rest() == [([b"c"], [b"3"], None)]
+
+
+def test_large_values_are_let_out_by_bytes():
+    grouped = OwnerBatches(TableView(), 2, held_rows=1_000, held_bytes=3_000)
+    assert grouped.add([b"a"], [bytes(1_000)]) == []
+    assert grouped.add([b"b"], [bytes(1_000)]) == []
+    assert [keys for keys, _, _ in grouped.add([b"c"], [bytes(1_000)])] == [[b"a", b"b"]]
+    assert grouped.bytes == 1_001
 
 
 def test_a_batch_covers_few_partitions():

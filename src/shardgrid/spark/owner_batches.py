@@ -35,27 +35,35 @@ Batch = tuple[list[bytes], list[bytes], list[int] | None]
 # Rows a task holds before it sorts and lets out full batches: about 9 MB of Python objects at
 # 100-byte values. At 271 partitions a batch of 1,000 rows then covers about 5 partitions.
 HELD_ROWS = 50_000
+# And the keys' and values' bytes it holds before it does (large values reach it first).
+HELD_BYTES = 32 * 1024 * 1024
 
 
 class OwnerBatches:
-    """Holds rows until ``held_rows`` (at least one batch); then lets out every full batch per
-    owner and keeps the rest. Between calls a task so holds fewer than ``held_rows`` rows, or
-    after a let-out less than a batch per owner, besides the batches it has let out."""
+    """Holds rows until ``held_rows`` (at least one batch) or ``held_bytes``; then lets out every
+    full batch per owner and keeps the rest. Between calls a task so holds fewer than
+    ``held_rows`` rows and ``held_bytes`` bytes, or after a let-out less than a batch per owner,
+    besides the batches it has let out."""
 
-    def __init__(self, table: TableView, batch_rows: int, held_rows: int = HELD_ROWS) -> None:
+    def __init__(
+        self, table: TableView, batch_rows: int, held_rows: int = HELD_ROWS, held_bytes: int = HELD_BYTES
+    ) -> None:
         invariant(batch_rows >= 1, "a batch holds at least one row")
         self.table = table
         self.batch_rows = batch_rows
         self.held_rows = max(held_rows, batch_rows)
+        self.held_bytes = held_bytes
         self.keys: list[bytes] = []
         self.values: list[bytes] = []
+        self.bytes = 0  # of the keys and values held
 
     def add(self, keys: Sequence[bytes], values: Sequence[bytes]) -> list[Batch]:
         """Takes rows in; returns the batches let out (none until ``held_rows`` are held)."""
         invariant(len(keys) == len(values), "a key for every value")
         self.keys.extend(keys)
         self.values.extend(values)
-        if len(self.keys) < self.held_rows:
+        self.bytes += sum(map(len, keys)) + sum(map(len, values))
+        if len(self.keys) < self.held_rows and self.bytes < self.held_bytes:
             return []
         return self._let_out(whole=False)
 
@@ -67,7 +75,7 @@ class OwnerBatches:
         if not self.keys:
             return []
         keys, values, pids, ranges = self._by_owner(self.keys, self.values)
-        self.keys, self.values = [], []
+        self.keys, self.values, self.bytes = [], [], 0
         size = self.batch_rows
         batches: list[Batch] = []
         for start, end in ranges:
@@ -79,6 +87,7 @@ class OwnerBatches:
             if cut < end:
                 self.keys.extend(keys[cut:end])
                 self.values.extend(values[cut:end])
+                self.bytes += sum(map(len, keys[cut:end])) + sum(map(len, values[cut:end]))
         return batches
 
     def _by_owner(
