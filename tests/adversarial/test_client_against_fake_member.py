@@ -94,3 +94,20 @@ def test_closing_the_client_while_another_thread_waits_raises_client_closed(dela
         assert not worker.is_alive(), "the calling thread still waits after close()"
         assert errors, "the call ended without an error"
         assert isinstance(errors[0], ClientClosedError), f"got {errors!r}"
+
+
+@pytest.mark.parametrize(
+    "partition_ids",
+    [[-1, 0], [0, 10**6], [0, True], [0, 2**70], [0, 1.0], [0, None], [0], [0, 1, 2]],
+)
+def test_given_partition_ids_the_members_would_refuse_are_refused_before_anything_is_sent(partition_ids):
+    """Found by an outside tester: ids the codec or the members' decoder refuse (negative, too
+    large, a bool) were sent, the member closed the connection, and the call retried until its
+    timeout (120 s by default), some keys of other owners written meanwhile."""
+    with FakeMember(lambda message: []) as member, Client([member.address], operation_call_timeout_ms=5_000) as client:
+        started = time.monotonic()
+        call = client.async_client.map_call(m.PUT, "m", [b"a", b"b"], [b"1", b"2"], partition_ids=partition_ids)
+        with pytest.raises(ValueError, match="partition ids"):
+            client._run(call).result(timeout=5)
+        assert time.monotonic() - started < 2
+        assert not [message for message in member.received if type(message) is m.MapRequest]

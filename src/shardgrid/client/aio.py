@@ -253,12 +253,18 @@ class AsyncClient:
             raise OperationRejectedError(f"{kind.value}: a value is at most {MAX_VALUE_BYTES} bytes serialized")
         if not self.table.known:
             await self.refresh_table()
+        partition_count = self.table.partition_count
         if partition_ids is None:
-            pids: Sequence[int] = partition_ids_of_serialized(keys, self.table.partition_count)
-        elif len(partition_ids) == count:
-            pids = partition_ids
+            pids: Sequence[int] = partition_ids_of_serialized(keys, partition_count)
         else:
-            raise ValueError(f"{len(partition_ids)} partition ids for {count} keys")
+            # Checked whole before anything is sent: an id the codec cannot carry, or one the
+            # members' decoder refuses, would otherwise cost retries until the call's timeout.
+            # (A valid id that is not its key's partition is refused by the member at once.)
+            pids = partition_ids if isinstance(partition_ids, list) else list(partition_ids)
+            if len(pids) != count:
+                raise ValueError(f"{len(pids)} partition ids for {count} keys")
+            if set(map(type, pids)) != {int} or min(pids) < 0 or max(pids) >= partition_count:
+                raise ValueError(f"partition ids are ints from 0 to {partition_count - 1}")
         progress = CallProgress(self._now_ms(), kind is not m.GET)
         remaining = list(range(count))
         while remaining:

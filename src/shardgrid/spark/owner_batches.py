@@ -41,9 +41,9 @@ HELD_BYTES = 32 * 1024 * 1024
 
 class OwnerBatches:
     """Holds rows until ``held_rows`` (at least one batch) or ``held_bytes``; then lets out every
-    full batch per owner and keeps the rest. Between calls a task so holds fewer than
-    ``held_rows`` rows and ``held_bytes`` bytes, or after a let-out less than a batch per owner,
-    besides the batches it has let out."""
+    full batch per owner and keeps the short rest, when that is under half of either bound (or
+    lets out everything). Between calls a task so holds fewer than ``held_rows`` rows and
+    ``held_bytes`` bytes, besides the batches it has let out."""
 
     def __init__(
         self, table: TableView, batch_rows: int, held_rows: int = HELD_ROWS, held_bytes: int = HELD_BYTES
@@ -75,19 +75,25 @@ class OwnerBatches:
         if not self.keys:
             return []
         keys, values, pids, ranges = self._by_owner(self.keys, self.values)
-        self.keys, self.values, self.bytes = [], [], 0
         size = self.batch_rows
+        # Full batches out; each owner's short tail stays held, unless the task is ending or the
+        # tails would fill half of what may be held (large batches over many owners would
+        # otherwise keep the task sorting them again on every add).
+        cuts = [end if whole else end - (end - start) % size for start, end in ranges]
+        tails = [(cut, end) for cut, (_, end) in zip(cuts, ranges, strict=True) if cut < end]
+        tail_rows = sum(end - cut for cut, end in tails)
+        tail_bytes = sum(sum(map(len, keys[cut:end])) + sum(map(len, values[cut:end])) for cut, end in tails)
+        if tail_rows * 2 >= self.held_rows or tail_bytes * 2 >= self.held_bytes:
+            cuts, tails, tail_bytes = [end for _, end in ranges], [], 0
+        self.keys, self.values, self.bytes = [], [], tail_bytes
+        for cut, end in tails:
+            self.keys.extend(keys[cut:end])
+            self.values.extend(values[cut:end])
         batches: list[Batch] = []
-        for start, end in ranges:
-            # Full batches out; a short tail stays held unless the task is ending.
-            cut = end if whole else end - (end - start) % size
+        for (start, _), cut in zip(ranges, cuts, strict=True):
             for first in range(start, cut, size):
                 last = min(first + size, cut)
                 batches.append((keys[first:last], values[first:last], pids[first:last] if pids else None))
-            if cut < end:
-                self.keys.extend(keys[cut:end])
-                self.values.extend(values[cut:end])
-                self.bytes += sum(map(len, keys[cut:end])) + sum(map(len, values[cut:end]))
         return batches
 
     def _by_owner(
