@@ -63,6 +63,13 @@ def _here(cluster, *args: str) -> Result:
     return CliRunner().invoke(cli, ["pipeline", *args], env=env)
 
 
+def _failed_load(cluster, input_path, map_name: str, key: str) -> str:
+    """What a load that must fail (exit 1) said on stderr."""
+    failed = _here(cluster, "load", "--input", str(input_path), "--map", map_name, "--key", key)
+    assert failed.exit_code == 1, failed.output[-2000:]
+    return failed.stderr
+
+
 def test_export_never_replaces_what_is_at_the_output_unless_told(cluster, tmp_path):
     """Found by an outside tester: an export replaced a folder of other files without a word."""
     (tmp_path / "keep").mkdir()
@@ -75,13 +82,11 @@ def test_export_never_replaces_what_is_at_the_output_unless_told(cluster, tmp_pa
 
 def test_a_load_that_cannot_run_says_why_and_exits_non_zero(commands_on_test_session, cluster, tmp_path):
     commands_on_test_session.range(5).write.json(str(tmp_path / "in.json"))
-    failed = _here(cluster, "load", "--input", str(tmp_path / "in.json"), "--map", "bad", "--key", "nope")
-    assert failed.exit_code == 1
-    assert "load failed: shardgrid: option 'key.column': no column 'nope' in the schema" in failed.stderr
+    failed = _failed_load(cluster, tmp_path / "in.json", "bad", "nope")
+    assert "load failed: shardgrid: option 'key.column': no column 'nope' in the schema" in failed
     (tmp_path / "nulls.csv").write_text("id,v\n1,a\n,b\n")
-    nulls = _here(cluster, "load", "--input", str(tmp_path / "nulls.csv"), "--map", "bad", "--key", "id")
-    assert nulls.exit_code == 1
-    assert "load failed: shardgrid: a row has a null key (column 'id'); every row needs a key" in nulls.stderr
+    nulls = _failed_load(cluster, tmp_path / "nulls.csv", "bad", "id")
+    assert "load failed: shardgrid: a row has a null key (column 'id'); every row needs a key" in nulls
 
 
 def test_a_malformed_json_or_csv_record_fails_the_load_naming_it(commands_on_test_session, cluster, tmp_path):
@@ -90,13 +95,11 @@ def test_a_malformed_json_or_csv_record_fails_the_load_naming_it(commands_on_tes
     which it stored: a load reads files strictly, and says what it could not parse (Spark names a
     CSV record; for JSON it gives the parser's complaint)."""
     (tmp_path / "bad.json").write_text('{"id": 1, "v": "a"}\n{"id": 2, "v": \n')
-    failed = _here(cluster, "load", "--input", str(tmp_path / "bad.json"), "--map", "strict", "--key", "id")
-    assert failed.exit_code == 1
-    assert "load failed: Unexpected end-of-input within/between Object entries" in failed.stderr
+    failed = _failed_load(cluster, tmp_path / "bad.json", "strict", "id")
+    assert "load failed: Unexpected end-of-input within/between Object entries" in failed
     (tmp_path / "short.csv").write_text("id,v,w\n1,a,x\n2,b\n")
-    short = _here(cluster, "load", "--input", str(tmp_path / "short.csv"), "--map", "strict", "--key", "id")
-    assert short.exit_code == 1
-    assert "Malformed CSV record: 2,b" in short.stderr
+    short = _failed_load(cluster, tmp_path / "short.csv", "strict", "id")
+    assert "Malformed CSV record: 2,b" in short
     with Client(cluster.addresses, cluster_secret=SECRET) as client:
         assert client.get_map("strict", key_type=int).get_all([1, 2]) == {}
     # Found by an outside tester: rows other tasks read before the bad one are written, and the
@@ -104,11 +107,10 @@ def test_a_malformed_json_or_csv_record_fails_the_load_naming_it(commands_on_tes
     (tmp_path / "folder").mkdir()
     (tmp_path / "folder" / "a.csv").write_text("id,v\n10,a\n")
     (tmp_path / "folder" / "b.csv").write_text("id,v\n11,b\n12\n")
-    partly = _here(cluster, "load", "--input", str(tmp_path / "folder"), "--map", "strict", "--key", "id")
-    assert partly.exit_code == 1
-    assert "Malformed CSV record: 12" in partly.stderr
-    assert "b.csv" in partly.stderr
-    assert "rows the job wrote before it failed stay in the map" in partly.stderr
+    partly = _failed_load(cluster, tmp_path / "folder", "strict", "id")
+    assert "Malformed CSV record: 12" in partly
+    assert "b.csv" in partly
+    assert "rows the job wrote before it failed stay in the map" in partly
 
 
 def test_paths_with_glob_characters_are_read_as_they_are(commands_on_test_session, cluster, tmp_path):

@@ -56,13 +56,19 @@ class OwnerBatches:
         self.keys: list[bytes] = []
         self.values: list[bytes] = []
         self.bytes = 0  # of the keys and values held
+        # What it took in, all told: the task's write report.
+        self.rows_taken = self.key_bytes_taken = self.value_bytes_taken = 0
 
     def add(self, keys: Sequence[bytes], values: Sequence[bytes]) -> list[Batch]:
         """Takes rows in; returns the batches let out (none until ``held_rows`` are held)."""
         invariant(len(keys) == len(values), "a key for every value")
         self.keys.extend(keys)
         self.values.extend(values)
-        self.bytes += sum(map(len, keys)) + sum(map(len, values))
+        key_bytes, value_bytes = sum(map(len, keys)), sum(map(len, values))
+        self.rows_taken += len(keys)
+        self.key_bytes_taken += key_bytes
+        self.value_bytes_taken += value_bytes
+        self.bytes += key_bytes + value_bytes
         if len(self.keys) < self.held_rows and self.bytes < self.held_bytes:
             return []
         return self._let_out(whole=False)

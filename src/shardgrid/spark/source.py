@@ -253,7 +253,6 @@ async def _write_batches(
     (``owner_batches``), up to ``write.concurrency`` batches in flight at once; the first failure
     ends the task (its batches' retries through migrations and crashes are the client's)."""
     started = time.monotonic()
-    rows = key_bytes = value_bytes = 0
     in_flight: set[asyncio.Task[Any]] = set()
     kind = m.PUT_IF_ABSENT if options.write_mode is WriteMode.PUT_IF_ABSENT else m.PUT
     grouped = OwnerBatches(client.table, options.write_batch_size)
@@ -270,9 +269,6 @@ async def _write_batches(
 
     try:
         for keys, values in chunks:
-            rows += len(keys)
-            key_bytes += sum(map(len, keys))
-            value_bytes += sum(map(len, values))
             await send(grouped.add(keys, values))
         await send(grouped.rest())
         for task in asyncio.as_completed(in_flight):
@@ -280,7 +276,8 @@ async def _write_batches(
     finally:
         for task in in_flight:
             task.cancel()
-    return WriteReport(rows, key_bytes, value_bytes, time.monotonic() - started)
+    seconds = time.monotonic() - started
+    return WriteReport(grouped.rows_taken, grouped.key_bytes_taken, grouped.value_bytes_taken, seconds)
 
 
 def _report(messages: Sequence[WriterCommitMessage | None], outcome: str, options: SourceOptions) -> None:

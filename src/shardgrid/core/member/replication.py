@@ -15,7 +15,6 @@ the backups that lacked them are brought back by a sync.
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -158,12 +157,10 @@ class PendingPartition:
         way: sending those again before they could have been answered only doubled the work of
         the owner, the backup and the link (a member spent a tenth of its time on it)."""
         held = self.acked.get(backup, -1)
-        for position, (run, _, sent_ms) in enumerate(self.runs):
-            if run.last_sequence > held:
-                if now_ms - sent_ms < after_ms:
-                    return []
-                return [(late, size) for late, size, _ in itertools.islice(self.runs, position, None)]
-        return []
+        oldest_ms = next((sent_ms for run, _, sent_ms in self.runs if run.last_sequence > held), None)
+        if oldest_ms is None or now_ms - oldest_ms < after_ms:
+            return []
+        return self.runs_for(backup)
 
     def _prune_runs(self) -> None:
         runs = self.runs
