@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardgrid.core.hashing import serialize_key
-from shardgrid.spark.columns import EntryDecoder, RowEncoder, RowError, layout_of
+from shardgrid.spark.columns import EntryDecoder, Layout, RowEncoder, RowError, layout_of
 from shardgrid.spark.options import KeyType, SparkOptionError, WriteMode, parse
 
 
@@ -74,7 +74,7 @@ def test_rows_round_trip_through_entries_with_every_common_type() -> None:
     }
     batch = pa.RecordBatch.from_pydict(rows, schema=SCHEMA)
     layout = layout_of(SCHEMA, "id", None)
-    keys, values = RowEncoder(layout).encode_batch(batch)
+    keys, values = _encoded(layout, batch)
     back = EntryDecoder(layout, SCHEMA).decode(keys, values)
     assert back.schema == SCHEMA
     assert back.to_pydict() == rows
@@ -85,9 +85,14 @@ def test_a_value_column_is_stored_as_it_is_and_read_back(entries: list[tuple[str
     schema = pa.schema([("k", pa.string()), ("blob", pa.binary())])
     batch = pa.RecordBatch.from_pylist([{"k": k, "blob": b} for k, b in entries], schema=schema)
     layout = layout_of(schema, "k", "blob")
-    keys, values = RowEncoder(layout).encode_batch(batch)
+    keys, values = _encoded(layout, batch)
     assert values == [b for _, b in entries]
     assert EntryDecoder(layout, schema).decode(keys, values).to_pylist() == batch.to_pylist()
+
+
+def _encoded(layout: Layout, batch: pa.RecordBatch) -> tuple[list[bytes], list[bytes]]:
+    keys, values = RowEncoder(layout).encode_batch(batch)
+    return keys.to_pylist(), values.to_pylist()
 
 
 def test_bad_rows_and_layouts_are_named() -> None:
@@ -100,8 +105,8 @@ def test_bad_rows_and_layouts_are_named() -> None:
         layout_of(SCHEMA, "missing", None)
     with pytest.raises(SparkOptionError, match="must be binary or string"):
         layout_of(SCHEMA, "id", "score")
-    keys, values = RowEncoder(layout).encode_batch(
-        pa.RecordBatch.from_pydict({"id": [7]} | _nulls(1) | {"score": [2.5]}, schema=SCHEMA)
+    keys, values = _encoded(
+        layout, pa.RecordBatch.from_pydict({"id": [7]} | _nulls(1) | {"score": [2.5]}, schema=SCHEMA)
     )
     wrong = pa.schema([("id", pa.int64()), ("score", pa.int64())])
     with pytest.raises(RowError, match="column 'score' \\(int64\\)"):
@@ -129,7 +134,7 @@ def test_the_stream_writer_stores_structs_as_the_batch_writer_does() -> None:
     rows = [Row(id=1, st=Row(a=7, b="x")), Row(id=2, st=None)]
     from_rows = RowEncoder(layout).encode_rows(rows)
     batch = pa.RecordBatch.from_pylist([{"id": 1, "st": {"a": 7, "b": "x"}}, {"id": 2, "st": None}], schema=schema)
-    assert from_rows == RowEncoder(layout).encode_batch(batch)
+    assert from_rows == _encoded(layout, batch)
     assert EntryDecoder(layout, schema).decode(*from_rows).to_pylist() == batch.to_pylist()
 
 
@@ -251,7 +256,7 @@ def test_the_fast_column_passes_agree_with_the_clients_forms(keys: list, stored:
     batch = pa.RecordBatch.from_pydict(
         {"k": keys, "n": [None] * len(keys), "s": [None] * len(keys), "f": [None] * len(keys)}, schema=schema
     )
-    encoded_keys, _ = RowEncoder(layout).encode_batch(batch)
+    encoded_keys, _ = _encoded(layout, batch)
     assert encoded_keys == [serialize_key(key) for key in keys]
     count = min(len(keys), len(stored))
     values = [msgspec.msgpack.encode(entry) for entry in stored[:count]]

@@ -46,11 +46,14 @@ def test_every_row_once_each_batch_one_owner_in_partition_order(
         sent.extend(batch[:2] for batch in full)
         pid_columns.extend(batch[2] for batch in full)
         # Bounded: under held_rows and held_bytes (and under half of them after a let-out).
-        assert grouped.bytes == sum(map(len, grouped.keys)) + sum(map(len, grouped.values))
-        assert len(grouped.keys) < max(held_rows, batch_rows)
+        out_rows = sum(len(keys) for keys, _ in sent)
+        out_bytes = sum(sum(map(len, keys)) + sum(map(len, values)) for keys, values in sent)
+        assert grouped.rows == len(rows) - out_rows
+        assert grouped.bytes == sum(len(key) + len(value) for key, value in rows) - out_bytes
+        assert grouped.rows < max(held_rows, batch_rows)
         assert grouped.bytes < held_bytes
         if full:
-            assert len(grouped.keys) * 2 < max(held_rows, batch_rows)
+            assert grouped.rows * 2 < max(held_rows, batch_rows)
             assert grouped.bytes * 2 < held_bytes
     rest = grouped.rest()
     sent.extend(batch[:2] for batch in rest)
@@ -123,5 +126,5 @@ def test_large_batches_over_many_owners_are_not_sorted_again_on_every_add():
     for chunk in range(200):
         keys = [b"key-%d" % (chunk * 1_000 + i) for i in range(1_000)]
         grouped.add(keys, keys)
-        assert len(grouped.keys) < 50_000
+        assert grouped.rows < 50_000
     assert sorts <= 200_000 // 25_000

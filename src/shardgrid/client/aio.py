@@ -328,6 +328,8 @@ class AsyncClient:
         progress: CallProgress,
     ) -> tuple[list[int], m.MapReply | _NotSent | None]:
         def request(call_id: int) -> m.MapRequest:
+            if len(batch) == len(keys):  # the whole call, in order (indexes are unique, kept in order)
+                return m.MapRequest(call_id, kind, map_name, tuple(pids), tuple(keys), tuple(values or ()), previous)
             return m.MapRequest(
                 call_id,
                 kind,

@@ -65,9 +65,14 @@ def group_by_owner(indexes: Sequence[int], pids: Sequence[int], view: TableView)
     gathers the keys whose owner the view does not know."""
     owners = view.owners
     known = len(owners)
-    column = [owners[pid] if pid < known else None for pid in map(pids.__getitem__, indexes)]
-    if len(set(column)) <= 1:  # one owner (a batch the caller grouped already): no step per key
-        return {column[0]: list(indexes)} if column else {}
+    if not indexes:
+        return {}
+    if max(map(pids.__getitem__, indexes)) < known:  # every owner slot there: passes in C alone
+        column = list(map(owners.__getitem__, map(pids.__getitem__, indexes)))
+    else:
+        column = [owners[pid] if pid < known else None for pid in map(pids.__getitem__, indexes)]
+    if column.count(column[0]) == len(column):  # one owner (a batch the caller grouped already)
+        return {column[0]: list(indexes)}
     groups: dict[str | None, list[int]] = {}
     for index, owner in zip(indexes, column, strict=True):
         groups.setdefault(owner, []).append(index)

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from shardgrid.client.serialization import KeySerializer
 from shardgrid.core.hashing import INT32_MAX, INT32_MIN
+from shardgrid.spark.column_encoding import BYTES, map_values, serialized_keys
 from shardgrid.spark.options import KeyType, SparkOptionError
 
 PLAIN_VALUE_COLUMN = "value"  # a sampled map whose values are not msgpack maps is read as one column
@@ -124,18 +125,26 @@ class RowEncoder:
         self._keys = key_serializer(layout.key_type)
         self._encoder = msgspec.msgpack.Encoder()
 
-    def encode_batch(self, batch: pa.RecordBatch) -> tuple[list[bytes], list[bytes]]:
+    def encode_batch(self, batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array]:
+        """The batch's keys and values as large_binary arrays, built a column at a time
+        (``column_encoding``) where the columns' types allow, else row by row."""
         layout = self.layout
         key_column = batch.column(batch.schema.get_field_index(layout.key_column))
         if key_column.null_count:
             raise RowError(f"shardgrid: a row has a null key (column '{layout.key_column}'); every row needs a key")
-        keys = self._dump_keys(key_column.to_pylist())
+        keys = serialized_keys(key_column, layout.key_type)
+        if keys is None:
+            keys = pa.array(self._dump_keys(key_column.to_pylist()), BYTES)
         if layout.value_column is not None:
             column = batch.column(batch.schema.get_field_index(layout.value_column))
-            return keys, self._plain_values(column.to_pylist(), keys)
-        fields = batch.select(list(layout.map_fields))
-        encode = self._encoder.encode
-        return keys, [encode(row) for row in fields.to_pylist()]
+            if column.null_count:
+                raise RowError(self._null_value_problem())
+            return keys, column.cast(BYTES)  # a string's UTF-8 bytes, or the binary as it is
+        values = map_values(batch, layout.map_fields)
+        if values is None:
+            encode = self._encoder.encode
+            values = pa.array([encode(row) for row in batch.select(list(layout.map_fields)).to_pylist()], BYTES)
+        return keys, values
 
     def encode_rows(self, rows: Sequence[Any]) -> tuple[list[bytes], list[bytes]]:
         """Spark ``Row`` objects (the streaming writer's input), in schema order."""
@@ -177,12 +186,15 @@ class RowEncoder:
         except (TypeError, ValueError) as error:
             raise RowError(f"shardgrid: key column '{self.layout.key_column}': {error}") from None
 
+    def _null_value_problem(self) -> str:
+        return (
+            f"shardgrid: a row has a null in value column '{self.layout.value_column}': a value stored as it is "
+            "cannot be null"
+        )
+
     def _plain_values(self, raw: list[Any], keys: list[bytes]) -> list[bytes]:
         if any(value is None for value in raw):
-            raise RowError(
-                f"shardgrid: a row has a null in value column '{self.layout.value_column}': a value stored as it is "
-                "cannot be null"
-            )
+            raise RowError(self._null_value_problem())
         if self.layout.value_is_text:
             return [value.encode() for value in raw]
         return raw

@@ -21,16 +21,22 @@ stable, so two rows of one key keep their order.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import pairwise
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from shardgrid.client.routing import TableView
 from shardgrid.core.errors import invariant
-from shardgrid.core.hashing import partition_ids_of_serialized
+from shardgrid.spark.column_encoding import BYTES
+from shardgrid.spark.column_hashing import partition_ids_of_column
 
 # Keys, values, and the keys' partitions (None when the table was unknown: the client hashes them).
 Batch = tuple[list[bytes], list[bytes], list[int] | None]
+# Keys and values a task takes in: large_binary arrays, or lists of bytes.
+Rows = tuple[pa.Array | Sequence[bytes], pa.Array | Sequence[bytes]]
 
 # Rows a task holds before it sorts and lets out full batches: about 9 MB of Python objects at
 # 100-byte values. At 271 partitions a batch of 1,000 rows then covers about 5 partitions.
@@ -40,10 +46,10 @@ HELD_BYTES = 32 * 1024 * 1024
 
 
 class OwnerBatches:
-    """Holds rows until ``held_rows`` (at least one batch) or ``held_bytes``; then lets out every
-    full batch per owner and keeps the short rest, when that is under half of either bound (or
-    lets out everything). Between calls a task so holds fewer than ``held_rows`` rows and
-    ``held_bytes`` bytes, besides the batches it has let out."""
+    """Holds rows (as Arrow columns) until ``held_rows`` (at least one batch) or ``held_bytes``;
+    then lets out every full batch per owner and keeps the short rest, when that is under half of
+    either bound (or lets out everything). Between calls a task so holds fewer than ``held_rows``
+    rows and ``held_bytes`` bytes, besides the batches it has let out."""
 
     def __init__(
         self, table: TableView, batch_rows: int, held_rows: int = HELD_ROWS, held_bytes: int = HELD_BYTES
@@ -53,23 +59,28 @@ class OwnerBatches:
         self.batch_rows = batch_rows
         self.held_rows = max(held_rows, batch_rows)
         self.held_bytes = held_bytes
-        self.keys: list[bytes] = []
-        self.values: list[bytes] = []
+        self._keys: list[pa.Array] = []
+        self._values: list[pa.Array] = []
+        self.rows = 0  # held
         self.bytes = 0  # of the keys and values held
         # What it took in, all told: the task's write report.
         self.rows_taken = self.key_bytes_taken = self.value_bytes_taken = 0
 
-    def add(self, keys: Sequence[bytes], values: Sequence[bytes]) -> list[Batch]:
-        """Takes rows in; returns the batches let out (none until ``held_rows`` are held)."""
+    def add(self, keys: pa.Array | Sequence[bytes], values: pa.Array | Sequence[bytes]) -> list[Batch]:
+        """Takes rows in (large_binary arrays, or lists of bytes); returns the batches let out
+        (none until ``held_rows`` are held)."""
+        keys, values = _as_column(keys), _as_column(values)
         invariant(len(keys) == len(values), "a key for every value")
-        self.keys.extend(keys)
-        self.values.extend(values)
-        key_bytes, value_bytes = sum(map(len, keys)), sum(map(len, values))
+        invariant(keys.null_count == 0 and values.null_count == 0, "no null key or value")
+        key_bytes, value_bytes = _bytes_of(keys), _bytes_of(values)
+        self._keys.append(keys)
+        self._values.append(values)
+        self.rows += len(keys)
         self.rows_taken += len(keys)
         self.key_bytes_taken += key_bytes
         self.value_bytes_taken += value_bytes
         self.bytes += key_bytes + value_bytes
-        if len(self.keys) < self.held_rows and self.bytes < self.held_bytes:
+        if self.rows < self.held_rows and self.bytes < self.held_bytes:
             return []
         return self._let_out(whole=False)
 
@@ -78,9 +89,13 @@ class OwnerBatches:
         return self._let_out(whole=True)
 
     def _let_out(self, whole: bool) -> list[Batch]:
-        if not self.keys:
+        if not self.rows:
             return []
-        keys, values, pids, ranges = self._by_owner(self.keys, self.values)
+        keys, values, pids, ranges = self._by_owner(_concat(self._keys), _concat(self._values))
+        # Bytes of rows [0, i) of the sorted columns: a range's bytes by one subtraction.
+        sizes = pc.add(pc.binary_length(keys), pc.binary_length(values)).to_numpy()
+        before = np.zeros(len(keys) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=before[1:])
         size = self.batch_rows
         # Full batches out; each owner's short tail stays held, unless the task is ending or the
         # tails would fill half of what may be held (large batches over many owners would
@@ -88,23 +103,29 @@ class OwnerBatches:
         cuts = [end if whole else end - (end - start) % size for start, end in ranges]
         tails = [(cut, end) for cut, (_, end) in zip(cuts, ranges, strict=True) if cut < end]
         tail_rows = sum(end - cut for cut, end in tails)
-        tail_bytes = sum(sum(map(len, keys[cut:end])) + sum(map(len, values[cut:end])) for cut, end in tails)
+        tail_bytes = sum(int(before[end] - before[cut]) for cut, end in tails)
         if tail_rows * 2 >= self.held_rows or tail_bytes * 2 >= self.held_bytes:
-            cuts, tails, tail_bytes = [end for _, end in ranges], [], 0
-        self.keys, self.values, self.bytes = [], [], tail_bytes
-        for cut, end in tails:
-            self.keys.extend(keys[cut:end])
-            self.values.extend(values[cut:end])
+            cuts, tails, tail_rows, tail_bytes = [end for _, end in ranges], [], 0, 0
+        # The tails copied out (not slices of the sorted columns, which would keep them alive).
+        self._keys = [_concat([keys.slice(cut, end - cut) for cut, end in tails])] if tails else []
+        self._values = [_concat([values.slice(cut, end - cut) for cut, end in tails])] if tails else []
+        self.rows, self.bytes = tail_rows, tail_bytes
         batches: list[Batch] = []
         for (start, _), cut in zip(ranges, cuts, strict=True):
             for first in range(start, cut, size):
-                last = min(first + size, cut)
-                batches.append((keys[first:last], values[first:last], pids[first:last] if pids else None))
+                length = min(size, cut - first)
+                batches.append(
+                    (
+                        keys.slice(first, length).to_pylist(),
+                        values.slice(first, length).to_pylist(),
+                        pids[first : first + length].tolist() if pids is not None else None,
+                    )
+                )
         return batches
 
     def _by_owner(
-        self, keys: list[bytes], values: list[bytes]
-    ) -> tuple[list[bytes], list[bytes], list[int] | None, list[tuple[int, int]]]:
+        self, keys: pa.Array, values: pa.Array
+    ) -> tuple[pa.Array, pa.Array, np.ndarray | None, list[tuple[int, int]]]:
         """The rows sorted by owner, then partition, and each owner's rows as a (start, end)
         range. Rows of partitions without a known owner form one range of their own (the
         client finds their owner)."""
@@ -114,20 +135,34 @@ class OwnerBatches:
             return keys, values, None, [(0, len(keys))]
         groups: dict[str | None, int] = {}
         owners = table.owners
-        # A rank per partition: its owner's group, then the partition; one C-speed sort by rank.
-        rank_of_partition = [
-            groups.setdefault(owners[pid] if pid < len(owners) else None, len(groups)) * count + pid
-            for pid in range(count)
-        ]
-        pids = partition_ids_of_serialized(keys, count)
-        ranks = list(map(rank_of_partition.__getitem__, pids))
-        order = sorted(range(len(keys)), key=ranks.__getitem__)
-        ranks = list(map(ranks.__getitem__, order))
-        bounds = [bisect_left(ranks, group * count) for group in range(len(groups))] + [len(ranks)]
-        ranges = [(start, end) for start, end in pairwise(bounds) if start < end]
-        return (
-            list(map(keys.__getitem__, order)),
-            list(map(values.__getitem__, order)),
-            list(map(pids.__getitem__, order)),
-            ranges,
+        # A rank per partition: its owner's group, then the partition; one stable sort by rank.
+        rank_of_partition = np.array(
+            [
+                groups.setdefault(owners[pid] if pid < len(owners) else None, len(groups)) * count + pid
+                for pid in range(count)
+            ],
+            dtype=np.int64,
         )
+        pids = partition_ids_of_column(keys, count)
+        ranks = rank_of_partition[pids]
+        order = np.argsort(ranks, kind="stable")
+        ranks = ranks[order]
+        bounds = np.searchsorted(ranks, np.arange(len(groups) + 1, dtype=np.int64) * count).tolist()
+        ranges = [(start, end) for start, end in pairwise(bounds) if start < end]
+        return keys.take(order), values.take(order), pids[order], ranges
+
+
+def _as_column(column: pa.Array | Sequence[bytes]) -> pa.Array:
+    if isinstance(column, pa.Array):
+        return column if column.type == BYTES else column.cast(BYTES)
+    return pa.array(column, BYTES)
+
+
+def _bytes_of(column: pa.Array) -> int:
+    return int(pc.sum(pc.binary_length(column)).as_py() or 0)
+
+
+def _concat(columns: list[pa.Array]) -> pa.Array:
+    if not columns:
+        return pa.array([], BYTES)
+    return columns[0] if len(columns) == 1 else pa.concat_arrays(columns)

@@ -63,7 +63,7 @@ from shardgrid.spark.columns import (
     spark_type_name_of,
 )
 from shardgrid.spark.options import KeyType, SourceOptions, SparkOptionError, WriteMode, parse
-from shardgrid.spark.owner_batches import Batch, OwnerBatches
+from shardgrid.spark.owner_batches import Batch, OwnerBatches, Rows
 
 SOURCE_NAME = "shardgrid"
 SCAN_AHEAD_PARTITIONS = 4  # grid partitions a read task fetches ahead of the one it yields
@@ -246,9 +246,7 @@ class WriteReport(WriterCommitMessage):
     seconds: float
 
 
-async def _write_batches(
-    client: AsyncClient, options: SourceOptions, chunks: Iterator[tuple[list[bytes], list[bytes]]]
-) -> WriteReport:
+async def _write_batches(client: AsyncClient, options: SourceOptions, chunks: Iterator[Rows]) -> WriteReport:
     """The task's rows, grouped per owner into put_all batches of ``write.batch.size`` rows
     (``owner_batches``), up to ``write.concurrency`` batches in flight at once; the first failure
     ends the task (its batches' retries through migrations and crashes are the client's)."""
@@ -302,7 +300,7 @@ class ShardgridWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
         encoder = RowEncoder(self.layout)
 
-        def batches() -> Iterator[tuple[list[bytes], list[bytes]]]:
+        def batches() -> Iterator[Rows]:
             for batch in iterator:  # Spark's Arrow batches: spark.sql.execution.arrow.maxRecordsPerBatch rows
                 yield encoder.encode_batch(batch)
 
@@ -333,7 +331,7 @@ class ShardgridStreamWriter(DataSourceStreamWriter):
         size = self.options.write_batch_size
         to_utc = _local_times_to_utc(self.schema)
 
-        def batches() -> Iterator[tuple[list[bytes], list[bytes]]]:
+        def batches() -> Iterator[Rows]:
             rows: list[Any] = []
             for row in iterator:
                 rows.append(to_utc(row) if to_utc is not None else row)
