@@ -22,6 +22,9 @@ foundings would share a process that promised both: only one cluster is ever fou
 an outside tester: under heavy loss, each process judged "the first of us" from the peers it
 happened to hear lately, two of them founded, with different member lists, and both lists grew
 into one Raft log whose first snapshot differed between members: their member lists never agreed.)
+A process promised to a proposer that dies before founding stays bound to it: it cannot tell a dead
+proposer from a slow one whose ``Bootstrap`` is on its way, and taking another promise then could
+found a second cluster. It still joins any cluster it hears of.
 Every founder starts the same log from the founding message; a process that has heard of a
 cluster refuses one.
 """
