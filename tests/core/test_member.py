@@ -15,6 +15,7 @@ from shardgrid.core.errors import InvariantViolation, ProtocolError
 from shardgrid.core.hashing import partition_id_of_serialized
 from shardgrid.core.identity import Replica
 from shardgrid.core.member import Member
+from shardgrid.core.member.discovery import FoundingStance
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.metadata import ClusterState, MemberRecord, MetadataState
 from shardgrid.core.migration import Migration, MigrationRecord
@@ -154,6 +155,81 @@ def test_a_member_redirects_joiners_to_its_leader_and_an_unjoined_one_says_so() 
     effects = lonely.handle(2, Receive(A.address, A, None, m.JoinRequest(A, settings_digest="other")))
     assert sent(effects, m.Unjoined) == []
     assert A not in lonely.discovery.peers
+
+
+def _heard_from(member: Member, now: int, *peers: Replica) -> None:
+    for peer in peers:
+        request = m.JoinRequest(peer, settings_digest=CONFIG.settings_digest)
+        member.handle(now, Receive(peer.address, peer, None, request))
+
+
+def test_a_promised_process_founds_only_the_cluster_of_the_proposer_it_promised() -> None:
+    """Found by an outside tester: two processes founded clusters with different member lists
+    (each thought itself the first of the peers it heard lately), and their logs merged into one."""
+    member = Member(C, CONFIG, SEEDS, random.Random(3))
+    member.handle(0, Start())
+    _heard_from(member, 1, A, B)
+    digest = CONFIG.settings_digest
+    effects = member.handle(2, Receive(B.address, B, C.uuid, m.FoundingProposal(1, digest)))
+    assert sent(effects, m.FoundingAnswer) == [m.FoundingAnswer(1, True)]
+    # Bound to B: A, though first by order, is refused and told whom C promised.
+    effects = member.handle(3, Receive(A.address, A, C.uuid, m.FoundingProposal(1, digest)))
+    assert sent(effects, m.FoundingAnswer) == [m.FoundingAnswer(1, False, B)]
+    everyone = (MemberRecord(A), MemberRecord(B), MemberRecord(C))
+    member.handle(4, Receive(A.address, A, C.uuid, m.Bootstrap(everyone, (A, B, C), 1)))
+    member.handle(5, Receive(B.address, B, C.uuid, m.Bootstrap(everyone, (A, B, C), 2)))  # not the round promised
+    assert not member.consensus.has_state
+    # B gives its round up: C is free, promises A, and founds A's cluster.
+    member.handle(6, Receive(B.address, B, C.uuid, m.FoundingWithdrawn(1)))
+    effects = member.handle(7, Receive(A.address, A, C.uuid, m.FoundingProposal(1, digest)))
+    assert sent(effects, m.FoundingAnswer) == [m.FoundingAnswer(1, True)]
+    member.handle(8, Receive(A.address, A, C.uuid, m.Bootstrap(everyone, (A, B, C), 1)))
+    assert member.consensus.has_state
+    assert member.consensus.state.members == everyone
+
+
+def test_a_founder_founds_only_with_the_peers_that_promised_its_round() -> None:
+    member = Member(A, CONFIG, SEEDS, random.Random(1))
+    member.handle(0, Start())
+    proposals: list = []
+    now = 0
+    while now < 10_000:  # B and C stay in touch but never promise: nothing is founded
+        _heard_from(member, now, B, C)
+        effects, now = run_ticks(member, now, now + 100)
+        proposals += sent(effects, m.FoundingProposal)
+        assert sent(effects, m.Bootstrap) == []
+    assert proposals
+    assert {p.round for p in proposals} == {1}
+    assert not member.consensus.has_state
+    # A refusal that names a later proposer: A asks that one too (it gives its round up to A's).
+    effects = member.handle(now, Receive(B.address, B, A.uuid, m.FoundingAnswer(1, False, C)))
+    assert [e.target for e in effects if isinstance(e, Send) and isinstance(e.message, m.FoundingProposal)] == [C]
+    for peer in (B, C):
+        member.handle(now, Receive(peer.address, peer, A.uuid, m.FoundingAnswer(1, True)))
+    effects, now = run_ticks(member, now, now + 200)
+    founding = m.Bootstrap((MemberRecord(A), MemberRecord(B), MemberRecord(C)), tuple(sorted((A, B, C))), 1)
+    assert [e.target for e in effects if isinstance(e, Send) and e.message == founding] == [B, C]
+    assert member.consensus.founding == founding
+
+
+def test_a_proposer_gives_its_round_up_to_an_earlier_one() -> None:
+    member = Member(B, CONFIG, SEEDS, random.Random(2))
+    member.handle(0, Start())
+    now = 0
+    d = Replica("dddddddd-0000-4000-8000-000000000004", "127.0.0.1:5704")
+    while member.discovery.stance is not FoundingStance.PROPOSING:  # A is out of touch: B is first
+        _heard_from(member, now, C, d)
+        _, now = run_ticks(member, now, now + 100)
+        assert now < 10_000
+    member.handle(now, Receive(C.address, C, B.uuid, m.FoundingAnswer(member.discovery.round, True)))
+    _heard_from(member, now, A)
+    effects = member.handle(now, Receive(A.address, A, B.uuid, m.FoundingProposal(1, CONFIG.settings_digest)))
+    assert sent(effects, m.FoundingWithdrawn) == [m.FoundingWithdrawn(1)]  # C is free again
+    assert sent(effects, m.FoundingAnswer) == [m.FoundingAnswer(1, True)]  # and B promised A
+    assert member.discovery.promised_to == (A, 1)
+    # A promise to the round given up that comes late is let go too.
+    effects = member.handle(now, Receive(d.address, d, B.uuid, m.FoundingAnswer(1, True)))
+    assert sent(effects, m.FoundingWithdrawn) == [m.FoundingWithdrawn(1)]
 
 
 def test_time_never_goes_backwards() -> None:

@@ -94,10 +94,41 @@ class Unjoined(Message, tag=23):
 
 class Bootstrap(Message, tag=24):
     """From the first of ``initial_cluster_size`` processes that found each other: these are the
-    first members (``voters`` among them); every one starts the same log from it."""
+    first members (``voters`` among them); every one starts the same log from it. It lists only
+    processes that promised the sender's founding ``round`` (``FoundingProposal``), and a process
+    takes it only from the proposer it promised, for that round."""
 
     members: Members
     voters: Replicas
+    round: Counter = 0
+
+
+class FoundingProposal(Message, tag=28):
+    """From a process about to found the cluster, to the peers it found: promise to found it with
+    me, in my ``round``. A process promises one proposer at a time; the proposer founds only with
+    processes that promised it, so two foundings would need one process to promise both (they
+    each hold a majority of the seed addresses): only one cluster is ever founded."""
+
+    round: Counter
+    settings_digest: Digest = ""
+
+
+class FoundingAnswer(Message, tag=29):
+    """To a proposer: ``promised`` (sent again every ``join_retry_ms`` while the promise holds, so
+    a proposer that gave the round up hears of it and withdraws it), or a refusal that names the
+    proposer the sender is bound to (``promised_to``, itself when it proposes), or says that it
+    heard of a cluster."""
+
+    round: Counter
+    promised: bool
+    promised_to: Replica | None = None
+    heard_of_cluster: bool = False
+
+
+class FoundingWithdrawn(Message, tag=30):
+    """From a proposer: it will never found with ``round``; a process promised to it is free."""
+
+    round: Counter
 
 
 class NotAMember(Message, tag=25):

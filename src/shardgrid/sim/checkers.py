@@ -6,6 +6,9 @@ step that broke a rule and the seed replays it.
 After every step of a member:
 - at most one leader per term;
 - every member applies the same entry at every log index (Raft's state machine safety);
+- every member holding the log lists the same members at every applied index, the founding
+  snapshot's index 0 included (two foundings grown into one log agree on every entry and still
+  diverge: found by an outside tester, the second founder's list lacked the first founder);
 - no member takes part in more than ``max_parallel_migrations`` migrations, as the leader counts
   them and as the member itself holds them.
 At every write a member acknowledges: no other member would take a write to that partition at
@@ -37,6 +40,8 @@ class LogChecker:
         self.leaders: dict[int, str] = {}  # term -> leader uuid
         self._load_checked: dict[str, tuple[int, int]] = {}  # leader uuid -> (state id, proposals)
         self._configurations: dict[str, int] = {}  # leader uuid -> index of the last configuration seen
+        self.member_lists: dict[int, tuple[str, Any]] = {}  # applied index -> (first member's uuid, its list)
+        self._lists_checked: dict[str, int] = {}  # member uuid -> applied index whose list was compared
 
     def __call__(self, sim: Simulation, address: str) -> None:
         member = sim.nodes[address].member
@@ -59,6 +64,8 @@ class LogChecker:
                     f"another member applied one of term {known[0]} there"
                 )
         self.checked[me] = max(self.checked.get(me, 0), consensus.applied_index)
+        if consensus.has_state and self._lists_checked.get(me) != consensus.applied_index:
+            self._check_member_list(sim, member)
         limit = member.config.max_parallel_migrations
         held = len(member.replica.partitions_involved())
         if held > limit:
@@ -71,6 +78,20 @@ class LogChecker:
             for participant, load in member.master.in_flight_load().items():
                 if load > limit:
                     raise SimulationFailure(f"t={sim.now_ms}: {participant} in {load} migrations, limit {limit}")
+
+    def _check_member_list(self, sim: Simulation, member: Member) -> None:
+        """Members that applied the log up to one index list the same members there."""
+        consensus = member.consensus
+        index = consensus.applied_index
+        me = member.identity.uuid
+        self._lists_checked[me] = index
+        members = consensus.state.members
+        first, known = self.member_lists.setdefault(index, (me, members))
+        if known != members:
+            raise SimulationFailure(
+                f"t={sim.now_ms}: {member.identity} lists members {_addresses(members)} at index {index}, "
+                f"member {first[:8]} listed {_addresses(known)} there"
+            )
 
     def _check_configuration(self, sim: Simulation, member: Member) -> None:
         """A configuration this leader just made must have a live majority of voters: otherwise
@@ -91,6 +112,10 @@ class LogChecker:
             raise SimulationFailure(
                 f"t={sim.now_ms}: {member.identity} made a configuration with {living} of {len(voters)} voters alive"
             )
+
+
+def _addresses(records: Any) -> list[str]:
+    return [f"{r.replica.address}/{r.replica.uuid[:8]}" for r in records]
 
 
 def check_single_writer(sim: Simulation, address: str, client_address: str, reply: Any) -> None:
@@ -135,6 +160,8 @@ def unsafe_reason(sim: Simulation) -> str:
         return "member lists differ from the live members"
     if any(m.consensus.applied_index != consensus.applied_index for m in members):
         return "a member has not applied the whole log"
+    if any(m.consensus.state.members != state.members for m in members):
+        return "members applied the whole log and list different members"
     if leader.membership.joiners or any(r.leaving for r in state.members):
         return "members are joining or leaving"
     data_members = [r.replica for r in state.members if not r.lite]

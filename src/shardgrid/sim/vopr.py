@@ -231,11 +231,19 @@ class Run:
         if address in self.voters and (self.voter_losses + 1) * 2 >= len(self.voters):
             return False
         # The voters may have changed since (a graceful shutdown shrinks them): a live majority of
-        # the current ones must remain too.
+        # the current ones must remain too. With no leader (an election), the newest configuration
+        # a live member holds counts: a second voter of three was once crashed mid-election because
+        # no leader meant no check, the voters at the last safe point being five.
         leader = self.sim.master()
-        if leader is None:
-            return True
-        current = leader.consensus.raft.membership.voters
+        if leader is not None:
+            current = leader.consensus.raft.membership.voters
+        else:
+            holders = [
+                n.member.consensus.raft for n in self.sim.nodes.values() if n.alive and n.member.consensus.has_state
+            ]
+            if not holders:
+                return True
+            current = max(holders, key=lambda raft: raft.log.membership_index()).membership.voters
         if node.member.identity not in current:
             return True
         alive = {n.member.identity for n in self.sim.nodes.values() if n.alive and not n.paused}

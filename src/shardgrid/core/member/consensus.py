@@ -58,10 +58,10 @@ class Consensus:
 
     # --- starting ----------------------------------------------------------------------------------
 
-    def bootstrap(self, members: tuple[MemberRecord, ...], voters: tuple[Replica, ...]) -> None:
+    def bootstrap(self, members: tuple[MemberRecord, ...], voters: tuple[Replica, ...], round_: int) -> None:
         """Start the log of a brand-new cluster (every founding member builds the same snapshot)."""
         invariant(not self.has_state and self.founding is None, "a member bootstraps at most once")
-        self.founding = Bootstrap(members, voters)
+        self.founding = Bootstrap(members, voters, round_)
         others = [m.replica for m in members if m.replica not in voters]
         snapshot = Snapshot(
             0, 0, Membership.of(voters, others), MetadataState(self.ctx.config.partition_count, members=members)

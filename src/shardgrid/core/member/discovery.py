@@ -13,19 +13,64 @@ A brand-new cluster forms only when all of these hold for the process that propo
 - it has been in contact with them for ``bootstrap_after_ms`` (time spent cut off does not count:
   a process that regains the network first hears whether a cluster answers);
 - it is the first of them by seed order, then address, then identity.
+Such a process does not found the cluster at once: it proposes (``FoundingProposal``, a numbered
+round), and founds only with the peers that promised it that round, once they are enough for the
+rules above. A process promises one proposer at a time, and is freed only by the proposer giving
+the round up (``FoundingWithdrawn``); a proposer that hears of a proposer before it in that order
+gives its own round up. Every founding holds more than half of the seed addresses, so two
+foundings would share a process that promised both: only one cluster is ever founded. (Found by
+an outside tester: under heavy loss, each process judged "the first of us" from the peers it
+happened to hear lately, two of them founded, with different member lists, and both lists grew
+into one Raft log whose first snapshot differed between members: their member lists never agreed.)
+A process promised to a proposer that dies before founding stays bound to it: it cannot tell a dead
+proposer from a slow one whose ``Bootstrap`` is on its way, and taking another promise then could
+found a second cluster. It still joins any cluster it hears of.
 Every founder starts the same log from the founding message; a process that has heard of a
 cluster refuses one.
 """
 
 from __future__ import annotations
 
+import enum
+
+from shardgrid.core.errors import invariant
 from shardgrid.core.identity import Replica
+from shardgrid.core.limits import MAX_COUNTER
 from shardgrid.core.member.context import Context
-from shardgrid.core.messages import Bootstrap, JoinRedirect, JoinRejected, JoinRequest, Unjoined
+from shardgrid.core.messages import (
+    Bootstrap,
+    FoundingAnswer,
+    FoundingProposal,
+    FoundingWithdrawn,
+    JoinRedirect,
+    JoinRejected,
+    JoinRequest,
+    Unjoined,
+)
 from shardgrid.core.metadata import MemberRecord
 
 # A peer not heard from for this many join retries is no longer counted towards a bootstrap.
 PEER_FRESH_RETRIES = 3
+
+
+class FoundingStance(enum.Enum):
+    """Where a process stands on founding the first cluster."""
+
+    LOOKING = "looking"  # bound to no founding: it may promise a proposer, or propose
+    PROPOSING = "proposing"  # asks its peers to promise its round; founds once enough did
+    PROMISED = "promised"  # bound to one proposer's round until it is withdrawn or founded
+    FOUNDED = "founded"  # started the log of a founding (its own or its proposer's)
+
+
+FOUNDING_TRANSITIONS: dict[FoundingStance, frozenset[FoundingStance]] = {
+    FoundingStance.LOOKING: frozenset({FoundingStance.PROPOSING, FoundingStance.PROMISED}),
+    # A proposer gives its round up (it heard of a cluster or of an earlier proposer), maybe to
+    # promise that earlier proposer at once; or it founds.
+    FoundingStance.PROPOSING: frozenset({FoundingStance.LOOKING, FoundingStance.PROMISED, FoundingStance.FOUNDED}),
+    # Withdrawn; promised again (a newer round of the same proposer); or its proposer founded.
+    FoundingStance.PROMISED: frozenset({FoundingStance.LOOKING, FoundingStance.PROMISED, FoundingStance.FOUNDED}),
+    FoundingStance.FOUNDED: frozenset(),
+}
 
 
 class Discovery:
@@ -39,6 +84,16 @@ class Discovery:
         self.leader_address: str | None = None
         self.rejected_reason = ""
         self._last_probe_ms = -(10**12)
+        # Founding: this process's stance, its own latest round (PROPOSING), the peers that
+        # promised that round, and the proposer and round it promised (PROMISED).
+        self.stance = FoundingStance.LOOKING
+        self.round = 0
+        self.proposing_since_ms = 0
+        self.promises: set[Replica] = set()
+        self.promised_to: tuple[Replica, int] | None = None
+        # After giving its round up to an earlier proposer, it proposes again no sooner than this:
+        # the earlier one's proposal is on its way.
+        self._no_proposal_before_ms = 0
 
     def tick(self, asked: set[str]) -> Bootstrap | None:
         """Probe what is due; returns the founding message when this process should bootstrap
@@ -54,10 +109,11 @@ class Discovery:
                 if address != self.ctx.identity.address:
                     asked.add(address)
                     self.ctx.send_to_address(address, request)
+            self._repeat_founding_messages()
         return self._founding()
 
     def on_redirect(self, message: JoinRedirect, asked: set[str]) -> None:
-        self.cluster_seen = True  # a cluster exists: never form another one
+        self._heard_of_cluster()  # a cluster exists: never form another one
         if message.leader_address is not None and message.leader_address != self.ctx.identity.address:
             self.leader_address = message.leader_address
             asked.add(message.leader_address)
@@ -65,7 +121,7 @@ class Discovery:
             self.ctx.send_to_address(message.leader_address, request)
 
     def on_rejected(self, message: JoinRejected) -> None:
-        self.cluster_seen = True
+        self._heard_of_cluster()
         self.rejected_reason = message.reason
 
     @property
@@ -76,7 +132,7 @@ class Discovery:
         if message.settings_digest == self._digest:  # never found a cluster with other settings
             self._heard_peer(message.member, message.lite, message.heard_of_cluster)
         elif message.heard_of_cluster:
-            self.cluster_seen = True  # its news that a cluster exists holds whatever its settings
+            self._heard_of_cluster()  # its news that a cluster exists holds whatever its settings
 
     def on_join_request(self, message: JoinRequest) -> None:
         """Another process looking for a cluster: it is a peer, and it should know we are one."""
@@ -85,7 +141,8 @@ class Discovery:
         if message.settings_digest != self._digest:
             # Not a peer: a cluster formed with it would disagree on what every member keeps. Its
             # news that a cluster exists still holds.
-            self.cluster_seen = self.cluster_seen or message.heard_of_cluster
+            if message.heard_of_cluster:
+                self._heard_of_cluster()
             return
         self._heard_peer(message.member, message.lite, message.heard_of_cluster)
         reply = Unjoined(self.ctx.identity, self.ctx.lite, self.cluster_seen, self._digest)
@@ -97,46 +154,186 @@ class Discovery:
         if self.first_contact_ms is None:
             self.first_contact_ms = self.ctx.now_ms
         if heard_of_cluster:
-            self.cluster_seen = True  # a cluster exists: we join it, we do not found another
+            self._heard_of_cluster()  # a cluster exists: we join it, we do not found another
         else:
             self.peers[peer] = (lite, self.ctx.now_ms)
 
+    def _heard_of_cluster(self) -> None:
+        """A cluster exists: this process joins it and founds none; a round it proposes is given up."""
+        self.cluster_seen = True
+        if self.stance is FoundingStance.PROPOSING:
+            self._withdraw()
+
     def accepts(self, sender: Replica | None, message: Bootstrap) -> bool:
         """Whether to found the cluster ``message`` describes: one that names this process, sent
-        by a founder this process found, with voters among its members, as long as it never heard
-        of another cluster (founders send it again to a founder that missed it)."""
-        if self.cluster_seen or sender is None or (sender != self.ctx.identity and sender not in self.peers):
+        by the proposer this process promised, for the round it promised, with voters among its
+        members, as long as it never heard of another cluster (founders send it again to a
+        founder that missed it)."""
+        if self.cluster_seen or sender is None or self.stance is not FoundingStance.PROMISED:
+            return False
+        if self.promised_to != (sender, message.round) or sender not in self.peers:
             return False
         members = {m.replica for m in message.members}
         return self.ctx.identity in members and bool(message.voters) and set(message.voters) <= members
 
+    def founded(self) -> None:
+        """This process started the log of a founding: it takes part in no other."""
+        self._set_stance(FoundingStance.FOUNDED)
+
+    # --- promising -------------------------------------------------------------------------------
+
+    def on_proposal(self, sender: Replica, message: FoundingProposal) -> None:
+        """A proposer asks for this process's promise: given when it is bound to no other (or to
+        a proposer after this one, which it gives up: the first by order founds)."""
+        if message.settings_digest != self._digest or sender == self.ctx.identity:
+            return  # not a peer: it could never found a cluster with us
+        if self.cluster_seen:
+            self.ctx.send(sender, FoundingAnswer(message.round, False, None, heard_of_cluster=True))
+            return
+        if sender not in self.peers:
+            return  # not found yet (its JoinRequest or Unjoined is on its way): it asks again
+        stance = self.stance
+        if stance is FoundingStance.LOOKING:
+            self._promise(sender, message.round)
+        elif stance is FoundingStance.PROMISED:
+            invariant(self.promised_to is not None, "a promised process knows whom it promised")
+            proposer, promised_round = self.promised_to  # type: ignore[misc]
+            if proposer != sender:
+                self.ctx.send(sender, FoundingAnswer(message.round, False, proposer))
+            elif message.round >= promised_round:
+                self._promise(sender, message.round)  # the same proposer's newer round, or the same again
+        elif stance is FoundingStance.PROPOSING:
+            if self._order(sender) < self._order(self.ctx.identity):
+                self._withdraw()
+                self._promise(sender, message.round)
+            else:
+                self.ctx.send(sender, FoundingAnswer(message.round, False, self.ctx.identity))
+
+    def on_withdrawn(self, sender: Replica, message: FoundingWithdrawn) -> None:
+        if self.stance is FoundingStance.PROMISED and self.promised_to == (sender, message.round):
+            self.promised_to = None
+            self._set_stance(FoundingStance.LOOKING)
+
+    def _promise(self, proposer: Replica, round_: int) -> None:
+        self.promised_to = (proposer, round_)
+        self._set_stance(FoundingStance.PROMISED)
+        self.ctx.send(proposer, FoundingAnswer(round_, True))
+
+    # --- proposing -------------------------------------------------------------------------------
+
+    def on_answer(self, sender: Replica, message: FoundingAnswer) -> None:
+        if message.heard_of_cluster:
+            self._heard_of_cluster()
+            return
+        current = self.stance is FoundingStance.PROPOSING and message.round == self.round
+        if message.promised:
+            if current and sender in self.peers:
+                self.promises.add(sender)
+            elif message.round <= self.round:
+                # A promise to a round this process no longer runs (or never will): free it.
+                self.ctx.send(sender, FoundingWithdrawn(message.round))
+            return
+        rival = message.promised_to
+        if not current or rival is None or rival == self.ctx.identity:
+            return
+        if self._order(rival) < self._order(self.ctx.identity):
+            # An earlier proposer exists: give our round up; its proposal reaches us in turn.
+            self._withdraw()
+            self._no_proposal_before_ms = self.ctx.now_ms + self.ctx.config.bootstrap_after_ms
+        else:
+            # A later proposer holds that peer: ask it too, and it gives its round up to ours.
+            self.ctx.send(rival, FoundingProposal(self.round, self._digest))
+
+    def _propose(self, candidates: list[Replica]) -> None:
+        invariant(self.round < MAX_COUNTER, "founding rounds stay within MAX_COUNTER")
+        self.round += 1
+        self.promises = set()
+        self.proposing_since_ms = self.ctx.now_ms
+        self._set_stance(FoundingStance.PROPOSING)
+        proposal = FoundingProposal(self.round, self._digest)
+        for peer in candidates:
+            self.ctx.send(peer, proposal)
+
+    def _withdraw(self) -> None:
+        """Give our round up for good: every process that promised it is free again (one whose
+        promise arrives later is freed when it does)."""
+        invariant(self.stance is FoundingStance.PROPOSING, "only a proposer withdraws its round")
+        withdrawn = FoundingWithdrawn(self.round)
+        for peer in sorted(self.promises):
+            self.ctx.send(peer, withdrawn)
+        self.promises = set()
+        self._set_stance(FoundingStance.LOOKING)
+
+    def _repeat_founding_messages(self) -> None:
+        """Every join retry: a proposer asks again the fresh peers that have not promised yet,
+        and a promised process tells its proposer again (either message may have been lost)."""
+        if self.stance is FoundingStance.PROPOSING:
+            proposal = FoundingProposal(self.round, self._digest)
+            for peer in self._fresh_peers():
+                if peer not in self.promises:
+                    self.ctx.send(peer, proposal)
+        elif self.stance is FoundingStance.PROMISED and self.promised_to is not None:
+            proposer, promised_round = self.promised_to
+            self.ctx.send(proposer, FoundingAnswer(promised_round, True))
+
+    def _set_stance(self, new: FoundingStance) -> None:
+        invariant(
+            new in FOUNDING_TRANSITIONS[self.stance], lambda: f"founding stance {self.stance.value} -> {new.value}"
+        )
+        self.stance = new
+
     # --- forming a new cluster -------------------------------------------------------------------
 
+    def _fresh_peers(self) -> list[Replica]:
+        fresh_ms = PEER_FRESH_RETRIES * self.ctx.config.join_retry_ms
+        now = self.ctx.now_ms
+        return sorted(p for p, (_, heard) in self.peers.items() if now - heard <= fresh_ms)
+
     def _founding(self) -> Bootstrap | None:
+        if self.cluster_seen:
+            return None
+        if self.stance is FoundingStance.LOOKING and self._first_of_enough_peers():
+            self._propose(self._fresh_peers())
+        if self.stance is not FoundingStance.PROPOSING:
+            return None
+        founders = {p: self.peers[p][0] for p in self.promises}
+        founders[self.ctx.identity] = self.ctx.lite
+        if not self._may_found(founders):
+            return None
+        waited_ms = self.ctx.now_ms - self.proposing_since_ms
+        if not set(self._fresh_peers()) <= self.promises and waited_ms < self.ctx.config.bootstrap_after_ms:
+            return None  # the other peers may still promise: a founding with all of them needs no joins
+        invariant(self.promises <= set(self.peers), "a founding lists only peers that promised its round")
+        ordered = sorted(founders, key=self._order)
+        members = tuple(MemberRecord(p, founders[p]) for p in ordered)
+        data = [p for p in ordered if not founders[p]]
+        voters = tuple(sorted(data[: self.ctx.config.voter_target(len(data))]))
+        return Bootstrap(members, voters, self.round)
+
+    def _first_of_enough_peers(self) -> bool:
+        """The conditions of the module's docstring for proposing a founding."""
         config = self.ctx.config
         now = self.ctx.now_ms
-        if self.cluster_seen or now - self.started_ms < config.bootstrap_after_ms:
-            return None
+        if now - self.started_ms < config.bootstrap_after_ms or now < self._no_proposal_before_ms:
+            return False
         if config.initial_cluster_size > 1 and (
             self.first_contact_ms is None or now - self.first_contact_ms < config.bootstrap_after_ms
         ):
-            return None
-        fresh_ms = PEER_FRESH_RETRIES * config.join_retry_ms
-        peers = {p: lite for p, (lite, heard) in self.peers.items() if now - heard <= fresh_ms}
+            return False
+        peers = {p: self.peers[p][0] for p in self._fresh_peers()}
         peers[self.ctx.identity] = self.ctx.lite
-        if len(peers) < config.initial_cluster_size or all(peers.values()):
-            return None
+        if not self._may_found(peers):
+            return False
+        return min(peers, key=self._order) == self.ctx.identity  # the first of us proposes
+
+    def _may_found(self, founders: dict[Replica, bool]) -> bool:
+        """Enough processes, a data member among them, and more than half of the seed addresses
+        (fewer may be a cut-off part of a cluster)."""
+        if len(founders) < self.ctx.config.initial_cluster_size or all(founders.values()):
+            return False
         seeds = set(self.ctx.seed_addresses) or {self.ctx.identity.address}
-        at_seeds = {p.address for p in peers} & seeds
-        if len(at_seeds) * 2 <= len(seeds):
-            return None  # not a majority of the seed hosts: they may be a cut-off part of a cluster
-        ordered = sorted(peers, key=self._order)
-        if ordered[0] != self.ctx.identity:
-            return None  # the first of us proposes; we wait for its Bootstrap
-        members = tuple(MemberRecord(p, peers[p]) for p in ordered)
-        data = [p for p in ordered if not peers[p]]
-        voters = tuple(sorted(data[: config.voter_target(len(data))]))
-        return Bootstrap(members, voters)
+        at_seeds = {p.address for p in founders} & seeds
+        return len(at_seeds) * 2 > len(seeds)
 
     def _order(self, replica: Replica) -> tuple[int, str, str]:
         seeds = self.ctx.seed_addresses

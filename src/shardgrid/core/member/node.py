@@ -45,7 +45,15 @@ TICK = "tick"
 # Messages from clients (no member identity): the data path and administration.
 _FROM_CLIENTS = (m.MapRequest, m.ScanRequest, m.TableRequest, m.StatusRequest, m.AdminRequest)
 # Messages of processes looking for a cluster, taken only while this member looks for one too.
-_DISCOVERY = (m.JoinRedirect, m.JoinRejected, m.Unjoined, m.Bootstrap)
+_DISCOVERY = (
+    m.JoinRedirect,
+    m.JoinRejected,
+    m.Unjoined,
+    m.Bootstrap,
+    m.FoundingProposal,
+    m.FoundingAnswer,
+    m.FoundingWithdrawn,
+)
 
 
 class Member:
@@ -332,21 +340,27 @@ class Member:
         leader = self.consensus.leader
         self.ctx.send_to_address(message.member.address, m.JoinRedirect(leader.address if leader else None))
 
-    def _discovery_message(self, sender: Replica | None, message: Any) -> None:
+    def _discovery_message(self, sender: Replica, message: Any) -> None:
         if self.lifecycle is not Lifecycle.DISCOVERING or self.consensus.has_state:
             return
+        discovery = self.discovery
         if isinstance(message, m.JoinRedirect):
-            self.discovery.on_redirect(message, self.consensus.admitted_by)
+            discovery.on_redirect(message, self.consensus.admitted_by)
         elif isinstance(message, m.JoinRejected):
-            self.discovery.on_rejected(message)
+            discovery.on_rejected(message)
         elif isinstance(message, m.Unjoined):
-            self.discovery.on_unjoined(message)
+            discovery.on_unjoined(message)
+        elif isinstance(message, m.FoundingProposal):
+            discovery.on_proposal(sender, message)
+        elif isinstance(message, m.FoundingAnswer):
+            discovery.on_answer(sender, message)
+        elif isinstance(message, m.FoundingWithdrawn):
+            discovery.on_withdrawn(sender, message)
         elif (
-            isinstance(message, m.Bootstrap)
-            and self.discovery.accepts(sender, message)
-            and self.consensus.founding is None
+            isinstance(message, m.Bootstrap) and discovery.accepts(sender, message) and self.consensus.founding is None
         ):
-            self.consensus.bootstrap(message.members, message.voters)
+            discovery.founded()
+            self.consensus.bootstrap(message.members, message.voters, message.round)
 
     def _not_a_member(self, sender: Replica) -> None:
         """Tell a sender the cluster does not list that it was removed (it decides by the commit index)."""
@@ -413,7 +427,8 @@ class Member:
             for record in founding.members:
                 if record.replica != self.identity:
                     self.ctx.send(record.replica, founding)
-            self.consensus.bootstrap(founding.members, founding.voters)
+            self.discovery.founded()
+            self.consensus.bootstrap(founding.members, founding.voters, founding.round)
 
     # --- the log ---------------------------------------------------------------------------------
 
