@@ -103,6 +103,9 @@ def test_bad_rows_and_layouts_are_named() -> None:
         layout_of(SCHEMA, "score", None)
     with pytest.raises(SparkOptionError, match="no column 'missing'"):
         layout_of(SCHEMA, "missing", None)
+    # Found by an outside tester: the second of two columns named alike overwrote the first.
+    with pytest.raises(SparkOptionError, match=r"column names repeat \(v\)"):
+        layout_of(pa.schema([("id", pa.int64()), ("v", pa.string()), ("v", pa.int64())]), "id", None)
     with pytest.raises(SparkOptionError, match="must be binary or string"):
         layout_of(SCHEMA, "id", "score")
     keys, values = _encoded(

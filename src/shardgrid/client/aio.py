@@ -312,6 +312,10 @@ class AsyncClient:
                     if status is m.Status.REJECTED and reply.reason:
                         reasons.append(reply.reason)
             if remaining:
+                # Back in call order (the answers came an owner at a time): a key named twice is
+                # sent again in the order the caller gave, and a retry that goes whole to one owner
+                # is the whole call in order, as ``request`` takes it.
+                remaining.sort()
                 await self._carry_out(decisions, reasons, kind, len(remaining), count)
         return results
 
@@ -328,7 +332,7 @@ class AsyncClient:
         progress: CallProgress,
     ) -> tuple[list[int], m.MapReply | _NotSent | None]:
         def request(call_id: int) -> m.MapRequest:
-            if len(batch) == len(keys):  # the whole call, in order (indexes are unique, kept in order)
+            if len(batch) == len(keys):  # the whole call: indexes are unique and in call order
                 return m.MapRequest(call_id, kind, map_name, tuple(pids), tuple(keys), tuple(values or ()), previous)
             return m.MapRequest(
                 call_id,

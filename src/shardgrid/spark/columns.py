@@ -71,6 +71,13 @@ def key_type_of(arrow_type: pa.DataType, column: str) -> KeyType:
 def layout_of(schema: pa.Schema, key_column: str, value_column: str | None) -> Layout:
     """Checks the columns the options name against the schema; raises SparkOptionError."""
     names = tuple(schema.names)
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        # A map holds one value per field name: one of the columns would be dropped without a word.
+        raise SparkOptionError(
+            f"shardgrid: column names repeat ({', '.join(repeated)}): an entry holds one value per name; "
+            "rename or drop the repeated columns"
+        )
     if key_column not in names:
         raise SparkOptionError(
             f"shardgrid: option 'key.column': no column '{key_column}' in the schema (columns: {', '.join(names)})"
