@@ -64,8 +64,9 @@ def _length_headers(lengths: np.ndarray, small: int | None, codes: tuple[int, in
     """msgpack's header of a str or bin of each length: ``small`` | length below 32 (fixstr; a bin
     has none), else the 8-, 16- or 32-bit length after its code."""
     lengths = lengths.astype(np.int64)
-    head = np.select([lengths < 256, lengths < 65536], [codes[0], codes[1]], codes[2]).astype(np.uint8)
-    tail = np.select([lengths < 256, lengths < 65536], [1, 2], 4)
+    sizes = [lengths < 256, lengths < 65536]
+    head = np.select(sizes, [codes[0], codes[1]], codes[2]).astype(np.uint8)
+    tail = np.select(sizes, [1, 2], 4)
     if small is not None:
         fix = lengths < 32
         head = np.where(fix, small | lengths, head).astype(np.uint8)
