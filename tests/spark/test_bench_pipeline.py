@@ -20,5 +20,6 @@ def test_a_small_pipeline_bench_reports_every_figure(commands_on_test_session):
     for step in ("parquet_write", "grid_load", "discard_write", "parquet_read", "grid_export", "repeat_read"):
         assert report[step]["rows_per_s"] > 0
         assert report[step]["first_job_seconds"] > 0
+        assert len(report[step]["round_seconds"]) == 3  # the rate is the median round's
     assert report["targets"]["every_row_read_back"]["met"]
     assert (done.exit_code == 0) == report["targets"]["all_met"]

@@ -13,40 +13,65 @@ Targets: the load reaches half the Parquet write's rows/s and the export half th
 Each path first runs once on WARM_UP_ROWS rows, timed apart as ``first_job_seconds``. The first job
 of a Python data source in a session starts a Python daemon for each of Spark's steps (planning the
 write, the tasks, the commit; planning the read): 5-6 s on this machine for each data source and
-direction, whatever the row count. That is a cost per command, not per row: the rates compare the
-runs after it, as the Parquet paths run on a JVM already warm.
+direction, whatever the row count. That is a cost per command, not per row.
+
+Then each direction runs TIMED_ROUNDS rounds, each round every path of that direction once, one
+after the other (Parquet, the grid, the ceiling), and a path's rate is that of its median round.
+One timed run each was not a measure: the JVM compiles a path's code during its first large job, so
+whichever path ran first on a cold path lost up to half its rate (a ready-batch read ran 0.75 s the
+first time and 0.35-0.41 s after, at any batch size), and the machine's own speed swings from
+minute to minute (a Parquet read of the same file ran 0.26 to 0.75 s in runs an hour apart).
+Rounds side by side put every path through the same swings; the median drops a round that one of
+them alone suffered. Every round's time is in the report. The grid load's map is cleared before
+each round (untimed), so every round loads into an empty map as the first did.
 """
 
 from __future__ import annotations
 
 import shutil
+import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from shardgrid.cli.bench_cluster import Cluster
 from shardgrid.cli.local_cluster import loopback_addresses, wait_until_formed
+from shardgrid.client import Client
 
 SHARE_TARGET = 0.5
+TIMED_ROUNDS = 3
 PIPELINE_FIRST_PORT = 5901  # apart from bench cluster's 5801 on: two benches may run at once
 SCHEMA = "id long, payload string"
 WARM_UP_ROWS = 1_000
 
 
-def _timed(rows: int, action: Any) -> dict[str, Any]:
-    """``action(WARM_UP_ROWS)`` once (its time apart), then ``action(rows)`` timed."""
+def _seconds(action: Callable[[], Any]) -> float:
     started = time.monotonic()
-    action(WARM_UP_ROWS)
-    first_job_seconds = time.monotonic() - started
-    started = time.monotonic()
-    action(rows)
-    seconds = time.monotonic() - started
-    return {
-        "seconds": round(seconds, 2),
-        "rows_per_s": round(rows / seconds),
-        "first_job_seconds": round(first_job_seconds, 2),
-    }
+    action()
+    return time.monotonic() - started
+
+
+def _rounds(rows: int, paths: dict[str, Callable[[int], Any]], before: Callable[[str], None]) -> dict[str, Any]:
+    """Each path once on WARM_UP_ROWS rows, then TIMED_ROUNDS rounds of every path on ``rows``;
+    ``before(name)`` runs untimed ahead of each timed run."""
+    first = {name: _seconds(lambda action=action: action(WARM_UP_ROWS)) for name, action in paths.items()}
+    timed: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(TIMED_ROUNDS):
+        for name, action in paths.items():
+            before(name)
+            timed[name].append(_seconds(lambda action=action: action(rows)))
+    report = {}
+    for name, seconds in timed.items():
+        median = statistics.median(seconds)
+        report[name] = {
+            "rows_per_s": round(rows / median),
+            "median_seconds": round(median, 2),
+            "round_seconds": [round(value, 2) for value in seconds],
+            "first_job_seconds": round(first[name], 2),
+        }
+    return report
 
 
 def run_pipeline_bench(rows: int) -> dict[str, Any]:
@@ -76,41 +101,48 @@ def run_pipeline_bench(rows: int) -> dict[str, Any]:
         def rows_of(count: int) -> Any:
             return source if count == rows else source.limit(count)
 
-        report["parquet_write"] = _timed(
-            rows, lambda count: rows_of(count).write.mode("overwrite").parquet(f"{copy}-{count}")
-        )
-        # The warm-up goes to a map of its own, so the export below reads the timed load's rows only.
-        report["grid_load"] = _timed(
+        loaded = f"bench-{rows}"
+
+        def before(name: str) -> None:
+            if name == "grid_load":
+                with Client(addresses) as client:
+                    client.get_map(loaded, key_type=int).clear()
+
+        # The warm-up goes to a map of its own, so the export below reads the timed loads' rows only.
+        report |= _rounds(
             rows,
-            lambda count: (
-                rows_of(count).write.format("shardgrid").options(**grid, map=f"bench-{count}").mode("append").save()
-            ),
-        )
-        report["discard_write"] = _timed(
-            rows, lambda count: rows_of(count).write.format("shardgrid-discard").mode("append").save()
-        )
-        report["parquet_read"] = _timed(
-            rows, lambda count: spark.read.parquet(f"{copy}-{count}").write.format("noop").mode("overwrite").save()
+            {
+                "parquet_write": lambda count: rows_of(count).write.mode("overwrite").parquet(f"{copy}-{count}"),
+                "grid_load": lambda count: (
+                    rows_of(count).write.format("shardgrid").options(**grid, map=f"bench-{count}").mode("append").save()
+                ),
+                "discard_write": lambda count: rows_of(count).write.format("shardgrid-discard").mode("append").save(),
+            },
+            before,
         )
 
         def exported(count: int) -> Any:
             # As ``pipeline export`` reads it: one task per core Spark has.
             return read_map(spark, grid, f"bench-{count}", "id", "long", SCHEMA)
 
-        report["grid_export"] = _timed(
-            rows, lambda count: exported(count).write.format("noop").mode("overwrite").save()
-        )
-        report["repeat_read"] = _timed(
+        report |= _rounds(
             rows,
-            lambda count: (
-                spark.read.format("shardgrid-repeat")
-                .option("rows", str(count))
-                .option("tasks", str(spark.sparkContext.defaultParallelism))  # as the export reads
-                .load()
-                .write.format("noop")
-                .mode("overwrite")
-                .save()
-            ),
+            {
+                "parquet_read": lambda count: (
+                    spark.read.parquet(f"{copy}-{count}").write.format("noop").mode("overwrite").save()
+                ),
+                "grid_export": lambda count: exported(count).write.format("noop").mode("overwrite").save(),
+                "repeat_read": lambda count: (
+                    spark.read.format("shardgrid-repeat")
+                    .option("rows", str(count))
+                    .option("tasks", str(spark.sparkContext.defaultParallelism))  # as the export reads
+                    .load()
+                    .write.format("noop")
+                    .mode("overwrite")
+                    .save()
+                ),
+            },
+            lambda name: None,
         )
         report["grid_rows_read_back"] = exported(rows).count()
     finally:
