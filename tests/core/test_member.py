@@ -6,6 +6,8 @@ import random
 from dataclasses import replace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shardgrid.core import events
 from shardgrid.core import messages as m
@@ -15,6 +17,7 @@ from shardgrid.core.errors import InvariantViolation, ProtocolError
 from shardgrid.core.hashing import partition_id_of_serialized
 from shardgrid.core.identity import Replica
 from shardgrid.core.member import Member
+from shardgrid.core.member import data as data_module
 from shardgrid.core.member.discovery import FoundingStance
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.metadata import ClusterState, MemberRecord, MetadataState
@@ -692,3 +695,62 @@ def test_a_request_whose_backup_batch_would_not_fit_a_frame_is_refused_whole() -
     assert reply.statuses == (m.Status.REJECTED,) * 5
     assert "at most" in reply.reason
     assert all(not data.maps for data in member.data.stores.values())
+
+
+_KEYS_OF_PARTITION = {
+    pid: [k for k in (f"key-{i}".encode() for i in range(200)) if partition_id_of_serialized(k, 4) == pid][:3]
+    for pid in range(4)
+}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([m.PUT, m.GET, m.REMOVE, m.PUT_IF_ABSENT]),
+            st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2)), min_size=1, max_size=10),
+            st.booleans(),  # keys sent in partition order (one slice per partition) or as drawn
+            st.booleans(),  # previous values asked for
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_keys_sent_in_partition_order_are_served_as_keys_grouped_one_by_one(requests) -> None:
+    """A request whose partition ids come in order is served by slicing its columns per partition
+    (``_by_partition`` ranges): the replies, the stores and the runs sent to the backup are those
+    of the key-by-key grouping, for every operation, keys named twice included."""
+
+    def key_by_key(partition_ids):
+        groups: dict[int, list[int]] = {}
+        for index, pid in enumerate(partition_ids):
+            groups.setdefault(pid, []).append(index)
+        return groups
+
+    outcomes = []
+    for grouping in (None, key_by_key):
+        with pytest.MonkeyPatch.context() as patch:
+            if grouping is not None:
+                patch.setattr(data_module, "_by_partition", grouping)
+            owner, now = following(B, B_OWNS_A_BACKS)
+            now = grant_lease(owner, now)
+            seen = []
+            for call_id, (kind, picked, in_order, previous) in enumerate(requests, start=1):
+                if in_order:
+                    picked = sorted(picked, key=lambda pick: pick[0])
+                pids = tuple(pid for pid, _ in picked)
+                keys = tuple(_KEYS_OF_PARTITION[pid][which] for pid, which in picked)
+                values = (
+                    tuple(b"v%d-%d" % (call_id, i) for i in range(len(keys)))
+                    if kind in (m.PUT, m.PUT_IF_ABSENT)
+                    else ()
+                )
+                request = m.MapRequest(call_id, kind, "m", pids, keys, values, previous)
+                effects = owner.handle(now + call_id, Receive("c", None, None, request))
+                batches = [
+                    [(r.kind, r.keys, r.values, r.first_sequence) for r in b.runs] for b in sent(effects, m.BackupBatch)
+                ]
+                seen.append((replies(effects), batches))
+            stores = {pid: (data.maps, data.sequence) for pid, data in owner.data.stores.items()}
+            outcomes.append((seen, stores))
+    assert outcomes[0] == outcomes[1]

@@ -19,6 +19,7 @@ A request is checked whole before any of it is applied: a malformed one changes 
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -41,7 +42,7 @@ from shardgrid.core.limits import (
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.member.leases import Leases
-from shardgrid.core.member.replication import PendingCall, PendingPartition, PendingWrite
+from shardgrid.core.member.replication import Indexes, PendingCall, PendingPartition, PendingWrite
 from shardgrid.core.messages import (
     GET,
     PUT,
@@ -259,9 +260,7 @@ class DataPath:
             0,
             self.ctx.now_ms + self.ctx.config.backup_ack_timeout_ms,
         )
-        groups: dict[int, list[int]] = {}
-        for index, pid in enumerate(message.partition_ids):
-            groups.setdefault(pid, []).append(index)
+        groups = _by_partition(message.partition_ids)
         refused = self._refusal(message.kind != GET)
         if refused is not None:
             for indexes in groups.values():
@@ -319,7 +318,7 @@ class DataPath:
             return Status.REJECTED
         return None
 
-    def _execute(self, call: PendingCall, message: MapRequest, pid: int, indexes: list[int], serving: bool) -> None:
+    def _execute(self, call: PendingCall, message: MapRequest, pid: int, indexes: Indexes, serving: bool) -> None:
         table = self.consensus.state.table
         migrations = self.migrations
         invariant(table is not None, "a request is served only with a table")
@@ -349,8 +348,12 @@ class DataPath:
             if not indexes:
                 return  # every key has a value: nothing is written, each answered OK
             kind = PUT
-        run_keys = [keys[i] for i in indexes]
-        run_values = [values[i] for i in indexes] if kind == PUT else []
+        if isinstance(indexes, range):
+            run_keys: Sequence[bytes] = keys[indexes.start : indexes.stop]
+            run_values: Sequence[bytes] = values[indexes.start : indexes.stop] if kind == PUT else ()
+        else:
+            run_keys = [keys[i] for i in indexes]
+            run_values = [values[i] for i in indexes] if kind == PUT else []
         size = columns_bytes(run_keys, run_values)
         config = self.ctx.config
         over_count = self.pending_count + len(indexes) > config.max_pending_writes
@@ -394,7 +397,7 @@ class DataPath:
         records: dict[bytes, bytes],
         keys: Sequence[bytes],
         values: Sequence[bytes],
-        indexes: list[int],
+        indexes: Indexes,
         out: list[bytes | None] | None,
     ) -> list[int]:
         """The indexes of a put-if-absent to write: keys without a value, the first of a key named
@@ -458,7 +461,7 @@ class DataPath:
         return [item if config.keeps_copy(item[0].map_name, index) else (item[0].without_data(), 0) for item in runs]
 
     def _read_from_backup(
-        self, call: PendingCall, message: MapRequest, pid: int, indexes: list[int], slots: Sequence[Replica | None]
+        self, call: PendingCall, message: MapRequest, pid: int, indexes: Indexes, slots: Sequence[Replica | None]
     ) -> bool:
         """Serve a read here, a backup, when the map allows it (seed 001's read_backup_data):
         never from a copy that is being replaced or that this slot does not keep."""
@@ -476,12 +479,15 @@ class DataPath:
         return True
 
     @staticmethod
-    def _read_into(call: PendingCall, message: MapRequest, data: PartitionData, indexes: list[int]) -> None:
+    def _read_into(call: PendingCall, message: MapRequest, data: PartitionData, indexes: Indexes) -> None:
         """The values of the request's keys at ``indexes``, from this copy, into the call's answer."""
         records = data.maps.get(message.map_name)
         out = call.values
         if records and out is not None:
             keys = message.keys
+            if isinstance(indexes, range):
+                out[indexes.start : indexes.stop] = map(records.get, keys[indexes.start : indexes.stop])
+                return
             for index in indexes:
                 out[index] = records.get(keys[index])
 
@@ -1139,3 +1145,24 @@ class DataPath:
         self.outgoing_syncs.clear()
         self._syncs_by_id.clear()
         self.incoming_syncs.clear()
+
+
+def _by_partition(partition_ids: Sequence[int]) -> dict[int, Indexes]:
+    """Each partition's keys in a request, by position, in the order the partitions first come.
+    Ids sent in order (the data source sorts its batches by partition) give one range per
+    partition, found by bisection: nothing per key but the check that they are in order."""
+    count = len(partition_ids)
+    groups: dict[int, Indexes] = {}
+    if list(partition_ids) == sorted(partition_ids):
+        start = 0
+        while start < count:
+            pid = partition_ids[start]
+            end = bisect_right(partition_ids, pid, start)
+            groups[pid] = range(start, end)
+            start = end
+        return groups
+    lists: dict[int, list[int]] = {}
+    for index, pid in enumerate(partition_ids):
+        lists.setdefault(pid, []).append(index)
+    groups.update(lists)
+    return groups

@@ -22,6 +22,9 @@ from shardgrid.core.identity import Replica
 from shardgrid.core.messages import PartitionRedirect, Status, WriteRun
 
 _NOBODY: frozenset[Replica] = frozenset()
+# A request's keys of one partition, by position: a range when they came side by side (the
+# columns are then sliced, not gathered key by key), else a list.
+Indexes = range | list[int]
 # Runs held per partition for backups (async, or getting only the sequence) that did not
 # acknowledge them yet: a bound in count as well as in bytes (a sequence-only run has no bytes).
 MAX_HELD_RUNS = 10_000
@@ -40,7 +43,10 @@ class PendingCall:
     deadline_ms: int
     reason: str = ""
 
-    def mark(self, indexes: list[int], status: Status) -> None:
+    def mark(self, indexes: Indexes, status: Status) -> None:
+        if isinstance(indexes, range):  # a partition's keys sent side by side: one slice
+            self.statuses[indexes.start : indexes.stop] = [status] * len(indexes)
+            return
         statuses = self.statuses
         for index in indexes:
             statuses[index] = status
@@ -53,7 +59,7 @@ class PendingWrite:
     first_sequence: int
     last_sequence: int
     call: PendingCall
-    indexes: list[int]  # the keys of the call they answer
+    indexes: Indexes  # the keys of the call they answer
     backups: tuple[Replica, ...]  # the partition's backups when the owner applied them
     size_bytes: int = 0  # their keys and values, held (for resending) until every backup has them
 
