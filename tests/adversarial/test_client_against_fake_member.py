@@ -6,6 +6,7 @@ import itertools
 import threading
 import time
 
+import msgspec
 import pytest
 
 from shardgrid.client import Client, ClientClosedError, OperationTimeoutError
@@ -111,3 +112,34 @@ def test_given_partition_ids_the_members_would_refuse_are_refused_before_anythin
             client._run(call).result(timeout=5)
         assert time.monotonic() - started < 2
         assert not [message for message in member.received if type(message) is m.MapRequest]
+
+
+@pytest.mark.parametrize(
+    ("packed_keys", "key_lengths", "packed_values", "value_lengths"),
+    [
+        (b"abc", b"\x02\x00\x00\x00", b"v", b"\x01\x00\x00\x00"),  # the keys' lengths add to 2, not 3
+        (b"ab", b"\x02\x00\x00", b"v", b"\x01\x00\x00\x00"),  # 3 bytes of lengths: no whole number
+        (b"ab", b"\x02\x00\x00\x00", b"", b""),  # a key and no value
+    ],
+)
+def test_a_packed_scan_page_that_does_not_add_up_is_the_members_error(
+    packed_keys, key_lengths, packed_values, value_lengths
+):
+    """A member's packed page is checked whole before a reader builds arrays over it: lengths that
+    disagree with the bytes would make Arrow read past them."""
+    from shardgrid.client import MemberProtocolError
+
+    def behave(message):
+        if type(message) is m.ScanRequest:
+            page = m.ScanReply(message.call_id, m.Status.OK, total=1, lineage="l", map_version=1)
+            fields = {"packed_keys": packed_keys, "key_lengths": key_lengths}
+            fields |= {"packed_values": packed_values, "value_lengths": value_lengths}
+            return [msgspec.structs.replace(page, **fields)]
+        return []
+
+    with (
+        FakeMember(behave) as member,
+        Client([member.address], operation_call_timeout_ms=2_000) as client,
+        pytest.raises(MemberProtocolError, match=r"do not match|not a whole number"),
+    ):
+        client._run(client.async_client.scan_partition_packed("m", 0))

@@ -24,7 +24,7 @@ from shardgrid.core.metadata import ClusterState, MemberRecord, MetadataState
 from shardgrid.core.migration import Migration, MigrationRecord
 from shardgrid.core.raft import Membership, Snapshot
 from shardgrid.core.raft.messages import InstallSnapshot
-from shardgrid.core.store import ITEM_OVERHEAD_BYTES
+from shardgrid.core.store import ITEM_OVERHEAD_BYTES, unpacked_lengths
 from shardgrid.core.table import PartitionTable
 
 A = Replica("aaaaaaaa-0000-4000-8000-000000000001", "127.0.0.1:5701")
@@ -754,3 +754,51 @@ def test_keys_sent_in_partition_order_are_served_as_keys_grouped_one_by_one(requ
             stores = {pid: (data.maps, data.sequence) for pid, data in owner.data.stores.items()}
             outcomes.append((seen, stores))
     assert outcomes[0] == outcomes[1]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.integers(0, 120)), max_size=30),
+    st.integers(0, 35),
+    st.integers(0, 40),
+    st.booleans(),
+    st.integers(1, 400),
+)
+def test_a_scan_page_is_the_entries_from_its_offset_up_to_its_count_and_the_reply_bound(
+    entries, offset, max_entries, keys_only, bound
+) -> None:
+    """A page holds the partition's entries from ``offset`` in the map's order, at most
+    ``max_entries`` of them and, past the first, only while keys and values fit the reply bound."""
+    member, now = alone()
+    keys = [b"k%d" % n for n, _ in entries if partition_id_of_serialized(b"k%d" % n, 4) == 0]
+    request = m.MapRequest(
+        1, m.PUT, "m", (0,) * len(keys), tuple(keys), tuple(b"v" * (n % 121) for n in range(len(keys)))
+    )
+    if keys:
+        member.handle(now + 1, Receive("c", None, None, request))
+    held = list(member.data.stores[0].maps.get("m", {}).items())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(data_module, "MAX_REPLY_VALUE_BYTES", bound)
+        scan = m.ScanRequest(2, "m", 0, offset, max_entries, keys_only)
+        (reply,) = replies(member.handle(now + 2, Receive("c", None, None, scan)))
+    page, size = [], 0
+    for key, value in held[offset : offset + max_entries]:
+        size += len(key) + (0 if keys_only else len(value))
+        if page and size > bound:
+            break
+        page.append((key, value))
+    assert reply.status is m.Status.OK
+    assert reply.keys == tuple(key for key, _ in page)
+    assert reply.values == (() if keys_only else tuple(value for _, value in page))
+    assert reply.total == len(held)
+    assert reply.more == (offset + len(page) < len(held))
+    # Packed, the same page: each column end to end, with each entry's length.
+    packed_scan = m.ScanRequest(3, "m", 0, offset, max_entries, keys_only, packed=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(data_module, "MAX_REPLY_VALUE_BYTES", bound)
+        (packed,) = replies(member.handle(now + 3, Receive("c", None, None, packed_scan)))
+    assert (packed.keys, packed.values, packed.total, packed.more) == ((), (), reply.total, reply.more)
+    assert packed.packed_keys == b"".join(reply.keys)
+    assert packed.packed_values == b"".join(reply.values)
+    assert list(unpacked_lengths(packed.key_lengths)) == [len(key) for key in reply.keys]
+    assert list(unpacked_lengths(packed.value_lengths)) == [len(value) for value in reply.values]

@@ -31,7 +31,7 @@ def _schema_of(batch: pa.RecordBatch) -> pa.Schema:
 
 def _both(decoder: EntryDecoder, keys: list[bytes], values: list[bytes]) -> tuple[object, object]:
     """The column parse's batch (None: not taken) and the row decoder's (or its error's text)."""
-    parsed = decoder._decode_columns(keys, values)
+    parsed = decoder._decode_columns(pa.array(keys, BYTES), pa.array(values, BYTES))
     try:
         rows: object = decoder._decode_rows(keys, values)
     except RowError as error:
@@ -137,6 +137,6 @@ def test_invalid_utf8_in_a_string_column_is_named_by_the_row_decoder():
     schema = pa.schema([pa.field("key", pa.int64(), False), pa.field("s", pa.string())])
     decoder = EntryDecoder(layout_of(schema, "key", None), schema)
     bad = b"\x81\xa1s\xa2\xff\xfe"  # {"s": <str of 2 bytes that are not UTF-8>}
-    assert decoder._decode_columns([serialize_key(1)], [bad]) is None
+    assert decoder._decode_columns(pa.array([serialize_key(1)], BYTES), pa.array([bad], BYTES)) is None
     with pytest.raises(RowError):
         decoder.decode([serialize_key(1)], [bad])

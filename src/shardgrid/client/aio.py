@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from shardgrid.client.errors import (
     ClientClosedError,
     ClusterUnavailableError,
     IndeterminateOperationStateError,
+    MemberProtocolError,
     OperationRejectedError,
     OperationTimeoutError,
 )
@@ -43,6 +45,7 @@ from shardgrid.core.hashing import Key, partition_ids_of_serialized
 from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_KEY_BYTES, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.session import SessionSettings
+from shardgrid.core.store import unpacked_lengths
 from shardgrid.runtime import tls
 
 DEFAULT_ATTEMPT_TIMEOUT_MS = 10_000  # an attempt unanswered this long: its member may be gone
@@ -59,6 +62,18 @@ class _NotSent:
 
 
 NOT_SENT = _NotSent()
+
+
+@dataclass(frozen=True, slots=True)
+class PackedEntries:
+    """A partition's entries as packed columns (``AsyncClient.scan_partition_packed``): the keys'
+    bytes end to end, each key's length as an unsigned 32-bit little-endian number, and the same
+    for the values."""
+
+    keys: bytes
+    key_lengths: bytes
+    values: bytes
+    value_lengths: bytes
 
 
 class AsyncClient:
@@ -408,28 +423,63 @@ class AsyncClient:
         the owner's order): pages are read from its owner, and when the map changed between pages
         or the partition moved, the partition is read again from the start. Retries follow the
         call policy (a scan is a read: it is always retried, within operation_call_timeout_ms)."""
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        for page in await self._scan_pages(map_name, pid, page_entries, keys_only, packed=False):
+            keys.extend(page.keys)
+            values.extend(page.values)
+        return keys, values
+
+    async def scan_partition_packed(self, map_name: str, pid: int, page_entries: int = 10_000) -> PackedEntries:
+        """``scan_partition`` as packed columns: each column's bytes end to end, with each entry's
+        length (what a reader building Arrow arrays takes without an object per entry). The
+        member's pages are checked whole: lengths that do not add up are the member's error."""
+        pages = await self._scan_pages(map_name, pid, page_entries, keys_only=False, packed=True)
+        entries = PackedEntries(
+            b"".join(page.packed_keys for page in pages),
+            b"".join(page.key_lengths for page in pages),
+            b"".join(page.packed_values for page in pages),
+            b"".join(page.value_lengths for page in pages),
+        )
+        try:
+            key_lengths, value_lengths = unpacked_lengths(entries.key_lengths), unpacked_lengths(entries.value_lengths)
+        except ValueError as error:
+            raise MemberProtocolError(f"a scan page of partition {pid}: {error}") from None
+        if (
+            len(key_lengths) != len(value_lengths)
+            or sum(key_lengths) != len(entries.keys)
+            or sum(value_lengths) != len(entries.values)
+            or any(page.keys or page.values for page in pages)
+        ):
+            raise MemberProtocolError(f"a scan page of partition {pid}: its packed columns and lengths do not match")
+        return entries
+
+    async def _scan_pages(
+        self, map_name: str, pid: int, page_entries: int, keys_only: bool, packed: bool
+    ) -> list[m.ScanReply]:
+        """The pages of one consistent copy of the partition (see ``scan_partition``)."""
         if not 1 <= page_entries <= MAX_OPERATIONS_PER_REQUEST:
             raise ValueError(f"page_entries is 1..{MAX_OPERATIONS_PER_REQUEST}")
         await self._check_partition(pid)
         progress = CallProgress(self._now_ms(), mutating=False)
-        keys: list[bytes] = []
-        values: list[bytes] = []
+        pages: list[m.ScanReply] = []
+        offset = 0
         stamp: tuple[str, int] | None = None
         while True:
-            reply = await self._scan_page(map_name, pid, len(keys), page_entries, keys_only, progress)
+            reply = await self._scan_page(map_name, pid, offset, page_entries, keys_only, progress, packed)
             if reply is None:
-                keys, values, stamp = [], [], None  # another owner, or the same later: start over
+                pages, offset, stamp = [], 0, None  # another owner, or the same later: start over
                 continue
             page_stamp = (reply.lineage, reply.map_version)
             if stamp is not None and page_stamp != stamp:
-                keys, values, stamp = [], [], None  # written to between pages: read it again, after a pause
+                pages, offset, stamp = [], 0, None  # written to between pages: read it again, after a pause
                 await asyncio.sleep(self.call_settings.min_retry_backoff_ms / 1000)
                 continue
             stamp = page_stamp
-            keys.extend(reply.keys)
-            values.extend(reply.values)
+            pages.append(reply)
+            offset += len(reply.keys) if not packed else len(reply.key_lengths) // 4
             if not reply.more:
-                return keys, values
+                return pages
 
     async def count_partition(self, map_name: str, pid: int) -> int:
         """How many entries one partition of a map holds, as its owner has them (a page of no
@@ -446,14 +496,21 @@ class AsyncClient:
             raise ValueError(f"partition {pid} does not exist: the cluster has {self.table.partition_count}")
 
     async def _scan_page(
-        self, map_name: str, pid: int, offset: int, page_entries: int, keys_only: bool, progress: CallProgress
+        self,
+        map_name: str,
+        pid: int,
+        offset: int,
+        page_entries: int,
+        keys_only: bool,
+        progress: CallProgress,
+        packed: bool = False,
     ) -> m.ScanReply | None:
         """One page from the partition's owner, after the retries a lost answer calls for; None
         when an owner refused it (it moved, or it migrates): the caller starts the partition over.
         Raises what the call policy ends the call with."""
 
         def request(call_id: int) -> m.ScanRequest:
-            return m.ScanRequest(call_id, map_name, pid, offset, page_entries, keys_only)
+            return m.ScanRequest(call_id, map_name, pid, offset, page_entries, keys_only, packed)
 
         while True:
             expired = on_deadline(self.call_settings, progress, self._now_ms())

@@ -51,3 +51,8 @@ class ClientClosedError(ShardgridClientError):
 
 class AdminError(ShardgridClientError):
     """An administrative request failed; the message says why (the member's reason)."""
+
+
+class MemberProtocolError(ShardgridClientError):
+    """A member answered what the protocol does not allow (a page whose lengths do not add up):
+    the member's fault, or not a shardgrid member of this version at that address."""

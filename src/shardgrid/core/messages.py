@@ -21,6 +21,7 @@ from shardgrid.core.identity import MAX_ADDRESS_CHARS, Replica, Replicas
 from shardgrid.core.limits import (
     MAX_COUNTER,
     MAX_ENTRIES_PER_CHUNK,
+    MAX_FRAME_BYTES,
     MAX_KEY_BYTES,
     MAX_MAP_NAME_CHARS,
     MAX_MEMBER_COUNT,
@@ -49,6 +50,8 @@ AckedSequence = Annotated[int, msgspec.Meta(ge=-1, le=MAX_COUNTER)]
 # Columns of one request, or of a run of its writes: one item per key.
 KeyColumn = Annotated[tuple[Key, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
 ValueColumn = Annotated[tuple[Value, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
+# A column packed end to end (a scan page), or its entries' lengths.
+PackedBytes = Annotated[bytes, msgspec.Meta(max_length=MAX_FRAME_BYTES)]
 # Columns of one migration chunk.
 ChunkMapName = Annotated[str, msgspec.Meta(max_length=MAX_MAP_NAME_CHARS)]  # "" in a chunk of no records
 ChunkKeys = Annotated[tuple[bytes, ...], msgspec.Meta(max_length=MAX_ENTRIES_PER_CHUNK)]
@@ -426,6 +429,9 @@ class ScanRequest(Message, tag=127):
     offset: Counter = 0
     max_entries: Annotated[int, msgspec.Meta(ge=0, le=MAX_OPERATIONS_PER_REQUEST)] = MAX_OPERATIONS_PER_REQUEST
     keys_only: bool = False
+    # The page as packed columns (``ScanReply.packed_keys`` and the rest) instead of one item per
+    # entry: a reader building Arrow arrays then makes no object per entry.
+    packed: bool = False
 
 
 class ScanReply(Message, tag=128):
@@ -444,6 +450,12 @@ class ScanReply(Message, tag=128):
     redirect: PartitionRedirect | None = None
     retry_after_ms: Counter = 0
     reason: str = ""
+    # A packed page (``ScanRequest.packed``; ``keys`` and ``values`` are then empty): each column's
+    # bytes end to end, and each entry's length in it as an unsigned 32-bit little-endian number.
+    packed_keys: PackedBytes = b""
+    key_lengths: PackedBytes = b""
+    packed_values: PackedBytes = b""
+    value_lengths: PackedBytes = b""
 
 
 class StatusRequest(Message, tag=129):

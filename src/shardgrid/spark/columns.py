@@ -208,6 +208,12 @@ class RowEncoder:
         return raw
 
 
+def _as_binary(column: Sequence[bytes] | pa.Array) -> pa.Array:
+    if isinstance(column, pa.Array):
+        return column if column.type == BYTES else column.cast(BYTES)
+    return pa.array(column, BYTES)
+
+
 def spark_type_name_of(value: Any) -> str | None:
     """The Spark type a sampled value infers (None: it says nothing, being null)."""
     if value is None:
@@ -241,27 +247,30 @@ class EntryDecoder:
         self._rows = _typed_row_decoder(schema, layout.map_fields) if layout.value_column is None else None
         self._map_columns = MapColumns(schema, layout.map_fields) if layout.value_column is None else None
 
-    def decode(self, keys: Sequence[bytes], values: Sequence[bytes]) -> pa.RecordBatch:
-        return self._decode_columns(keys, values) or self._decode_rows(keys, values)
+    def decode(self, keys: Sequence[bytes] | pa.Array, values: Sequence[bytes] | pa.Array) -> pa.RecordBatch:
+        """Keys and values as lists of bytes, or as large_binary arrays (a packed scan's)."""
+        keys, values = _as_binary(keys), _as_binary(values)
+        parsed = self._decode_columns(keys, values)
+        return parsed if parsed is not None else self._decode_rows(keys.to_pylist(), values.to_pylist())
 
-    def _decode_columns(self, keys: Sequence[bytes], values: Sequence[bytes]) -> pa.RecordBatch | None:
+    def _decode_columns(self, keys: pa.Array, values: pa.Array) -> pa.RecordBatch | None:
         """The batch parsed a column at a time (``column_decoding``); None when an entry is not
         of the exact layout that parse takes, or does not fit the schema: the row-by-row decode
         then takes the batch and names what is wrong."""
         layout = self.layout
         key_field = self.schema.field(layout.key_column)
-        keys_read = key_column(pa.array(keys, BYTES), layout.key_type, key_field.type)
+        keys_read = key_column(keys, layout.key_type, key_field.type)
         if keys_read is None:
             return None
         columns = {layout.key_column: keys_read}
         if layout.value_column is not None:
             kind = self.schema.field(layout.value_column).type
             try:
-                columns[layout.value_column] = pa.array(values, BYTES).cast(kind)  # checks UTF-8
+                columns[layout.value_column] = values.cast(kind)  # checks UTF-8
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 return None
         elif self._map_columns is not None:
-            parsed = self._map_columns.parse(pa.array(values, BYTES))
+            parsed = self._map_columns.parse(values)
             if parsed is None:
                 return None
             columns.update(parsed)

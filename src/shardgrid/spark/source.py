@@ -50,6 +50,7 @@ from pyspark.sql.types import (
 )
 
 from shardgrid.client import AsyncClient
+from shardgrid.client.aio import PackedEntries
 from shardgrid.client.errors import ShardgridClientError
 from shardgrid.core import messages as m
 from shardgrid.core.errors import ConfigError
@@ -62,6 +63,7 @@ from shardgrid.spark.columns import (
     layout_of,
     spark_type_name_of,
 )
+from shardgrid.spark.held_entries import HeldEntries
 from shardgrid.spark.options import KeyType, SourceOptions, SparkOptionError, WriteMode, parse
 from shardgrid.spark.owner_batches import Batch, OwnerBatches, Rows
 
@@ -430,22 +432,18 @@ class ShardgridReader(DataSourceReader):
                 yield from self._read_keys(loop, client, decoder, partition.keys)
                 return
             pending = list(partition.partition_ids)
-            ahead: list[asyncio.Future[tuple[list[bytes], list[bytes]]]] = []
+            ahead: list[asyncio.Future[PackedEntries]] = []
             page = options.read_batch_size
-            keys: list[bytes] = []
-            values: list[bytes] = []
+            held = HeldEntries()
             while pending or ahead:
                 while pending and len(ahead) < SCAN_AHEAD_PARTITIONS:
-                    scan = client.scan_partition(options.map_name, pending.pop(0), page_entries=page)
+                    scan = client.scan_partition_packed(options.map_name, pending.pop(0), page_entries=page)
                     ahead.append(asyncio.ensure_future(scan, loop=loop))
-                more_keys, more_values = loop.run_until_complete(ahead.pop(0))
-                keys.extend(more_keys)
-                values.extend(more_values)
-                while len(keys) >= ARROW_BATCH_ROWS:
-                    yield decoder.decode(keys[:ARROW_BATCH_ROWS], values[:ARROW_BATCH_ROWS])
-                    del keys[:ARROW_BATCH_ROWS], values[:ARROW_BATCH_ROWS]
-            if keys:
-                yield decoder.decode(keys, values)
+                held.add(loop.run_until_complete(ahead.pop(0)))
+                while held.rows >= ARROW_BATCH_ROWS:
+                    yield decoder.decode(*held.take(ARROW_BATCH_ROWS))
+            if held.rows:
+                yield decoder.decode(*held.take(held.rows))
         except ShardgridClientError as error:
             raise ClusterError(f"shardgrid: reading map '{options.map_name}': {error}") from None
         finally:

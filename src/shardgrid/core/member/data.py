@@ -22,6 +22,7 @@ import itertools
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import add
 from typing import Protocol
 
 from shardgrid.core.errors import invariant
@@ -65,7 +66,7 @@ from shardgrid.core.messages import (
     TableRequest,
     WriteRun,
 )
-from shardgrid.core.store import PartitionData, Piece, columns_bytes
+from shardgrid.core.store import PartitionData, Piece, columns_bytes, packed_lengths
 from shardgrid.core.transfer import SendWindow, Staging, window_chunks
 
 # What a run takes on the wire beyond its keys, values and map name (partition, lineage, sequences).
@@ -536,22 +537,35 @@ class DataPath:
         data = self.store(pid)
         records = data.maps.get(message.map_name) or {}
         total = len(records)
-        keys: list[bytes] = []
-        values: list[bytes] = []
-        size = 0
         # Dict order is the order of first insertion, the same from one page to the next while the
-        # map does not change (the version says when it did). Skipping to the offset walks it: a
-        # partition holds a small share of a map, so pages stay cheap.
-        for key, value in itertools.islice(records.items(), message.offset, message.offset + message.max_entries):
-            size += len(key) + (0 if message.keys_only else len(value))
-            if keys and size > MAX_REPLY_VALUE_BYTES:
-                break
-            keys.append(key)
-            if not message.keys_only:
-                values.append(value)
+        # map does not change (the version says when it did), and the same for the keys and the
+        # values views. Skipping to the offset walks it: a partition holds a small share of a map,
+        # so pages stay cheap. Every pass is C-level (an export reads whole partitions this way).
+        end = message.offset + message.max_entries
+        keys = tuple(itertools.islice(records.keys(), message.offset, end))
+        values = () if message.keys_only else tuple(itertools.islice(records.values(), message.offset, end))
+        sizes = list(map(len, keys)) if message.keys_only else list(map(add, map(len, keys), map(len, values)))
+        if sum(sizes) > MAX_REPLY_VALUE_BYTES:
+            # The entries up to the bound (at least one: a larger entry goes alone).
+            fit = max(1, bisect_right(list(itertools.accumulate(sizes)), MAX_REPLY_VALUE_BYTES))
+            keys, values = keys[:fit], values[:fit]
         more = message.offset + len(keys) < total
         version = data.version_of(message.map_name)
-        reply = ScanReply(call_id, Status.OK, tuple(keys), tuple(values), total, more, data.lineage, version)
+        if message.packed:
+            reply = ScanReply(
+                call_id,
+                Status.OK,
+                total=total,
+                more=more,
+                lineage=data.lineage,
+                map_version=version,
+                packed_keys=b"".join(keys),
+                key_lengths=packed_lengths(keys),
+                packed_values=b"".join(values),
+                value_lengths=packed_lengths(values),
+            )
+        else:
+            reply = ScanReply(call_id, Status.OK, keys, values, total, more, data.lineage, version)
         self.ctx.reply(client, reply)
 
     def on_table_request(self, client: str, message: TableRequest) -> None:
