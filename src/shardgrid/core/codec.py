@@ -48,7 +48,7 @@ from shardgrid.core.raft.membership import ConfChange, Membership
 from shardgrid.core.table import PartitionTable
 from shardgrid.core.wire import Counter, Message, Record
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6  # 6: packed scan pages (ScanRequest.packed, ScanReply.packed_*)
 LENGTH_PREFIX = struct.Struct(">I")
 
 COMMAND_TYPES: tuple[type[Message], ...] = (
