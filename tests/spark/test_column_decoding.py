@@ -140,3 +140,24 @@ def test_invalid_utf8_in_a_string_column_is_named_by_the_row_decoder():
     assert decoder._decode_columns(pa.array([serialize_key(1)], BYTES), pa.array([bad], BYTES)) is None
     with pytest.raises(RowError):
         decoder.decode([serialize_key(1)], [bad])
+
+
+@pytest.mark.parametrize(
+    ("column", "stored"),
+    [(pa.decimal128(10, 2), "abc"), (pa.date32(), "not a date"), (pa.timestamp("us"), "not a time")],
+)
+def test_stored_text_that_is_no_decimal_date_or_time_is_a_row_error(column, stored):
+    """Found by an outside tester: the parser's own error escaped (decimal.InvalidOperation,
+    ValueError), naming no column."""
+    schema = pa.schema([pa.field("k", pa.int64(), False), pa.field("v", column)])
+    decoder = EntryDecoder(layout_of(schema, "k", None), schema)
+    with pytest.raises(RowError, match="column 'v'"):
+        decoder.decode([serialize_key(1)], [msgspec.msgpack.encode({"v": stored})])
+
+
+def test_a_value_column_of_text_that_is_not_utf8_is_a_row_error():
+    """Found by an outside tester: Python's UnicodeDecodeError escaped, naming nothing."""
+    schema = pa.schema([pa.field("k", pa.int64(), False), pa.field("v", pa.string())])
+    decoder = EntryDecoder(layout_of(schema, "k", "v"), schema)
+    with pytest.raises(RowError, match="value column 'v'"):
+        decoder.decode([serialize_key(1)], [b"\xff"])

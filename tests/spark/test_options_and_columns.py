@@ -296,3 +296,19 @@ def test_an_entry_without_a_value_for_a_not_null_column_is_named() -> None:
         decoder.decode([serialize_key(1), serialize_key(2)], [msgspec.msgpack.encode({"v": "a"}), b"\x80"])
     full = decoder.decode([serialize_key(1)], [msgspec.msgpack.encode({"v": "a"})])
     assert full.to_pylist() == [{"k": 1, "v": "a"}]
+
+
+def test_a_read_by_value_column_with_other_columns_in_the_schema_is_refused_before_any_task():
+    """Found by an outside tester: nothing fills the other columns, and the decode failed with a
+    KeyError in the task."""
+    from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+
+    from shardgrid.spark.source import ShardgridReader
+
+    read = {"cluster.members": "127.0.0.1:1", "map": "m", "key.column": "k", "value.column": "v"}
+    schema = StructType(
+        [StructField("k", LongType(), False), StructField("v", BinaryType()), StructField("x", LongType())]
+    )
+    with pytest.raises(SparkOptionError, match="also has x"):
+        ShardgridReader(parse(read, writing=False), schema)
+    ShardgridReader(parse(read, writing=False), StructType(schema.fields[:2]))  # key and value: fine

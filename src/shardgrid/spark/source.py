@@ -405,6 +405,13 @@ class ShardgridReader(DataSourceReader):
                 f"(columns: {', '.join(self.arrow_schema.names)}); name the key column with it"
             )
         self.layout = layout_of(self.arrow_schema, key_column, options.value_column)
+        others = [name for name in self.arrow_schema.names if name not in (key_column, options.value_column)]
+        if options.value_column is not None and others:
+            # Found by an outside tester: nothing fills them, and the decode failed with a KeyError.
+            raise SparkOptionError(
+                f"shardgrid: option 'value.column': an entry read this way holds the key and the value only, "
+                f"but the schema also has {', '.join(others)}; drop those columns from the schema"
+            )
         self.keys: tuple[Any, ...] | None = None
 
     def partitions(self) -> list[GridPartitions]:
