@@ -150,10 +150,10 @@ def _within_bytes(keys: tuple[bytes, ...], values: tuple[bytes, ...], max_bytes:
 invariant(array("I").itemsize == 4, "a packed length is an unsigned 32-bit number")
 
 
-def packed_lengths(column: Sequence[bytes]) -> bytes:
-    """Each item's length as an unsigned 32-bit little-endian number, end to end: the lengths of a
-    packed column (``ScanReply``), built in one C-level pass."""
-    lengths = array("I", map(len, column))
+def packed_lengths(sizes: list[int]) -> bytes:
+    """Each item's length (``sizes``) as an unsigned 32-bit little-endian number, end to end: the
+    lengths of a packed column (``ScanReply``), built from a list in one C-level pass."""
+    lengths = array("I", sizes)
     if sys.byteorder == "big":
         lengths.byteswap()
     return lengths.tobytes()

@@ -544,11 +544,12 @@ class DataPath:
         end = message.offset + message.max_entries
         keys = tuple(itertools.islice(records.keys(), message.offset, end))
         values = () if message.keys_only else tuple(itertools.islice(records.values(), message.offset, end))
-        sizes = list(map(len, keys)) if message.keys_only else list(map(add, map(len, keys), map(len, values)))
-        if sum(sizes) > MAX_REPLY_VALUE_BYTES:
+        key_sizes, value_sizes = list(map(len, keys)), list(map(len, values))  # a packed page's lengths too
+        if sum(key_sizes) + sum(value_sizes) > MAX_REPLY_VALUE_BYTES:
             # The entries up to the bound (at least one: a larger entry goes alone).
+            sizes = map(add, key_sizes, value_sizes) if values else key_sizes
             fit = max(1, bisect_right(list(itertools.accumulate(sizes)), MAX_REPLY_VALUE_BYTES))
-            keys, values = keys[:fit], values[:fit]
+            keys, values, key_sizes, value_sizes = keys[:fit], values[:fit], key_sizes[:fit], value_sizes[:fit]
         more = message.offset + len(keys) < total
         version = data.version_of(message.map_name)
         if message.packed:
@@ -560,9 +561,9 @@ class DataPath:
                 lineage=data.lineage,
                 map_version=version,
                 packed_keys=b"".join(keys),
-                key_lengths=packed_lengths(keys),
+                key_lengths=packed_lengths(key_sizes),
                 packed_values=b"".join(values),
-                value_lengths=packed_lengths(values),
+                value_lengths=packed_lengths(value_sizes),
             )
         else:
             reply = ScanReply(call_id, Status.OK, keys, values, total, more, data.lineage, version)
