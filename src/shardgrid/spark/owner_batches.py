@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import pairwise
-from operator import itemgetter
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +34,7 @@ from shardgrid.spark.column_encoding import BYTES
 from shardgrid.spark.column_hashing import partition_ids_of_column
 
 # Keys, values, and the keys' partitions (None when the table was unknown: the client hashes them).
-Batch = tuple[Sequence[bytes], Sequence[bytes], list[int] | None]
+Batch = tuple[list[bytes], list[bytes], list[int] | None]
 # Keys and values a task takes in: large_binary arrays, or lists of bytes.
 Rows = tuple[pa.Array | Sequence[bytes], pa.Array | Sequence[bytes]]
 
@@ -93,10 +92,9 @@ class OwnerBatches:
     def _let_out(self, whole: bool) -> list[Batch]:
         if not self.rows:
             return []
-        keys, values = _concat(self._keys), _concat(self._values)
-        order, pids, ranges = self._by_owner(keys)
-        # Bytes of rows [0, i) in sorted order: a range's bytes by one subtraction.
-        sizes = pc.add(pc.binary_length(keys), pc.binary_length(values)).to_numpy()[order]
+        keys, values, pids, ranges = self._by_owner(_concat(self._keys), _concat(self._values))
+        # Bytes of rows [0, i) of the sorted columns: a range's bytes by one subtraction.
+        sizes = pc.add(pc.binary_length(keys), pc.binary_length(values)).to_numpy()
         before = np.zeros(len(keys) + 1, dtype=np.int64)
         np.cumsum(sizes, out=before[1:])
         size = self.batch_rows
@@ -109,36 +107,33 @@ class OwnerBatches:
         tail_bytes = sum(int(before[end] - before[cut]) for cut, end in tails)
         if tail_rows * 2 >= self.held_rows or tail_bytes * 2 >= self.held_bytes:
             cuts, tails, tail_rows, tail_bytes = [end for _, end in ranges], [], 0, 0
-        # The tails copied out (not slices of the held columns, which would keep them alive).
-        kept = np.concatenate([order[cut:end] for cut, end in tails]) if tails else None
-        self._keys = [keys.take(kept)] if kept is not None else []
-        self._values = [values.take(kept)] if kept is not None else []
+        # The tails copied out (not slices of the sorted columns, which would keep them alive).
+        self._keys = [_concat([keys.slice(cut, end - cut) for cut, end in tails])] if tails else []
+        self._values = [_concat([values.slice(cut, end - cut) for cut, end in tails])] if tails else []
         self.rows, self.bytes = tail_rows, tail_bytes
-        # The rows let out become Python bytes once, in the held order; each batch picks its rows
-        # from those lists by the sorted positions in one C-level call (``itemgetter``), which
-        # costs less than Arrow sorting the columns' bytes and then slicing them into lists.
-        key_list, value_list = keys.to_pylist(), values.to_pylist()
         batches: list[Batch] = []
         for (start, _), cut in zip(ranges, cuts, strict=True):
             for first in range(start, cut, size):
-                picked = order[first : min(first + size, cut)].tolist()
+                length = min(size, cut - first)
                 batches.append(
                     (
-                        _pick(key_list, picked),
-                        _pick(value_list, picked),
-                        pids[first : first + len(picked)].tolist() if pids is not None else None,
+                        keys.slice(first, length).to_pylist(),
+                        values.slice(first, length).to_pylist(),
+                        pids[first : first + length].tolist() if pids is not None else None,
                     )
                 )
         return batches
 
-    def _by_owner(self, keys: pa.Array) -> tuple[np.ndarray, np.ndarray | None, list[tuple[int, int]]]:
-        """The order that sorts the rows by owner, then partition; the sorted rows' partitions;
-        and each owner's rows as a (start, end) range of that order. Rows of partitions without
-        a known owner form one range of their own (the client finds their owner)."""
+    def _by_owner(
+        self, keys: pa.Array, values: pa.Array
+    ) -> tuple[pa.Array, pa.Array, np.ndarray | None, list[tuple[int, int]]]:
+        """The rows sorted by owner, then partition, and each owner's rows as a (start, end)
+        range. Rows of partitions without a known owner form one range of their own (the
+        client finds their owner)."""
         table = self.table
         count = table.partition_count
         if not count:
-            return np.arange(len(keys)), None, [(0, len(keys))]
+            return keys, values, None, [(0, len(keys))]
         groups: dict[str | None, int] = {}
         owners = table.owners
         # A rank per partition: its owner's group, then the partition; one stable sort by rank.
@@ -155,13 +150,7 @@ class OwnerBatches:
         ranks = ranks[order]
         bounds = np.searchsorted(ranks, np.arange(len(groups) + 1, dtype=np.int64) * count).tolist()
         ranges = [(start, end) for start, end in pairwise(bounds) if start < end]
-        return order, pids[order], ranges
-
-
-def _pick(column: list[bytes], positions: list[int]) -> tuple[bytes, ...]:
-    if len(positions) == 1:
-        return (column[positions[0]],)  # itemgetter of one position gives the item, not a tuple
-    return itemgetter(*positions)(column)
+        return keys.take(order), values.take(order), pids[order], ranges
 
 
 def _as_column(column: pa.Array | Sequence[bytes]) -> pa.Array:
