@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.lib.stride_tricks import as_strided
 
+from shardgrid.spark.column_encoding import map_header
 from shardgrid.spark.options import KeyType
 
 _VIEW_INLINE_BYTES = 12  # Arrow's binary view: data up to this length sits in the view itself
@@ -107,14 +108,15 @@ def _big_endian(words: np.ndarray, widths: np.ndarray, signed: bool) -> np.ndarr
     return np.where(widths == 0, 0, (words >> shift).view(np.int64))
 
 
-def _check_forms(head: np.ndarray, table: list[tuple[np.ndarray, int]]) -> None:
-    """Every row is of one of the forms of ``table`` ((condition, ...) pairs), or the batch is
-    not this layout."""
+def _widths_of_forms(head: np.ndarray, table: list[tuple[np.ndarray, int]]) -> np.ndarray:
+    """Each row's width of its form in ``table`` ((condition, bytes after the head byte) pairs);
+    not this layout when a row is of none of them."""
     matched = np.zeros(len(head), dtype=bool)
     for condition, _ in table:
         matched |= condition
     if not bool(matched.all()):
         raise _NotThisLayout
+    return np.select([condition for condition, _ in table], [width for _, width in table], 0)
 
 
 def _validity(nulls: np.ndarray) -> tuple[pa.Buffer | None, int]:
@@ -147,13 +149,6 @@ def _views(rows: _Rows, starts: np.ndarray, lengths: np.ndarray, nulls: np.ndarr
     return array.cast(kind)
 
 
-def _lengths_after(rows: _Rows, head: np.ndarray, table: list[tuple[np.ndarray, int]]) -> np.ndarray:
-    """Each row's length given by its form (``table``: condition, bytes of length after the head
-    byte, 0 for a length in the head byte itself, which the caller fills)."""
-    widths = np.select([condition for condition, _ in table], [width for _, width in table], 0)
-    return _big_endian(rows.big[rows.at + 1], widths, signed=False)
-
-
 def _text_or_bytes(rows: _Rows, kind: pa.DataType, text: bool) -> pa.Array:
     head = rows.head()
     nulls = head == 0xC0
@@ -163,10 +158,9 @@ def _text_or_bytes(rows: _Rows, kind: pa.DataType, text: bool) -> pa.Array:
     else:
         fix = np.zeros(len(head), dtype=bool)
         table = [(head == 0xC4, 1), (head == 0xC5, 2), (head == 0xC6, 4), (nulls, 0)]
-    _check_forms(head, table)
-    header_widths = np.select([condition for condition, _ in table], [width for _, width in table], 0)
+    header_widths = _widths_of_forms(head, table)  # bytes of length after the head byte (a fixstr: none)
     rows.need(1 + header_widths)
-    lengths = np.where(fix, head & 0x1F, _lengths_after(rows, head, table))
+    lengths = np.where(fix, head & 0x1F, _big_endian(rows.big[rows.at + 1], header_widths, signed=False))
     starts = rows.at + 1 + header_widths
     rows.at = starts
     rows.need(lengths)
@@ -182,8 +176,7 @@ def _integers(rows: _Rows, kind: pa.DataType) -> pa.Array:
     unsigned = [(head == code, width) for code, width in ((0xCC, 1), (0xCD, 2), (0xCE, 4), (0xCF, 8))]
     signed = [(head == code, width) for code, width in ((0xD0, 1), (0xD1, 2), (0xD2, 4), (0xD3, 8))]
     table = [(positive_fix, 0), (negative_fix, 0), (nulls, 0), *unsigned, *signed]
-    _check_forms(head, table)
-    widths = np.select([condition for condition, _ in table], [width for _, width in table], 0)
+    widths = _widths_of_forms(head, table)
     rows.need(1 + widths)
     window = rows.big[rows.at + 1]
     is_signed = np.zeros(len(head), dtype=bool)
@@ -207,7 +200,7 @@ def _integers(rows: _Rows, kind: pa.DataType) -> pa.Array:
 def _booleans(rows: _Rows, kind: pa.DataType) -> pa.Array:
     head = rows.head()
     nulls = head == 0xC0
-    _check_forms(head, [(head == 0xC2, 0), (head == 0xC3, 0), (nulls, 0)])
+    _widths_of_forms(head, [(head == 0xC2, 0), (head == 0xC3, 0), (nulls, 0)])
     rows.at = rows.at + 1
     return pa.array(head == 0xC3, type=kind, mask=nulls)
 
@@ -217,7 +210,7 @@ def _doubles(rows: _Rows, kind: pa.DataType) -> pa.Array:
     general decoder takes when a float holds it exactly, is left to it."""
     head = rows.head()
     nulls = head == 0xC0
-    _check_forms(head, [(head == 0xCB, 0), (nulls, 0)])
+    _widths_of_forms(head, [(head == 0xCB, 0), (nulls, 0)])
     widths = np.where(nulls, 0, 8)
     rows.need(1 + widths)
     numbers = rows.big[rows.at + 1].view(">f8").astype(np.float64)
@@ -244,7 +237,7 @@ class MapColumns:
 
     def __init__(self, schema: pa.Schema, fields: tuple[str, ...]) -> None:
         self.fields = fields
-        self._header = bytes([0x80 | len(fields)]) if len(fields) < 16 else b"\xde" + len(fields).to_bytes(2, "big")
+        self._header = map_header(len(fields))
         self._names = [msgspec.msgpack.encode(name) for name in fields]
         parsers = [_column_parser(schema.field(name).type) for name in fields]
         # None: a column of a type not parsed here; every batch goes to the general decoder.

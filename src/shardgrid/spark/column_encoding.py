@@ -15,6 +15,8 @@ left to the row-by-row encoder: the functions return None for the batch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 import numpy as np
 import pyarrow as pa
@@ -128,7 +130,8 @@ def _lengths(data: pa.Array) -> np.ndarray:
     return pc.binary_length(data).to_numpy()
 
 
-def _map_header(size: int) -> bytes:
+def map_header(size: int) -> bytes:
+    """msgpack's header of a map of ``size`` entries, as msgspec writes it."""
     return bytes([0x80 | size]) if size < 16 else b"\xde" + size.to_bytes(2, "big")
 
 
@@ -137,7 +140,7 @@ def map_values(batch: pa.RecordBatch, fields: tuple[str, ...]) -> pa.Array | Non
     row's dict; None when a column's type is left to the row-by-row encoder."""
     count = batch.num_rows
     names = [msgspec.msgpack.encode(name) for name in fields]
-    pieces: list[pa.Array | bytes] = [_map_header(len(fields))]
+    pieces: list[pa.Array | bytes] = [map_header(len(fields))]
     for name, encoded_name in zip(fields, names, strict=True):
         encoded = _encoded_column(batch.column(batch.schema.get_field_index(name)))
         if encoded is None:
@@ -151,6 +154,13 @@ def map_values(batch: pa.RecordBatch, fields: tuple[str, ...]) -> pa.Array | Non
         return pa.array([pieces[0]] * count, BYTES)
     arguments = [pa.scalar(piece, BYTES) if isinstance(piece, bytes) else piece for piece in pieces]
     return pc.binary_join_element_wise(*arguments, _EMPTY)
+
+
+def as_binary(column: pa.Array | Sequence[bytes]) -> pa.Array:
+    """``column`` (an Arrow binary or string array, or a list of bytes) as a large_binary array."""
+    if isinstance(column, pa.Array):
+        return column if column.type == BYTES else column.cast(BYTES)
+    return pa.array(column, BYTES)
 
 
 def serialized_keys(column: pa.Array, key_type: KeyType) -> pa.Array | None:

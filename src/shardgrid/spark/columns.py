@@ -23,7 +23,7 @@ import pyarrow as pa
 from shardgrid.client.serialization import KeySerializer
 from shardgrid.core.hashing import INT32_MAX, INT32_MIN
 from shardgrid.spark.column_decoding import MapColumns, key_column
-from shardgrid.spark.column_encoding import BYTES, map_values, serialized_keys
+from shardgrid.spark.column_encoding import BYTES, as_binary, map_values, serialized_keys
 from shardgrid.spark.options import KeyType, SparkOptionError
 
 PLAIN_VALUE_COLUMN = "value"  # a sampled map whose values are not msgpack maps is read as one column
@@ -208,12 +208,6 @@ class RowEncoder:
         return raw
 
 
-def _as_binary(column: Sequence[bytes] | pa.Array) -> pa.Array:
-    if isinstance(column, pa.Array):
-        return column if column.type == BYTES else column.cast(BYTES)
-    return pa.array(column, BYTES)
-
-
 def spark_type_name_of(value: Any) -> str | None:
     """The Spark type a sampled value infers (None: it says nothing, being null)."""
     if value is None:
@@ -249,7 +243,7 @@ class EntryDecoder:
 
     def decode(self, keys: Sequence[bytes] | pa.Array, values: Sequence[bytes] | pa.Array) -> pa.RecordBatch:
         """Keys and values as lists of bytes, or as large_binary arrays (a packed scan's)."""
-        keys, values = _as_binary(keys), _as_binary(values)
+        keys, values = as_binary(keys), as_binary(values)
         parsed = self._decode_columns(keys, values)
         return parsed if parsed is not None else self._decode_rows(keys.to_pylist(), values.to_pylist())
 

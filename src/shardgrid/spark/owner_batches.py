@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from shardgrid.client.routing import TableView
 from shardgrid.core.errors import invariant
-from shardgrid.spark.column_encoding import BYTES
+from shardgrid.spark.column_encoding import BYTES, as_binary
 from shardgrid.spark.column_hashing import partition_ids_of_column
 
 # Keys, values, and the keys' partitions (None when the table was unknown: the client hashes them).
@@ -70,7 +70,7 @@ class OwnerBatches:
     def add(self, keys: pa.Array | Sequence[bytes], values: pa.Array | Sequence[bytes]) -> list[Batch]:
         """Takes rows in (large_binary arrays, or lists of bytes); returns the batches let out
         (none until ``held_rows`` are held)."""
-        keys, values = _as_column(keys), _as_column(values)
+        keys, values = as_binary(keys), as_binary(values)
         invariant(len(keys) == len(values), "a key for every value")
         invariant(keys.null_count == 0 and values.null_count == 0, "no null key or value")
         key_bytes, value_bytes = _bytes_of(keys), _bytes_of(values)
@@ -151,12 +151,6 @@ class OwnerBatches:
         bounds = np.searchsorted(ranks, np.arange(len(groups) + 1, dtype=np.int64) * count).tolist()
         ranges = [(start, end) for start, end in pairwise(bounds) if start < end]
         return keys.take(order), values.take(order), pids[order], ranges
-
-
-def _as_column(column: pa.Array | Sequence[bytes]) -> pa.Array:
-    if isinstance(column, pa.Array):
-        return column if column.type == BYTES else column.cast(BYTES)
-    return pa.array(column, BYTES)
 
 
 def _bytes_of(column: pa.Array) -> int:
