@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from shardgrid.runtime import logs
+from shardgrid.runtime.allocator import keep_freed_memory
 from shardgrid.runtime.process import MemberProcess
 from shardgrid.runtime.settings import CONFIG_PATH_ENV, Settings, SettingsError, load_settings
 
@@ -118,6 +119,7 @@ def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
 
 async def _run(settings: Settings, logger: logging.Logger) -> int:
     _tune_garbage_collector()
+    keep_freed_memory()
     process = MemberProcess(settings, logger)
     await process.start()
     process.install_signal_handlers()

@@ -54,6 +54,7 @@ from shardgrid.client.aio import PackedEntries
 from shardgrid.client.errors import ShardgridClientError
 from shardgrid.core import messages as m
 from shardgrid.core.errors import ConfigError
+from shardgrid.runtime.allocator import keep_freed_memory
 from shardgrid.spark.columns import (
     PLAIN_VALUE_COLUMN,
     EntryDecoder,
@@ -300,6 +301,7 @@ class ShardgridWriter(DataSourceArrowWriter):
         self.layout = layout
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
+        keep_freed_memory()
         encoder = RowEncoder(self.layout)
 
         def batches() -> Iterator[Rows]:
@@ -329,6 +331,7 @@ class ShardgridStreamWriter(DataSourceStreamWriter):
         self.schema = schema
 
     def write(self, iterator: Iterator[Any]) -> WriteReport:
+        keep_freed_memory()
         encoder = RowEncoder(self.layout)
         size = self.options.write_batch_size
         to_utc = _local_times_to_utc(self.schema)
@@ -429,6 +432,7 @@ class ShardgridReader(DataSourceReader):
         return [GridPartitions(group) for group in groups if group]
 
     def read(self, partition: GridPartitions) -> Iterator[pa.RecordBatch]:
+        keep_freed_memory()
         decoder = EntryDecoder(self.layout, self.arrow_schema)
         options = self.options
         loop = asyncio.new_event_loop()
