@@ -7,12 +7,13 @@ import datetime
 import math
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardgrid.core.hashing import partition_ids_of_serialized, serialize_key
-from shardgrid.spark.column_encoding import BYTES, map_values, serialized_keys
+from shardgrid.spark.column_encoding import BYTES, bin_items, map_values, serialized_keys, small_int_items
 from shardgrid.spark.column_hashing import partition_ids_of_column
 from shardgrid.spark.columns import RowEncoder, layout_of
 from shardgrid.spark.options import KeyType
@@ -125,3 +126,17 @@ def test_keys_of_one_length_many_lengths_and_too_many_lengths_hash_alike():
     for keys in (one_length, many, too_many):
         got = partition_ids_of_column(pa.array(keys, pa.binary()), 271).tolist()
         assert got == partition_ids_of_serialized(keys, 271)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_LENGTHS.flatmap(lambda n: st.binary(min_size=n, max_size=n)), max_size=6))
+def test_bin_items_are_msgspecs_bins(values):
+    items = bin_items(pa.array(values, BYTES)).to_pylist()
+    assert items == [msgspec.msgpack.encode(value) for value in values]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from([0, 1, 127, 128, 255, 256, 65_535]), st.integers(0, 65_535)), max_size=50))
+def test_small_int_items_are_msgspecs_ints(numbers):
+    items = small_int_items(np.array(numbers, dtype=np.int64)).to_pylist()
+    assert items == [msgspec.msgpack.encode(number) for number in numbers]

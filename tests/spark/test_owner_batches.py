@@ -9,11 +9,25 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardgrid.client.encoded_columns import EncodedColumns
 from shardgrid.client.routing import TableView
 from shardgrid.core.hashing import partition_ids_of_serialized
 from shardgrid.spark.owner_batches import OwnerBatches
 
 PARTITIONS = 17
+
+
+def _decoded(batches: list[EncodedColumns]) -> list[tuple[list[bytes], list[bytes], list[int] | None]]:
+    """The batches' columns as lists, each checked to say what it holds."""
+    for batch in batches:
+        assert batch.problem() == ""
+        keys, values, pids = batch.decoded()
+        assert batch.count == len(keys)
+        assert batch.partitions == (tuple(sorted(set(pids))) if pids is not None else ())
+        assert batch.data_bytes == sum(map(len, keys)) + sum(map(len, values))
+        assert batch.max_key_bytes == max(map(len, keys))
+        assert batch.max_value_bytes == max(map(len, values))
+    return [batch.decoded() for batch in batches]
 
 
 def _table(owner_of: list[str | None]) -> TableView:
@@ -42,7 +56,7 @@ def test_every_row_once_each_batch_one_owner_in_partition_order(
         keys = [f"k{(len(rows) + i) % distinct_keys}".encode() for i in range(size)]
         values = [b"%s=%d" % (key, len(rows) + i) for i, key in enumerate(keys)]
         rows.extend(zip(keys, values, strict=True))
-        full = grouped.add(keys, values)
+        full = _decoded(grouped.add(keys, values))
         sent.extend(batch[:2] for batch in full)
         pid_columns.extend(batch[2] for batch in full)
         # Bounded: under held_rows and held_bytes (and under half of them after a let-out).
@@ -55,7 +69,7 @@ def test_every_row_once_each_batch_one_owner_in_partition_order(
         if full:
             assert grouped.rows * 2 < max(held_rows, batch_rows)
             assert grouped.bytes * 2 < held_bytes
-    rest = grouped.rest()
+    rest = _decoded(grouped.rest())
     sent.extend(batch[:2] for batch in rest)
     pid_columns.extend(batch[2] for batch in rest)
     assert grouped.rest() == []
@@ -78,16 +92,16 @@ def test_every_row_once_each_batch_one_owner_in_partition_order(
 def test_without_a_table_the_rows_still_go_out_in_batches():
     grouped = OwnerBatches(TableView(), 2, held_rows=3)
     assert grouped.add([b"a", b"b"], [b"1", b"2"]) == []
-    full = grouped.add([b"c"], [b"3"])
+    full = _decoded(grouped.add([b"c"], [b"3"]))
     assert full == [([b"a", b"b"], [b"1", b"2"], None)]
-    assert grouped.rest() == [([b"c"], [b"3"], None)]
+    assert _decoded(grouped.rest()) == [([b"c"], [b"3"], None)]
 
 
 def test_large_values_are_let_out_by_bytes():
     grouped = OwnerBatches(TableView(), 2, held_rows=1_000, held_bytes=3_000)
     assert grouped.add([b"a"], [bytes(1_000)]) == []
     assert grouped.add([b"b"], [bytes(1_000)]) == []
-    assert [keys for keys, _, _ in grouped.add([b"c"], [bytes(1_000)])] == [[b"a", b"b"]]
+    assert [keys for keys, _, _ in _decoded(grouped.add([b"c"], [bytes(1_000)]))] == [[b"a", b"b"]]
     assert grouped.bytes == 1_001
 
 
@@ -101,8 +115,8 @@ def test_a_batch_covers_few_partitions():
     batches = []
     for chunk in range(10):
         keys = [b"key-%d" % (chunk * 10_000 + i) for i in range(10_000)]
-        batches.extend(grouped.add(keys, keys))
-    batches.extend(grouped.rest())
+        batches.extend(_decoded(grouped.add(keys, keys)))
+    batches.extend(_decoded(grouped.rest()))
     touched = [len(set(partition_ids_of_serialized(keys, partitions))) for keys, _, _ in batches]
     assert sum(touched) / len(touched) < 10
     assert sum(len(keys) < 1_000 for keys, _, _ in batches) <= 3  # only each owner's last is short

@@ -10,10 +10,13 @@ write below, so generating them is not timed), then timed, each on its own:
   (the Python worker's ceiling for a read), each into Spark's no-op sink.
 Targets: the load reaches half the Parquet write's rows/s and the export half the Parquet read's.
 
-Each path first runs once on WARM_UP_ROWS rows, timed apart as ``first_job_seconds``. The first job
-of a Python data source in a session starts a Python daemon for each of Spark's steps (planning the
-write, the tasks, the commit; planning the read): 5-6 s on this machine for each data source and
-direction, whatever the row count. That is a cost per command, not per row.
+Each path first runs once on WARM_UP_ROWS rows in as many tasks as its timed runs, timed apart as
+``first_job_seconds``. The first job of a Python data source in a session starts a Python daemon for
+each of Spark's steps (planning the write, the tasks, the commit; planning the read): 5-6 s on this
+machine for each data source and direction, whatever the row count; and each Python worker imports
+pyarrow, numpy and shardgrid in its first task. Those are costs per command, not per row. (With a
+warm-up of one task, the first timed load started the second worker: 3.6-3.8 s against 2.0-2.6 s
+for the rounds after it.)
 
 Then each direction runs TIMED_ROUNDS rounds, each round every path of that direction once, one
 after the other (Parquet, the grid, the ceiling), and a path's rate is that of its median round.
@@ -44,7 +47,7 @@ SHARE_TARGET = 0.5
 TIMED_ROUNDS = 3
 PIPELINE_FIRST_PORT = 5901  # apart from bench cluster's 5801 on: two benches may run at once
 SCHEMA = "id long, payload string"
-WARM_UP_ROWS = 1_000
+WARM_UP_ROWS = 200_000
 
 
 def _seconds(action: Callable[[], Any]) -> float:
@@ -98,8 +101,12 @@ def run_pipeline_bench(rows: int) -> dict[str, Any]:
         grid = {"cluster.members": ",".join(addresses), "key.column": "id"}
         copy = str(workdir / "copy")
 
+        tasks = source.rdd.getNumPartitions()
+
         def rows_of(count: int) -> Any:
-            return source if count == rows else source.limit(count)
+            # The warm-up as many tasks as the timed runs: each Python worker Spark starts imports
+            # pyarrow, numpy and shardgrid in its first task (about a second), a cost per command.
+            return source if count == rows else source.limit(count).repartition(tasks)
 
         loaded = f"bench-{rows}"
 

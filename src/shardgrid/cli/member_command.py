@@ -7,18 +7,17 @@ that has no flag of its own, by the name the file uses.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from shardgrid.runtime import logs
+from shardgrid.runtime import event_loops, logs
 from shardgrid.runtime.allocator import keep_freed_memory
 from shardgrid.runtime.process import MemberProcess
 from shardgrid.runtime.settings import CONFIG_PATH_ENV, Settings, SettingsError, load_settings
@@ -96,7 +95,7 @@ def member_start(config_path: Path | None, **options: Any) -> None:
         sys.exit(2)
     logger = logs.configure(settings.process.log_format)
     try:
-        code = run_event_loop(_run(settings, logger))
+        code = event_loops.run(_run(settings, logger))
     except OSError as error:  # the port is taken, the host is not ours
         click.echo(
             f"shardgrid member start: cannot listen on {settings.process.host}:{settings.process.port}: "
@@ -105,16 +104,6 @@ def member_start(config_path: Path | None, **options: Any) -> None:
         )
         sys.exit(1)
     sys.exit(code)
-
-
-def run_event_loop(main: Coroutine[Any, Any, int]) -> int:
-    """uvloop's event loop when it is installed (the ``fast`` extra): the same code on a loop that
-    moves bytes in C; asyncio's own otherwise."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
 
 
 async def _run(settings: Settings, logger: logging.Logger) -> int:

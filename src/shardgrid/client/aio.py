@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from shardgrid.client.connection import ConnectionLost, MemberConnection
+from shardgrid.client.encoded_columns import EncodedColumns
 from shardgrid.client.errors import (
     AdminError,
     ClientClosedError,
@@ -26,7 +29,7 @@ from shardgrid.client.errors import (
     OperationRejectedError,
     OperationTimeoutError,
 )
-from shardgrid.client.routing import TableView, group_by_owner, split_requests
+from shardgrid.client.routing import MAX_REQUEST_BYTES, TableView, group_by_owner, split_requests
 from shardgrid.client.serialization import KeySerializer, MsgpackSerializer, Serializer
 from shardgrid.client.status import ClusterStatus
 from shardgrid.core import codec
@@ -260,8 +263,18 @@ class AsyncClient:
         results: list[bytes | None] = [None] * count
         if count == 0:
             return results
-        # What the members' codec would refuse (closing the connection, as for any bad frame) is
-        # refused here, before anything is sent.
+        pids = await self._checked(kind, keys, values, partition_ids)
+        progress = CallProgress(self._now_ms(), kind is not m.GET)
+        await self._map_rounds(kind, map_name, keys, values, pids, previous, progress, results, None)
+        return results
+
+    async def _checked(
+        self, kind: m.OpKind, keys: Sequence[bytes], values: Sequence[bytes] | None, partition_ids: Sequence[int] | None
+    ) -> Sequence[int]:
+        """The keys' partition ids (hashed here when not given), once the call is checked: what the
+        members' codec would refuse (closing the connection, as for any bad frame) is refused
+        here, before anything is sent."""
+        count = len(keys)
         if max(map(len, keys)) > MAX_KEY_BYTES:
             raise OperationRejectedError(f"{kind.value}: a key is at most {MAX_KEY_BYTES} bytes serialized")
         if values is not None and max(map(len, values), default=0) > MAX_VALUE_BYTES:
@@ -270,26 +283,99 @@ class AsyncClient:
             await self.refresh_table()
         partition_count = self.table.partition_count
         if partition_ids is None:
-            pids: Sequence[int] = partition_ids_of_serialized(keys, partition_count)
-        else:
-            # Checked whole before anything is sent: an id the codec cannot carry, or one the
-            # members' decoder refuses, would otherwise cost retries until the call's timeout.
-            # (A valid id that is not its key's partition is refused by the member at once.)
-            pids = partition_ids if isinstance(partition_ids, list) else list(partition_ids)
-            if len(pids) != count:
-                raise ValueError(f"{len(pids)} partition ids for {count} keys")
-            if set(map(type, pids)) != {int} or min(pids) < 0 or max(pids) >= partition_count:
-                raise ValueError(f"partition ids are ints from 0 to {partition_count - 1}")
-        progress = CallProgress(self._now_ms(), kind is not m.GET)
+            return partition_ids_of_serialized(keys, partition_count)
+        # Checked whole before anything is sent: an id the codec cannot carry, or one the
+        # members' decoder refuses, would otherwise cost retries until the call's timeout.
+        # (A valid id that is not its key's partition is refused by the member at once.)
+        pids = partition_ids if isinstance(partition_ids, list) else list(partition_ids)
+        if len(pids) != count:
+            raise ValueError(f"{len(pids)} partition ids for {count} keys")
+        if set(map(type, pids)) != {int} or min(pids) < 0 or max(pids) >= partition_count:
+            raise ValueError(f"partition ids are ints from 0 to {partition_count - 1}")
+        return pids
+
+    async def put_encoded(self, kind: m.OpKind, map_name: str, columns: EncodedColumns) -> None:
+        """A put (or put-if-absent) of columns already encoded (``encoded_columns``), through every
+        retry its answers call for, as ``map_call`` (without previous values). It goes as one
+        request, the columns as they are, when one owner the table knows holds every partition
+        of it (the caller grouped the rows so). Otherwise, and for the keys its answer leaves
+        unfinished, the columns are decoded and go on as ``map_call``'s."""
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+        if kind not in (m.PUT, m.PUT_IF_ABSENT):
+            raise ValueError(f"put_encoded puts; {kind.value} is not a put")
+        problem = columns.problem()
+        if problem:
+            raise ValueError(f"put_encoded: {problem}")
+        if columns.count == 0:
+            return
+        if columns.max_key_bytes > MAX_KEY_BYTES:
+            raise OperationRejectedError(f"{kind.value}: a key is at most {MAX_KEY_BYTES} bytes serialized")
+        if columns.max_value_bytes > MAX_VALUE_BYTES:
+            raise OperationRejectedError(f"{kind.value}: a value is at most {MAX_VALUE_BYTES} bytes serialized")
+        if not self.table.known:
+            await self.refresh_table()
+        table = self.table
+        owners = {table.owners[pid] if 0 <= pid < len(table.owners) else None for pid in columns.partitions}
+        partition_ids = columns.partition_ids
+        if (
+            partition_ids is None
+            or len(owners) != 1
+            or None in owners
+            or columns.count > MAX_OPERATIONS_PER_REQUEST
+            or columns.data_bytes > MAX_REQUEST_BYTES
+        ):
+            keys, values, pids = columns.decoded()
+            await self.map_call(kind, map_name, keys, values, partition_ids=pids)
+            return
+        (owner,) = owners
+        progress = CallProgress(self._now_ms(), True)
+
+        def request(call_id: int) -> m.MapRequest:
+            # msgspec writes a Raw's bytes into the frame as they are: the columns' own arrays.
+            encoded = (msgspec.Raw(partition_ids), msgspec.Raw(columns.keys), msgspec.Raw(columns.values))
+            return m.MapRequest(call_id, kind, map_name, *encoded, previous=False)  # type: ignore[arg-type]
+
+        reply = await self._attempt(owner, progress, request)
+        statuses = reply.statuses if isinstance(reply, m.MapReply) else ()
+        if len(statuses) == columns.count and statuses.count(m.Status.OK) == columns.count:
+            return
+        # Some keys go on: as lists, checked as any put's (columns that do not decode, or that
+        # lied about their lengths, fail here as the caller's error, not as retries until the
+        # call's timeout on connections the members close).
+        keys, values, pids = columns.decoded()
+        checked = await self._checked(kind, keys, values, pids)
+        answered = [(list(range(columns.count)), reply)]
+        await self._map_rounds(kind, map_name, keys, values, checked, False, progress, [None] * len(keys), answered)
+
+    async def _map_rounds(
+        self,
+        kind: m.OpKind,
+        map_name: str,
+        keys: Sequence[bytes],
+        values: Sequence[bytes] | None,
+        pids: Sequence[int],
+        previous: bool,
+        progress: CallProgress,
+        results: list[bytes | None],
+        answered: list[tuple[list[int], m.MapReply | _NotSent | None]] | None,
+    ) -> None:
+        """Rounds of attempts, each key to its owner, until every key is answered or the policy
+        ends the call; ``results`` gets the values answered. ``answered``: the answers of a
+        first round made already (``put_encoded``'s one request)."""
+        count = len(keys)
         remaining = list(range(count))
         while remaining:
-            attempts = []
-            for owner, indexes in group_by_owner(remaining, pids, self.table).items():
-                for batch in split_requests(indexes, keys, values, MAX_OPERATIONS_PER_REQUEST):
-                    attempts.append(
-                        self._map_attempt(owner, kind, map_name, batch, pids, keys, values, previous, progress)
-                    )
-            answers = await asyncio.gather(*attempts)
+            if answered is not None:
+                answers, answered = answered, None
+            else:
+                attempts = []
+                for owner, indexes in group_by_owner(remaining, pids, self.table).items():
+                    for batch in split_requests(indexes, keys, values, MAX_OPERATIONS_PER_REQUEST):
+                        attempts.append(
+                            self._map_attempt(owner, kind, map_name, batch, pids, keys, values, previous, progress)
+                        )
+                answers = await asyncio.gather(*attempts)
             remaining = []
             decisions: list[Decision] = []
             reasons: list[str] = []
@@ -332,7 +418,6 @@ class AsyncClient:
                 # is the whole call in order, as ``request`` takes it.
                 remaining.sort()
                 await self._carry_out(decisions, reasons, kind, len(remaining), count)
-        return results
 
     async def _map_attempt(
         self,

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardgrid.core.errors import invariant
 from shardgrid.core.hashing import INT32_MAX, INT32_MIN
 from shardgrid.spark.options import KeyType
 
@@ -154,6 +155,24 @@ def map_values(batch: pa.RecordBatch, fields: tuple[str, ...]) -> pa.Array | Non
         return pa.array([pieces[0]] * count, BYTES)
     arguments = [pa.scalar(piece, BYTES) if isinstance(piece, bytes) else piece for piece in pieces]
     return pc.binary_join_element_wise(*arguments, _EMPTY)
+
+
+def bin_items(column: pa.Array) -> pa.Array:
+    """Each value of ``column`` (large_binary, no nulls) as msgpack's bin: its length header, then
+    its bytes. The rows of a slice of the result, end to end, are the items of a msgpack array."""
+    return pc.binary_join_element_wise(_length_headers(_lengths(column), None, (0xC4, 0xC5, 0xC6)), column, _EMPTY)
+
+
+def small_int_items(numbers: np.ndarray) -> pa.Array:
+    """Each number (0 to 65,535, as partition ids are) in msgpack's smallest form, as msgspec
+    writes it: a fixint below 128, else a uint8 or uint16 after its code. ``_integers`` does any
+    int64, with a case per form; this is the few a partition id takes."""
+    numbers = numbers.astype(np.int64)
+    if len(numbers):
+        invariant(int(numbers.min()) >= 0 and int(numbers.max()) < 2**16, "a small int is 0 to 65,535")
+    fix, byte = numbers < 0x80, numbers < 0x100
+    head = np.where(fix, numbers, np.where(byte, 0xCC, 0xCD)).astype(np.uint8)
+    return _head_and_tail(head, numbers, np.where(fix, 0, np.where(byte, 1, 2)))
 
 
 def as_binary(column: pa.Array | Sequence[bytes]) -> pa.Array:

@@ -51,9 +51,11 @@ from pyspark.sql.types import (
 
 from shardgrid.client import AsyncClient
 from shardgrid.client.aio import PackedEntries
+from shardgrid.client.encoded_columns import EncodedColumns
 from shardgrid.client.errors import ShardgridClientError
 from shardgrid.core import messages as m
 from shardgrid.core.errors import ConfigError
+from shardgrid.runtime import event_loops
 from shardgrid.runtime.allocator import keep_freed_memory
 from shardgrid.spark.columns import (
     PLAIN_VALUE_COLUMN,
@@ -66,7 +68,7 @@ from shardgrid.spark.columns import (
 )
 from shardgrid.spark.held_entries import HeldEntries
 from shardgrid.spark.options import KeyType, SourceOptions, SparkOptionError, WriteMode, parse
-from shardgrid.spark.owner_batches import Batch, OwnerBatches, Rows
+from shardgrid.spark.owner_batches import OwnerBatches, Rows
 
 SOURCE_NAME = "shardgrid"
 SCAN_AHEAD_PARTITIONS = 4  # grid partitions a read task fetches ahead of the one it yields
@@ -128,7 +130,7 @@ def _with_client(options: SourceOptions, work: Callable[[AsyncClient], Awaitable
         finally:
             await client.close()
 
-    return asyncio.run(run())
+    return event_loops.run(run())
 
 
 # --- the data source ---------------------------------------------------------------------------
@@ -258,15 +260,14 @@ async def _write_batches(client: AsyncClient, options: SourceOptions, chunks: It
     kind = m.PUT_IF_ABSENT if options.write_mode is WriteMode.PUT_IF_ABSENT else m.PUT
     grouped = OwnerBatches(client.table, options.write_batch_size)
 
-    async def send(batches: list[Batch]) -> None:
+    async def send(batches: list[EncodedColumns]) -> None:
         nonlocal in_flight
-        for keys, values, pids in batches:
+        for batch in batches:
             while len(in_flight) >= options.write_concurrency:
                 done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     task.result()
-            call = client.map_call(kind, options.map_name, keys, values, partition_ids=pids)
-            in_flight.add(asyncio.ensure_future(call))
+            in_flight.add(asyncio.ensure_future(client.put_encoded(kind, options.map_name, batch)))
 
     try:
         for keys, values in chunks:
@@ -435,7 +436,7 @@ class ShardgridReader(DataSourceReader):
         keep_freed_memory()
         decoder = EntryDecoder(self.layout, self.arrow_schema)
         options = self.options
-        loop = asyncio.new_event_loop()
+        loop = event_loops.new_event_loop()
         client = _client(options)
         try:
             loop.run_until_complete(client.connect())

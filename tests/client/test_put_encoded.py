@@ -1,0 +1,154 @@
+"""``put_encoded``: columns already in msgpack go out as they are when one owner holds them, and
+every key a first answer leaves unfinished (migrating, moved, over the limits) goes on as a put's,
+through the same retries; columns that do not say what they hold are refused before anything is
+sent."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from shardgrid.client import Client
+from shardgrid.client.encoded_columns import EncodedColumns, array_header, array_length
+from shardgrid.client.errors import OperationRejectedError
+from shardgrid.core import messages as m
+from shardgrid.core.hashing import partition_ids_of_serialized
+from shardgrid.core.limits import MAX_KEY_BYTES
+from tests.adversarial.fake_member import PARTITIONS, FakeMember
+
+KEYS = [b"\0\0\0\4key%d" % i for i in range(40)]
+VALUES = [b"value %d" % i for i in range(40)]
+
+
+def _encoded(keys: list[bytes], values: list[bytes], with_pids: bool = True) -> EncodedColumns:
+    pids = partition_ids_of_serialized(keys, PARTITIONS)
+    return EncodedColumns(
+        count=len(keys),
+        keys=msgspec.msgpack.encode(keys),
+        values=msgspec.msgpack.encode(values),
+        partition_ids=msgspec.msgpack.encode(pids) if with_pids else None,
+        partitions=tuple(sorted(set(pids))) if with_pids else (),
+        data_bytes=sum(map(len, keys)) + sum(map(len, values)),
+        max_key_bytes=max(map(len, keys)),
+        max_value_bytes=max(map(len, values)),
+    )
+
+
+def _storing(stored: dict[bytes, bytes], refuse_first: set[bytes] | None = None):
+    """A member that stores what it is sent; ``refuse_first``: keys answered MIGRATING once."""
+    refused = set(refuse_first or ())
+
+    def behave(message):
+        if type(message) is not m.MapRequest:
+            return []
+        statuses = []
+        for key, value in zip(message.keys, message.values, strict=True):
+            if key in refused:
+                refused.discard(key)
+                statuses.append(m.Status.MIGRATING)
+                continue
+            stored[key] = value
+            statuses.append(m.Status.OK)
+        return [m.MapReply(message.call_id, tuple(statuses), (), (), 1)]
+
+    return behave
+
+
+def _put(client: Client, columns: EncodedColumns, kind: m.OpKind = m.PUT) -> None:
+    client._run(client.async_client.put_encoded(kind, "m", columns))
+
+
+def test_columns_of_one_owner_go_as_one_request_as_they_are():
+    stored: dict[bytes, bytes] = {}
+    with FakeMember(_storing(stored)) as member, Client([member.address]) as client:
+        _put(client, _encoded(KEYS, VALUES))
+        requests = [r for r in member.received if type(r) is m.MapRequest]
+    assert stored == dict(zip(KEYS, VALUES, strict=True))
+    assert len(requests) == 1
+    assert list(requests[0].partition_ids) == partition_ids_of_serialized(KEYS, PARTITIONS)
+
+
+def test_keys_answered_migrating_go_again_alone():
+    stored: dict[bytes, bytes] = {}
+    with FakeMember(_storing(stored, {KEYS[3], KEYS[17]})) as member, Client([member.address]) as client:
+        _put(client, _encoded(KEYS, VALUES))
+        requests = [r for r in member.received if type(r) is m.MapRequest]
+    assert stored == dict(zip(KEYS, VALUES, strict=True))
+    assert [len(r.keys) for r in requests] == [40, 2]
+    assert set(requests[1].keys) == {KEYS[3], KEYS[17]}
+
+
+def test_a_moved_partition_follows_its_redirect():
+    stored: dict[bytes, bytes] = {}
+    holder: dict[str, str] = {}
+
+    def moved(message):
+        if type(message) is not m.MapRequest:
+            return []
+        redirects = tuple(m.PartitionRedirect(pid, 5, holder["b"]) for pid in sorted(set(message.partition_ids)))
+        return [m.MapReply(message.call_id, (m.Status.WRONG_OWNER,) * len(message.keys), (), redirects)]
+
+    with FakeMember(moved) as a, FakeMember(_storing(stored)) as b:
+        holder["b"] = b.address
+        with Client([a.address]) as client:
+            _put(client, _encoded(KEYS, VALUES))
+    assert stored == dict(zip(KEYS, VALUES, strict=True))
+
+
+def test_columns_over_owners_or_without_partition_ids_are_put_key_by_key():
+    stored: dict[bytes, bytes] = {}
+    with FakeMember(_storing(stored)) as a, FakeMember(_storing(stored)) as b:
+        with Client([a.address]) as client:
+            client._run(client.async_client.refresh_table())
+            owners = client.async_client.table.owners
+            for index, pid in enumerate(partition_ids_of_serialized(KEYS, PARTITIONS)):
+                owners[pid] = a.address if index % 2 else b.address
+            _put(client, _encoded(KEYS, VALUES))
+            _put(client, _encoded([b"other"], [b"1"], with_pids=False))
+        to_a = [r for r in a.received if type(r) is m.MapRequest]
+        to_b = [r for r in b.received if type(r) is m.MapRequest]
+    assert stored == dict(zip([*KEYS, b"other"], [*VALUES, b"1"], strict=True))
+    assert to_a  # split between the owners the table names
+    assert to_b
+
+
+def test_columns_that_do_not_say_what_they_hold_are_refused_before_sending():
+    with FakeMember(_storing({})) as member, Client([member.address]) as client:
+        good = _encoded(KEYS, VALUES)
+        short = EncodedColumns(**{**_fields(good), "count": 39})
+        with pytest.raises(ValueError, match="holds 40 items, not 39"):
+            _put(client, short)
+        not_array = EncodedColumns(**{**_fields(good), "values": b"\xc4\x01x"})
+        with pytest.raises(ValueError, match="values column holds None items"):
+            _put(client, not_array)
+        with pytest.raises(ValueError, match="not a put"):
+            _put(client, good, m.GET)
+        too_long = EncodedColumns(**{**_fields(good), "max_key_bytes": MAX_KEY_BYTES + 1})
+        with pytest.raises(OperationRejectedError, match="a key is at most"):
+            _put(client, too_long)
+        assert not [r for r in member.received if type(r) is m.MapRequest]
+
+
+def _fields(columns: EncodedColumns) -> dict[str, object]:
+    return {name: getattr(columns, name) for name in EncodedColumns.__slots__}
+
+
+@pytest.mark.parametrize("count", [0, 1, 15, 16, 65_535, 65_536, 70_000])
+def test_array_headers_are_msgspecs(count):
+    encoded = msgspec.msgpack.encode([0] * count)
+    assert encoded.startswith(array_header(count))
+    assert array_length(encoded) == count
+
+
+def test_columns_the_member_cannot_decode_fail_as_the_callers_error():
+    """Headers that count right over items of the wrong kind: the member closes the connection at
+    the bad frame; the call then fails at once naming the columns, not after its timeout."""
+    good = _encoded(KEYS, VALUES)
+    ints = EncodedColumns(**{**_fields(good), "values": msgspec.msgpack.encode(list(range(40)))})
+    long_key = [b"k" * (MAX_KEY_BYTES + 1)]
+    lying = EncodedColumns(**{**_fields(_encoded(long_key, [b"v"])), "max_key_bytes": 1})
+    with FakeMember(_storing({})) as member, Client([member.address], operation_call_timeout_ms=60_000) as client:
+        with pytest.raises(ValueError, match="do not decode"):
+            _put(client, ints)
+        with pytest.raises(OperationRejectedError, match="a key is at most"):
+            _put(client, lying)
