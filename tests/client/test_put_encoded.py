@@ -5,6 +5,8 @@ sent."""
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 import pytest
 
@@ -28,9 +30,6 @@ def _encoded(keys: list[bytes], values: list[bytes], with_pids: bool = True) -> 
         values=msgspec.msgpack.encode(values),
         partition_ids=msgspec.msgpack.encode(pids) if with_pids else None,
         partitions=tuple(sorted(set(pids))) if with_pids else (),
-        data_bytes=sum(map(len, keys)) + sum(map(len, values)),
-        max_key_bytes=max(map(len, keys)),
-        max_value_bytes=max(map(len, values)),
     )
 
 
@@ -123,9 +122,11 @@ def test_columns_that_do_not_say_what_they_hold_are_refused_before_sending():
             _put(client, not_array)
         with pytest.raises(ValueError, match="not a put"):
             _put(client, good, m.GET)
-        too_long = EncodedColumns(**{**_fields(good), "max_key_bytes": MAX_KEY_BYTES + 1})
+        too_long = _encoded([b"k" * (MAX_KEY_BYTES + 1)], [b"v"])
         with pytest.raises(OperationRejectedError, match="a key is at most"):
             _put(client, too_long)
+        with pytest.raises(ValueError, match="a map name is 1 to"):
+            client._run(client.async_client.put_encoded(m.PUT, "", good))
         assert not [r for r in member.received if type(r) is m.MapRequest]
 
 
@@ -140,15 +141,36 @@ def test_array_headers_are_msgspecs(count):
     assert array_length(encoded) == count
 
 
-def test_columns_the_member_cannot_decode_fail_as_the_callers_error():
-    """Headers that count right over items of the wrong kind: the member closes the connection at
-    the bad frame; the call then fails at once naming the columns, not after its timeout."""
+def test_columns_a_member_would_refuse_never_leave():
+    """Found by an outside tester: such columns went out as they were, the member closed the
+    connection at the bad frame, and a put in flight on it lost its answer (failing as
+    indeterminate under fail_on_indeterminate_operation_state). Now they fail before sending."""
     good = _encoded(KEYS, VALUES)
-    ints = EncodedColumns(**{**_fields(good), "values": msgspec.msgpack.encode(list(range(40)))})
-    long_key = [b"k" * (MAX_KEY_BYTES + 1)]
-    lying = EncodedColumns(**{**_fields(_encoded(long_key, [b"v"])), "max_key_bytes": 1})
-    with FakeMember(_storing({})) as member, Client([member.address], operation_call_timeout_ms=60_000) as client:
-        with pytest.raises(ValueError, match="do not decode"):
-            _put(client, ints)
-        with pytest.raises(OperationRejectedError, match="a key is at most"):
-            _put(client, lying)
+    pids = list(msgspec.msgpack.decode(good.partition_ids))
+    hostile = {
+        "items of another kind": EncodedColumns(**{**_fields(good), "values": msgspec.msgpack.encode(list(range(40)))}),
+        "a trailing byte": EncodedColumns(**{**_fields(good), "keys": good.keys + b"\xc0"}),
+        "truncated": EncodedColumns(**{**_fields(good), "values": good.values[:-3]}),
+        "a partition id out of range": EncodedColumns(
+            **{**_fields(good), "partition_ids": msgspec.msgpack.encode([*pids[:-1], 10**6])}
+        ),
+    }
+    stored: dict[bytes, bytes] = {}
+    with FakeMember(_storing(stored)) as member:
+        with Client(
+            [member.address], operation_call_timeout_ms=60_000, fail_on_indeterminate_operation_state=True
+        ) as client:
+            aio = client.async_client
+
+            async def hostile_beside_a_put(columns: EncodedColumns) -> None:
+                innocent = asyncio.ensure_future(aio.map_call(m.PUT, "other", KEYS[:10], VALUES[:10]))
+                await asyncio.sleep(0)
+                with pytest.raises(ValueError, match=r"do not decode|partition ids are ints"):
+                    await aio.put_encoded(m.PUT, "m", columns)
+                await innocent
+
+            for columns in hostile.values():
+                client._run(hostile_beside_a_put(columns))
+        requests = [r for r in member.received if type(r) is m.MapRequest]
+    assert all(r.map_name == "other" for r in requests)
+    assert stored == dict(zip(KEYS[:10], VALUES[:10], strict=True))

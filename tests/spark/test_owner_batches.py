@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,15 +20,15 @@ PARTITIONS = 17
 
 def _decoded(batches: list[EncodedColumns]) -> list[tuple[list[bytes], list[bytes], list[int] | None]]:
     """The batches' columns as lists, each checked to say what it holds."""
+    decoded = []
     for batch in batches:
         assert batch.problem() == ""
-        keys, values, pids = batch.decoded()
+        keys, values, pids, fits = batch.checked()
+        assert fits
         assert batch.count == len(keys)
         assert batch.partitions == (tuple(sorted(set(pids))) if pids is not None else ())
-        assert batch.data_bytes == sum(map(len, keys)) + sum(map(len, values))
-        assert batch.max_key_bytes == max(map(len, keys))
-        assert batch.max_value_bytes == max(map(len, values))
-    return [batch.decoded() for batch in batches]
+        decoded.append((keys, values, pids))
+    return decoded
 
 
 def _table(owner_of: list[str | None]) -> TableView:
@@ -142,3 +143,29 @@ def test_large_batches_over_many_owners_are_not_sorted_again_on_every_add():
         grouped.add(keys, keys)
         assert grouped.rows < 50_000
     assert sorts <= 200_000 // 25_000
+
+
+@pytest.mark.parametrize("partitions", [65_536, 100_000])
+def test_partition_ids_past_16_bits_are_encoded(partitions):
+    """Found by an outside tester: partition ids were encoded up to 65,535 only, and a cluster of
+    more partitions (up to 100,000 are allowed) failed every write task."""
+    keys = [b"\0\0\0\6key%03d" % i for i in range(3_000)]
+    table = TableView(partition_count=partitions, owners=["a:1"] * partitions, versions=[1] * partitions)
+    grouped = OwnerBatches(table, 1_000)
+    batches = _decoded(grouped.add(keys, [b"v"] * len(keys)) + grouped.rest())
+    assert sorted(key for batch_keys, _, _ in batches for key in batch_keys) == sorted(keys)
+    for batch_keys, _, pids in batches:
+        assert pids == partition_ids_of_serialized(batch_keys, partitions)
+    assert max(pid for _, _, pids in batches for pid in pids) >= partitions * 9 // 10  # the widest forms
+
+
+def test_a_single_held_tail_is_a_copy():
+    """Found by an outside tester: one owner's short tail stayed a slice of the sorted let-out,
+    which kept all of it alive (5,300,000 bytes held for a count of 301,500)."""
+    table = TableView(partition_count=PARTITIONS, owners=["a:1"] * PARTITIONS, versions=[1] * PARTITIONS)
+    grouped = OwnerBatches(table, 1_000, held_rows=5_000)
+    keys = [b"key-%d" % i for i in range(5_300)]
+    assert len(grouped.add(keys, [bytes(1_000)] * len(keys))) == 5
+    (held,) = grouped._values
+    assert held.offset == 0
+    assert len(held.buffers()[2]) == grouped.rows * 1_000 == 300_000

@@ -79,6 +79,13 @@ class PackedEntries:
     value_lengths: bytes
 
 
+def _check_map_name(name: object) -> None:
+    """A name the members' codec would refuse (closing the connection) is the caller's error, here:
+    sent, it cost retries until the call's timeout (found by an outside tester)."""
+    if not isinstance(name, str) or not 0 < len(name) <= m.MAX_MAP_NAME_CHARS:
+        raise ValueError(f"a map name is 1 to {m.MAX_MAP_NAME_CHARS} characters")
+
+
 class AsyncClient:
     """``async with AsyncClient(["127.0.0.1:5701"], cluster_name="shardgrid") as client: ...``"""
 
@@ -153,8 +160,7 @@ class AsyncClient:
         self._connections.clear()
 
     def get_map(self, name: str, key_type: type = str, value_serializer: Serializer | None = None) -> AsyncMap:
-        if not isinstance(name, str) or not 0 < len(name) <= m.MAX_MAP_NAME_CHARS:
-            raise ValueError(f"a map name is 1 to {m.MAX_MAP_NAME_CHARS} characters")
+        _check_map_name(name)
         return AsyncMap(self, name, KeySerializer(key_type), value_serializer or MsgpackSerializer())
 
     # --- connections -----------------------------------------------------------------------------
@@ -259,6 +265,7 @@ class AsyncClient:
         request whose partition ids do not match its keys)."""
         if self._closed:
             raise ClientClosedError("the client is closed")
+        _check_map_name(map_name)
         count = len(keys)
         results: list[bytes | None] = [None] * count
         if count == 0:
@@ -296,36 +303,36 @@ class AsyncClient:
 
     async def put_encoded(self, kind: m.OpKind, map_name: str, columns: EncodedColumns) -> None:
         """A put (or put-if-absent) of columns already encoded (``encoded_columns``), through every
-        retry its answers call for, as ``map_call`` (without previous values). It goes as one
-        request, the columns as they are, when one owner the table knows holds every partition
-        of it (the caller grouped the rows so). Otherwise, and for the keys its answer leaves
-        unfinished, the columns are decoded and go on as ``map_call``'s."""
+        retry its answers call for, as ``map_call`` (without previous values). The columns go as
+        one request, as they are, when a member's codec takes them (``checked``), they fit one
+        request, and one owner the table knows holds every partition of them (the caller grouped
+        the rows so). Otherwise, and for the keys its answer leaves unfinished, they go on as
+        ``map_call``'s lists, checked as any put's."""
         if self._closed:
             raise ClientClosedError("the client is closed")
         if kind not in (m.PUT, m.PUT_IF_ABSENT):
             raise ValueError(f"put_encoded puts; {kind.value} is not a put")
+        _check_map_name(map_name)
         problem = columns.problem()
         if problem:
             raise ValueError(f"put_encoded: {problem}")
         if columns.count == 0:
             return
-        if columns.max_key_bytes > MAX_KEY_BYTES:
-            raise OperationRejectedError(f"{kind.value}: a key is at most {MAX_KEY_BYTES} bytes serialized")
-        if columns.max_value_bytes > MAX_VALUE_BYTES:
-            raise OperationRejectedError(f"{kind.value}: a value is at most {MAX_VALUE_BYTES} bytes serialized")
+        keys, values, pids, fits = columns.checked()
         if not self.table.known:
             await self.refresh_table()
         table = self.table
         owners = {table.owners[pid] if 0 <= pid < len(table.owners) else None for pid in columns.partitions}
         partition_ids = columns.partition_ids
         if (
-            partition_ids is None
+            not fits
+            or partition_ids is None
+            or pids is None
             or len(owners) != 1
             or None in owners
-            or columns.count > MAX_OPERATIONS_PER_REQUEST
-            or columns.data_bytes > MAX_REQUEST_BYTES
+            or len(columns.keys) + len(columns.values) > MAX_REQUEST_BYTES
+            or max(pids) >= table.partition_count
         ):
-            keys, values, pids = columns.decoded()
             await self.map_call(kind, map_name, keys, values, partition_ids=pids)
             return
         (owner,) = owners
@@ -340,13 +347,8 @@ class AsyncClient:
         statuses = reply.statuses if isinstance(reply, m.MapReply) else ()
         if len(statuses) == columns.count and statuses.count(m.Status.OK) == columns.count:
             return
-        # Some keys go on: as lists, checked as any put's (columns that do not decode, or that
-        # lied about their lengths, fail here as the caller's error, not as retries until the
-        # call's timeout on connections the members close).
-        keys, values, pids = columns.decoded()
-        checked = await self._checked(kind, keys, values, pids)
         answered = [(list(range(columns.count)), reply)]
-        await self._map_rounds(kind, map_name, keys, values, checked, False, progress, [None] * len(keys), answered)
+        await self._map_rounds(kind, map_name, keys, values, pids, False, progress, [None] * len(keys), answered)
 
     async def _map_rounds(
         self,
@@ -543,6 +545,7 @@ class AsyncClient:
         self, map_name: str, pid: int, page_entries: int, keys_only: bool, packed: bool
     ) -> list[m.ScanReply]:
         """The pages of one consistent copy of the partition (see ``scan_partition``)."""
+        _check_map_name(map_name)
         if not 1 <= page_entries <= MAX_OPERATIONS_PER_REQUEST:
             raise ValueError(f"page_entries is 1..{MAX_OPERATIONS_PER_REQUEST}")
         await self._check_partition(pid)
@@ -569,6 +572,7 @@ class AsyncClient:
     async def count_partition(self, map_name: str, pid: int) -> int:
         """How many entries one partition of a map holds, as its owner has them (a page of no
         entries: nothing but the count crosses the wire)."""
+        _check_map_name(map_name)
         await self._check_partition(pid)
         progress = CallProgress(self._now_ms(), mutating=False)
         while True:

@@ -164,15 +164,15 @@ def bin_items(column: pa.Array) -> pa.Array:
 
 
 def small_int_items(numbers: np.ndarray) -> pa.Array:
-    """Each number (0 to 65,535, as partition ids are) in msgpack's smallest form, as msgspec
-    writes it: a fixint below 128, else a uint8 or uint16 after its code. ``_integers`` does any
-    int64, with a case per form; this is the few a partition id takes."""
+    """Each number (0 to 2**32 - 1, as partition ids are) in msgpack's smallest form, as msgspec
+    writes it: a fixint below 128, else a uint8, uint16 or uint32 after its code. ``_integers``
+    does any int64, with a case per form; this is the few a partition id takes."""
     numbers = numbers.astype(np.int64)
     if len(numbers):
-        invariant(int(numbers.min()) >= 0 and int(numbers.max()) < 2**16, "a small int is 0 to 65,535")
-    fix, byte = numbers < 0x80, numbers < 0x100
-    head = np.where(fix, numbers, np.where(byte, 0xCC, 0xCD)).astype(np.uint8)
-    return _head_and_tail(head, numbers, np.where(fix, 0, np.where(byte, 1, 2)))
+        invariant(int(numbers.min()) >= 0 and int(numbers.max()) < 2**32, "a small int is 0 to 2**32 - 1")
+    sizes = [numbers < 0x80, numbers < 0x100, numbers < 0x10000]
+    head = np.select(sizes, [numbers, 0xCC, 0xCD], 0xCE).astype(np.uint8)
+    return _head_and_tail(head, numbers, np.select(sizes, [0, 1, 2], 4))
 
 
 def as_binary(column: pa.Array | Sequence[bytes]) -> pa.Array:
