@@ -313,12 +313,9 @@ class AsyncClient:
         if kind not in (m.PUT, m.PUT_IF_ABSENT):
             raise ValueError(f"put_encoded puts; {kind.value} is not a put")
         _check_map_name(map_name)
-        problem = columns.problem()
-        if problem:
-            raise ValueError(f"put_encoded: {problem}")
+        keys, values, pids, fits = columns.checked()
         if columns.count == 0:
             return
-        keys, values, pids, fits = columns.checked()
         if not self.table.known:
             await self.refresh_table()
         table = self.table

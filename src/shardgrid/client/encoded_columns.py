@@ -85,6 +85,9 @@ class EncodedColumns:
         """The columns as lists (keys, values, partition ids or None), and whether a member's codec
         takes them as they are (every key, value and partition id within the members' limits).
         Raises ValueError when they are not msgpack arrays of ``count`` bins (and ints)."""
+        problem = self.problem()
+        if problem:
+            raise ValueError(problem)
         try:
             keys, values = list(_KEYS.decode(self.keys)), list(_VALUES.decode(self.values))
             pids = list(_PARTITION_IDS.decode(self.partition_ids)) if self.partition_ids is not None else None
@@ -96,8 +99,7 @@ class EncodedColumns:
             fits = False
         except msgspec.DecodeError as error:
             raise ValueError(f"encoded columns that do not decode: {error}") from None
-        if len(keys) != self.count or len(values) != self.count or (pids is not None and len(pids) != self.count):
-            raise ValueError(f"encoded columns of other lengths than {self.count}")
+        # Each array decoded whole, and its header (``problem``) says ``count`` items.
         return keys, values, pids, fits
 
     def _untyped(self) -> tuple[list[bytes], list[bytes], list[int] | None]:

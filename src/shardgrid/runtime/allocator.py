@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
+from collections.abc import Callable
 
 # mallopt's parameter numbers (glibc's malloc.h).
 M_TRIM_THRESHOLD = -1
@@ -41,17 +43,27 @@ def keep_freed_memory(retain_bytes: int = DEFAULT_RETAIN_BYTES) -> bool:
     is not glibc (nothing changed). Setting both thresholds also ends glibc's own moving of them."""
     if not 0 <= retain_bytes <= C_INT_MAX:  # mallopt takes a C int: a larger one would wrap
         raise ValueError(f"retain_bytes is 0 to {C_INT_MAX}, not {retain_bytes}")
+    mallopt = _glibc_mallopt()
+    if mallopt is None:
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, retain_bytes))
+
+
+@functools.cache
+def _glibc_mallopt() -> Callable[[int, int], int] | None:
+    """glibc's mallopt, or None. Looked up once a process: finding the C library runs ldconfig
+    (about 1.4 ms), and a Spark worker calls ``keep_freed_memory`` in every task it runs."""
     library = ctypes.util.find_library("c")
     if library is None:
-        return False
+        return None
     try:
         libc = ctypes.CDLL(library)
     except OSError:
-        return False
+        return None
     # glibc only: another C library's mallopt (if any) numbers its parameters its own way.
     if not hasattr(libc, "gnu_get_libc_version") or not hasattr(libc, "mallopt"):
-        return False
+        return None
     mallopt = libc.mallopt
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, retain_bytes))
+    return mallopt

@@ -77,6 +77,11 @@ def _length_headers(lengths: np.ndarray, small: int | None, codes: tuple[int, in
     return _head_and_tail(head, lengths, tail)
 
 
+def _bin_headers(data: pa.Array) -> pa.Array:
+    """msgpack's header of each value of ``data`` as a bin (which has no fixed form)."""
+    return _length_headers(binary_lengths(data), None, (0xC4, 0xC5, 0xC6))
+
+
 def _integers(values: np.ndarray) -> pa.Array:
     """msgpack's smallest form of each int64, as msgspec writes it: a fixint, else a positive
     value as the narrowest unsigned type and a negative one as the narrowest signed type."""
@@ -106,10 +111,10 @@ def _encoded_column(column: pa.Array) -> list[pa.Array] | None:
     count = len(column)
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         data = column.cast(pa.large_string()).fill_null("").cast(BYTES)
-        pieces = [_length_headers(_lengths(data), 0xA0, (0xD9, 0xDA, 0xDB)), data]
+        pieces = [_length_headers(binary_lengths(data), 0xA0, (0xD9, 0xDA, 0xDB)), data]
     elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         data = column.cast(BYTES).fill_null(b"")
-        pieces = [_length_headers(_lengths(data), None, (0xC4, 0xC5, 0xC6)), data]
+        pieces = [_bin_headers(data), data]
     elif pa.types.is_signed_integer(kind):
         pieces = [_integers(column.cast(pa.int64()).fill_null(0).to_numpy())]
     elif pa.types.is_float64(kind) or pa.types.is_float32(kind):
@@ -127,7 +132,7 @@ def _encoded_column(column: pa.Array) -> list[pa.Array] | None:
     return pieces
 
 
-def _lengths(data: pa.Array) -> np.ndarray:
+def binary_lengths(data: pa.Array) -> np.ndarray:
     return pc.binary_length(data).to_numpy()
 
 
@@ -160,7 +165,7 @@ def map_values(batch: pa.RecordBatch, fields: tuple[str, ...]) -> pa.Array | Non
 def bin_items(column: pa.Array) -> pa.Array:
     """Each value of ``column`` (large_binary, no nulls) as msgpack's bin: its length header, then
     its bytes. The rows of a slice of the result, end to end, are the items of a msgpack array."""
-    return pc.binary_join_element_wise(_length_headers(_lengths(column), None, (0xC4, 0xC5, 0xC6)), column, _EMPTY)
+    return pc.binary_join_element_wise(_bin_headers(column), column, _EMPTY)
 
 
 def small_int_items(numbers: np.ndarray) -> pa.Array:
@@ -199,7 +204,7 @@ def serialized_keys(column: pa.Array, key_type: KeyType) -> pa.Array | None:
         return _masked_rows(matrix, mask)
     if key_type is KeyType.STRING and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         data = column.cast(pa.large_string()).cast(BYTES)
-        lengths = _lengths(data).astype(">i4").view(np.uint8).reshape(count, 4)
+        lengths = binary_lengths(data).astype(">i4").view(np.uint8).reshape(count, 4)
         prefix = _fixed_rows(lengths)
         return pc.binary_join_element_wise(prefix, data, _EMPTY)
     if key_type is KeyType.BINARY and (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):

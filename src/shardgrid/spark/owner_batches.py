@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from shardgrid.client.encoded_columns import EncodedColumns, array_header
 from shardgrid.client.routing import TableView
 from shardgrid.core.errors import invariant
-from shardgrid.spark.column_encoding import BYTES, as_binary, bin_items, small_int_items
+from shardgrid.spark.column_encoding import BYTES, as_binary, bin_items, binary_lengths, small_int_items
 from shardgrid.spark.column_hashing import partition_ids_of_column
 
 # Keys and values a task takes in: large_binary arrays, or lists of bytes.
@@ -101,7 +101,7 @@ class OwnerBatches:
         keys, values, pids, ranges = self._by_owner(_concat(self._keys), _concat(self._values))
         # Bytes of rows [0, i) of the sorted columns: a range's bytes by one subtraction.
         before = np.zeros(len(keys) + 1, dtype=np.int64)
-        np.cumsum(_lengths(keys) + _lengths(values), out=before[1:])
+        np.cumsum(binary_lengths(keys) + binary_lengths(values), out=before[1:])
         size = self.batch_rows
         # Full batches out; each owner's short tail stays held, unless the task is ending or the
         # tails would fill half of what may be held (large batches over many owners would
@@ -181,10 +181,6 @@ class OwnerBatches:
         bounds = np.searchsorted(ranks, np.arange(len(groups) + 1, dtype=np.int64) * count).tolist()
         ranges = [(start, end) for start, end in pairwise(bounds) if start < end]
         return keys.take(order), values.take(order), pids[order], ranges
-
-
-def _lengths(column: pa.Array) -> np.ndarray:
-    return pc.binary_length(column).to_numpy()
 
 
 def _spans(items: pa.Array) -> tuple[np.ndarray, pa.Buffer]:
