@@ -42,3 +42,24 @@ def test_a_member_serves_its_metrics(tmp_path):
         assert samples['shardgrid_map_request_seconds_count{map="users",op="get"}'] == 2
         assert samples["shardgrid_partitions_owned"] == 271
         assert samples['shardgrid_connections{kind="client"}'] >= 0
+
+
+def test_operations_are_counted_by_status():
+    from shardgrid.core import messages as m
+    from shardgrid.runtime.metrics import MemberMetrics
+
+    metrics = MemberMetrics()
+    ok, moved = m.Status.OK, m.Status.WRONG_OWNER
+    metrics.on_reply("users", "put", m.MapReply(1, (ok,) * 3), 0.001)
+    metrics.on_reply("users", "put", m.MapReply(2, (ok, moved, ok, moved, moved)), 0.001)
+    metrics.on_reply("users", "put", m.MapReply(3, (moved,)), 0.001)
+    metrics.on_reply("users", "get", m.MapReply(4, ()), 0.001)
+
+    def count(status: str, op: str = "put") -> float | None:
+        return metrics.registry.get_sample_value(
+            "shardgrid_map_operations_total", {"map": "users", "op": op, "status": status}
+        )
+
+    assert count("ok") == 5
+    assert count("wrong_owner") == 4
+    assert count("ok", "get") is None

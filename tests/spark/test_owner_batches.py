@@ -123,6 +123,25 @@ def test_a_batch_covers_few_partitions():
     assert sum(len(keys) < 1_000 for keys, _, _ in batches) <= 3  # only each owner's last is short
 
 
+def test_owners_take_turns():
+    """Each owner's batches one after the other sent a task's window of batches in flight to one
+    member at a time: it worked alone while the others waited, and two tasks' windows on one
+    member passed its bound on writes awaiting backups (OVERLOADED, then retried key by key)."""
+    partitions = 271
+    owners = [f"m{pid % 3}:1" for pid in range(partitions)]
+    table = TableView(partition_count=partitions, owners=owners, versions=[1] * partitions)
+    grouped = OwnerBatches(table, 1_000, 50_000)
+    keys = [b"key-%d" % i for i in range(50_000)]
+    batches = _decoded(grouped.add(keys, keys))
+    order = [owners[pids[0]] for _, _, pids in batches]
+    assert len(order) >= 45
+    # Every window of three batches goes to three owners, while each owner still has batches.
+    for first in range(0, len(order) - 2, 3):
+        window = order[first : first + 3]
+        if len(window) == 3 and all(order[first:].count(owner) for owner in set(owners)):
+            assert sorted(window) == ["m0:1", "m1:1", "m2:1"], (first, order)
+
+
 def test_large_batches_over_many_owners_are_not_sorted_again_on_every_add():
     """Found by an outside tester: 10 owners of 10,000-row batches kept short tails of up to
     99,990 rows, over the 50,000 held, and every add sorted them all again."""

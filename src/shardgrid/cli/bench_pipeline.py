@@ -10,13 +10,17 @@ write below, so generating them is not timed), then timed, each on its own:
   (the Python worker's ceiling for a read), each into Spark's no-op sink.
 Targets: the load reaches half the Parquet write's rows/s and the export half the Parquet read's.
 
-Each path first runs once on WARM_UP_ROWS rows in as many tasks as its timed runs, timed apart as
-``first_job_seconds``. The first job of a Python data source in a session starts a Python daemon for
-each of Spark's steps (planning the write, the tasks, the commit; planning the read): 5-6 s on this
-machine for each data source and direction, whatever the row count; and each Python worker imports
-pyarrow, numpy and shardgrid in its first task. Those are costs per command, not per row. (With a
-warm-up of one task, the first timed load started the second worker: 3.6-3.8 s against 2.0-2.6 s
-for the rounds after it.)
+Each path first runs once untimed on all the rows, its time reported apart as
+``first_job_seconds``. Those first runs pay costs per command or per machine, not per row: the
+first job of a Python data source in a session starts a Python daemon for each of Spark's steps
+(planning the write, the tasks, the commit; planning the read): 5-6 s on this machine for each
+data source and direction, whatever the row count; each Python worker imports pyarrow, numpy and
+shardgrid in its first task; and the members' first fill of that many entries takes memory this
+virtual machine has not handed out before, whose first touch is slow here: ``perf`` put 33% of the
+members' CPU of a first 1,000,000-row load in the kernel's zeroing of fresh pages (3.6% in the
+loads after it, into the same members' freed memory), and that load's members spent 3.0-3.3 CPU-s
+against 1.9-2.1. (With a 200,000-row warm-up, the first timed load still ran 3.2-3.8 s against
+2.0-2.6 s for the rounds after it.)
 
 Then each direction runs TIMED_ROUNDS rounds, each round every path of that direction once, one
 after the other (Parquet, the grid, the ceiling), and a path's rate is that of its median round.
@@ -47,7 +51,6 @@ SHARE_TARGET = 0.5
 TIMED_ROUNDS = 3
 PIPELINE_FIRST_PORT = 5901  # apart from bench cluster's 5801 on: two benches may run at once
 SCHEMA = "id long, payload string"
-WARM_UP_ROWS = 200_000
 
 
 def _seconds(action: Callable[[], Any]) -> float:
@@ -56,15 +59,18 @@ def _seconds(action: Callable[[], Any]) -> float:
     return time.monotonic() - started
 
 
-def _rounds(rows: int, paths: dict[str, Callable[[int], Any]], before: Callable[[str], None]) -> dict[str, Any]:
-    """Each path once on WARM_UP_ROWS rows, then TIMED_ROUNDS rounds of every path on ``rows``;
-    ``before(name)`` runs untimed ahead of each timed run."""
-    first = {name: _seconds(lambda action=action: action(WARM_UP_ROWS)) for name, action in paths.items()}
+def _rounds(rows: int, paths: dict[str, Callable[[], Any]], before: Callable[[str], None]) -> dict[str, Any]:
+    """Each path once (its first job), then TIMED_ROUNDS rounds of every path; ``before(name)``
+    runs untimed ahead of each run."""
+    first: dict[str, float] = {}
+    for name, action in paths.items():
+        before(name)
+        first[name] = _seconds(action)
     timed: dict[str, list[float]] = {name: [] for name in paths}
     for _ in range(TIMED_ROUNDS):
         for name, action in paths.items():
             before(name)
-            timed[name].append(_seconds(lambda action=action: action(rows)))
+            timed[name].append(_seconds(action))
     report = {}
     for name, seconds in timed.items():
         median = statistics.median(seconds)
@@ -101,13 +107,6 @@ def run_pipeline_bench(rows: int) -> dict[str, Any]:
         grid = {"cluster.members": ",".join(addresses), "key.column": "id"}
         copy = str(workdir / "copy")
 
-        tasks = source.rdd.getNumPartitions()
-
-        def rows_of(count: int) -> Any:
-            # The warm-up as many tasks as the timed runs: each Python worker Spark starts imports
-            # pyarrow, numpy and shardgrid in its first task (about a second), a cost per command.
-            return source if count == rows else source.limit(count).repartition(tasks)
-
         loaded = f"bench-{rows}"
 
         def before(name: str) -> None:
@@ -115,33 +114,28 @@ def run_pipeline_bench(rows: int) -> dict[str, Any]:
                 with Client(addresses) as client:
                     client.get_map(loaded, key_type=int).clear()
 
-        # The warm-up goes to a map of its own, so the export below reads the timed loads' rows only.
         report |= _rounds(
             rows,
             {
-                "parquet_write": lambda count: rows_of(count).write.mode("overwrite").parquet(f"{copy}-{count}"),
-                "grid_load": lambda count: (
-                    rows_of(count).write.format("shardgrid").options(**grid, map=f"bench-{count}").mode("append").save()
-                ),
-                "discard_write": lambda count: rows_of(count).write.format("shardgrid-discard").mode("append").save(),
+                "parquet_write": lambda: source.write.mode("overwrite").parquet(copy),
+                "grid_load": lambda: source.write.format("shardgrid").options(**grid, map=loaded).mode("append").save(),
+                "discard_write": lambda: source.write.format("shardgrid-discard").mode("append").save(),
             },
             before,
         )
 
-        def exported(count: int) -> Any:
+        def exported() -> Any:
             # As ``pipeline export`` reads it: one task per core Spark has.
-            return read_map(spark, grid, f"bench-{count}", "id", "long", SCHEMA)
+            return read_map(spark, grid, loaded, "id", "long", SCHEMA)
 
         report |= _rounds(
             rows,
             {
-                "parquet_read": lambda count: (
-                    spark.read.parquet(f"{copy}-{count}").write.format("noop").mode("overwrite").save()
-                ),
-                "grid_export": lambda count: exported(count).write.format("noop").mode("overwrite").save(),
-                "repeat_read": lambda count: (
+                "parquet_read": lambda: spark.read.parquet(copy).write.format("noop").mode("overwrite").save(),
+                "grid_export": lambda: exported().write.format("noop").mode("overwrite").save(),
+                "repeat_read": lambda: (
                     spark.read.format("shardgrid-repeat")
-                    .option("rows", str(count))
+                    .option("rows", str(rows))
                     .option("tasks", str(spark.sparkContext.defaultParallelism))  # as the export reads
                     .load()
                     .write.format("noop")
@@ -151,12 +145,11 @@ def run_pipeline_bench(rows: int) -> dict[str, Any]:
             },
             lambda name: None,
         )
-        report["grid_rows_read_back"] = exported(rows).count()
+        report["grid_rows_read_back"] = exported().count()
     finally:
         spark.stop()
         cluster.end_all()
-        for copied in workdir.glob("copy-*"):
-            shutil.rmtree(copied, ignore_errors=True)
+        shutil.rmtree(workdir / "copy", ignore_errors=True)
         shutil.rmtree(workdir / "source.parquet", ignore_errors=True)
     load_share = report["grid_load"]["rows_per_s"] / report["parquet_write"]["rows_per_s"]
     export_share = report["grid_export"]["rows_per_s"] / report["parquet_read"]["rows_per_s"]

@@ -10,6 +10,8 @@ only reads the registry, never the member.
 
 from __future__ import annotations
 
+import collections
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from shardgrid.core import messages as m
@@ -100,11 +102,15 @@ class MemberMetrics:
     def on_reply(self, map_name: str, op: str, reply: m.MapReply, seconds: float) -> None:
         label = self.map_label(map_name)
         self.latency.labels(label, op).observe(seconds)
-        counts: dict[m.Status, int] = {}
-        for status in reply.statuses:
-            counts[status] = counts.get(status, 0) + 1
-        for status, count in counts.items():
-            self.operations.labels(label, op, status.name.lower()).inc(count)
+        statuses = reply.statuses
+        ok = statuses.count(m.Status.OK)
+        if ok:
+            self.operations.labels(label, op, "ok").inc(ok)
+        if ok == len(statuses):
+            return  # the usual answer: no step per key (a loop over them was ~4% of a member's load)
+        for status, count in collections.Counter(statuses).items():
+            if status is not m.Status.OK:
+                self.operations.labels(label, op, status.name.lower()).inc(count)
 
     def on_sent(self, message: object, frame_bytes: int) -> None:
         kind = type(message)

@@ -29,7 +29,7 @@ on key by key), never a row. The sort is stable, so two rows of one key keep the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import pairwise
+from itertools import pairwise, zip_longest
 
 import numpy as np
 import pyarrow as pa
@@ -132,11 +132,18 @@ class OwnerBatches:
         key_offsets, key_data = _spans(bin_items(keys))
         value_offsets, value_data = _spans(bin_items(values))
         pid_offsets, pid_data = _spans(small_int_items(pids)) if pids is not None else (None, None)
-        batches: list[EncodedColumns] = []
         size = self.batch_rows
-        for (start, _), cut in zip(ranges, cuts, strict=True):
-            for first in range(start, cut, size):
-                end = min(first + size, cut)
+        # Owners taken in turn (one batch of each, then the next of each): the batches in flight
+        # spread over the members. Each owner's batches after one another, a task's window went
+        # to one member at a time, which worked alone while the others waited, and two tasks'
+        # windows on one member passed its bound on writes awaiting backups (OVERLOADED, retried).
+        spans = [
+            [(first, min(first + size, cut)) for first in range(start, cut, size)]
+            for (start, _), cut in zip(ranges, cuts, strict=True)
+        ]
+        batches: list[EncodedColumns] = []
+        for turn in zip_longest(*spans):
+            for first, end in (span for span in turn if span is not None):
                 header = array_header(end - first)
                 encoded_pids = None
                 partitions: tuple[int, ...] = ()
