@@ -262,6 +262,25 @@ def test_garbage_unknown_codes_and_other_versions_are_refused() -> None:
         codec.decode_body(_body([61, []]))  # a log command is no message either
 
 
+def test_a_body_is_one_message_whichever_way_its_header_is_written() -> None:
+    """Frames of our version skip the header's decode (the message is the rest of the body): what
+    follows the message is refused as before, and a version written in a wider form still decodes."""
+    reply = m.MapReply(7, (m.Status.OK,))
+    body = _body(reply)
+    assert body[:2] == bytes([0x92, codec.PROTOCOL_VERSION])
+    assert codec.decode_body(body) == reply
+    with pytest.raises(ProtocolError, match="malformed"):
+        codec.decode_body(body + b"\x00")  # a byte after the message
+    with pytest.raises(ProtocolError, match="malformed"):
+        codec.decode_body(body[:-1])  # the message cut short
+    with pytest.raises(ProtocolError):
+        codec.decode_body(body[:2])  # a header and no message
+    wide = b"\x92\xcc" + bytes([codec.PROTOCOL_VERSION]) + body[2:]  # the version as a uint8
+    assert codec.decode_body(wide) == reply
+    with pytest.raises(ProtocolError, match="undecodable"):
+        codec.decode_body(b"\x92\xcc" + bytes([codec.PROTOCOL_VERSION]) + body[2:] + b"\x00")
+
+
 def test_wrong_field_types_are_protocol_errors() -> None:
     # The issue's reproduction was ClientRequest(1, (5,)): a TypeError inside the member.
     with pytest.raises(ProtocolError, match="malformed"):

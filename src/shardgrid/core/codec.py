@@ -291,10 +291,15 @@ def _enc_hook(value: Any) -> Any:
 _ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 _HEADER = msgspec.msgpack.Decoder(tuple[int, msgspec.Raw])
 _MESSAGE = msgspec.msgpack.Decoder(FrameMessage)
+# A two-item array, then the version as a positive fixint: how msgspec writes ``[PROTOCOL_VERSION, m]``.
+invariant(0 <= PROTOCOL_VERSION < 0x80, "the protocol version is a positive fixint")
+_CURRENT_HEADER = bytes([0x92, PROTOCOL_VERSION])
 
 
-def encode(message: Any) -> bytes:
-    """The frame for ``message``: length prefix, then ``[PROTOCOL_VERSION, message]``."""
+def encode(message: Any) -> bytearray:
+    """The frame for ``message``: length prefix, then ``[PROTOCOL_VERSION, message]``. A bytearray,
+    the buffer it was encoded into: copied into bytes, every frame sent crossed memory once more
+    (an export's whole data, in the members' scan pages)."""
     # What we send is ours: a value that cannot be encoded is our bug (TypeError), not the peer's.
     if type(message) not in WIRE_CODES or type(message) in COMMAND_TYPES:
         raise TypeError(f"cannot encode {type(message).__name__}: not a message")
@@ -307,17 +312,23 @@ def encode(message: Any) -> bytes:
     if length > MAX_FRAME_BYTES:
         raise ProtocolError(f"{type(message).__name__} needs {length} bytes, over the {MAX_FRAME_BYTES} limit")
     LENGTH_PREFIX.pack_into(buffer, 0, length)
-    return bytes(buffer)
+    return buffer
 
 
 def decode_body(body: bytes) -> Any:
     """The message of one frame body (without its length prefix)."""
-    try:
-        version, raw = _HEADER.decode(body)
-    except (msgspec.MsgspecError, RecursionError) as error:
-        raise ProtocolError(f"undecodable frame: {error}") from error
-    if version != PROTOCOL_VERSION:
-        raise ProtocolError(f"protocol version {version} is not {PROTOCOL_VERSION}")
+    raw: bytes | memoryview | msgspec.Raw
+    if body[:2] == _CURRENT_HEADER:
+        # Our version's header, as every frame we write has it: the message is the rest. (Decoded
+        # through ``_HEADER``, the whole message was walked once to find where it ends.)
+        raw = memoryview(body)[2:]
+    else:
+        try:
+            version, raw = _HEADER.decode(body)
+        except (msgspec.MsgspecError, RecursionError) as error:
+            raise ProtocolError(f"undecodable frame: {error}") from error
+        if version != PROTOCOL_VERSION:
+            raise ProtocolError(f"protocol version {version} is not {PROTOCOL_VERSION}")
     try:
         message = _MESSAGE.decode(raw)
         convert = _FROM_WIRE.get(type(message))

@@ -118,6 +118,9 @@ class MemberProcess:
         self._client_counter = 0
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._t0 = 0.0
+        # The loop this process runs on, kept: asyncio.get_running_loop() asks the kernel for the
+        # pid on every call (about 280 ns here), and the data path asked it several times a message.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = asyncio.Event()
         self._housekeeping: asyncio.TimerHandle | None = None
         self._signals = 0
@@ -126,14 +129,21 @@ class MemberProcess:
 
     # --- the clock -------------------------------------------------------------------------------
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
+
     def now_ms(self) -> int:
-        return int((asyncio.get_running_loop().time() - self._t0) * 1000)
+        return int((self.loop.time() - self._t0) * 1000)
 
     # --- starting and stopping -------------------------------------------------------------------
 
     async def start(self) -> Replica:
         """Listen, then start the member; returns its identity (with the port actually bound)."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._t0 = loop.time()
         process = self.process
         self._server = await loop.create_server(
@@ -284,8 +294,7 @@ class MemberProcess:
         old = self._timers.pop(name, None)
         if old is not None:
             old.cancel()
-        loop = asyncio.get_running_loop()
-        self._timers[name] = loop.call_at(self._t0 + at_ms / 1000, self._on_timer, name)
+        self._timers[name] = self.loop.call_at(self._t0 + at_ms / 1000, self._on_timer, name)
 
     def _on_timer(self, name: str) -> None:
         self._timers.pop(name, None)
@@ -298,7 +307,7 @@ class MemberProcess:
         if identity is not None and address == identity.address:
             # To itself (the simulator's network delivers these too): the next loop turn, uncoded.
             if target_uuid is None or target_uuid == identity.uuid:
-                asyncio.get_running_loop().call_soon(self._handle, ReceiveEvent(address, identity, None, message))
+                self.loop.call_soon(self._handle, ReceiveEvent(address, identity, None, message))
             return
         link = self._dialed.get(address)
         if link is None:
@@ -381,7 +390,7 @@ class MemberProcess:
         if type(message) is m.MapReply and not message.more:
             started = link.calls.pop(message.call_id, None)
             if started is not None:
-                elapsed = asyncio.get_running_loop().time() - started[0]
+                elapsed = self.loop.time() - started[0]
                 self.metrics.on_reply(started[1], started[2], message, elapsed)
         link.stream.send(message)
 
@@ -564,7 +573,7 @@ class MemberProcess:
                     link.stream.send(m.EventNotice(message.call_id, "listening", member=self.identity.address))
                 return
             if type(message) is m.MapRequest and len(link.calls) < MAX_TIMED_CALLS_PER_CLIENT:
-                now = asyncio.get_running_loop().time()
+                now = self.loop.time()
                 link.calls[message.call_id] = (now, message.map_name, message.kind.value)
             self._handle(ReceiveEvent(link.client_id, None, None, message))
             return

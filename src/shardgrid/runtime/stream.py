@@ -44,11 +44,12 @@ class FrameStream(asyncio.Protocol):
         self.peer_port = 0
         self._decoder = codec.FrameDecoder(max_frame_bytes)
         self._high_water_bytes = high_water_bytes
-        self._pending: list[bytes] = []
+        self._pending: list[bytearray] = []
         self._pending_bytes = 0
         self._flush_scheduled = False
         self._over_high_water = False
         self._transport_paused = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # kept: get_running_loop() costs a getpid
         self.closed = False
 
     # --- asyncio's callbacks ---------------------------------------------------------------------
@@ -58,6 +59,7 @@ class FrameStream(asyncio.Protocol):
         if not callable(getattr(transport, "write", None)):
             raise TypeError(f"a frame stream runs over a stream transport, not {type(transport).__name__}")
         self.transport = cast(asyncio.Transport, transport)
+        self._loop = asyncio.get_running_loop()
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer_host, self.peer_port = str(peer[0]), int(peer[1])
@@ -109,7 +111,10 @@ class FrameStream(asyncio.Protocol):
         self._pending_bytes += len(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            loop.call_soon(self._flush)
         if not self._over_high_water and self._pending_bytes >= self._high_water_bytes:
             self._check_backlog()
         return len(frame)
