@@ -9,6 +9,7 @@ import math
 import msgspec
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -141,3 +142,15 @@ def test_small_int_items_are_msgspecs_ints(numbers):
     numbers = [min(number, 2**32 - 1) for number in numbers]
     items = small_int_items(np.array(numbers, dtype=np.int64)).to_pylist()
     assert items == [msgspec.msgpack.encode(number) for number in numbers]
+
+
+@pytest.mark.parametrize("width", [0, 1, 8, 255, 256, 65_535, 65_536])
+def test_bin_items_of_one_width_and_of_slices_are_msgspecs_bins(width):
+    """Columns whose rows all have one length (serialized long keys, fixed-width values) are laid
+    out as a matrix: the same bytes as the join, sliced columns included."""
+    values = [bytes([i % 251]) * width for i in range(7)]
+    column = pa.array([b"before" * 3, *values, b"after"], BYTES).slice(1, len(values))
+    assert bin_items(column).to_pylist() == [msgspec.msgpack.encode(value) for value in values]
+    wider = b"x" * (width + 1)
+    mixed = pa.array([*values, wider], BYTES).slice(2)
+    assert bin_items(mixed).to_pylist() == [msgspec.msgpack.encode(value) for value in [*values[2:], wider]]

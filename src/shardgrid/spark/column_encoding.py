@@ -15,6 +15,7 @@ left to the row-by-row encoder: the functions return None for the batch.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import msgspec
@@ -77,9 +78,12 @@ def _length_headers(lengths: np.ndarray, small: int | None, codes: tuple[int, in
     return _head_and_tail(head, lengths, tail)
 
 
+_BIN_CODES = (0xC4, 0xC5, 0xC6)
+
+
 def _bin_headers(data: pa.Array) -> pa.Array:
     """msgpack's header of each value of ``data`` as a bin (which has no fixed form)."""
-    return _length_headers(binary_lengths(data), None, (0xC4, 0xC5, 0xC6))
+    return _length_headers(binary_lengths(data), None, _BIN_CODES)
 
 
 def _integers(values: np.ndarray) -> pa.Array:
@@ -165,7 +169,29 @@ def map_values(batch: pa.RecordBatch, fields: tuple[str, ...]) -> pa.Array | Non
 def bin_items(column: pa.Array) -> pa.Array:
     """Each value of ``column`` (large_binary, no nulls) as msgpack's bin: its length header, then
     its bytes. The rows of a slice of the result, end to end, are the items of a msgpack array."""
-    return pc.binary_join_element_wise(_bin_headers(column), column, _EMPTY)
+    lengths = binary_lengths(column)
+    if len(lengths) and int(lengths.min()) == int(lengths.max()):
+        # One length for every row (serialized long keys, a fixed-width value): each item is the
+        # same header before the row's bytes, laid out as the rows of one matrix. A join behind
+        # headers built row by row cost 3 ms a 50,000 rows; this copies the bytes once.
+        width = int(lengths[0])
+        header = _bin_header(width)
+        offsets = np.frombuffer(column.buffers()[1], dtype=np.int64)[column.offset : column.offset + len(column) + 1]
+        data = np.frombuffer(column.buffers()[2] or b"", dtype=np.uint8)[int(offsets[0]) : int(offsets[-1])]
+        matrix = np.empty((len(lengths), len(header) + width), dtype=np.uint8)
+        matrix[:, : len(header)] = np.frombuffer(header, dtype=np.uint8)
+        matrix[:, len(header) :] = data.reshape(len(lengths), width)
+        return _fixed_rows(matrix)
+    return pc.binary_join_element_wise(_length_headers(lengths, None, _BIN_CODES), column, _EMPTY)
+
+
+def _bin_header(length: int) -> bytes:
+    """msgpack's header of one bin of ``length`` bytes (as ``_bin_headers`` writes each)."""
+    if length < 0x100:
+        return bytes([0xC4, length])
+    if length < 0x10000:
+        return b"\xc5" + length.to_bytes(2, "big")
+    return b"\xc6" + length.to_bytes(4, "big")
 
 
 def small_int_items(numbers: np.ndarray) -> pa.Array:
@@ -175,6 +201,22 @@ def small_int_items(numbers: np.ndarray) -> pa.Array:
     numbers = numbers.astype(np.int64)
     if len(numbers):
         invariant(int(numbers.min()) >= 0 and int(numbers.max()) < 2**32, "a small int is 0 to 2**32 - 1")
+        if int(numbers.max()) < _SMALL_TABLE_SIZE:
+            # Each number's encoding looked up (a take from the encodings of 0 to 65,535, made
+            # once): built per row, the forms of mixed widths cost 4 ms a 50,000 partition ids.
+            return _small_int_table().take(pa.array(numbers))
+    return _small_int_encodings(numbers)
+
+
+_SMALL_TABLE_SIZE = 0x10000
+
+
+@functools.cache
+def _small_int_table() -> pa.Array:
+    return _small_int_encodings(np.arange(_SMALL_TABLE_SIZE, dtype=np.int64))
+
+
+def _small_int_encodings(numbers: np.ndarray) -> pa.Array:
     sizes = [numbers < 0x80, numbers < 0x100, numbers < 0x10000]
     head = np.select(sizes, [numbers, 0xCC, 0xCD], 0xCE).astype(np.uint8)
     return _head_and_tail(head, numbers, np.select(sizes, [0, 1, 2], 4))
