@@ -638,3 +638,23 @@ def test_configurations_and_commands_at_their_bounds_are_taken() -> None:
     entries = (LogEntry(1, 1, commands), LogEntry(1, 2, None, None, Membership(voters, ())))
     message = r.AppendEntries(1, 0, 0, entries, 0, 0)
     assert codec.FrameDecoder().feed(codec.encode(message)) == [message]
+
+
+def test_a_refused_bytearray_body_can_still_be_resized() -> None:
+    """Found by an outside tester: a view of the body kept by the refusal's traceback stopped its
+    owner resizing it (BufferError)."""
+    fast = b"\x92" + bytes([codec.PROTOCOL_VERSION]) + b"\xc1"
+    slow = b"\x92\xcc" + bytes([codec.PROTOCOL_VERSION]) + b"\x91\x63"  # the header's Raw, then no message 99
+    for body in (bytearray(fast), bytearray(slow), bytearray(_body([122, 1, "put", "m", [5], [5], []]))):
+        with pytest.raises(ProtocolError) as refused:
+            codec.decode_body(body)
+        body.extend(b"more")
+        assert refused.value is not None
+
+
+def test_a_frame_holds_its_own_bytes_only() -> None:
+    """Found by an outside tester: the buffer msgspec encodes into grows by half at a time; handed
+    out as the frame, a queued frame held up to 1.5 times the bytes it counted for."""
+    frame = codec.encode(m.MapReply(1, (m.Status.OK,) * 20_000, tuple(b"v" * 100 for _ in range(20_000))))
+    assert type(frame) is bytes
+    assert sys.getsizeof(frame) - len(frame) < 100

@@ -44,7 +44,7 @@ class FrameStream(asyncio.Protocol):
         self.peer_port = 0
         self._decoder = codec.FrameDecoder(max_frame_bytes)
         self._high_water_bytes = high_water_bytes
-        self._pending: list[bytearray] = []
+        self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._flush_scheduled = False
         self._over_high_water = False
