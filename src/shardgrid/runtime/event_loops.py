@@ -12,11 +12,8 @@ T = TypeVar("T")
 
 def run(main: Coroutine[Any, Any, T]) -> T:
     """``main`` to its end on a new loop of its own, as ``asyncio.run``."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(main)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from shardgrid.client.encoded_columns import EncodedColumns, array_header
 from shardgrid.client.routing import TableView
 from shardgrid.core.errors import invariant
-from shardgrid.spark.column_encoding import BYTES, as_binary, bin_items, binary_lengths, small_int_items
+from shardgrid.spark.column_encoding import BYTES, as_binary, bin_items, binary_lengths, small_int_items, spans
 from shardgrid.spark.column_hashing import partition_ids_of_column
 
 # Keys and values a task takes in: large_binary arrays, or lists of bytes.
@@ -129,20 +129,20 @@ class OwnerBatches:
     ) -> list[EncodedColumns]:
         """Each owner's rows up to its cut as batches of ``batch_rows``, every column a msgpack
         array cut from one encoding of the sorted rows (no Python object per row)."""
-        key_offsets, key_data = _spans(bin_items(keys))
-        value_offsets, value_data = _spans(bin_items(values))
-        pid_offsets, pid_data = _spans(small_int_items(pids)) if pids is not None else (None, None)
+        key_offsets, key_data = spans(bin_items(keys))
+        value_offsets, value_data = spans(bin_items(values))
+        pid_offsets, pid_data = spans(small_int_items(pids)) if pids is not None else (None, None)
         size = self.batch_rows
         # Owners taken in turn (one batch of each, then the next of each): the batches in flight
         # spread over the members. Each owner's batches after one another, a task's window went
         # to one member at a time, which worked alone while the others waited, and two tasks'
         # windows on one member passed its bound on writes awaiting backups (OVERLOADED, retried).
-        spans = [
+        owner_spans = [
             [(first, min(first + size, cut)) for first in range(start, cut, size)]
             for (start, _), cut in zip(ranges, cuts, strict=True)
         ]
         batches: list[EncodedColumns] = []
-        for turn in zip_longest(*spans):
+        for turn in zip_longest(*owner_spans):
             for first, end in (span for span in turn if span is not None):
                 header = array_header(end - first)
                 encoded_pids = None
@@ -194,13 +194,6 @@ class OwnerBatches:
         bounds = np.searchsorted(ranks, np.arange(len(groups) + 1, dtype=np.int64) * count).tolist()
         ranges = [(start, end) for start, end in pairwise(bounds) if start < end]
         return keys.take(order), values.take(order), pids[order], ranges
-
-
-def _spans(items: pa.Array) -> tuple[np.ndarray, pa.Buffer]:
-    """A binary array's offsets (one past its last row too) and its data: rows ``[i, j)`` end to
-    end are ``data[offsets[i]:offsets[j]]``."""
-    offsets = np.frombuffer(items.buffers()[1], dtype=np.int64)[items.offset : items.offset + len(items) + 1]
-    return offsets, items.buffers()[2]
 
 
 def _bytes_of(column: pa.Array) -> int:
