@@ -4,6 +4,7 @@ input is refused."""
 from __future__ import annotations
 
 import enum
+import itertools
 import sys
 import tracemalloc
 import types
@@ -235,6 +236,40 @@ def test_frames_split_anywhere_decode_the_same() -> None:
         decoder = codec.FrameDecoder()
         got = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])
         assert got == [r.Heartbeat(i, i * 7, i) for i in range(5)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=12),
+    cuts=st.lists(st.integers(0, 40_000), max_size=30),
+    kind=st.sampled_from([bytes, bytearray, memoryview]),
+)
+def test_frames_in_chunks_of_any_size_and_type_decode_the_same(sizes: list[int], cuts: list[int], kind: type) -> None:
+    """Whole frames decode from views of what was read, a partial one is held: any split of a
+    stream (mid-prefix, mid-body, empty reads, many frames in one read) gives the same messages."""
+    messages = [
+        m.MapReply(i, (m.Status.OK,) * (size // 100), tuple(b"v" * 100 for _ in range(size // 100)))
+        for i, size in enumerate(sizes)
+    ]
+    stream = b"".join(codec.encode(message) for message in messages)
+    points = sorted({min(cut, len(stream)) for cut in cuts} | {0, len(stream)})
+    decoder = codec.FrameDecoder()
+    got: list[object] = []
+    for start, end in itertools.pairwise(points):
+        chunk = stream[start:end]
+        got += decoder.feed(kind(chunk) if kind is not memoryview else memoryview(bytearray(chunk)))
+    assert got == messages
+    assert decoder.feed(b"") == []
+
+
+def test_a_frame_held_across_reads_takes_only_the_bytes_it_lacks() -> None:
+    first, second = codec.encode(r.Heartbeat(1, 2, 3)), codec.encode(r.Heartbeat(4, 5, 6))
+    decoder = codec.FrameDecoder()
+    assert decoder.feed(first[:2]) == []
+    assert decoder.feed(first[2:3]) == []
+    # The rest of the first frame, the whole second one and the start of a third in one read.
+    assert decoder.feed(first[3:] + second + first[:5]) == [r.Heartbeat(1, 2, 3), r.Heartbeat(4, 5, 6)]
+    assert decoder.feed(first[5:]) == [r.Heartbeat(1, 2, 3)]
 
 
 def test_oversized_frames_are_refused_before_buffering() -> None:
