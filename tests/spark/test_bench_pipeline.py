@@ -20,6 +20,11 @@ def test_a_small_pipeline_bench_reports_every_figure(commands_on_test_session):
     for step in ("parquet_write", "grid_load", "discard_write", "parquet_read", "grid_export", "repeat_read"):
         assert report[step]["rows_per_s"] > 0
         assert report[step]["first_job_seconds"] > 0
-        assert len(report[step]["round_seconds"]) == 3  # the rate is the median round's
+        assert len(report[step]["round_seconds"]) == 5  # the rate is the median round's
     assert report["targets"]["every_row_read_back"]["met"]
+    for share in ("load_share_of_parquet_write", "export_share_of_parquet_read"):
+        target = report["targets"][share]
+        # The median of the rounds' shares (Parquet's time over the grid's in the same round).
+        assert len(target["round_shares"]) == 5
+        assert sorted(target["round_shares"])[2] == target["value"]
     assert (done.exit_code == 0) == report["targets"]["all_met"]
