@@ -413,7 +413,7 @@ class FrameDecoder:
         (length,) = LENGTH_PREFIX.unpack_from(source, start)
         if length > self._max_frame_bytes:
             raise ProtocolError(f"frame of {length} bytes is over the {self._max_frame_bytes} limit")
-        return int(length)
+        return length
 
     def _finish_held(self, data: bytes, out: list[Any]) -> int:
         """Complete the partial frame held with the first bytes of ``data`` (only those it lacks);

@@ -132,7 +132,12 @@ ITEM_OVERHEAD_BYTES = 8
 
 def columns_bytes(keys: Sequence[bytes], values: Sequence[bytes]) -> int:
     """The bytes of a key column and a value column (what bounds on runs and chunks count)."""
-    return sum(map(len, keys)) + sum(map(len, values)) + ITEM_OVERHEAD_BYTES * (len(keys) + len(values))
+    return counted_bytes(sum(map(len, keys)) + sum(map(len, values)), len(keys) + len(values))
+
+
+def counted_bytes(data_bytes: int, items: int) -> int:
+    """``columns_bytes`` of columns of ``items`` keys and values whose lengths sum to ``data_bytes``."""
+    return data_bytes + ITEM_OVERHEAD_BYTES * items
 
 
 def _within_bytes(keys: tuple[bytes, ...], values: tuple[bytes, ...], max_bytes: int) -> int:

@@ -66,7 +66,7 @@ from shardgrid.core.messages import (
     TableRequest,
     WriteRun,
 )
-from shardgrid.core.store import ITEM_OVERHEAD_BYTES, PartitionData, Piece, columns_bytes, packed_lengths
+from shardgrid.core.store import PartitionData, Piece, columns_bytes, counted_bytes, packed_lengths
 from shardgrid.core.transfer import SendWindow, Staging, window_chunks
 
 # What a run takes on the wire beyond its keys, values and map name (partition, lineage, sequences).
@@ -310,7 +310,7 @@ class DataPath:
             return f"a key is at most {MAX_KEY_BYTES} bytes", unchecked
         if value_bytes > MAX_VALUE_BYTES and max(value_lengths) > MAX_VALUE_BYTES:
             return f"a value is at most {MAX_VALUE_BYTES} bytes", unchecked
-        if key_bytes + value_bytes + ITEM_OVERHEAD_BYTES * (len(keys) + len(values)) > MAX_REQUEST_DATA_BYTES:
+        if counted_bytes(key_bytes + value_bytes, len(keys) + len(values)) > MAX_REQUEST_DATA_BYTES:
             return f"keys and values of one request are at most {MAX_REQUEST_DATA_BYTES} bytes", unchecked
         if list(pids) != expected:
             wrong = next(i for i, (got, want) in enumerate(zip(pids, expected, strict=True)) if got != want)
@@ -366,7 +366,7 @@ class DataPath:
             run_keys: Sequence[bytes] = keys[start:stop]
             run_values: Sequence[bytes] = values[start:stop] if kind == PUT else ()
             data_bytes = sum(lengths[0][start:stop]) + (sum(lengths[1][start:stop]) if kind == PUT else 0)
-            size = data_bytes + ITEM_OVERHEAD_BYTES * (len(run_keys) + len(run_values))
+            size = counted_bytes(data_bytes, len(run_keys) + len(run_values))
         else:
             run_keys = [keys[i] for i in indexes]
             run_values = [values[i] for i in indexes] if kind == PUT else []
