@@ -401,8 +401,10 @@ class FrameDecoder:
                         break
                     out.append(decode_body(view[body_start:end]))
                     start = end
-            if start < size:
-                self._buffer = bytearray(data[start:])  # a partial frame: the only bytes kept
+                if start < size:
+                    # A partial frame: the only bytes kept, copied once (a slice of ``data`` first
+                    # would copy them twice).
+                    self._buffer = bytearray(view[start:])
         except ProtocolError as error:
             self._broken = str(error) or type(error).__name__
             self._buffer = bytearray()
@@ -427,7 +429,8 @@ class FrameDecoder:
                 return taken
         end = LENGTH_PREFIX.size + self._length_at(buffer, 0)
         more = min(end - len(buffer), len(data) - taken)
-        buffer += data[taken : taken + more]
+        with memoryview(data) as view:
+            buffer += view[taken : taken + more]  # copied once, not sliced out first
         taken += more
         if len(buffer) == end:
             with memoryview(buffer) as view:
