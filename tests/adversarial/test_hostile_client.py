@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import socket
+import struct
 import time
+
+import pytest
 
 from shardgrid.client import Client
 from shardgrid.core import codec
@@ -67,3 +70,44 @@ def test_pipelined_reads_of_a_big_value_keep_the_member_bounded(cluster):
         raw.close()
     assert process.poll() is None
     assert peak - before < 200, f"{len(burst)} bytes of requests grew the member from {before} MiB to {peak} MiB"
+
+
+def _empty_commands_frame(target_bytes: int) -> bytes:
+    """One AppendEntries frame of about ``target_bytes``, within every bound of the codec: entries
+    of 10,000 empty commands (2 bytes each on the wire, a struct and two tuple slots each decoded:
+    about 23 times the frame)."""
+    commands = b"\xdc\x27\x10" + b"\x91\x45" * 10_000
+    entries = [b"\x93\x01\xcd" + struct.pack(">H", i + 1) + commands for i in range(target_bytes // len(commands))]
+    body = (
+        b"\x92"
+        + bytes([codec.PROTOCOL_VERSION])
+        + b"\x97\x2a\x01\x00\x00\xdc"
+        + struct.pack(">H", len(entries))
+        + b"".join(entries)
+        + b"\x00\x00"
+    )
+    return codec.LENGTH_PREFIX.pack(len(body)) + body
+
+
+@pytest.mark.parametrize("handshake", [False, True], ids=["before-the-handshake", "after-a-client-handshake"])
+def test_a_frame_a_connection_may_not_send_is_refused_before_it_is_decoded(cluster, handshake):
+    """Found by an outside tester: a 16 MiB AppendEntries of empty commands (within every bound)
+    made a member build about 385 MiB while the stream was framed, before anything asked who sent
+    it; any connection could. An accepted connection now takes only the handshake until it proves
+    who it is, then only a client's requests from a client: the frame closes it, undecoded."""
+    address = cluster.addresses[0]
+    process = cluster.processes[address]
+    frame = _empty_commands_frame(15 * 1024 * 1024)
+    raw = Raw(address)
+    try:
+        if handshake:
+            raw.handshake()
+        before = rss_mb(process.pid)
+        peak = peak_rss_mb_while(process.pid, lambda: raw.send_bytes(frame), 3)
+        assert raw.closed_by_peer(), "the member kept the connection after a frame it may not take"
+    finally:
+        raw.close()
+    assert process.poll() is None
+    assert peak - before < 100, f"a {len(frame) >> 20} MiB frame grew the member from {before} MiB to {peak} MiB"
+    with Client([address], operation_call_timeout_ms=10_000) as client:
+        assert client.member_status().master_address  # still serving

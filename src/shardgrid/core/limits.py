@@ -54,7 +54,10 @@ MAX_COUNTER: Final = 2**53
 
 # Wire: bounds on the collections of one message, checked while decoding, before anything is built
 # beyond them. Each is one the senders never reach, so that one frame under MAX_FRAME_BYTES cannot
-# make a member allocate many times its size.
+# make a member allocate many times its size. Nested ones multiply (entries of an AppendEntries
+# times their commands: 16 MiB of empty commands decode to about 385 MiB), so such kinds are decoded
+# only from a member that proved the cluster's secret: a connection takes the handshake's messages,
+# then a client's requests, checked from each frame's code before it is decoded (runtime.process).
 # Raft entries in one AppendEntries (RaftSettings.max_append_entries, 64 by default).
 MAX_ENTRIES_PER_APPEND: Final = 10_000
 # Commands in one log entry (the leader gathers up to 1,000 into one, plus what one event adds).

@@ -38,7 +38,7 @@ from shardgrid.core.events import MemberStopped
 from shardgrid.core.identity import Replica
 from shardgrid.core.member import Member
 from shardgrid.core.member.lifecycle import Lifecycle
-from shardgrid.core.session import NONCE_BYTES, PeerRole, Session, SessionSettings
+from shardgrid.core.session import HANDSHAKE_TYPES, NONCE_BYTES, PeerRole, Session, SessionSettings
 from shardgrid.runtime import logs, tls
 from shardgrid.runtime.metrics import MemberMetrics
 from shardgrid.runtime.notices import notice_of
@@ -63,6 +63,11 @@ LOCAL_CLIENT = "local"  # the process itself, asking its member to leave on SIGT
 CLIENT_MESSAGES = frozenset(
     {m.MapRequest, m.ScanRequest, m.TableRequest, m.StatusRequest, m.AdminRequest, m.ListenRequest}
 )
+# What an accepted connection's frames may be, checked before they are decoded (a frame of another
+# kind closes it): the handshake until it proves who it is, then a client's requests, or anything
+# from a member (which holds the cluster's secret).
+_HANDSHAKE_CODES = codec.codes_of(HANDSHAKE_TYPES)
+_CLIENT_CODES = codec.codes_of(CLIENT_MESSAGES)
 
 
 class LinkKind(enum.Enum):
@@ -518,6 +523,7 @@ class MemberProcess:
                 oldest.stream.abort()
                 self._links.pop(oldest.stream, None)  # counted out now, not when asyncio reports it closed
         link = Link(LinkKind.ACCEPTED, f"{stream.peer_host}:{stream.peer_port}", stream=stream)
+        stream.accept_only(_HANDSHAKE_CODES)
         link.session = Session.accept(self._session_settings, identity, os.urandom(NONCE_BYTES), self.now_ms())
         self._links[stream] = link
         return link
@@ -538,6 +544,7 @@ class MemberProcess:
             if len(self._clients) >= MAX_CLIENT_CONNECTIONS:
                 self._refused(link, f"{MAX_CLIENT_CONNECTIONS} clients are connected already")
                 return False
+            stream.accept_only(_CLIENT_CODES)
             self._client_counter += 1
             link.client_id = f"client-{self._client_counter}@{link.address}"
             self._clients[link.client_id] = link
@@ -552,6 +559,7 @@ class MemberProcess:
         if peer is not None and len(same) > self.process.max_connections_per_address:
             self._refused(link, f"{peer.address} already has {len(same) - 1} connections")
             return False
+        stream.accept_only(None)
         if peer is not None:
             self._link_restored(peer)
         return True

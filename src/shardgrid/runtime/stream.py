@@ -125,6 +125,11 @@ class FrameStream(asyncio.Protocol):
         buffered = transport.get_write_buffer_size() if transport is not None and not self.closed else 0
         return buffered + self._pending_bytes
 
+    def accept_only(self, codes: frozenset[int] | None) -> None:
+        """Take only frames of these wire codes (``codec.codes_of``) from now on, None for all: a
+        frame of another kind breaks the connection before it is decoded."""
+        self._decoder.accepted = codes
+
     def pause_reading(self) -> None:
         if self.transport is not None and not self.closed and self.transport.is_reading():
             self.transport.pause_reading()
