@@ -726,7 +726,20 @@ def test_a_frame_of_a_kind_not_taken_is_refused_before_it_is_decoded() -> None:
     assert isinstance(message, r.AppendEntries)
 
 
-@pytest.mark.parametrize("code_bytes", [b"\x0d", b"\xcc\x0d", b"\xcd\x00\x0d"])
+@pytest.mark.parametrize(
+    "code_bytes",
+    [
+        b"\x0d",
+        b"\xcc\x0d",
+        b"\xcd\x00\x0d",
+        b"\xce\x00\x00\x00\x0d",
+        b"\xcf" + bytes(7) + b"\x0d",
+        b"\xd0\x0d",
+        b"\xd1\x00\x0d",
+        b"\xd2\x00\x00\x00\x0d",
+        b"\xd3" + bytes(7) + b"\x0d",
+    ],
+)
 def test_a_message_code_is_read_in_every_int_form(code_bytes: bytes) -> None:
     # msgspec accepts a tag written in a longer form; the check reads it the same way.
     body = b"\x92" + bytes([codec.PROTOCOL_VERSION]) + b"\x91" + code_bytes
@@ -789,3 +802,39 @@ def test_a_decoder_takes_exactly_the_kinds_it_is_told(
             assert decoder.feed(piece) == []  # not yet a whole frame: nothing is decoded
         with pytest.raises(codec.StreamError, match=f"{cls.__name__} is not taken"):
             decoder.feed(pieces[-1])
+
+
+@pytest.mark.parametrize("code_bytes", [b"\xd0\xf3", b"\xd1\xff\xf3", b"\xcd\x01\x0d", b"\xce\x01\x00\x00\x0d"])
+def test_a_code_in_a_longer_form_is_read_as_its_own_number(code_bytes: bytes) -> None:
+    # -13 and 269, 16,777,229: not Welcome's 13, read as msgspec reads them (and refused by it).
+    body = b"\x92" + bytes([codec.PROTOCOL_VERSION]) + b"\x91" + code_bytes
+    with pytest.raises(ProtocolError, match="is not taken"):
+        codec.decode_body(body, codec.codes_of([Welcome]))
+
+
+def test_a_decoder_refuses_a_frame_over_a_limit_lowered_for_the_handshake() -> None:
+    hello_sized = codec.encode(m.StatusRequest(1))
+    decoder = codec.FrameDecoder(accepted=codec.HANDSHAKE_CODES)
+    decoder.max_frame_bytes = limits.MAX_HANDSHAKE_FRAME_BYTES
+    with pytest.raises(codec.StreamError, match="over the 8192 limit"):
+        decoder.feed(codec.LENGTH_PREFIX.pack(limits.MAX_HANDSHAKE_FRAME_BYTES + 1))
+    assert len(hello_sized) < limits.MAX_HANDSHAKE_FRAME_BYTES
+
+
+def test_the_largest_handshake_messages_fit_the_handshake_frame_limit() -> None:
+    """Every field of a handshake message at its longest, in 4-byte characters: the small limit a
+    connection has while it shakes hands never refuses an honest peer."""
+    from shardgrid.core import session as hs
+    from shardgrid.core.identity import MAX_ADDRESS_CHARS, MAX_UUID_CHARS
+
+    wide = "\U0001f600"
+    replica = Replica(wide * MAX_UUID_CHARS, wide * MAX_ADDRESS_CHARS)
+    nonce = bytes(hs.NONCE_BYTES)
+    largest = [
+        hs.Hello(2**53, wide * hs.MAX_CLUSTER_NAME_CHARS, hs.PeerRole.MEMBER, replica, wide * MAX_ADDRESS_CHARS, nonce),
+        hs.Challenge(replica, nonce, bytes(hs.PROOF_BYTES)),
+        hs.Proof(bytes(hs.PROOF_BYTES)),
+        hs.Refused(wide * hs.MAX_REASON_CHARS),
+    ]
+    for message in largest:
+        assert len(codec.encode(message)) <= limits.MAX_HANDSHAKE_FRAME_BYTES, type(message).__name__

@@ -324,12 +324,21 @@ def codes_of(types: Iterable[type]) -> frozenset[int]:
     return frozenset(WIRE_CODES[cls] for cls in types)
 
 
+# What a connection takes until its handshake is done: the handshake's own messages.
+HANDSHAKE_CODES = codes_of(handshake.HANDSHAKE_TYPES)
+
+
+# msgpack's int forms after the first byte: (bytes of the number, signed).
+_INT_FORMS = {0xCC: (1, False), 0xCD: (2, False), 0xCE: (4, False), 0xCF: (8, False)}
+_INT_FORMS |= {0xD0: (1, True), 0xD1: (2, True), 0xD2: (4, True), 0xD3: (8, True)}
+
+
 def _message_code(raw: bytes | memoryview | msgspec.Raw) -> int | None:
     """The code a message states first (msgspec writes a tagged array-like struct as an array whose
-    first item is its tag): read from a few bytes, before anything of it is decoded. None when the
-    bytes do not start so."""
+    first item is its tag), in any of msgpack's int forms, as msgspec reads it: read from a few
+    bytes, before anything of it is decoded. None when the bytes do not start so."""
     with memoryview(raw) as view:
-        head = view[:8].tobytes()
+        head = view[:14].tobytes()
     if not head:
         return None
     first = head[0]
@@ -339,11 +348,11 @@ def _message_code(raw: bytes | memoryview | msgspec.Raw) -> int | None:
     code = head[start]
     if code < 0x80:
         return code
-    if code == 0xCC and len(head) > start + 1:
-        return head[start + 1]
-    if code == 0xCD and len(head) > start + 2:
-        return int.from_bytes(head[start + 1 : start + 3], "big")
-    return None
+    form = _INT_FORMS.get(code)
+    if form is None or len(head) < start + 1 + form[0]:
+        return None
+    width, signed = form
+    return int.from_bytes(head[start + 1 : start + 1 + width], "big", signed=signed)
 
 
 def decode_body(body: bytes | bytearray | memoryview, accepted: frozenset[int] | None = None) -> Any:
@@ -422,7 +431,9 @@ class FrameDecoder:
 
     def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES, accepted: frozenset[int] | None = None) -> None:
         self._buffer = bytearray()
-        self._max_frame_bytes = max_frame_bytes
+        # Its owner may lower it while the connection shakes hands (MAX_HANDSHAKE_FRAME_BYTES); a
+        # partial frame held is checked against it again when the rest arrives.
+        self.max_frame_bytes = max_frame_bytes
         self._broken = ""  # why the stream broke ('' while it has not)
         # The wire codes taken (``codes_of``), None for all: its owner narrows it to what the
         # connection may carry now (the handshake's messages, then a client's requests). A frame
@@ -461,8 +472,8 @@ class FrameDecoder:
 
     def _length_at(self, source: bytes | bytearray, start: int) -> int:
         (length,) = LENGTH_PREFIX.unpack_from(source, start)
-        if length > self._max_frame_bytes:
-            raise ProtocolError(f"frame of {length} bytes is over the {self._max_frame_bytes} limit")
+        if length > self.max_frame_bytes:
+            raise ProtocolError(f"frame of {length} bytes is over the {self.max_frame_bytes} limit")
         return length
 
     def _finish_held(self, data: bytes, out: list[Any]) -> int:

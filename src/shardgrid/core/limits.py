@@ -28,6 +28,10 @@ MAX_PLANNER_CHAIN_STEPS: Final = MAX_REPLICA_COUNT
 
 # Wire: the largest frame a member sends or accepts (a migration chunk is far below it).
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+# Wire: the largest frame before a connection's handshake is done (a Hello is under 4 KiB: a 128-char
+# cluster name, two 256-char addresses, a nonce), so that a stranger's connections cannot each make a
+# member or a client hold a whole MAX_FRAME_BYTES frame while they shake hands.
+MAX_HANDSHAKE_FRAME_BYTES: Final = 8 * 1024
 
 # Data: bounds on what one request may carry.
 MAX_KEY_BYTES: Final = 64 * 1024
@@ -56,8 +60,9 @@ MAX_COUNTER: Final = 2**53
 # beyond them. Each is one the senders never reach, so that one frame under MAX_FRAME_BYTES cannot
 # make a member allocate many times its size. Nested ones multiply (entries of an AppendEntries
 # times their commands: 16 MiB of empty commands decode to about 385 MiB), so such kinds are decoded
-# only from a member that proved the cluster's secret: a connection takes the handshake's messages,
-# then a client's requests, checked from each frame's code before it is decoded (runtime.process).
+# only from a session that proved the cluster's secret as a member: a connection takes only the
+# handshake's messages (in frames of MAX_HANDSHAKE_FRAME_BYTES) until its handshake is done, then a
+# client's requests from a client, checked from each frame's code before it is decoded.
 # Raft entries in one AppendEntries (RaftSettings.max_append_entries, 64 by default).
 MAX_ENTRIES_PER_APPEND: Final = 10_000
 # Commands in one log entry (the leader gathers up to 1,000 into one, plus what one event adds).

@@ -36,9 +36,10 @@ from shardgrid.core.effects import Emit, LinkRestored, ReplyToClient, Send, Send
 from shardgrid.core.effects import Receive as ReceiveEvent
 from shardgrid.core.events import MemberStopped
 from shardgrid.core.identity import Replica
+from shardgrid.core.limits import MAX_HANDSHAKE_FRAME_BYTES
 from shardgrid.core.member import Member
 from shardgrid.core.member.lifecycle import Lifecycle
-from shardgrid.core.session import HANDSHAKE_TYPES, NONCE_BYTES, PeerRole, Session, SessionSettings
+from shardgrid.core.session import NONCE_BYTES, PeerRole, Session, SessionSettings
 from shardgrid.runtime import logs, tls
 from shardgrid.runtime.metrics import MemberMetrics
 from shardgrid.runtime.notices import notice_of
@@ -63,10 +64,10 @@ LOCAL_CLIENT = "local"  # the process itself, asking its member to leave on SIGT
 CLIENT_MESSAGES = frozenset(
     {m.MapRequest, m.ScanRequest, m.TableRequest, m.StatusRequest, m.AdminRequest, m.ListenRequest}
 )
-# What an accepted connection's frames may be, checked before they are decoded (a frame of another
-# kind closes it): the handshake until it proves who it is, then a client's requests, or anything
-# from a member (which holds the cluster's secret).
-_HANDSHAKE_CODES = codec.codes_of(HANDSHAKE_TYPES)
+# What a connection's frames may be, checked before they are decoded (a frame of another kind, or
+# a longer one, closes it): the handshake's messages in small frames until the handshake is done,
+# either way; then on an accepted connection a client's requests from a client session, anything
+# from a member's.
 _CLIENT_CODES = codec.codes_of(CLIENT_MESSAGES)
 
 
@@ -467,6 +468,8 @@ class MemberProcess:
     def on_connected(self, stream: FrameStream) -> None:
         if stream.accepted:
             self._accept(stream)  # its handshake deadline runs from now
+        else:
+            stream.accept_only(codec.HANDSHAKE_CODES, MAX_HANDSHAKE_FRAME_BYTES)  # whoever answers there
 
     def on_messages(self, stream: FrameStream, messages: list[Any]) -> None:
         link = self._links.get(stream)
@@ -523,7 +526,7 @@ class MemberProcess:
                 oldest.stream.abort()
                 self._links.pop(oldest.stream, None)  # counted out now, not when asyncio reports it closed
         link = Link(LinkKind.ACCEPTED, f"{stream.peer_host}:{stream.peer_port}", stream=stream)
-        stream.accept_only(_HANDSHAKE_CODES)
+        stream.accept_only(codec.HANDSHAKE_CODES, MAX_HANDSHAKE_FRAME_BYTES)
         link.session = Session.accept(self._session_settings, identity, os.urandom(NONCE_BYTES), self.now_ms())
         self._links[stream] = link
         return link
@@ -533,6 +536,7 @@ class MemberProcess:
         if session is None or stream is None:
             return False
         if link.kind is LinkKind.DIALED:
+            stream.accept_only(None)
             queued, link.queued = link.queued, []
             self._redial_after.pop(link.address, None)
             for target_uuid, message in queued:

@@ -43,6 +43,7 @@ class FrameStream(asyncio.Protocol):
         self.peer_host = ""
         self.peer_port = 0
         self._decoder = codec.FrameDecoder(max_frame_bytes)
+        self._max_frame_bytes = max_frame_bytes
         self._high_water_bytes = high_water_bytes
         self._pending: list[bytes] = []
         self._pending_bytes = 0
@@ -125,10 +126,12 @@ class FrameStream(asyncio.Protocol):
         buffered = transport.get_write_buffer_size() if transport is not None and not self.closed else 0
         return buffered + self._pending_bytes
 
-    def accept_only(self, codes: frozenset[int] | None) -> None:
-        """Take only frames of these wire codes (``codec.codes_of``) from now on, None for all: a
-        frame of another kind breaks the connection before it is decoded."""
+    def accept_only(self, codes: frozenset[int] | None, max_frame_bytes: int | None = None) -> None:
+        """Take only frames of these wire codes (``codec.codes_of``) from now on, None for all, of
+        at most ``max_frame_bytes`` (None: the stream's own limit): a frame of another kind breaks
+        the connection before it is decoded, a longer one from its length prefix."""
         self._decoder.accepted = codes
+        self._decoder.max_frame_bytes = self._max_frame_bytes if max_frame_bytes is None else max_frame_bytes
 
     def pause_reading(self) -> None:
         if self.transport is not None and not self.closed and self.transport.is_reading():
