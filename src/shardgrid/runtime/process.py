@@ -36,7 +36,6 @@ from shardgrid.core.effects import Emit, LinkRestored, ReplyToClient, Send, Send
 from shardgrid.core.effects import Receive as ReceiveEvent
 from shardgrid.core.events import MemberStopped
 from shardgrid.core.identity import Replica
-from shardgrid.core.limits import MAX_HANDSHAKE_FRAME_BYTES
 from shardgrid.core.member import Member
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.session import NONCE_BYTES, PeerRole, Session, SessionSettings
@@ -64,10 +63,8 @@ LOCAL_CLIENT = "local"  # the process itself, asking its member to leave on SIGT
 CLIENT_MESSAGES = frozenset(
     {m.MapRequest, m.ScanRequest, m.TableRequest, m.StatusRequest, m.AdminRequest, m.ListenRequest}
 )
-# What a connection's frames may be, checked before they are decoded (a frame of another kind, or
-# a longer one, closes it): the handshake's messages in small frames until the handshake is done,
-# either way; then on an accepted connection a client's requests from a client session, anything
-# from a member's.
+# What a connection's frames may be once its handshake is done (a stream takes only the handshake's
+# until then), checked before they are decoded: a client session's requests, anything from a member.
 _CLIENT_CODES = codec.codes_of(CLIENT_MESSAGES)
 
 
@@ -468,8 +465,6 @@ class MemberProcess:
     def on_connected(self, stream: FrameStream) -> None:
         if stream.accepted:
             self._accept(stream)  # its handshake deadline runs from now
-        else:
-            stream.accept_only(codec.HANDSHAKE_CODES, MAX_HANDSHAKE_FRAME_BYTES)  # whoever answers there
 
     def on_messages(self, stream: FrameStream, messages: list[Any]) -> None:
         link = self._links.get(stream)
@@ -526,7 +521,6 @@ class MemberProcess:
                 oldest.stream.abort()
                 self._links.pop(oldest.stream, None)  # counted out now, not when asyncio reports it closed
         link = Link(LinkKind.ACCEPTED, f"{stream.peer_host}:{stream.peer_port}", stream=stream)
-        stream.accept_only(codec.HANDSHAKE_CODES, MAX_HANDSHAKE_FRAME_BYTES)
         link.session = Session.accept(self._session_settings, identity, os.urandom(NONCE_BYTES), self.now_ms())
         self._links[stream] = link
         return link

@@ -5,6 +5,13 @@ codec's ``FrameDecoder`` (which refuses an oversized frame from its length prefi
 buffers the body), and frames sent during one turn of the event loop leave in one ``writelines``
 call. The stream knows nothing of sessions or members: it tells its ``StreamOwner`` what arrived
 and when it can or cannot take more, and the owner decides what that means for its peer.
+
+Every stream starts out taking only the handshake's messages, in frames of at most
+``MAX_HANDSHAKE_FRAME_BYTES``, whichever side dialed: until the owner's session has proved who the
+peer is, it is a stranger (found by outside testers: a 16 MiB frame of empty commands decoded to
+~400 MiB in a member that accepted it, in one that dialed an address a stranger had taken, and in a
+client; 64 connections that never finished the handshake held 1 GiB of partial frames). The owner
+widens it with ``accept_only`` once the handshake is done.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import asyncio
 from typing import Any, Protocol, cast
 
 from shardgrid.core import codec
+from shardgrid.core.limits import MAX_HANDSHAKE_FRAME_BYTES
 
 
 class StreamOwner(Protocol):
@@ -42,7 +50,7 @@ class FrameStream(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer_host = ""
         self.peer_port = 0
-        self._decoder = codec.FrameDecoder(max_frame_bytes)
+        self._decoder = codec.FrameDecoder(min(max_frame_bytes, MAX_HANDSHAKE_FRAME_BYTES), codec.HANDSHAKE_CODES)
         self._max_frame_bytes = max_frame_bytes
         self._high_water_bytes = high_water_bytes
         self._pending: list[bytes] = []
