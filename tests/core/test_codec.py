@@ -273,6 +273,20 @@ def test_a_frame_held_across_reads_takes_only_the_bytes_it_lacks() -> None:
     assert decoder.feed(first[5:]) == [r.Heartbeat(1, 2, 3)]
 
 
+def test_the_part_read_frame_is_sized_from_its_prefix() -> None:
+    frame = codec.encode(r.Heartbeat(1, 2, 3))
+    decoder = codec.FrameDecoder()
+    assert decoder.partial_frame_bytes == 0
+    decoder.feed(frame[:2])
+    assert decoder.partial_frame_bytes == 2  # the prefix is not whole yet: what is held
+    decoder.feed(frame[2:5])
+    assert decoder.partial_frame_bytes == len(frame)
+    decoder.feed(frame[5:] + frame[:6])
+    assert decoder.partial_frame_bytes == len(frame)  # the next one, begun
+    decoder.feed(frame[6:])
+    assert decoder.partial_frame_bytes == 0
+
+
 def test_oversized_frames_are_refused_before_buffering() -> None:
     decoder = codec.FrameDecoder(max_frame_bytes=100)
     with pytest.raises(ProtocolError, match="over the 100 limit"):

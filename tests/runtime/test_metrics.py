@@ -42,6 +42,8 @@ def test_a_member_serves_its_metrics(tmp_path):
         assert samples['shardgrid_map_request_seconds_count{map="users",op="get"}'] == 2
         assert samples["shardgrid_partitions_owned"] == 271
         assert samples['shardgrid_connections{kind="client"}'] >= 0
+        assert samples["shardgrid_client_frame_bytes_claimed"] == 0  # nothing part-read now
+        assert samples["shardgrid_client_frames_waiting"] == 0
 
 
 def test_operations_are_counted_by_status():

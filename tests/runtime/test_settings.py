@@ -68,6 +68,14 @@ def test_the_resend_backstop_follows_a_shorter_migration_timeout_unless_set() ->
     )
 
 
+def test_every_client_frame_fits_the_frame_budget() -> None:
+    assert load(client_frame_budget_bytes=MAX_FRAME_BYTES).process.client_frame_budget_bytes == MAX_FRAME_BYTES
+    assert "client-frame-budget-bytes: must be at least max_frame_bytes" in error_of(
+        client_frame_budget_bytes=MAX_FRAME_BYTES - 1
+    )
+    assert "frame-timeout-ms: must be positive" in error_of(frame_timeout_ms=0)
+
+
 def test_every_public_field_is_a_setting_and_no_private_one_is() -> None:
     assert set(FIELDS["cluster"]) == {
         name for name in MemberConfig.__dataclass_fields__ if not name.startswith("_") and name != "maps"

@@ -70,6 +70,16 @@ class MemberMetrics:
             "shardgrid_writes_awaiting_backups", "Writes not yet acknowledged by every backup.", registry=registry
         )
         self.connections = Gauge("shardgrid_connections", "Open connections by kind.", ["kind"], registry=registry)
+        self.client_frame_bytes_claimed = Gauge(
+            "shardgrid_client_frame_bytes_claimed",
+            "Bytes of part-read client frames claimed from client_frame_budget_bytes.",
+            registry=registry,
+        )
+        self.client_frames_waiting = Gauge(
+            "shardgrid_client_frames_waiting",
+            "Client connections whose part-read frame waits for the frame budget (their reading paused).",
+            registry=registry,
+        )
         self.connections_refused = Counter(
             "shardgrid_connections_refused", "Connections closed for bad input or a failed handshake.",
             registry=registry,

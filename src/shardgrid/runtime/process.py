@@ -40,6 +40,7 @@ from shardgrid.core.member import Member
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.session import NONCE_BYTES, PeerRole, Session, SessionSettings
 from shardgrid.runtime import logs, tls
+from shardgrid.runtime.frame_budget import FrameBudget
 from shardgrid.runtime.metrics import MemberMetrics
 from shardgrid.runtime.notices import notice_of
 from shardgrid.runtime.settings import Settings
@@ -119,6 +120,7 @@ class MemberProcess:
         self._lost_peers: dict[str, None] = {}
         self._clients: dict[str, Link] = {}
         self._client_counter = 0
+        self._client_frames = FrameBudget(self.process.client_frame_budget_bytes)
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._t0 = 0.0
         # The loop this process runs on, kept: asyncio.get_running_loop() asks the kernel for the
@@ -542,7 +544,7 @@ class MemberProcess:
             if len(self._clients) >= MAX_CLIENT_CONNECTIONS:
                 self._refused(link, f"{MAX_CLIENT_CONNECTIONS} clients are connected already")
                 return False
-            stream.accept_only(_CLIENT_CODES)
+            stream.accept_only(_CLIENT_CODES, budget=self._client_frames)
             self._client_counter += 1
             link.client_id = f"client-{self._client_counter}@{link.address}"
             self._clients[link.client_id] = link
@@ -661,10 +663,17 @@ class MemberProcess:
 
     def _on_housekeeping(self) -> None:
         now = self.now_ms()
+        frame_timeout_s = self.process.frame_timeout_ms / 1000
         for link in list(self._links.values()):
             session = link.session
             if session is not None and session.expired(now):
                 self._refused(link, f"no handshake within {self.process.handshake_timeout_ms} ms")
+            elif link.client_id and link.stream is not None and link.stream.frame_overdue(frame_timeout_s):
+                self._refused(
+                    link,
+                    f"a frame of {link.stream.claimed_frame_bytes} bytes was not whole after "
+                    f"{self.process.frame_timeout_ms} ms of reading",
+                )
         self._redial_lost()
         self._ticks += 1
         if self._ticks % STATUS_EVERY_TICKS == 0 and self.member is not None:
@@ -675,4 +684,6 @@ class MemberProcess:
                 kinds[kind] += 1
             for kind, count in kinds.items():
                 self.metrics.connections.labels(kind).set(count)
+            self.metrics.client_frame_bytes_claimed.set(self._client_frames.claimed_bytes)
+            self.metrics.client_frames_waiting.set(self._client_frames.waiting)
         self._housekeeping = asyncio.get_running_loop().call_later(HOUSEKEEPING_MS / 1000, self._on_housekeeping)

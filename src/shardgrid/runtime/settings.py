@@ -86,6 +86,10 @@ class ProcessSettings:
     max_connections_per_address: int = 4
     max_frame_bytes: int = MAX_FRAME_BYTES  # a peer's frame over this closes its connection
     write_high_water_bytes: int = 4 * 1024 * 1024  # unsent bytes to one peer before its sender waits
+    # Part-read frames all client connections may hold at once (runtime.frame_budget); a client's
+    # frame begun must be whole after frame_timeout_ms of reading, or its connection is closed.
+    client_frame_budget_bytes: int = 128 * 1024 * 1024
+    frame_timeout_ms: int = 30_000
 
     def validate(self) -> None:
         _check(bool(self.host) and self.host == self.host.strip(), "host", "must be a non-empty name or address")
@@ -112,6 +116,13 @@ class ProcessSettings:
             f"must be {smallest}..{MAX_FRAME_BYTES}, got {self.max_frame_bytes}",
         )
         _check(self.write_high_water_bytes > 0, "write_high_water_bytes", "must be positive")
+        # Every frame must fit the budget alone, or a claim of it would wait for ever.
+        _check(
+            self.client_frame_budget_bytes >= self.max_frame_bytes,
+            "client_frame_budget_bytes",
+            f"must be at least max_frame_bytes ({self.max_frame_bytes}), got {self.client_frame_budget_bytes}",
+        )
+        _check(self.frame_timeout_ms > 0, "frame_timeout_ms", "must be positive")
 
 
 def is_address(address: str) -> bool:

@@ -11,7 +11,10 @@ Every stream starts out taking only the handshake's messages, in frames of at mo
 peer is, it is a stranger (found by outside testers: a 16 MiB frame of empty commands decoded to
 ~400 MiB in a member that accepted it, in one that dialed an address a stranger had taken, and in a
 client; 64 connections that never finished the handshake held 1 GiB of partial frames). The owner
-widens it with ``accept_only`` once the handshake is done.
+widens it with ``accept_only`` once the handshake is done, and hands a client's stream the
+process's ``FrameBudget``: from then on a part-read frame over ``UNBUDGETED_FRAME_BYTES`` is claimed
+from it before the stream reads on (its reading paused while the claim waits), and ``frame_overdue``
+tells the owner when a claimed frame has been read for too long without ending.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import asyncio
 from typing import Any, Protocol, cast
 
 from shardgrid.core import codec
+from shardgrid.core.errors import invariant
 from shardgrid.core.limits import MAX_HANDSHAKE_FRAME_BYTES
+from shardgrid.runtime.frame_budget import UNBUDGETED_FRAME_BYTES, FrameBudget
 
 
 class StreamOwner(Protocol):
@@ -60,6 +65,13 @@ class FrameStream(asyncio.Protocol):
         self._transport_paused = False
         self._loop: asyncio.AbstractEventLoop | None = None  # kept: get_running_loop() costs a getpid
         self.closed = False
+        # Reading stops while the owner asks (its answers pile up) or a frame's claim waits.
+        self._paused_by_owner = False
+        self._budget: FrameBudget | None = None
+        self.claimed_frame_bytes = 0  # the part-read frame's claim (granted or waiting); 0: none
+        self._waiting_for_budget = False
+        self._claim_read_s = 0.0  # reading time the claimed frame took before ``_reading_since``
+        self._reading_since: float | None = None  # loop time reading last (re)started under a claim
 
     # --- asyncio's callbacks ---------------------------------------------------------------------
 
@@ -88,6 +100,8 @@ class FrameStream(asyncio.Protocol):
             self.owner.on_broken(self, str(error))
             self.close()
             return
+        if self._budget is not None:
+            self._account(bool(messages))
         if messages:
             self.owner.on_messages(self, messages)
 
@@ -98,6 +112,7 @@ class FrameStream(asyncio.Protocol):
         self.closed = True
         self._pending.clear()
         self._pending_bytes = 0
+        self._end_claim()
         self.owner.on_closed(self)
 
     def pause_writing(self) -> None:
@@ -134,20 +149,41 @@ class FrameStream(asyncio.Protocol):
         buffered = transport.get_write_buffer_size() if transport is not None and not self.closed else 0
         return buffered + self._pending_bytes
 
-    def accept_only(self, codes: frozenset[int] | None, max_frame_bytes: int | None = None) -> None:
+    def accept_only(
+        self, codes: frozenset[int] | None, max_frame_bytes: int | None = None, budget: FrameBudget | None = None
+    ) -> None:
         """Take only frames of these wire codes (``codec.codes_of``) from now on, None for all, of
         at most ``max_frame_bytes`` (None: the stream's own limit): a frame of another kind breaks
-        the connection before it is decoded, a longer one from its length prefix."""
+        the connection before it is decoded, a longer one from its length prefix. With ``budget``,
+        each part-read frame over ``UNBUDGETED_FRAME_BYTES`` is claimed from it first."""
         self._decoder.accepted = codes
         self._decoder.max_frame_bytes = self._max_frame_bytes if max_frame_bytes is None else max_frame_bytes
+        if budget is not None and self._budget is None:
+            self._budget = budget
+            self._account(False)
 
     def pause_reading(self) -> None:
-        if self.transport is not None and not self.closed and self.transport.is_reading():
-            self.transport.pause_reading()
+        self._paused_by_owner = True
+        self._set_reading()
 
     def resume_reading(self) -> None:
-        if self.transport is not None and not self.closed and not self.transport.is_reading():
-            self.transport.resume_reading()
+        self._paused_by_owner = False
+        self._set_reading()
+
+    def frame_overdue(self, timeout_s: float) -> bool:
+        """Whether the claimed part-read frame has been read for over ``timeout_s`` (the time its
+        claim waited, or the owner paused reading, not counted) and is still not whole."""
+        if not self.claimed_frame_bytes or self._waiting_for_budget:
+            return False
+        since = self._reading_since
+        read_s = self._claim_read_s + (self._now() - since if since is not None else 0.0)
+        return read_s > timeout_s
+
+    def budget_granted(self, frame_bytes: int) -> None:
+        invariant(self._waiting_for_budget and frame_bytes == self.claimed_frame_bytes, "a grant answers our claim")
+        self._waiting_for_budget = False
+        self._claim_read_s = 0.0
+        self._set_reading()
 
     def close(self) -> None:
         """Close after what is queued has been written."""
@@ -155,6 +191,7 @@ class FrameStream(asyncio.Protocol):
             return
         self._flush()
         self.closed = True
+        self._end_claim()
         if self.transport is not None:
             self.transport.close()
 
@@ -163,10 +200,55 @@ class FrameStream(asyncio.Protocol):
         self.closed = True
         self._pending.clear()
         self._pending_bytes = 0
+        self._end_claim()
         if self.transport is not None:
             self.transport.abort()
 
     # --- inside ------------------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        loop = self._loop
+        return loop.time() if loop is not None else 0.0
+
+    def _account(self, decoded: bool) -> None:
+        """After a read: the claim follows the part-read frame. A frame decoded in this read means
+        the one claimed (always the first in line) is whole, even when the next is as long."""
+        partial = self._decoder.partial_frame_bytes
+        wanted = partial if partial > UNBUDGETED_FRAME_BYTES else 0
+        if self.claimed_frame_bytes and (decoded or wanted != self.claimed_frame_bytes):
+            self._end_claim()
+        if not wanted or self.claimed_frame_bytes or self._budget is None:
+            return
+        self.claimed_frame_bytes = wanted
+        self._claim_read_s = 0.0
+        if not self._budget.claim(self, wanted):
+            self._waiting_for_budget = True  # read on once granted (``budget_granted``)
+        self._set_reading()
+
+    def _end_claim(self) -> None:
+        if self.claimed_frame_bytes and self._budget is not None:
+            self._budget.release(self)
+        self.claimed_frame_bytes = 0
+        self._waiting_for_budget = False
+        self._claim_read_s = 0.0
+        self._reading_since = None
+
+    def _set_reading(self) -> None:
+        """Reads while neither the owner nor a waiting claim holds it; a claim's clock runs only
+        while it reads."""
+        transport = self.transport
+        reading = not (self._paused_by_owner or self._waiting_for_budget)
+        if transport is not None and not self.closed and transport.is_reading() != reading:
+            if reading:
+                transport.resume_reading()
+            else:
+                transport.pause_reading()
+        claimed = self.claimed_frame_bytes and not self._waiting_for_budget
+        if claimed and reading and self._reading_since is None:
+            self._reading_since = self._now()
+        elif self._reading_since is not None and not (claimed and reading):
+            self._claim_read_s += self._now() - self._reading_since
+            self._reading_since = None
 
     def _flush(self) -> None:
         self._flush_scheduled = False
