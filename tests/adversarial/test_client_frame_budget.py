@@ -3,12 +3,14 @@ part-read frame of up to max_frame_bytes while it trickled in, so a client that 
 on many connections and never ended them grew a member by that much per connection (6 connections:
 39 to 123 MiB; 4,096 client connections are allowed). Part-read client frames now share one
 process-wide budget (client_frame_budget_bytes): a connection whose frame does not fit stops being
-read until one ends, and a claimed frame not whole after frame_timeout_ms of reading closes its
-connection. An honest client's large request waits its turn and is served."""
+read until one ends; a claimed frame not whole frame_timeout_ms after its claim was granted, or
+without a byte for frame_stall_timeout_ms while it is read, closes its connection. An honest
+client's large request waits its turn and is served."""
 
 from __future__ import annotations
 
 import contextlib
+import socket
 import struct
 import threading
 import time
@@ -16,15 +18,20 @@ import time
 import pytest
 
 from shardgrid.client import Client
-from shardgrid.core.limits import MAX_KEY_BYTES, MAX_VALUE_BYTES
+from shardgrid.core import codec
+from shardgrid.core import messages as m
+from shardgrid.core.hashing import partition_id_of_serialized, serialize_key
+from shardgrid.core.limits import MAX_REQUEST_BYTES
 from tests.runtime.local_cluster import LocalCluster
 
 from .conftest import rss_mb
 from .raw import Raw
 
 MIB = 1024 * 1024
-FRAME_BYTES = MAX_KEY_BYTES + MAX_VALUE_BYTES + 128 * 1024  # the smallest max_frame_bytes allowed, and a bit
+FRAME_BYTES = MAX_REQUEST_BYTES + 256 * 1024  # the smallest max_frame_bytes allowed
 HOLDERS = 12
+TIMEOUT_MS = 3_000
+STALL_MS = 500
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +42,11 @@ def member(tmp_path_factory):
         "--set",
         f"client_frame_budget_bytes={2 * FRAME_BYTES}",
         "--set",
-        "frame_timeout_ms=1000",
+        f"frame_timeout_ms={TIMEOUT_MS}",
+        "--set",
+        f"frame_stall_timeout_ms={STALL_MS}",
+        "--set",
+        "write_high_water_bytes=1048576",
     )
     with LocalCluster(tmp_path_factory.mktemp("budget"), 1, *settings) as running:
         running.wait_formed()
@@ -70,8 +81,8 @@ def test_part_read_client_frames_stay_within_the_budget_and_an_honest_client_is_
         while time.monotonic() < deadline:
             peak = max(peak, rss_mb(process.pid))
             time.sleep(0.1)
-        # Unbounded, the member read all but a byte of each frame: 12 x 4.2 MiB.
-        assert peak - before < 30, f"{HOLDERS} part-read frames grew the member from {before} to {peak} MiB"
+        # Unbounded, the member read all but a byte of each frame: 12 x 8.25 MiB.
+        assert peak - before < 40, f"{HOLDERS} part-read frames grew the member from {before} to {peak} MiB"
         value = b"v" * (3 * MIB)  # a frame over the budget's threshold: claimed, waits its turn
         started = time.monotonic()
         with Client([address], operation_call_timeout_ms=30_000) as client:
@@ -83,9 +94,71 @@ def test_part_read_client_frames_stay_within_the_budget_and_an_honest_client_is_
         closed = sum(raw.closed_by_peer(timeout_s=5) for raw in holders)
         assert closed == HOLDERS, f"only {closed} of {HOLDERS} connections holding a frame were closed"
         assert process.poll() is None
-        log = member.log_text(address)
-        assert f"a frame of {FRAME_BYTES} bytes was not whole after 1000 ms of reading" in log
+        assert f"no byte of a frame of {FRAME_BYTES - 4} bytes came in {STALL_MS} ms" in member.log_text(address)
         assert waited_s < 25
     finally:
         for raw in holders:
+            raw.close()
+
+
+def _begin_frame(raw: Raw, before: bytes = b"") -> None:
+    """``before`` and then the first 1,000 bytes of a frame of FRAME_BYTES, in one send."""
+    raw.sock.sendall(before + struct.pack(">I", FRAME_BYTES - 4) + b"\x00" * 1000)
+
+
+def _honest_put_seconds(address: str) -> float:
+    started = time.monotonic()
+    with Client([address], operation_call_timeout_ms=60_000) as client:
+        client.get_map("honest").set("x", b"y" * (3 * MIB))
+    return time.monotonic() - started
+
+
+def test_a_client_that_reads_no_answers_keeps_its_claim_no_longer_than_the_frame_timeout(member):
+    """Found by an outside tester: GETs of a big value that the client never read, then a large
+    frame begun. Its answers piled up, the member paused its reading, and the paused time did not
+    count against the claim: two such connections held the budget, and every large request waited
+    until its call timed out."""
+    address = member.addresses[0]
+    key = serialize_key("k")
+    pid = partition_id_of_serialized(key)
+    with Client([address], operation_call_timeout_ms=30_000) as client:
+        client.get_map("m").set("k", b"v" * (3 * MIB))
+    gets = b"".join(codec.encode(m.MapRequest(10 + i, m.GET, "m", (pid,), (key,))) for i in range(20))
+    attackers = [Raw(address) for _ in range(2)]
+    try:
+        for raw in attackers:
+            raw.handshake()
+            raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            _begin_frame(raw, gets)  # 60 MiB of answers it never reads
+        time.sleep(0.5)
+        waited_s = _honest_put_seconds(address)
+        assert waited_s < TIMEOUT_MS / 1000 + 10
+        assert f"a frame of {FRAME_BYTES - 4} bytes was not whole {TIMEOUT_MS} ms after it was let in" in (
+            member.log_text(address)
+        )
+        # (Both are closed, their unread answers dropped; the kernel still holds what it had taken
+        # to send, which a client that reads nothing receives slowly.)
+        assert member.log_text(address).count(f"not whole {TIMEOUT_MS} ms after it was let in") == 2
+    finally:
+        for raw in attackers:
+            raw.close()
+
+
+def test_connections_that_queue_for_the_budget_and_then_send_nothing_give_it_back_soon(member):
+    """Found by an outside tester: 5 bytes put a connection in the queue, and once granted it held
+    its claim for the whole frame timeout without sending more: 20 of them kept an honest client's
+    large request waiting 10 times the timeout. A claim that gets no byte for the stall timeout
+    now closes its connection."""
+    address = member.addresses[0]
+    idle = [Raw(address) for _ in range(20)]
+    try:
+        for raw in idle:
+            raw.handshake()
+            raw.sock.sendall(struct.pack(">I", FRAME_BYTES - 4) + b"\x00")
+        time.sleep(0.3)
+        waited_s = _honest_put_seconds(address)
+        # 2 claims fit: 10 turns of about STALL_MS each before the honest claim's, not of TIMEOUT_MS.
+        assert waited_s < 10 * TIMEOUT_MS / 1000 / 2, f"the honest put waited {waited_s:.1f} s"
+    finally:
+        for raw in idle:
             raw.close()

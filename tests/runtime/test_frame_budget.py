@@ -204,8 +204,8 @@ def test_a_stream_claims_its_part_read_frame_and_waits_for_the_budget() -> None:
     second, second_transport, second_owner = _client_stream(budget, clock)
     big = _put_frame(2 * MIB)
     first.data_received(big[:1000])
-    assert first.claimed_frame_bytes == len(big)
-    assert budget.claimed_bytes == len(big)
+    assert first.claimed_frame_bytes == len(big) - 4
+    assert budget.claimed_bytes == len(big) - 4
     second.data_received(big[:1000])  # does not fit beside the first
     assert not second_transport.reading
     assert budget.waiting == 1
@@ -215,7 +215,7 @@ def test_a_stream_claims_its_part_read_frame_and_waits_for_the_budget() -> None:
     assert len(first_owner.messages) == 1
     assert first.claimed_frame_bytes == 0
     assert second_transport.reading
-    assert budget.claimed_bytes == len(big)
+    assert budget.claimed_bytes == len(big) - 4
     second.data_received(big[1000:])
     assert len(second_owner.messages) == 1
     assert budget.claimed_bytes == 0
@@ -243,11 +243,23 @@ def test_the_next_frame_of_the_same_length_is_a_new_claim_with_a_new_clock() -> 
     clock.now += 20
     stream.data_received(one[5000:] + two[:5000])  # the first ends and the next begins, as long
     assert len(owner.messages) == 1
-    assert stream.claimed_frame_bytes == len(two)
+    assert stream.claimed_frame_bytes == len(two) - 4
     clock.now += 20
-    assert not stream.frame_overdue(30)  # 20 s of this frame, not 40
+    assert not stream.frame_overdue(30_000, 30_000)  # 20 s of this frame, not 40
     clock.now += 11
-    assert stream.frame_overdue(30)
+    assert "was not whole 30000 ms after it was let in" in stream.frame_overdue(30_000, 30_000)
+
+
+def test_a_frame_as_long_as_the_budget_is_claimed() -> None:
+    """Found by an outside tester: the claim counted the length prefix too, so with a budget of
+    max_frame_bytes a frame of that length broke an invariant in data_received."""
+    frame = _put_frame(2 * MIB)
+    budget = FrameBudget(len(frame) - 4)
+    stream, _, owner = _client_stream(budget, Clock())
+    stream.data_received(frame[:1000])
+    assert budget.claimed_bytes == budget.capacity_bytes
+    stream.data_received(frame[1000:])
+    assert len(owner.messages) == 1
 
 
 def _second_in_line(clock: Clock) -> tuple[FrameBudget, FrameStream, FrameStream, Transport]:
@@ -261,25 +273,30 @@ def _second_in_line(clock: Clock) -> tuple[FrameBudget, FrameStream, FrameStream
     return budget, holder, stream, transport
 
 
-def test_a_claimed_frame_is_timed_only_while_it_is_read() -> None:
+def test_a_claimed_frame_is_timed_from_its_grant_and_stalls_only_while_it_is_read() -> None:
     clock = Clock()
     budget, holder, stream, transport = _second_in_line(clock)
     clock.now += 100  # waiting for the budget: not timed
-    assert not stream.frame_overdue(30)
+    assert not stream.frame_overdue(30_000, 5_000)
     holder.close()  # gives its claim back
     assert transport.reading
-    clock.now += 10
-    stream.pause_reading()  # the owner's answers pile up: not timed either
-    clock.now += 100
-    assert not stream.frame_overdue(30)
+    clock.now += 4
+    assert not stream.frame_overdue(30_000, 5_000)
+    clock.now += 2
+    assert "no byte of a frame" in stream.frame_overdue(30_000, 5_000)  # 6 s granted, nothing came
+    stream.data_received(b"\x00" * 100)
+    assert not stream.frame_overdue(30_000, 5_000)
+    stream.pause_reading()  # the owner's answers pile up: nothing can come, so no stall ...
+    clock.now += 20
+    assert not stream.frame_overdue(30_000, 5_000)
     stream.resume_reading()
-    clock.now += 15
-    assert not stream.frame_overdue(30)
-    clock.now += 10
-    assert stream.frame_overdue(30)  # 35 s of reading
+    clock.now += 4
+    assert not stream.frame_overdue(30_000, 5_000)
+    clock.now += 1  # ... but its time from the grant runs on: a client that reads no answers
+    assert "was not whole 30000 ms after" in stream.frame_overdue(30_000, 5_000)
     stream.abort()
     assert budget.claimed_bytes == 0
-    assert not stream.frame_overdue(30)
+    assert not stream.frame_overdue(30_000, 5_000)
 
 
 def test_a_stream_closed_while_its_claim_waits_leaves_the_queue() -> None:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from shardgrid.cli.main import cli
 from shardgrid.core.config import MapConfig, MemberConfig
-from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_PARTITION_COUNT
+from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_PARTITION_COUNT, MAX_REQUEST_BYTES
 from shardgrid.runtime.settings import (
     FIELDS,
     RUNTIME_CLUSTER_DEFAULTS,
@@ -74,6 +74,16 @@ def test_every_client_frame_fits_the_frame_budget() -> None:
         client_frame_budget_bytes=MAX_FRAME_BYTES - 1
     )
     assert "frame-timeout-ms: must be positive" in error_of(frame_timeout_ms=0)
+    assert "frame-stall-timeout-ms: must be positive and at most frame_timeout_ms" in error_of(
+        frame_timeout_ms=1_000, frame_stall_timeout_ms=2_000
+    )
+
+
+def test_every_request_a_client_sends_fits_a_frame() -> None:
+    """Found by an outside tester: at 4.25 MiB a client's 8 MiB put_all request was refused, and
+    resent on a new connection, until its call timed out."""
+    assert "max-frame-bytes: must be" in error_of(max_frame_bytes=MAX_REQUEST_BYTES)
+    assert load(max_frame_bytes=MAX_REQUEST_BYTES + 256 * 1024).process.max_frame_bytes > MAX_REQUEST_BYTES
 
 
 def test_every_public_field_is_a_setting_and_no_private_one_is() -> None:

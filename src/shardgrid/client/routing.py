@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from shardgrid.core.limits import MAX_REQUEST_BYTES
 from shardgrid.core.messages import PartitionRedirect, TableReply
 
-MAX_REQUEST_BYTES = 8 * 1024 * 1024  # keys and values of one request, well under the frame limit
+__all__ = ["MAX_REQUEST_BYTES", "TableView", "group_by_owner", "split_requests"]
 
 
 @dataclass(slots=True)

@@ -472,14 +472,14 @@ class FrameDecoder:
 
     @property
     def partial_frame_bytes(self) -> int:
-        """The whole size (length prefix included) of the frame held part-read, as its prefix
-        declares it; the bytes held while the prefix itself is incomplete; 0 when none is held.
-        What a runtime budgets before it reads the rest (runtime.frame_budget)."""
+        """The length of the frame held part-read, as its prefix declares it (what
+        ``max_frame_bytes`` bounds); the bytes held while the prefix itself is incomplete; 0 when
+        none is held. What a runtime budgets before it reads the rest (runtime.frame_budget)."""
         buffer = self._buffer
         if len(buffer) < LENGTH_PREFIX.size:
             return len(buffer)
         (length,) = LENGTH_PREFIX.unpack_from(buffer, 0)
-        return int(LENGTH_PREFIX.size + length)
+        return int(length)
 
     def _length_at(self, source: bytes | bytearray, start: int) -> int:
         (length,) = LENGTH_PREFIX.unpack_from(source, start)

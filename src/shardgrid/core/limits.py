@@ -37,6 +37,9 @@ MAX_HANDSHAKE_FRAME_BYTES: Final = 8 * 1024
 MAX_KEY_BYTES: Final = 64 * 1024
 MAX_VALUE_BYTES: Final = 4 * 1024 * 1024
 MAX_OPERATIONS_PER_REQUEST: Final = 10_000
+# Keys and values a client puts in one request (a larger call is split): a member's frame limit must
+# take such a request with its headers (runtime settings check it).
+MAX_REQUEST_BYTES: Final = 8 * 1024 * 1024
 # Keys and values in one backup batch (resends of many waiting runs are split to stay well under a
 # frame; a single run is never larger than the request that carried it).
 MAX_BACKUP_BATCH_BYTES: Final = 4 * 1024 * 1024

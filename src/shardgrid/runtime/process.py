@@ -54,6 +54,7 @@ PEER_BACKLOG_FACTOR = 4  # a peer with this many high-water marks unsent is cut 
 MIN_REDIAL_MS = 100  # after a failed dial, sends to that address are dropped for this long ...
 MAX_REDIAL_MS = 2_000  # ... doubling up to this
 HOUSEKEEPING_MS = 100
+LATE_TICKS = 5  # a housekeeping tick this many periods late finds the loop was busy
 CLOSE_FLUSH_S = 1.0  # how long a stopping process waits for its last frames to be written
 STATUS_EVERY_TICKS = 10  # the metrics read the member's status once a second
 MAX_TIMED_CALLS_PER_CLIENT = 100_000  # calls in flight whose latency is measured; more go untimed
@@ -128,6 +129,7 @@ class MemberProcess:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = asyncio.Event()
         self._housekeeping: asyncio.TimerHandle | None = None
+        self._housekeeping_ms = 0  # when the last housekeeping tick ran
         self._signals = 0
         self._ticks = 0
         self.metrics = MemberMetrics()
@@ -663,17 +665,20 @@ class MemberProcess:
 
     def _on_housekeeping(self) -> None:
         now = self.now_ms()
-        frame_timeout_s = self.process.frame_timeout_ms / 1000
+        # A tick that comes late (the loop was busy) runs before the reads that waited with it: no
+        # client's frame is judged stalled on it, since its bytes may be among them.
+        on_time = now - self._housekeeping_ms <= HOUSEKEEPING_MS * LATE_TICKS
+        self._housekeeping_ms = now
+        process = self.process
         for link in list(self._links.values()):
             session = link.session
             if session is not None and session.expired(now):
-                self._refused(link, f"no handshake within {self.process.handshake_timeout_ms} ms")
-            elif link.client_id and link.stream is not None and link.stream.frame_overdue(frame_timeout_s):
-                self._refused(
-                    link,
-                    f"a frame of {link.stream.claimed_frame_bytes} bytes was not whole after "
-                    f"{self.process.frame_timeout_ms} ms of reading",
-                )
+                self._refused(link, f"no handshake within {process.handshake_timeout_ms} ms")
+            elif link.client_id and link.stream is not None and on_time:
+                overdue = link.stream.frame_overdue(process.frame_timeout_ms, process.frame_stall_timeout_ms)
+                if overdue:
+                    self._refused(link, overdue)
+                    link.stream.abort()  # its unread answers go too: a client that reads none holds them for ever
         self._redial_lost()
         self._ticks += 1
         if self._ticks % STATUS_EVERY_TICKS == 0 and self.member is not None:

@@ -30,7 +30,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from shardgrid.core.config import MapConfig, MemberConfig
 from shardgrid.core.errors import ConfigError
-from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_KEY_BYTES, MAX_VALUE_BYTES
+from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_REQUEST_BYTES
 
 PROCESS = "member"
 CLUSTER = "cluster"
@@ -90,6 +90,7 @@ class ProcessSettings:
     # frame begun must be whole after frame_timeout_ms of reading, or its connection is closed.
     client_frame_budget_bytes: int = 128 * 1024 * 1024
     frame_timeout_ms: int = 30_000
+    frame_stall_timeout_ms: int = 5_000  # ... nor after this long without a byte of it while it is read
 
     def validate(self) -> None:
         _check(bool(self.host) and self.host == self.host.strip(), "host", "must be a non-empty name or address")
@@ -107,9 +108,12 @@ class ProcessSettings:
             _check(self.metrics_port != self.port, "metrics_port", "must differ from port")
         _check(self.handshake_timeout_ms > 0, "handshake_timeout_ms", "must be positive")
         _check(self.max_connections_per_address >= 1, "max_connections_per_address", "must be at least 1")
-        # Any request the protocol allows (one largest key and value) must fit in a frame, and the
-        # codec sends nothing over MAX_FRAME_BYTES, so a larger limit would never be used.
-        smallest = MAX_KEY_BYTES + MAX_VALUE_BYTES + 64 * 1024
+        # Any request a client sends (MAX_REQUEST_BYTES of keys and values, their headers and the
+        # partition ids of up to MAX_OPERATIONS_PER_REQUEST keys), and a backup's copy of it, must fit
+        # in a frame (found by an outside tester: at 4.25 MiB a client's 8 MiB put_all request was
+        # refused, and resent on a new connection, until its call timed out), and the codec sends
+        # nothing over MAX_FRAME_BYTES, so a larger limit would never be used.
+        smallest = MAX_REQUEST_BYTES + 256 * 1024
         _check(
             smallest <= self.max_frame_bytes <= MAX_FRAME_BYTES,
             "max_frame_bytes",
@@ -123,6 +127,12 @@ class ProcessSettings:
             f"must be at least max_frame_bytes ({self.max_frame_bytes}), got {self.client_frame_budget_bytes}",
         )
         _check(self.frame_timeout_ms > 0, "frame_timeout_ms", "must be positive")
+        _check(
+            0 < self.frame_stall_timeout_ms <= self.frame_timeout_ms,
+            "frame_stall_timeout_ms",
+            f"must be positive and at most frame_timeout_ms ({self.frame_timeout_ms}), "
+            f"got {self.frame_stall_timeout_ms}",
+        )
 
 
 def is_address(address: str) -> bool:

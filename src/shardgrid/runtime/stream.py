@@ -14,7 +14,8 @@ client; 64 connections that never finished the handshake held 1 GiB of partial f
 widens it with ``accept_only`` once the handshake is done, and hands a client's stream the
 process's ``FrameBudget``: from then on a part-read frame over ``UNBUDGETED_FRAME_BYTES`` is claimed
 from it before the stream reads on (its reading paused while the claim waits), and ``frame_overdue``
-tells the owner when a claimed frame has been read for too long without ending.
+tells the owner when a claimed frame has taken too long since its claim was granted, or has had no
+byte come in for too long while the stream read.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ class FrameStream(asyncio.Protocol):
         self._budget: FrameBudget | None = None
         self.claimed_frame_bytes = 0  # the part-read frame's claim (granted or waiting); 0: none
         self._waiting_for_budget = False
-        self._claim_read_s = 0.0  # reading time the claimed frame took before ``_reading_since``
-        self._reading_since: float | None = None  # loop time reading last (re)started under a claim
+        self._granted_at = 0.0  # loop time the claim was granted
+        self._progress_at = 0.0  # loop time a byte of the claimed frame last came (or reading resumed)
 
     # --- asyncio's callbacks ---------------------------------------------------------------------
 
@@ -167,22 +168,30 @@ class FrameStream(asyncio.Protocol):
         self._set_reading()
 
     def resume_reading(self) -> None:
+        if self._paused_by_owner:
+            self._progress_at = self._now()  # nothing could come in while it was paused
         self._paused_by_owner = False
         self._set_reading()
 
-    def frame_overdue(self, timeout_s: float) -> bool:
-        """Whether the claimed part-read frame has been read for over ``timeout_s`` (the time its
-        claim waited, or the owner paused reading, not counted) and is still not whole."""
+    def frame_overdue(self, timeout_ms: int, stall_ms: int) -> str:
+        """Why the claimed part-read frame is overdue ('' while it is not): not whole ``timeout_ms``
+        after its claim was granted (whatever paused the reading meanwhile: a client that does not
+        read its answers keeps its claim no longer than one that does not send), or no byte of it
+        in ``stall_ms`` while the stream read (a claim that waited its turn and then sends nothing
+        gives the budget back soon)."""
         if not self.claimed_frame_bytes or self._waiting_for_budget:
-            return False
-        since = self._reading_since
-        read_s = self._claim_read_s + (self._now() - since if since is not None else 0.0)
-        return read_s > timeout_s
+            return ""
+        now = self._now()
+        if (now - self._granted_at) * 1000 > timeout_ms:
+            return f"a frame of {self.claimed_frame_bytes} bytes was not whole {timeout_ms} ms after it was let in"
+        if not self._paused_by_owner and (now - self._progress_at) * 1000 > stall_ms:
+            return f"no byte of a frame of {self.claimed_frame_bytes} bytes came in {stall_ms} ms"
+        return ""
 
     def budget_granted(self, frame_bytes: int) -> None:
         invariant(self._waiting_for_budget and frame_bytes == self.claimed_frame_bytes, "a grant answers our claim")
         self._waiting_for_budget = False
-        self._claim_read_s = 0.0
+        self._granted_at = self._progress_at = self._now()
         self._set_reading()
 
     def close(self) -> None:
@@ -217,25 +226,25 @@ class FrameStream(asyncio.Protocol):
         wanted = partial if partial > UNBUDGETED_FRAME_BYTES else 0
         if self.claimed_frame_bytes and (decoded or wanted != self.claimed_frame_bytes):
             self._end_claim()
-        if not wanted or self.claimed_frame_bytes or self._budget is None:
+        if self.claimed_frame_bytes:
+            self._progress_at = self._now()  # more of the same frame came in
+            return
+        if not wanted or self._budget is None:
             return
         self.claimed_frame_bytes = wanted
-        self._claim_read_s = 0.0
+        self._granted_at = self._progress_at = self._now()
         if not self._budget.claim(self, wanted):
             self._waiting_for_budget = True  # read on once granted (``budget_granted``)
-        self._set_reading()
+            self._set_reading()
 
     def _end_claim(self) -> None:
         if self.claimed_frame_bytes and self._budget is not None:
             self._budget.release(self)
         self.claimed_frame_bytes = 0
         self._waiting_for_budget = False
-        self._claim_read_s = 0.0
-        self._reading_since = None
 
     def _set_reading(self) -> None:
-        """Reads while neither the owner nor a waiting claim holds it; a claim's clock runs only
-        while it reads."""
+        """Reads while neither the owner nor a waiting claim holds it."""
         transport = self.transport
         reading = not (self._paused_by_owner or self._waiting_for_budget)
         if transport is not None and not self.closed and transport.is_reading() != reading:
@@ -243,12 +252,6 @@ class FrameStream(asyncio.Protocol):
                 transport.resume_reading()
             else:
                 transport.pause_reading()
-        claimed = self.claimed_frame_bytes and not self._waiting_for_budget
-        if claimed and reading and self._reading_since is None:
-            self._reading_since = self._now()
-        elif self._reading_since is not None and not (claimed and reading):
-            self._claim_read_s += self._now() - self._reading_since
-            self._reading_since = None
 
     def _flush(self) -> None:
         self._flush_scheduled = False
