@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from shardgrid.client.routing import MAX_REQUEST_BYTES, TableView, group_by_owner, split_requests
+from shardgrid.client.routing import TableView, group_by_owner, split_requests
 from shardgrid.client.status import ClusterStatus
 from shardgrid.core import messages as m
+from shardgrid.core.limits import MAX_REQUEST_BYTES
 from shardgrid.core.metadata.cluster_state import ClusterState
 
 

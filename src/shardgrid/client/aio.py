@@ -29,7 +29,7 @@ from shardgrid.client.errors import (
     OperationRejectedError,
     OperationTimeoutError,
 )
-from shardgrid.client.routing import MAX_REQUEST_BYTES, TableView, group_by_owner, split_requests
+from shardgrid.client.routing import TableView, group_by_owner, split_requests
 from shardgrid.client.serialization import KeySerializer, MsgpackSerializer, Serializer
 from shardgrid.client.status import ClusterStatus
 from shardgrid.core import codec
@@ -45,7 +45,13 @@ from shardgrid.core.call_policy import (
     on_not_sent,
 )
 from shardgrid.core.hashing import Key, partition_ids_of_serialized
-from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_KEY_BYTES, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES
+from shardgrid.core.limits import (
+    MAX_FRAME_BYTES,
+    MAX_KEY_BYTES,
+    MAX_OPERATIONS_PER_REQUEST,
+    MAX_REQUEST_BYTES,
+    MAX_VALUE_BYTES,
+)
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.session import SessionSettings
 from shardgrid.core.store import unpacked_lengths

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from shardgrid.core.limits import MAX_REQUEST_BYTES
 from shardgrid.core.messages import PartitionRedirect, TableReply
 
-__all__ = ["MAX_REQUEST_BYTES", "TableView", "group_by_owner", "split_requests"]
-
 
 @dataclass(slots=True)
 class TableView:

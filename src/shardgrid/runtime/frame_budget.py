@@ -6,8 +6,9 @@ connections and never ends them held that much per connection (found by an outsi
 sessions took a member from 39 to 123 MiB; ``MAX_CLIENT_CONNECTIONS`` allow 4,096). Here a stream
 claims a part-read frame's declared size from one process-wide budget before it reads on; a claim
 that does not fit waits, first come first served, with its connection's reading paused, and is
-granted as frames complete. The process closes a connection whose claimed frame is not whole after
-``frame_timeout_ms`` of reading, so claims cannot be held forever.
+granted as frames complete. The process closes a connection whose claimed frame is not whole
+``frame_timeout_ms`` after its grant, or gets no byte for ``frame_stall_timeout_ms`` while it is
+read, so claims cannot be held forever, nor long by a connection that sends nothing.
 
 Every frame fits the budget on its own (the settings check that it is at least ``max_frame_bytes``),
 so a claim waits only for others to finish, never for ever.

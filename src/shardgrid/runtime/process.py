@@ -677,8 +677,8 @@ class MemberProcess:
             elif link.client_id and link.stream is not None and on_time:
                 overdue = link.stream.frame_overdue(process.frame_timeout_ms, process.frame_stall_timeout_ms)
                 if overdue:
-                    self._refused(link, overdue)
                     link.stream.abort()  # its unread answers go too: a client that reads none holds them for ever
+                    self._refused(link, overdue)
         self._redial_lost()
         self._ticks += 1
         if self._ticks % STATUS_EVERY_TICKS == 0 and self.member is not None:

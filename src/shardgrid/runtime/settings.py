@@ -87,7 +87,7 @@ class ProcessSettings:
     max_frame_bytes: int = MAX_FRAME_BYTES  # a peer's frame over this closes its connection
     write_high_water_bytes: int = 4 * 1024 * 1024  # unsent bytes to one peer before its sender waits
     # Part-read frames all client connections may hold at once (runtime.frame_budget); a client's
-    # frame begun must be whole after frame_timeout_ms of reading, or its connection is closed.
+    # claimed frame must be whole frame_timeout_ms after its claim was granted, or its connection is closed ...
     client_frame_budget_bytes: int = 128 * 1024 * 1024
     frame_timeout_ms: int = 30_000
     frame_stall_timeout_ms: int = 5_000  # ... nor after this long without a byte of it while it is read

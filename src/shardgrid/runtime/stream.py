@@ -150,15 +150,13 @@ class FrameStream(asyncio.Protocol):
         buffered = transport.get_write_buffer_size() if transport is not None and not self.closed else 0
         return buffered + self._pending_bytes
 
-    def accept_only(
-        self, codes: frozenset[int] | None, max_frame_bytes: int | None = None, budget: FrameBudget | None = None
-    ) -> None:
+    def accept_only(self, codes: frozenset[int] | None, budget: FrameBudget | None = None) -> None:
         """Take only frames of these wire codes (``codec.codes_of``) from now on, None for all, of
-        at most ``max_frame_bytes`` (None: the stream's own limit): a frame of another kind breaks
-        the connection before it is decoded, a longer one from its length prefix. With ``budget``,
-        each part-read frame over ``UNBUDGETED_FRAME_BYTES`` is claimed from it first."""
+        up to the stream's own frame limit: a frame of another kind breaks the connection before it
+        is decoded, a longer one from its length prefix. With ``budget``, each part-read frame over
+        ``UNBUDGETED_FRAME_BYTES`` is claimed from it first."""
         self._decoder.accepted = codes
-        self._decoder.max_frame_bytes = self._max_frame_bytes if max_frame_bytes is None else max_frame_bytes
+        self._decoder.max_frame_bytes = self._max_frame_bytes
         if budget is not None and self._budget is None:
             self._budget = budget
             self._account(False)
