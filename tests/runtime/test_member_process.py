@@ -4,6 +4,7 @@ leave, and hostile connections. Every process is started and ended by PID (``Loc
 from __future__ import annotations
 
 import importlib.util
+import signal
 import socket
 import struct
 import subprocess
@@ -176,6 +177,23 @@ def test_sigterm_leaves_gracefully_and_keeps_every_entry(tmp_path):
             assert running.terminate(leaving) == 0
             assert "left the cluster after handing its replicas over" in running.log_text(leaving)
             assert data.get_all(list(entries)) == entries
+
+
+def test_sigterm_to_every_member_at_once_stops_them_all_within_seconds(tmp_path):
+    """Found while benchmarking: three members given SIGTERM together were all recorded leaving and
+    waited for each other until graceful_shutdown_timeout_ms (10 minutes)."""
+    with LocalCluster(tmp_path, 3) as running:
+        running.wait_formed()
+        with Client([running.addresses[0]], operation_call_timeout_ms=CALL_TIMEOUT_MS) as client:
+            client.get_map("data").put_all({f"k{i}": i for i in range(1_000)})
+        processes = [running.processes[address] for address in running.addresses]
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        codes = [process.wait(timeout=max(0.1, deadline - time.monotonic())) for process in processes]
+        assert codes == [0, 0, 0]
+        for address in running.addresses:
+            assert "member-exit" in running.log_text(address)
 
 
 def test_an_unreachable_cluster_is_a_clear_error(tmp_path):

@@ -417,6 +417,24 @@ def test_the_last_data_member_is_refused_a_graceful_shutdown() -> None:
     assert len(run.sim.member_addresses()) == 1
 
 
+def test_members_asked_to_leave_at_once_keep_the_last_one_and_every_write() -> None:
+    run = passed("every-member-asked-to-leave-at-once")
+    replies = [run.sim.admin_replies[i] for i in (1, 2, 3)]
+    assert sorted(r.status for r in replies) == sorted([m.ADMIN_OK, m.ADMIN_OK, m.ADMIN_FAILED])
+    assert any("last data member" in r.reason for r in replies)
+    assert len(run.sim.member_addresses()) == 1
+
+
+def test_every_member_signalled_stops_within_seconds() -> None:
+    run = passed("every-member-signalled-to-stop")
+    last_signal_ms = step_time(run, 3)
+    stops = emitted(run, events.MemberStopped)
+    assert len(stops) == 3
+    assert all("every data member is leaving" in e.reason for _, _, e in stops)
+    assert max(t for t, _, _ in stops) - last_signal_ms < 2_000
+    assert all(run.sim.admin_replies[i].status == m.ADMIN_OK for i in (1, 2, 3))
+
+
 def test_a_short_pause_demotes_no_voter() -> None:
     run = passed("a-short-pause-demotes-no-voter")
     assert len(run.sim.member_addresses()) == 3

@@ -573,6 +573,12 @@ class PromoteMember(Message, tag=111):
 class ShutdownMember(Message, tag=112):
     """Sent to the member that is to leave: it hands every replica over, then stops."""
 
+    # The process stops whether or not anyone takes its replicas (a signal asked it to): when no
+    # other data member stays, it is recorded as leaving all the same, so that the others leaving
+    # with it learn that nobody is left to take theirs and stop too (as Hazelcast lets every member
+    # go once all of them asked to), instead of waiting graceful_shutdown_timeout_ms for it.
+    even_if_last: bool = False
+
 
 class ShutdownCluster(Message, tag=113):
     """PASSIVE first, then every member stops."""

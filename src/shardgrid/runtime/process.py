@@ -206,7 +206,7 @@ class MemberProcess:
             self._finish("stopped by a signal before leaving the cluster", 1 if member and member.joined else 0)
             return
         logs.log(self.logger, "member-leaving", signal=sig.name, note="a second signal stops at once")
-        self._handle(ReceiveEvent(LOCAL_CLIENT, None, None, m.AdminRequest(0, m.ShutdownMember())))
+        self._handle(ReceiveEvent(LOCAL_CLIENT, None, None, m.AdminRequest(0, m.ShutdownMember(even_if_last=True))))
 
     def _finish(self, reason: str, exit_code: int) -> None:
         if self._stopped.is_set():
@@ -350,10 +350,11 @@ class MemberProcess:
         self.metrics.on_sent(message, stream.send(message))
 
     def _leave_refused(self, reason: str) -> None:
-        """The leave a signal asked for was refused. The last data member has nobody to hand its
-        replicas to: the signal asked the process to stop, so it stops, saying what that leaves
-        behind. Any other (rebalancing paused, say) goes on serving: stopping would be a crash to
-        the cluster; a second signal stops it at once."""
+        """The leave a signal asked for was refused or timed out. With nobody to hand its replicas
+        to (a signal's leave is recorded even then, ``ShutdownMember.even_if_last``, so this is a
+        leave that ran out of time), the signal asked the process to stop, so it stops, saying what
+        that leaves behind. Any other (rebalancing paused, say) goes on serving: stopping would be
+        a crash to the cluster; a second signal stops it at once."""
         member = self.member
         if member is None or not member.admin.others_take_data(member.identity):
             logs.log(self.logger, "member-cannot-leave", logging.WARNING, reason=reason)

@@ -26,8 +26,9 @@ to ``keep_to``), ``restart`` (at the same address; ``isolated`` keeps it cut off
 ``pause`` and ``resume``, ``split`` (``groups``), ``isolate``, ``heal``, ``drop`` (the next
 ``count`` messages of the listed ``messages`` types, each ``every``-th of them, optionally only
 ``from``/``to`` given members, or all of them for ``duration_ms``), ``join`` (``lite``; ``seeds``
-to start it with only those addresses), ``shutdown`` (graceful), ``state`` (``state``), ``promote``,
-``shutdown-cluster``, ``load`` (``ops`` more operations over ``clients`` new clients),
+to start it with only those addresses), ``shutdown`` (graceful; ``signal``: as a process given
+SIGTERM asks it), ``state`` (``state``), ``promote``, ``shutdown-cluster``, ``load`` (``ops`` more
+operations over ``clients`` new clients),
 ``wait-safe`` and ``wait`` (do nothing).
 ``recover`` (the operator's recovery from a lost majority of voters, at ``target``).
 ``split``, ``isolate``, ``pause`` and ``drop`` take an optional ``duration_ms`` after which they
@@ -116,6 +117,7 @@ _STEP_FIELDS = {
     "state",
     "ops",
     "clients",
+    "signal",
     "note",
 }
 _TRIGGER_FIELDS = {"message", "at", "from", "nth", "require"}
@@ -451,7 +453,8 @@ class ScheduleRunner:
                 if duration is not None:
                     sim.at(sim.now_ms + duration, sim.heal)
             elif action == "shutdown":
-                sim.admin(address, m.ShutdownMember())
+                # ``signal``: as a member process given SIGTERM asks (it stops even as the last).
+                sim.admin(address, m.ShutdownMember(even_if_last=bool(o.get("signal", False))))
             elif action == "recover":
                 sim.admin(address, m.RecoverLostMajority())
             else:

@@ -49,6 +49,7 @@ from shardgrid.core.metadata.commands import ShutdownCluster as ShutdownClusterC
 Respond = Callable[[str, str], None]  # (status, reason)
 AdminCommand = ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster
 NO_LEADER = "there is no leader: an election is in progress or a majority of voters is unreachable"
+LEAVE_LOST = "the leader changed before the shutdown was recorded"
 NOT_LEADER = "not the leader, or an election is in progress"
 
 
@@ -90,7 +91,7 @@ class Admin:
         ctx: Context,
         consensus: Consensus,
         leases: Leases,
-        begin_leaving: Callable[[str, int], None],
+        begin_leaving: Callable[[str, int, bool], None],
     ) -> None:
         self.ctx = ctx
         self.consensus = consensus
@@ -112,7 +113,7 @@ class Admin:
         if problem:
             respond(ADMIN_FAILED, problem)
         elif isinstance(command, ShutdownMember):
-            self.begin_leaving(client, message.call_id)
+            self.begin_leaving(client, message.call_id, command.even_if_last)
         elif isinstance(command, RecoverLostMajority):
             self._recover(respond)
         elif isinstance(command, PromoteMember) and self._already_data():
@@ -207,22 +208,27 @@ class Admin:
             respond(ADMIN_FAILED, f"unknown command {type(command).__name__}")
         elif record.leaving:
             respond(ADMIN_OK, "")
-        elif not record.lite and state.table is not None and not self.others_take_data(origin):
-            respond(ADMIN_FAILED, "the last data member cannot hand its replicas over to anyone: shut the cluster down")
-        elif not record.lite and state.table is not None and not state.cluster_state.migration_allowed:
-            # Found by an outside tester: the leave was taken, then waited for migrations the state
-            # forbids until graceful_shutdown_timeout_ms. Refused at once, changing nothing.
-            respond(
-                ADMIN_FAILED,
-                f"the cluster state is {state.cluster_state.value}: nothing migrates, so this member cannot hand "
-                "its replicas over; set the state to active (rebalance resume) first",
-            )
+        elif record.lite or state.table is None or self.others_take_data(origin):
+            if not (record.lite or state.table is None or state.cluster_state.migration_allowed):
+                # Found by an outside tester: the leave was taken, then waited for migrations the
+                # state forbids until graceful_shutdown_timeout_ms. Refused at once, changing nothing.
+                respond(
+                    ADMIN_FAILED,
+                    f"the cluster state is {state.cluster_state.value}: nothing migrates, so this member cannot "
+                    "hand its replicas over; set the state to active (rebalance resume) first",
+                )
+            else:
+                self._propose(MarkLeaving(origin), respond, LEAVE_LOST)
+        elif command.even_if_last:
+            # It stops anyway: recorded as leaving, it tells the others leaving with it that nobody
+            # stays to take their replicas either.
+            self._propose(MarkLeaving(origin, even_if_last=True), respond, LEAVE_LOST)
         else:
-            self._propose(MarkLeaving(origin), respond, "the leader changed before the shutdown was recorded")
+            respond(ADMIN_FAILED, "the last data member cannot hand its replicas over to anyone: shut the cluster down")
 
     def others_take_data(self, leaving: Replica) -> bool:
         """Whether a data member other than ``leaving`` is there to take its replicas."""
-        return any(not r.lite and not r.leaving and r.replica != leaving for r in self.consensus.state.members)
+        return any(r != leaving for r in self.consensus.state.data_members)
 
     def _propose(self, command: object, respond: Respond, lost: str) -> None:
         def done(applied: bool) -> None:

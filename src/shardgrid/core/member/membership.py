@@ -24,6 +24,7 @@ from shardgrid.core.member.context import Context
 from shardgrid.core.member.leases import Leases
 from shardgrid.core.member.migration_master import MigrationMaster
 from shardgrid.core.messages import JoinRejected, JoinRequest
+from shardgrid.core.metadata import MetadataState
 from shardgrid.core.metadata.commands import AddMembers, MemberRecord, RemoveMembers
 from shardgrid.core.raft import ConfChange
 
@@ -104,8 +105,16 @@ class MembershipLeader:
             self.last_heard.setdefault(member, now)
         for gone in [m for m in self.last_heard if not state.is_member(m)]:
             del self.last_heard[gone]
-        if self.consensus.raft.can_change_configuration():
+        if self.consensus.raft.can_change_configuration() and not self._parting(state):
             self._change_configuration()
+
+    def _parting(self, state: MetadataState) -> bool:
+        """Whether this leader is leaving with every data member: it stops once its followers hold
+        the log (``Member._part_if_nobody_stays``), and they stop as they apply it. A change now
+        could only be made with voters on their way out (a demotion counted on answers from
+        members that had just stopped)."""
+        record = state.record_of(self.ctx.identity)
+        return record is not None and record.leaving and not state.data_members
 
     def _change_configuration(self) -> None:
         """At most one configuration change at a time, the most urgent first."""

@@ -79,11 +79,13 @@ class Member:
         self._drive_requested = False
         self._leaving_replies: list[tuple[str, int]] = []
         self._leaving_since_ms = 0
+        self._leave_even_if_last = False  # ShutdownMember.even_if_last of any leave asked
         self._last_leave_request_ms = -(10**12)
         self._last_assignment_request_ms = -(10**12)
         self._known_leader: Replica | None = None
         self._shutdown_index = 0  # the leader stops once every member holds the shutdown entry
         self._shutdown_since_ms = 0
+        self._shutdown_reason = ""
         self._shutdown_everyone_since_ms: int | None = None  # when the last member held the shutdown entry
         self._migrations_finished = 0
         self._build(known_addresses=(), cluster_seen=False)
@@ -417,7 +419,7 @@ class Member:
             self._shutdown_everyone_since_ms is not None and now - self._shutdown_everyone_since_ms >= heartbeats_ms
         )
         if everyone_knows or now - self._shutdown_since_ms > self.ctx.config.failure_timeout_ms + heartbeats_ms:
-            self._stop("the cluster shut down")
+            self._stop(self._shutdown_reason)
 
     def _discovery_tick(self) -> None:
         # A process given a log that does not list it yet goes on asking everyone it knows: the
@@ -444,6 +446,7 @@ class Member:
             self.data.after_table_change(list(range(state.table.partition_count)))
             self.data.ask_for_missing_data()
         self.master.reset(self.consensus.is_leader)
+        self._part_if_nobody_stays(self.consensus.raft.commit_index)
         self._drive_requested = True
 
     def on_applied(self, index: int, term: int, changes: Changes) -> None:
@@ -485,13 +488,29 @@ class Member:
                     self.ctx.lite = False
         self.master.on_applied(term, changes)
         if changes.shut_down and self.joined:
-            if self.consensus.is_leader:
-                self._shutdown_index = index  # followers learn of it from us: stop once they hold it
-                self._shutdown_since_ms = self.ctx.now_ms
-            else:
-                self._stop("the cluster shut down")
+            self._stop_when_followers_know(index, "the cluster shut down")
             return
+        self._part_if_nobody_stays(index)
         self._drive_requested = True
+
+    def _stop_when_followers_know(self, index: int, reason: str) -> None:
+        """Stop for what the log entry at ``index`` says; a leader first stays until its followers
+        hold it (``_shutdown_tick``), or they might never learn that it committed."""
+        if self.consensus.is_leader:
+            if not self._shutdown_index:
+                self._shutdown_index = index
+                self._shutdown_since_ms = self.ctx.now_ms
+                self._shutdown_reason = reason
+        else:
+            self._stop(reason)
+
+    def _part_if_nobody_stays(self, index: int) -> None:
+        """A leaving member stops when every data member is leaving: nobody is left to take its
+        replicas (Hazelcast lets all go once every data member asked to). Waiting would only keep
+        each until graceful_shutdown_timeout_ms; what they hold is dropped, as a shutdown of the
+        whole cluster drops it."""
+        if self.lifecycle is Lifecycle.LEAVING and not self.consensus.state.data_members:
+            self._stop_when_followers_know(index, "every data member is leaving: nobody is left to take its replicas")
 
     def on_leadership(self, leader: Replica | None, term: int, was_leader: bool) -> None:
         is_leader = self.consensus.raft.role is Role.LEADER
@@ -541,19 +560,20 @@ class Member:
             self._last_assignment_request_ms = self.ctx.now_ms
             self.ctx.send(leader, m.AssignPartitions())
 
-    def _begin_leaving(self, client: str, call_id: int) -> None:
+    def _begin_leaving(self, client: str, call_id: int, even_if_last: bool) -> None:
         """A graceful shutdown: the leader records this member as leaving, plans without it (its
         replicas move to others), takes it out of the voters, and removes it once it holds nothing;
         then it stops. It stays ACTIVE until the log says it is leaving: a refusal changes nothing."""
         if not self._leaving_replies:
             self._leaving_since_ms = self.ctx.now_ms
         self._leaving_replies.append((client, call_id))
+        self._leave_even_if_last = self._leave_even_if_last or even_if_last
         if self.lifecycle is Lifecycle.ACTIVE:
             self._ask_to_leave()
 
     def _ask_to_leave(self) -> None:
         self._last_leave_request_ms = self.ctx.now_ms
-        self.admin.forward(m.ShutdownMember(), self._on_leave_answer)
+        self.admin.forward(m.ShutdownMember(self._leave_even_if_last), self._on_leave_answer)
 
     def _on_leave_answer(self, status: m.AdminStatus, reason: str) -> None:
         if status == m.ADMIN_FAILED:  # refused for good (the last data member): it stays

@@ -192,6 +192,14 @@ def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataS
             return state
         if isinstance(command, PromoteToDataMember):
             updated = msgspec.structs.replace(record, lite=False)
+        elif (
+            not command.even_if_last
+            and not record.lite
+            and state.table is not None
+            and all(r == command.member for r in state.data_members)
+        ):
+            changes.refused.append(f"{command.member} is the last data member: nobody would take its replicas")
+            return state
         else:
             updated = msgspec.structs.replace(record, leaving=True)
         changes.members_changed.append(command.member)
