@@ -20,26 +20,35 @@ from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.sim.schedule import parse_schedule
 from shardgrid.sim.vopr import Run, params_of
 
-SEEDS = range(int(os.environ.get("SHARDGRID_LEAVE_SEEDS", "40")))
+SEEDS = range(int(os.environ.get("SHARDGRID_LEAVE_SEEDS", "100")))
 STILL_LEAVING_AFTER_MS = 15_000  # a leave ends (handed over, refused, or all gone) well within this
 
 
 def _schedule(seed: int) -> tuple[dict, set[str], set[str]]:
     rng = random.Random(seed)
-    members = rng.randint(2, 5)
-    asked = sorted(rng.sample(range(1, members + 1), rng.randint(2, members)))
+    members = rng.randint(2, 6)
+    everyone_signalled = rng.random() < 0.4  # as a service manager stops every host's process
+    asked = sorted(rng.sample(range(1, members + 1), members if everyone_signalled else rng.randint(2, members)))
     rng.shuffle(asked)
-    signalled = {f"m{n}" for n in asked if rng.random() < 0.5}
+    signalled = {f"m{n}" for n in asked if everyone_signalled or rng.random() < 0.5}
     steps = []
     for i, n in enumerate(asked):
-        step = {"action": "shutdown", "target": f"m{n}", "after_ms": 1500 if i == 0 else rng.choice([0, 0, 5, 40, 300])}
+        gap_ms = rng.choice([0, 0, 5, 40, 300, 800])
+        step = {"action": "shutdown", "target": f"m{n}", "after_ms": 1500 if i == 0 else gap_ms}
         if f"m{n}" in signalled:
             step["signal"] = True
         steps.append(step)
     steps.append({"action": "wait", "after_ms": STILL_LEAVING_AFTER_MS})
     # No drops: the simulation's operator does not ask again when its request is lost (the CLI does).
     raw = {
-        "run": {"seed": seed, "members": members, "backups": rng.randint(0, 2), "ops": 200, "drop_rate": 0.0},
+        "run": {
+            "seed": seed,
+            "members": members,
+            "backups": rng.randint(0, 2),
+            "partitions": rng.choice([31, 71, 271]),
+            "ops": 200,
+            "drop_rate": 0.0,
+        },
         "step": steps,
     }
     return raw, {f"m{n}" for n in asked}, signalled

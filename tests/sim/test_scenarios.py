@@ -435,6 +435,13 @@ def test_every_member_signalled_stops_within_seconds() -> None:
     assert all(run.sim.admin_replies[i].status == m.ADMIN_OK for i in (1, 2, 3))
 
 
+def test_members_removed_just_before_everyone_stops_are_told_and_stop() -> None:
+    run = passed("removed-members-told-when-all-stop")
+    stops = emitted(run, events.MemberStopped)
+    assert len(stops) == 5
+    assert any("handing its replicas over" in e.reason for _, _, e in stops)
+
+
 def test_a_short_pause_demotes_no_voter() -> None:
     run = passed("a-short-pause-demotes-no-voter")
     assert len(run.sim.member_addresses()) == 3

@@ -458,6 +458,12 @@ class Member:
         for member in changes.members_removed:
             self.ctx.emit(events.MemberRemoved(member, index))
             self.leases.forget(member)
+            if self.consensus.is_leader and member != me:
+                # Out of the configuration, it hears no more of the log: told now (as any member it
+                # reaches later would tell it), a leaving member stops at once. Found by an outside
+                # tester: members removed just before every other member stopped (all signalled)
+                # reached nobody who could tell them, and ran on leaving for good.
+                self.ctx.send(member, m.NotAMember(self.consensus.raft.commit_index))
         if me in changes.members_removed:
             if self.lifecycle is Lifecycle.LEAVING:
                 self._stop("left the cluster after handing its replicas over")
