@@ -356,7 +356,7 @@ class MemberProcess:
         that leaves behind. Any other (rebalancing paused, say) goes on serving: stopping would be
         a crash to the cluster; a second signal stops it at once."""
         member = self.member
-        if member is None or not member.admin.others_take_data(member.identity):
+        if member is None or not member.consensus.state.others_stay(member.identity):
             logs.log(self.logger, "member-cannot-leave", logging.WARNING, reason=reason)
             self._finish(f"stopped without handing replicas over: {reason}", 0)
             return

@@ -208,27 +208,24 @@ class Admin:
             respond(ADMIN_FAILED, f"unknown command {type(command).__name__}")
         elif record.leaving:
             respond(ADMIN_OK, "")
-        elif record.lite or state.table is None or self.others_take_data(origin):
-            if not (record.lite or state.table is None or state.cluster_state.migration_allowed):
-                # Found by an outside tester: the leave was taken, then waited for migrations the
-                # state forbids until graceful_shutdown_timeout_ms. Refused at once, changing nothing.
-                respond(
-                    ADMIN_FAILED,
-                    f"the cluster state is {state.cluster_state.value}: nothing migrates, so this member cannot "
-                    "hand its replicas over; set the state to active (rebalance resume) first",
-                )
+        elif not record.lite and state.table is not None and not state.others_stay(origin):
+            if command.even_if_last:
+                # It stops anyway: recorded as leaving, it tells the others leaving with it that
+                # nobody stays to take their replicas either.
+                self._propose(MarkLeaving(origin, even_if_last=True), respond, LEAVE_LOST)
             else:
-                self._propose(MarkLeaving(origin), respond, LEAVE_LOST)
-        elif command.even_if_last:
-            # It stops anyway: recorded as leaving, it tells the others leaving with it that nobody
-            # stays to take their replicas either.
-            self._propose(MarkLeaving(origin, even_if_last=True), respond, LEAVE_LOST)
+                reason = "the last data member cannot hand its replicas over to anyone: shut the cluster down"
+                respond(ADMIN_FAILED, reason)
+        elif not record.lite and state.table is not None and not state.cluster_state.migration_allowed:
+            # Found by an outside tester: the leave was taken, then waited for migrations the state
+            # forbids until graceful_shutdown_timeout_ms. Refused at once, changing nothing.
+            respond(
+                ADMIN_FAILED,
+                f"the cluster state is {state.cluster_state.value}: nothing migrates, so this member cannot hand "
+                "its replicas over; set the state to active (rebalance resume) first",
+            )
         else:
-            respond(ADMIN_FAILED, "the last data member cannot hand its replicas over to anyone: shut the cluster down")
-
-    def others_take_data(self, leaving: Replica) -> bool:
-        """Whether a data member other than ``leaving`` is there to take its replicas."""
-        return any(r != leaving for r in self.consensus.state.data_members)
+            self._propose(MarkLeaving(origin), respond, LEAVE_LOST)
 
     def _propose(self, command: object, respond: Respond, lost: str) -> None:
         def done(applied: bool) -> None:

@@ -463,7 +463,7 @@ class Member:
                 # reaches later would tell it), a leaving member stops at once. Found by an outside
                 # tester: members removed just before every other member stopped (all signalled)
                 # reached nobody who could tell them, and ran on leaving for good.
-                self.ctx.send(member, m.NotAMember(self.consensus.raft.commit_index))
+                self._not_a_member(member)
         if me in changes.members_removed:
             if self.lifecycle is Lifecycle.LEAVING:
                 self._stop("left the cluster after handing its replicas over")

@@ -123,6 +123,12 @@ class MetadataState:
         """Members that may hold replicas in the target table: not lite, not leaving."""
         return tuple(r.replica for r in self.members if not r.lite and not r.leaving)
 
+    def others_stay(self, member: Replica) -> bool:
+        """Whether a data member other than ``member`` stays (not lite, not leaving) to take its
+        replicas: what a leave of ``member`` is checked against, both before the leader proposes it
+        and when it is applied."""
+        return any(r != member for r in self.data_members)
+
     def participants(self, record: MigrationRecord) -> tuple[Replica, ...]:
         """Who a migration keeps busy: source, destination and the owner that sends the data (a
         CLEAR sends none: it keeps only its source busy), as the schedule counts them."""
@@ -196,7 +202,7 @@ def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataS
             not command.even_if_last
             and not record.lite
             and state.table is not None
-            and all(r == command.member for r in state.data_members)
+            and not state.others_stay(command.member)
         ):
             changes.refused.append(f"{command.member} is the last data member: nobody would take its replicas")
             return state
