@@ -12,7 +12,17 @@ from hypothesis import strategies as st
 from shardgrid.core import events
 from shardgrid.core import messages as m
 from shardgrid.core.config import MemberConfig
-from shardgrid.core.effects import Emit, Receive, ReplyToClient, Send, SendToAddress, SetTimer, Start, TimerFired
+from shardgrid.core.effects import (
+    Emit,
+    Receive,
+    ReplyToClient,
+    Send,
+    SendToAddress,
+    SetTimer,
+    Start,
+    StopSignalled,
+    TimerFired,
+)
 from shardgrid.core.errors import InvariantViolation, ProtocolError
 from shardgrid.core.hashing import partition_id_of_serialized
 from shardgrid.core.identity import Replica
@@ -802,3 +812,36 @@ def test_a_scan_page_is_the_entries_from_its_offset_up_to_its_count_and_the_repl
     assert packed.packed_values == b"".join(reply.values)
     assert list(unpacked_lengths(packed.key_lengths)) == [len(key) for key in reply.keys]
     assert list(unpacked_lengths(packed.value_lengths)) == [len(value) for value in reply.values]
+
+
+def test_a_client_cannot_ask_a_leave_past_the_last_data_members_refusal() -> None:
+    """``even_if_last`` is the member process's own stop signal (StopSignalled); a client asking
+    for it is refused whole and the last data member goes on serving (found by review: any
+    authenticated client could make the last data member drop everything)."""
+    member, now = alone()
+    for call_id, command in ((1, m.ShutdownMember(even_if_last=True)), (2, m.ShutdownMember())):
+        effects = member.handle(now, Receive("client-1", None, None, m.AdminRequest(call_id, command)))
+        effects += run_ticks(member, now, now + 2_000)[0]
+        now += 2_000
+        (reply,) = replies(effects)
+        assert (reply.call_id, reply.status) == (call_id, m.ADMIN_FAILED)
+        assert ("even_if_last" in reply.reason) == (call_id == 1)
+        assert member.lifecycle is Lifecycle.ACTIVE
+        record = member.consensus.state.record_of(A)
+        assert record is not None
+        assert not record.leaving
+
+
+def test_a_stop_signal_makes_even_the_last_data_member_leave_and_stop() -> None:
+    member, now = alone()
+    effects = member.handle(now, StopSignalled("local", 0))
+    effects += run_ticks(member, now, now + 5_000)[0]
+    assert member.lifecycle is Lifecycle.STOPPED
+    assert not [reply for reply in replies(effects) if reply.status == m.ADMIN_FAILED]
+
+
+def test_a_stop_signal_before_joining_is_answered_not_in_a_cluster() -> None:
+    member = Member(A, CONFIG, SEEDS, random.Random(1))
+    member.handle(0, Start())
+    (reply,) = replies(member.handle(10, StopSignalled("local", 7)))
+    assert (reply.call_id, reply.status, reply.reason) == (7, m.ADMIN_FAILED, "this member is not in a cluster")

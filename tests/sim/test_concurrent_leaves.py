@@ -3,8 +3,8 @@
 before the others were in it; all were recorded leaving and waited for each other for
 graceful_shutdown_timeout_ms).
 
-Whatever the order and the mix of signals (``ShutdownMember.even_if_last``, as a process given
-SIGTERM asks) and plain leaves: nobody is still leaving long after; a cluster with a member left
+Whatever the order and the mix of signals (``StopSignalled``, as a process given SIGTERM) and
+plain leaves: nobody is still leaving long after; a cluster with a member left
 keeps every acknowledged write (the full verdict); and the whole cluster stops only when every
 member was asked to leave and one of them by a signal (Hazelcast lets all go once all asked)."""
 

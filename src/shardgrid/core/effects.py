@@ -46,6 +46,18 @@ class LinkRestored:
     peer: Replica
 
 
+@dataclass(frozen=True, slots=True)
+class StopSignalled:
+    """The member's own process was told to stop (SIGTERM): it leaves as ``shardgrid shutdown``
+    asks, but its leave is recorded even when no other data member stays, since a process told to
+    stop stops (``ShutdownMember.even_if_last`` on its way to the leader). Only the process raises
+    this: a client's ShutdownMember cannot carry that, so no client gets past the refusal of the
+    last data member's leave. The outcome goes to ``reply_to`` as an AdminReply to ``call_id``."""
+
+    reply_to: str
+    call_id: int
+
+
 # --- effects out ---------------------------------------------------------------------------------
 
 

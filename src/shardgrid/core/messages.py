@@ -576,7 +576,8 @@ class ShutdownMember(Message, tag=112):
     # The process stops whether or not anyone takes its replicas (a signal asked it to): when no
     # other data member stays, it is recorded as leaving all the same, so that the others leaving
     # with it learn that nobody is left to take theirs and stop too (as Hazelcast lets every member
-    # go once all of them asked to), instead of waiting graceful_shutdown_timeout_ms for it.
+    # go once all of them asked to), instead of waiting graceful_shutdown_timeout_ms for it. Set
+    # only by a member forwarding its own StopSignalled to the leader; a client's is refused.
     even_if_last: bool = False
 
 

@@ -32,7 +32,17 @@ from typing import Any
 
 from shardgrid.core import codec
 from shardgrid.core import messages as m
-from shardgrid.core.effects import Emit, LinkRestored, ReplyToClient, Send, SendToAddress, SetTimer, Start, TimerFired
+from shardgrid.core.effects import (
+    Emit,
+    LinkRestored,
+    ReplyToClient,
+    Send,
+    SendToAddress,
+    SetTimer,
+    Start,
+    StopSignalled,
+    TimerFired,
+)
 from shardgrid.core.effects import Receive as ReceiveEvent
 from shardgrid.core.events import MemberStopped
 from shardgrid.core.identity import Replica
@@ -206,7 +216,7 @@ class MemberProcess:
             self._finish("stopped by a signal before leaving the cluster", 1 if member and member.joined else 0)
             return
         logs.log(self.logger, "member-leaving", signal=sig.name, note="a second signal stops at once")
-        self._handle(ReceiveEvent(LOCAL_CLIENT, None, None, m.AdminRequest(0, m.ShutdownMember(even_if_last=True))))
+        self._handle(StopSignalled(LOCAL_CLIENT, 0))
 
     def _finish(self, reason: str, exit_code: int) -> None:
         if self._stopped.is_set():

@@ -27,6 +27,7 @@ from shardgrid.core.effects import (
     SendToAddress,
     SetTimer,
     Start,
+    StopSignalled,
     TimerFired,
 )
 from shardgrid.core.identity import Replica
@@ -236,6 +237,15 @@ class Simulation:
         self._send(ADMIN_ADDRESS, None, address, None, AdminRequest(self._admin_calls, command))
         return self._admin_calls
 
+    def signal_stop(self, address: str) -> int:
+        """What SIGTERM does to the member process at ``address``: its member is told to stop
+        (``StopSignalled``), with no network in between; the outcome lands in ``admin_replies``
+        under the returned call id, as an ``admin`` command's does."""
+        self._admin_calls += 1
+        node = self.nodes[address]
+        self._schedule(self.now_ms, "signal", (address, node.incarnation, self._admin_calls))
+        return self._admin_calls
+
     def request_assignment(self) -> None:
         """What a client's first request does: make the master assign the partitions."""
         for address in self.member_addresses():
@@ -288,6 +298,12 @@ class Simulation:
             if node is not None:
                 self._trace_line("l", address, peer.address)
                 self._run_member(node, LinkRestored(peer))
+        elif kind == "signal":
+            address, incarnation, call_id = payload
+            node = self._running(address, incarnation, kind, payload)
+            if node is not None:
+                self._trace_line("s", address, "stop")
+                self._run_member(node, StopSignalled(ADMIN_ADDRESS, call_id))
         elif kind == "client":
             client = self.clients[payload]
             for address, message in client.tick(self.now_ms, self.member_addresses()):

@@ -27,7 +27,7 @@ to ``keep_to``), ``restart`` (at the same address; ``isolated`` keeps it cut off
 ``count`` messages of the listed ``messages`` types, each ``every``-th of them, optionally only
 ``from``/``to`` given members, or all of them for ``duration_ms``), ``join`` (``lite``; ``seeds``
 to start it with only those addresses), ``shutdown`` (graceful; ``signal``: as a process given
-SIGTERM asks it), ``state`` (``state``), ``promote``, ``shutdown-cluster``, ``load`` (``ops`` more
+SIGTERM, StopSignalled), ``state`` (``state``), ``promote``, ``shutdown-cluster``, ``load`` (``ops`` more
 operations over ``clients`` new clients),
 ``wait-safe`` and ``wait`` (do nothing).
 ``recover`` (the operator's recovery from a lost majority of voters, at ``target``).
@@ -453,8 +453,11 @@ class ScheduleRunner:
                 if duration is not None:
                     sim.at(sim.now_ms + duration, sim.heal)
             elif action == "shutdown":
-                # ``signal``: as a member process given SIGTERM asks (it stops even as the last).
-                sim.admin(address, m.ShutdownMember(even_if_last=bool(o.get("signal", False))))
+                # ``signal``: as a member process given SIGTERM (it stops even as the last).
+                if o.get("signal", False):
+                    sim.signal_stop(address)
+                else:
+                    sim.admin(address, m.ShutdownMember())
             elif action == "recover":
                 sim.admin(address, m.RecoverLostMajority())
             else:

@@ -51,6 +51,10 @@ AdminCommand = ChangeClusterState | PromoteMember | ShutdownMember | ShutdownClu
 NO_LEADER = "there is no leader: an election is in progress or a majority of voters is unreachable"
 LEAVE_LOST = "the leader changed before the shutdown was recorded"
 NOT_LEADER = "not the leader, or an election is in progress"
+CLIENT_EVEN_IF_LAST = (
+    "even_if_last is the member process's own stop signal (SIGTERM), not a client's: ask without it, "
+    "or stop the whole cluster with shutdown --cluster"
+)
 
 
 def command_problem(command: object) -> str:
@@ -112,8 +116,11 @@ class Admin:
         problem = command_problem(command)
         if problem:
             respond(ADMIN_FAILED, problem)
+        elif isinstance(command, ShutdownMember) and command.even_if_last:
+            # Found by review: any client could get past the last data member's refusal with it.
+            respond(ADMIN_FAILED, CLIENT_EVEN_IF_LAST)
         elif isinstance(command, ShutdownMember):
-            self.begin_leaving(client, message.call_id, command.even_if_last)
+            self.begin_leaving(client, message.call_id, False)
         elif isinstance(command, RecoverLostMajority):
             self._recover(respond)
         elif isinstance(command, PromoteMember) and self._already_data():

@@ -22,7 +22,7 @@ from typing import Any
 from shardgrid.core import events
 from shardgrid.core import messages as m
 from shardgrid.core.config import MemberConfig
-from shardgrid.core.effects import Effect, LinkRestored, Receive, Start, TimerFired
+from shardgrid.core.effects import Effect, LinkRestored, Receive, Start, StopSignalled, TimerFired
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import Replica
 from shardgrid.core.member.admin import Admin
@@ -41,6 +41,7 @@ from shardgrid.core.raft import Role
 from shardgrid.core.raft.messages import VoteRequest
 
 TICK = "tick"
+NOT_IN_A_CLUSTER = "this member is not in a cluster"
 
 # Messages from clients (no member identity): the data path and administration.
 _FROM_CLIENTS = (m.MapRequest, m.ScanRequest, m.TableRequest, m.StatusRequest, m.AdminRequest)
@@ -231,6 +232,8 @@ class Member:
         elif isinstance(event, Start):
             self.discovery.started_ms = now_ms
             self._tick()
+        elif isinstance(event, StopSignalled):
+            self._stop_signalled(event)
         else:
             raise TypeError(f"unknown event {type(event).__name__}")
         if self.lifecycle is not Lifecycle.STOPPED:
@@ -308,7 +311,7 @@ class Member:
         elif self.joined:
             self.admin.on_admin_request(client, message)
         else:
-            self.ctx.reply(client, m.AdminReply(message.call_id, m.ADMIN_FAILED, "this member is not in a cluster"))
+            self.ctx.reply(client, m.AdminReply(message.call_id, m.ADMIN_FAILED, NOT_IN_A_CLUSTER))
 
     def _deliver_to_self(self, message: Any) -> None:
         handler = self._handlers[type(message)]
@@ -565,6 +568,12 @@ class Member:
         ):
             self._last_assignment_request_ms = self.ctx.now_ms
             self.ctx.send(leader, m.AssignPartitions())
+
+    def _stop_signalled(self, event: StopSignalled) -> None:
+        if self.joined:
+            self._begin_leaving(event.reply_to, event.call_id, even_if_last=True)
+        else:
+            self.ctx.reply(event.reply_to, m.AdminReply(event.call_id, m.ADMIN_FAILED, NOT_IN_A_CLUSTER))
 
     def _begin_leaving(self, client: str, call_id: int, even_if_last: bool) -> None:
         """A graceful shutdown: the leader records this member as leaving, plans without it (its
