@@ -845,3 +845,36 @@ def test_a_stop_signal_before_joining_is_answered_not_in_a_cluster() -> None:
     member.handle(0, Start())
     (reply,) = replies(member.handle(10, StopSignalled("local", 7)))
     assert (reply.call_id, reply.status, reply.reason) == (7, m.ADMIN_FAILED, "this member is not in a cluster")
+
+
+def _lite_c() -> tuple[Member, int]:
+    member = Member(C, CONFIG, (A.address,), random.Random(5), lite=True)
+    member.handle(0, Start())
+    records = (MemberRecord(A), MemberRecord(B), MemberRecord(C, lite=True))
+    snapshot = Snapshot(7, 1, Membership.of([A], [B, C]), MetadataState(4, records, A_OWNS_B_BACKS))
+    member.handle(10, Receive(A.address, A, C.uuid, InstallSnapshot(1, snapshot, 10)))
+    assert member.lifecycle is Lifecycle.ACTIVE
+    return member, 10
+
+
+def test_a_member_asked_to_leave_stops_when_told_of_its_removal_before_its_leave_entry() -> None:
+    """Found by an outside tester: the leader removes a lite member at once, and its NotAMember
+    can come before the entry that marks it leaving; it joined again under a new identity."""
+    member, now = _lite_c()
+    member.handle(now, StopSignalled("local", 0))
+    assert member.lifecycle is Lifecycle.ACTIVE  # its leave is not in its log yet
+    member.handle(now + 10, Receive(A.address, A, C.uuid, m.NotAMember(9)))
+    assert member.lifecycle is Lifecycle.STOPPED
+    assert member.stop_reason == "left the cluster after handing its replicas over"
+
+
+def test_a_lite_member_whose_leave_nobody_records_stops_after_a_failure_timeout() -> None:
+    """A lite member holds nothing to hand over: signalled with no leader left to record its leave
+    (every data member gone), it ran on for good (found by an outside tester)."""
+    member, now = _lite_c()
+    member.handle(now, StopSignalled("local", 0))
+    _, now = run_ticks(member, now, now + CONFIG.failure_timeout_ms // 2)
+    assert member.lifecycle is Lifecycle.ACTIVE
+    run_ticks(member, now, now + CONFIG.failure_timeout_ms)
+    assert member.lifecycle is Lifecycle.STOPPED
+    assert "lite member holds no data" in member.stop_reason

@@ -442,6 +442,33 @@ def test_members_removed_just_before_everyone_stops_are_told_and_stop() -> None:
     assert any("handing its replicas over" in e.reason for _, _, e in stops)
 
 
+def test_a_leader_crash_during_a_leave_of_three_leaves_a_majority_alive() -> None:
+    run = passed("leader-crash-during-a-leave-of-three")
+    live = run.sim.live_members()
+    assert [m.lifecycle for m in live] == [Lifecycle.ACTIVE]
+    assert live[0].consensus.leader == live[0].identity
+    stops = emitted(run, events.MemberStopped)
+    assert [e.reason for _, _, e in stops] == ["left the cluster after handing its replicas over"]
+
+
+def test_leaving_members_keep_their_data_when_the_last_to_stay_crashes() -> None:
+    run = passed("leaving-members-outlive-a-crash-of-the-last-to-stay")
+    join_ms = step_time(run, 6)
+    stops = emitted(run, events.MemberStopped)
+    assert len(stops) == 3
+    assert all(e.reason == "left the cluster after handing its replicas over" for _, _, e in stops)
+    assert all(t > join_ms for t, _, _ in stops)  # they waited, holding their data, for the joiner
+    (joiner,) = run.sim.live_members()
+    assert joiner.consensus.leader == joiner.identity
+
+
+def test_a_lite_member_stops_once_every_data_member_asked_to_leave() -> None:
+    run = passed("lite-member-stops-with-every-data-member")
+    lite = run.sim.started_addresses[3]
+    (reason,) = [e.reason for _, a, e in emitted(run, events.MemberStopped) if a == lite]
+    assert reason == "every data member left the cluster: a lite member has nothing to serve"
+
+
 def test_a_short_pause_demotes_no_voter() -> None:
     run = passed("a-short-pause-demotes-no-voter")
     assert len(run.sim.member_addresses()) == 3

@@ -106,6 +106,7 @@ class _WireState(Record):
     migrations: c.MigrationRecords
     completed: Annotated[tuple[MigrationRecord, ...], msgspec.Meta(max_length=MAX_COMPLETED_IN_METADATA)]
     shut_down: bool
+    parting: bool = False
 
 
 def _table_to_wire(table: PartitionTable) -> _WireTable:
@@ -145,6 +146,7 @@ def _state_to_wire(state: MetadataState) -> _WireState:
         tuple(state.migrations[pid] for pid in sorted(state.migrations)),
         state.completed,
         state.shut_down,
+        state.parting,
     )
 
 
@@ -166,6 +168,7 @@ def _state_from_wire(wire: _WireState) -> MetadataState:
         migrations,
         wire.completed,
         wire.shut_down,
+        wire.parting,
     )
 
 

@@ -114,7 +114,7 @@ class MembershipLeader:
         could only be made with voters on their way out (a demotion counted on answers from
         members that had just stopped)."""
         record = state.record_of(self.ctx.identity)
-        return record is not None and record.leaving and not state.data_members
+        return record is not None and record.leaving and state.parting
 
     def _change_configuration(self) -> None:
         """At most one configuration change at a time, the most urgent first."""
@@ -145,6 +145,10 @@ class MembershipLeader:
         # have a majority that answers.
         voters = [m for m in removable if raft.membership.is_voter(m)]
         chosen = sorted(set(removable) - set(voters))
+        if self._replacement_due():
+            # A voter that leaves is replaced first (``_adjust_voters``): removed before, it left
+            # fewer voters for a while, and a crash then could leave no majority alive.
+            voters = [m for m in voters if not self._answering(m, 3 * self.ctx.config.raft_heartbeat_interval_ms)]
         if voters and self._answering_majority(set(raft.membership.voters) - {sorted(voters)[0]}):
             chosen.append(sorted(voters)[0])
         if not chosen:
@@ -220,34 +224,56 @@ class MembershipLeader:
         change = ConfChange(add_learners=tuple(admitted), remove=tuple(replaced))
         return self.consensus.propose_change(change, commands)
 
+    def _voter_pool(self) -> tuple[list[Replica], list[Replica], list[Replica], int]:
+        """Who may vote: the staying data members, the leaving voters still alive, the staying
+        learners ready to be promoted, and how many voters to have."""
+        state = self.consensus.state
+        raft = self.consensus.raft
+        voters = set(raft.membership.voters)
+        recent_ms = 3 * self.ctx.config.raft_heartbeat_interval_ms
+        staying = [r.replica for r in state.members if not r.lite and not r.leaving and self._presumed_alive(r.replica)]
+        # A leaving voter still alive keeps its vote until it is removed, unless a staying member
+        # takes its place: demoted at once, three members with one leaving were left with two
+        # voters (then one), and a crash of the leader mid-leave left no majority although two of
+        # the three were alive (found by an outside tester).
+        parting = sorted(
+            r.replica
+            for r in state.members
+            if r.leaving and not r.lite and r.replica in voters and self._presumed_alive(r.replica)
+        )
+        # Only a learner that answered within the last heartbeats, and holds the whole log.
+        candidates = [
+            member
+            for member in staying
+            if member not in voters
+            and raft.match_index(member) >= raft.commit_index
+            and self._answering(member, recent_ms)
+        ]
+        return staying, parting, candidates, self.ctx.config.voter_target(len(staying) + len(parting))
+
+    def _replacement_due(self) -> bool:
+        """Whether a staying learner is to be promoted before a leaving voter goes."""
+        staying, _, candidates, target = self._voter_pool()
+        voters = set(self.consensus.raft.membership.voters)
+        return bool(candidates) and sum(1 for v in voters if v in staying) < min(target, len(staying))
+
     def _adjust_voters(self) -> bool:
         state = self.consensus.state
         raft = self.consensus.raft
         me = self.ctx.identity
         voters = set(raft.membership.voters)
         recent_ms = 3 * self.ctx.config.raft_heartbeat_interval_ms
-        eligible = [
-            r.replica for r in state.members if not r.lite and not r.leaving and self._presumed_alive(r.replica)
-        ]
-        # Only a learner that answered within the last heartbeats, and holds the whole log.
-        candidates = [
-            member
-            for member in eligible
-            if member not in voters
-            and raft.match_index(member) >= raft.commit_index
-            and self._answering(member, recent_ms)
-        ]
-        if me not in eligible:
+        staying, parting, candidates, target = self._voter_pool()
+        if me not in staying:
             # Leaving: someone else leads before this member leaves the voters; when no other
             # voter can, a learner becomes one first.
-            others = sorted(v for v in voters if v != me and v in eligible)
+            others = sorted(v for v in voters if v != me and v in staying)
             if others:
                 if not raft.transferring:
                     raft.transfer_leadership(max(others, key=lambda v: (raft.match_index(v), v)))
                 return True
             return bool(candidates) and self.consensus.propose_change(ConfChange(promote=candidates[0]))
-        target = self.ctx.config.voter_target(len(eligible))
-        unfit = sorted(v for v in voters if v not in eligible)
+        unfit = sorted(v for v in voters if v not in staying and v not in parting)
         silent = [v for v in unfit if not self._answering(v, recent_ms)]
         for voter in silent:
             # A voter that went silent leaves the voters first: the majority is then counted over
@@ -256,15 +282,16 @@ class MembershipLeader:
                 return self.consensus.propose_change(ConfChange(demote=voter))
         # A voter that answers but should go (it is leaving) is replaced before it goes, so that
         # the voters never shrink below what the members can bear on the way.
-        fit = len(voters) - len(unfit)
-        if fit < target and candidates:
+        fit = sum(1 for v in voters if v in staying)
+        if fit < min(target, len(staying)) and candidates:
             return self.consensus.propose_change(ConfChange(promote=candidates[0]))
         for voter in unfit:
             if self._answering_majority(voters - {voter}):
                 return self.consensus.propose_change(ConfChange(demote=voter))
         if len(voters) > target:
-            for member in reversed(state.members):
-                voter = member.replica
+            # Those leaving first, then the newest staying member.
+            newest_first = [r.replica for r in reversed(state.members) if r.replica in staying]
+            for voter in [*parting, *newest_first]:
                 if voter in voters and voter != me and self._answering_majority(voters - {voter}):
                     return self.consensus.propose_change(ConfChange(demote=voter))
         return False

@@ -375,10 +375,16 @@ class Member:
     def _on_not_a_member(self, message: m.NotAMember) -> None:
         if not self.joined or message.commit_index <= self.consensus.raft.commit_index:
             return  # the sender has not applied what we have: it lags, we were not removed
-        if self.lifecycle is Lifecycle.LEAVING:
+        if self._asked_to_leave():
             self._stop("left the cluster after handing its replicas over")
         else:
             self._rejoin_as_new_member()
+
+    def _asked_to_leave(self) -> bool:
+        """Leaving by the log, or asked to and not yet told it is: a lite member is removed at
+        once, and news of its removal can come before its own leave entry does (found by an
+        outside tester: a lite member signalled to stop joined again under a new identity)."""
+        return self.lifecycle is Lifecycle.LEAVING or bool(self._leaving_replies)
 
     # --- time --------------------------------------------------------------------------------------
 
@@ -468,7 +474,7 @@ class Member:
                 # reached nobody who could tell them, and ran on leaving for good.
                 self._not_a_member(member)
         if me in changes.members_removed:
-            if self.lifecycle is Lifecycle.LEAVING:
+            if self._asked_to_leave():
                 self._stop("left the cluster after handing its replicas over")
             elif self.joined:
                 self._rejoin_as_new_member()
@@ -514,12 +520,20 @@ class Member:
             self._stop(reason)
 
     def _part_if_nobody_stays(self, index: int) -> None:
-        """A leaving member stops when every data member is leaving: nobody is left to take its
-        replicas (Hazelcast lets all go once every data member asked to). Waiting would only keep
-        each until graceful_shutdown_timeout_ms; what they hold is dropped, as a shutdown of the
-        whole cluster drops it."""
-        if self.lifecycle is Lifecycle.LEAVING and not self.consensus.state.data_members:
+        """Every data member asked to leave (``MetadataState.parting``): nobody is left to take
+        the replicas (Hazelcast lets all go once every data member asked to), so a leaving member
+        stops, and so does a lite member, which would otherwise run on without a leader and answer
+        processes looking for a cluster that one exists. Waiting would only keep each until
+        graceful_shutdown_timeout_ms; what they hold is dropped, as a shutdown of the whole
+        cluster drops it."""
+        state = self.consensus.state
+        if not state.parting or self.lifecycle is Lifecycle.STOPPED:
+            return
+        record = state.record_of(self.identity)
+        if self.lifecycle is Lifecycle.LEAVING:
             self._stop_when_followers_know(index, "every data member is leaving: nobody is left to take its replicas")
+        elif record is not None and record.lite and self.joined:
+            self._stop("every data member left the cluster: a lite member has nothing to serve")
 
     def on_leadership(self, leader: Replica | None, term: int, was_leader: bool) -> None:
         is_leader = self.consensus.raft.role is Role.LEADER
@@ -603,6 +617,12 @@ class Member:
         due = self.ctx.now_ms - self._last_leave_request_ms >= config.retry_interval_ms
         if self.lifecycle is Lifecycle.ACTIVE and record is not None and not record.leaving and due:
             self._ask_to_leave()
+        waited_ms = self.ctx.now_ms - self._leaving_since_ms
+        if record is not None and record.lite and waited_ms > config.failure_timeout_ms:
+            # It holds nothing to hand over: waiting for a leader to record its leave (there may be
+            # none left: every data member gone) only kept it running for good on a signal.
+            self._stop("a lite member holds no data: it stops without its leave recorded")
+            return
         if self.ctx.now_ms - self._leaving_since_ms > config.graceful_shutdown_timeout_ms:
             replies, self._leaving_replies = self._leaving_replies, []
             for client, call_id in replies:

@@ -37,7 +37,16 @@ from shardgrid.core.repair import remove_members as repair_table
 from shardgrid.core.schedule import participants_of
 from shardgrid.core.table import PartitionTable, ReplicaSlots
 
-_STATE_FIELDS = ("partition_count", "members", "table", "cluster_state", "migrations", "completed", "shut_down")
+_STATE_FIELDS = (
+    "partition_count",
+    "members",
+    "table",
+    "cluster_state",
+    "migrations",
+    "completed",
+    "shut_down",
+    "parting",
+)
 
 
 class MetadataState:
@@ -56,6 +65,12 @@ class MetadataState:
         migrations: Mapping[int, MigrationRecord] | None = None,  # in flight, by partition
         completed: tuple[MigrationRecord, ...] = (),  # the newest outcomes, oldest first
         shut_down: bool = False,
+        # Every data member asked to leave (the last by a signal): nobody is left to take their
+        # replicas, so every member stops, as after a cluster shutdown. Only a leave sets it: when
+        # the members that stayed crashed instead, the leaving ones keep what they hold and wait
+        # (for a member to join and take it, or graceful_shutdown_timeout_ms), found by an outside
+        # tester: three of four members signalled and the fourth killed dropped every entry.
+        parting: bool = False,
     ) -> None:
         self.partition_count = partition_count
         self.members = members
@@ -64,6 +79,7 @@ class MetadataState:
         self.migrations: Mapping[int, MigrationRecord] = migrations if migrations is not None else {}
         self.completed = completed
         self.shut_down = shut_down
+        self.parting = parting
         # Derived views, computed on first use: the state never changes, so neither do they.
         self._by_replica: dict[Replica, MemberRecord] | None = None
         self._load: dict[Replica, int] | None = None
@@ -209,7 +225,10 @@ def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataS
         else:
             updated = msgspec.structs.replace(record, leaving=True)
         changes.members_changed.append(command.member)
-        return state.evolve(members=tuple(updated if r is record else r for r in state.members))
+        after = state.evolve(members=tuple(updated if r is record else r for r in state.members))
+        if isinstance(command, MarkLeaving) and not record.lite and not after.data_members:
+            after = after.evolve(parting=True)
+        return after
     if isinstance(command, ShutdownCluster):
         changes.shut_down = True
         return state.evolve(shut_down=True)
