@@ -95,7 +95,7 @@ class Admin:
         ctx: Context,
         consensus: Consensus,
         leases: Leases,
-        begin_leaving: Callable[[str, int, bool], None],
+        begin_leaving: Callable[[str, int], None],
     ) -> None:
         self.ctx = ctx
         self.consensus = consensus
@@ -120,7 +120,7 @@ class Admin:
             # Found by review: any client could get past the last data member's refusal with it.
             respond(ADMIN_FAILED, CLIENT_EVEN_IF_LAST)
         elif isinstance(command, ShutdownMember):
-            self.begin_leaving(client, message.call_id, False)
+            self.begin_leaving(client, message.call_id)
         elif isinstance(command, RecoverLostMajority):
             self._recover(respond)
         elif isinstance(command, PromoteMember) and self._already_data():

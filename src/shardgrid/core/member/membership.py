@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from shardgrid.core import limits
 from shardgrid.core.identity import Replica
 from shardgrid.core.member.consensus import Consensus
@@ -27,6 +29,24 @@ from shardgrid.core.messages import JoinRejected, JoinRequest
 from shardgrid.core.metadata import MetadataState
 from shardgrid.core.metadata.commands import AddMembers, MemberRecord, RemoveMembers
 from shardgrid.core.raft import ConfChange
+
+ANSWERED_LATELY_HEARTBEATS = 3  # a member that answered within this many heartbeats is answering
+
+
+@dataclass(frozen=True, slots=True)
+class VoterPool:
+    """Who may vote: the staying data members, the leaving voters still alive, the staying
+    learners ready to be promoted, and how many voters to have."""
+
+    staying: list[Replica]
+    parting: list[Replica]
+    candidates: list[Replica]
+    target: int
+
+    def replacement_due(self, voters: set[Replica]) -> bool:
+        """Whether a staying learner is to be promoted (before a leaving voter goes)."""
+        fit = sum(1 for v in voters if v in self.staying)
+        return bool(self.candidates) and fit < min(self.target, len(self.staying))
 
 
 class MembershipLeader:
@@ -145,10 +165,10 @@ class MembershipLeader:
         # have a majority that answers.
         voters = [m for m in removable if raft.membership.is_voter(m)]
         chosen = sorted(set(removable) - set(voters))
-        if self._replacement_due():
+        if self._voter_pool().replacement_due(set(raft.membership.voters)):
             # A voter that leaves is replaced first (``_adjust_voters``): removed before, it left
             # fewer voters for a while, and a crash then could leave no majority alive.
-            voters = [m for m in voters if not self._answering(m, 3 * self.ctx.config.raft_heartbeat_interval_ms)]
+            voters = [m for m in voters if not self._answered_lately(m)]
         if voters and self._answering_majority(set(raft.membership.voters) - {sorted(voters)[0]}):
             chosen.append(sorted(voters)[0])
         if not chosen:
@@ -168,11 +188,15 @@ class MembershipLeader:
         """Whether ``member`` answered a message this leader sent within the last ``within_ms``."""
         return self.ctx.now_ms - self.consensus.raft.answered_since_ms(member) <= within_ms
 
+    def _answered_lately(self, member: Replica) -> bool:
+        """Whether ``member`` answered within the last few heartbeats (what counts as answering
+        when voters are changed)."""
+        return self._answering(member, ANSWERED_LATELY_HEARTBEATS * self.ctx.config.raft_heartbeat_interval_ms)
+
     def _answering_majority(self, voters: set[Replica]) -> bool:
         """Whether a majority of ``voters`` answered recently: a configuration of them can commit.
         A change that leaves the voters without one would stall the log for good."""
-        recent_ms = 3 * self.ctx.config.raft_heartbeat_interval_ms
-        answering = sum(1 for v in voters if self._answering(v, recent_ms))
+        answering = sum(1 for v in voters if self._answered_lately(v))
         return answering * 2 > len(voters)
 
     def _holds_nothing(self, member: Replica) -> bool:
@@ -224,13 +248,10 @@ class MembershipLeader:
         change = ConfChange(add_learners=tuple(admitted), remove=tuple(replaced))
         return self.consensus.propose_change(change, commands)
 
-    def _voter_pool(self) -> tuple[list[Replica], list[Replica], list[Replica], int]:
-        """Who may vote: the staying data members, the leaving voters still alive, the staying
-        learners ready to be promoted, and how many voters to have."""
+    def _voter_pool(self) -> VoterPool:
         state = self.consensus.state
         raft = self.consensus.raft
         voters = set(raft.membership.voters)
-        recent_ms = 3 * self.ctx.config.raft_heartbeat_interval_ms
         staying = [r.replica for r in state.members if not r.lite and not r.leaving and self._presumed_alive(r.replica)]
         # A leaving voter still alive keeps its vote until it is removed, unless a staying member
         # takes its place: demoted at once, three members with one leaving were left with two
@@ -245,25 +266,18 @@ class MembershipLeader:
         candidates = [
             member
             for member in staying
-            if member not in voters
-            and raft.match_index(member) >= raft.commit_index
-            and self._answering(member, recent_ms)
+            if member not in voters and raft.match_index(member) >= raft.commit_index and self._answered_lately(member)
         ]
-        return staying, parting, candidates, self.ctx.config.voter_target(len(staying) + len(parting))
-
-    def _replacement_due(self) -> bool:
-        """Whether a staying learner is to be promoted before a leaving voter goes."""
-        staying, _, candidates, target = self._voter_pool()
-        voters = set(self.consensus.raft.membership.voters)
-        return bool(candidates) and sum(1 for v in voters if v in staying) < min(target, len(staying))
+        target = self.ctx.config.voter_target(len(staying) + len(parting))
+        return VoterPool(staying, parting, candidates, target)
 
     def _adjust_voters(self) -> bool:
         state = self.consensus.state
         raft = self.consensus.raft
         me = self.ctx.identity
         voters = set(raft.membership.voters)
-        recent_ms = 3 * self.ctx.config.raft_heartbeat_interval_ms
-        staying, parting, candidates, target = self._voter_pool()
+        pool = self._voter_pool()
+        staying, parting, candidates, target = pool.staying, pool.parting, pool.candidates, pool.target
         if me not in staying:
             # Leaving: someone else leads before this member leaves the voters; when no other
             # voter can, a learner becomes one first.
@@ -274,7 +288,7 @@ class MembershipLeader:
                 return True
             return bool(candidates) and self.consensus.propose_change(ConfChange(promote=candidates[0]))
         unfit = sorted(v for v in voters if v not in staying and v not in parting)
-        silent = [v for v in unfit if not self._answering(v, recent_ms)]
+        silent = [v for v in unfit if not self._answered_lately(v)]
         for voter in silent:
             # A voter that went silent leaves the voters first: the majority is then counted over
             # members that answer, never worse than counting the silent one.
@@ -282,8 +296,7 @@ class MembershipLeader:
                 return self.consensus.propose_change(ConfChange(demote=voter))
         # A voter that answers but should go (it is leaving) is replaced before it goes, so that
         # the voters never shrink below what the members can bear on the way.
-        fit = sum(1 for v in voters if v in staying)
-        if fit < min(target, len(staying)) and candidates:
+        if pool.replacement_due(voters):
             return self.consensus.propose_change(ConfChange(promote=candidates[0]))
         for voter in unfit:
             if self._answering_majority(voters - {voter}):

@@ -589,7 +589,7 @@ class Member:
         else:
             self.ctx.reply(event.reply_to, m.AdminReply(event.call_id, m.ADMIN_FAILED, NOT_IN_A_CLUSTER))
 
-    def _begin_leaving(self, client: str, call_id: int, even_if_last: bool) -> None:
+    def _begin_leaving(self, client: str, call_id: int, even_if_last: bool = False) -> None:
         """A graceful shutdown: the leader records this member as leaving, plans without it (its
         replicas move to others), takes it out of the voters, and removes it once it holds nothing;
         then it stops. It stays ACTIVE until the log says it is leaving: a refusal changes nothing."""
