@@ -64,6 +64,16 @@ def test_safe_needs_every_member_quiet_and_agreeing():
             members, {"a:1": _status("a:1", master_idle=False, migrations_planned=3), "b:1": _status("b:1")}
         ),
         "missing": ClusterStatus(members, {"a:1": _status("a:1", missing_replicas=2), "b:1": _status("b:1")}),
+        "admitting, removing": ClusterStatus(
+            members, {"a:1": _status("a:1", master_idle=False), "b:1": _status("b:1")}
+        ),
+        "waits until it is active": ClusterStatus(
+            members,
+            {
+                "a:1": _status("a:1", master_idle=False, cluster_state=ClusterState.NO_MIGRATION),
+                "b:1": _status("b:1", cluster_state=ClusterState.NO_MIGRATION),
+            },
+        ),
         "busy": ClusterStatus(members, {"a:1": _status("a:1"), "b:1": _status("b:1", quiet=False, syncs_in_flight=1)}),
         "agree on a master": ClusterStatus(members, {"a:1": _status("a:1"), "b:1": _status("b:1", master="b:1")}),
     }

@@ -1,12 +1,15 @@
 """A leave recorded in the log: the last data member's is refused when it is applied (the leader's
 check before proposing cannot see the leaves proposed with it), unless its process stops anyway
-(``even_if_last``, as on SIGTERM)."""
+(``even_if_last``, as on SIGTERM); and a leave and a state that forbids migration exclude each
+other whichever comes first in the log (a leave waited out a pause until the state came back)."""
 
 from __future__ import annotations
 
+import pytest
+
 from shardgrid.core.identity import Replica
-from shardgrid.core.metadata import MemberRecord, MetadataState, apply_commands
-from shardgrid.core.metadata.commands import MarkLeaving
+from shardgrid.core.metadata import ClusterState, MemberRecord, MetadataState, apply_commands
+from shardgrid.core.metadata.commands import MarkLeaving, SetClusterState
 from shardgrid.core.table import PartitionTable
 
 A, B, C = (Replica(f"{n}" * 8, f"127.0.0.1:{5701 + i}") for i, n in enumerate("abc"))
@@ -22,7 +25,8 @@ def test_leaves_proposed_together_leave_the_last_data_member_staying() -> None:
     )
     assert [r.leaving for r in state.members] == [True, True, False]
     assert state.data_members == (C,)
-    assert changes.refused == [f"{C} is the last data member: nobody would take its replicas"]
+    assert len(changes.refused) == 1
+    assert changes.refused[0].startswith(f"{C}: the last data member cannot hand its replicas over")
 
 
 def test_a_leave_even_if_last_is_recorded_and_no_data_member_stays() -> None:
@@ -40,4 +44,37 @@ def test_a_lite_member_or_a_cluster_without_a_table_leaves_as_before() -> None:
     assert changes.refused == []
     state, changes = apply_commands(_state(MemberRecord(A), table=False), (MarkLeaving(A),))
     assert state.members[0].leaving
+    assert changes.refused == []
+
+
+@pytest.mark.parametrize("paused", [ClusterState.NO_MIGRATION, ClusterState.FROZEN, ClusterState.PASSIVE])
+def test_a_pause_after_a_leave_is_refused_and_a_leave_after_a_pause(paused: ClusterState) -> None:
+    members = (MemberRecord(A), MemberRecord(B), MemberRecord(C))
+    state, changes = apply_commands(_state(*members), (MarkLeaving(A), SetClusterState(paused)))
+    assert state.members[0].leaving
+    assert state.cluster_state is ClusterState.ACTIVE
+    assert changes.cluster_state is None
+    assert len(changes.refused) == 1
+    assert "is leaving" in changes.refused[0]
+    assert paused.value in changes.refused[0]
+
+    state, changes = apply_commands(_state(*members), (SetClusterState(paused), MarkLeaving(A)))
+    assert state.cluster_state is paused
+    assert not any(r.leaving for r in state.members)
+    assert len(changes.refused) == 1
+    assert "nothing migrates" in changes.refused[0]
+
+
+def test_a_shutdowns_passive_and_active_are_taken_while_a_member_leaves() -> None:
+    members = (MemberRecord(A, leaving=True), MemberRecord(B), MemberRecord(C, lite=True, leaving=True))
+    state, changes = apply_commands(_state(*members), (SetClusterState(ClusterState.PASSIVE, for_shutdown=True),))
+    assert state.cluster_state is ClusterState.PASSIVE
+    assert changes.refused == []
+    state, changes = apply_commands(state, (SetClusterState(ClusterState.ACTIVE),))
+    assert state.cluster_state is ClusterState.ACTIVE
+    assert changes.refused == []
+    # Only a leaving lite member: it hands nothing over, so the pause is taken.
+    lite_only = (MemberRecord(A), MemberRecord(B), MemberRecord(C, lite=True, leaving=True))
+    state, changes = apply_commands(_state(*lite_only), (SetClusterState(ClusterState.FROZEN),))
+    assert state.cluster_state is ClusterState.FROZEN
     assert changes.refused == []

@@ -314,6 +314,22 @@ def test_no_migration_promotes_a_backup_but_refills_nothing_until_active() -> No
     assert run.sim.stats.partitions_lost == set()
 
 
+def test_a_pause_during_a_leave_is_refused_and_the_leave_finishes() -> None:
+    """Found by an outside tester on real processes: ``rebalance pause`` was taken while a member
+    was leaving, which then waited, holding its replicas, until the state came back or
+    graceful_shutdown_timeout_ms passed."""
+    run = passed("a-pause-during-a-leave-is-refused")
+    leave, pause = run.sim.admin_replies[1], run.sim.admin_replies[2]
+    assert leave.status == m.ADMIN_OK
+    assert pause.status == m.ADMIN_FAILED
+    assert "is leaving" in pause.reason
+    assert "no-migration" in pause.reason
+    states = [e.state for _, _, e in emitted(run, events.ClusterStateChanged)]
+    assert ClusterState.NO_MIGRATION not in states
+    assert run.sim.stats.stops == 1
+    assert run.sim.stats.partitions_lost == set()
+
+
 def test_a_frozen_cluster_refuses_a_joiner_until_it_is_active() -> None:
     run = passed("frozen-refuses-joins")
     joiner = run.sim.started_addresses[3]

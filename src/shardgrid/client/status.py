@@ -52,11 +52,12 @@ class ClusterStatus:
             return f"the master {self.master} is not in the member list"
         if not master.master_idle:
             planned = master.migrations_planned + master.migrations_in_log
-            return (
-                f"the master is rebalancing ({planned} migrations planned or running)"
-                if planned
-                else ("the master is admitting, removing or adjusting members")
-            )
+            if planned:
+                return f"the master is rebalancing ({planned} migrations planned or running)"
+            if not master.cluster_state.migration_allowed:
+                # Said as it is: the wait ends with `rebalance resume`, not by itself.
+                return f"the cluster state is {master.cluster_state.value}: rebalancing waits until it is active"
+            return "the master is admitting, removing or adjusting members"
         if master.missing_replicas:
             return f"{master.missing_replicas} backup replicas are missing from the table"
         for reply in replies:

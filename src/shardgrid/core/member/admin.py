@@ -193,6 +193,10 @@ class Admin:
         state = self.consensus.state
         deadline = self.ctx.now_ms + self.ctx.config.admin_timeout_ms
         if isinstance(command, ChangeClusterState):
+            problem = state.state_change_problem(command.state)
+            if problem:
+                respond(ADMIN_FAILED, problem)
+                return
             self._state_changes.append(StateChange(command.state, respond, deadline))
             self._try_state_changes()
             return
@@ -215,24 +219,36 @@ class Admin:
             respond(ADMIN_FAILED, f"unknown command {type(command).__name__}")
         elif record.leaving:
             respond(ADMIN_OK, "")
-        elif not record.lite and state.table is not None and not state.others_stay(origin):
-            if command.even_if_last:
-                # It stops anyway: recorded as leaving, it tells the others leaving with it that
-                # nobody stays to take their replicas either.
-                self._propose(MarkLeaving(origin, even_if_last=True), respond, LEAVE_LOST)
-            else:
-                reason = "the last data member cannot hand its replicas over to anyone: shut the cluster down"
-                respond(ADMIN_FAILED, reason)
-        elif not record.lite and state.table is not None and not state.cluster_state.migration_allowed:
-            # Found by an outside tester: the leave was taken, then waited for migrations the state
-            # forbids until graceful_shutdown_timeout_ms. Refused at once, changing nothing.
-            respond(
-                ADMIN_FAILED,
-                f"the cluster state is {state.cluster_state.value}: nothing migrates, so this member cannot hand "
-                "its replicas over; set the state to active (rebalance resume) first",
-            )
+        elif not record.lite and state.table is not None and not state.others_stay(origin) and command.even_if_last:
+            # It stops anyway: recorded as leaving, it tells the others leaving with it that nobody
+            # stays to take their replicas either.
+            self._propose_leave(MarkLeaving(origin, even_if_last=True), respond)
+        elif not record.lite and state.leave_problem(origin):
+            # Found by an outside tester (the state case): the leave was taken, then waited for
+            # migrations the state forbids until graceful_shutdown_timeout_ms. Refused at once.
+            respond(ADMIN_FAILED, state.leave_problem(origin))
         else:
-            self._propose(MarkLeaving(origin), respond, LEAVE_LOST)
+            self._propose_leave(MarkLeaving(origin), respond)
+
+    def _propose_leave(self, command: MarkLeaving, respond: Respond) -> None:
+        """The leave is answered ok only once the log records it. One refused when applied (a
+        pause, or the others' leaves, came first in the log) is answered 'ask again': the member
+        does, and this check decides on the state as it is now (a signalled member that became
+        the last one then leaves even_if_last; a pause is refused for good)."""
+
+        def done(applied: bool) -> None:
+            record = self.consensus.state.record_of(command.member)
+            if not applied:
+                respond(ADMIN_UNAVAILABLE, LEAVE_LOST)
+            elif record is None:  # removed (a crash suspected) first: it learns so and stops
+                respond(ADMIN_UNAVAILABLE, "the member was removed before its leave was recorded")
+            elif record.leaving:
+                respond(ADMIN_OK, "")
+            else:
+                respond(ADMIN_UNAVAILABLE, "another entry came first in the log and the leave was refused; ask again")
+
+        if not self.consensus.propose(command, done):
+            respond(ADMIN_UNAVAILABLE, NOT_LEADER)
 
     def _propose(self, command: object, respond: Respond, lost: str) -> None:
         def done(applied: bool) -> None:
@@ -252,8 +268,11 @@ class Admin:
             return
         waiting: list[StateChange] = []
         for change in self._state_changes:
+            problem = "" if change.then_shutdown else self.consensus.state.state_change_problem(change.state)
             why = self._unconfirmed(change.confirm_index) if change.confirm_index else self._tables_differ()
-            if not why:
+            if problem:
+                change.respond(ADMIN_FAILED, problem)  # a leave recorded while the tables were compared
+            elif not why:
                 if change.confirm_index:
                     self._propose(ShutdownClusterCommand(), change.respond, "the leader changed during the shutdown")
                 else:
@@ -271,6 +290,11 @@ class Admin:
         def after_state(applied: bool) -> None:
             if not applied:
                 change.respond(ADMIN_UNAVAILABLE, "the leader changed before the state change was committed")
+            elif self.consensus.state.cluster_state is not change.state:
+                # Refused when applied: a leave that came first in the log forbids it.
+                problem = self.consensus.state.state_change_problem(change.state)
+                now = self.consensus.state.cluster_state.value
+                change.respond(ADMIN_FAILED, problem or f"another state change was applied with it: the state is {now}")
             elif change.then_shutdown:
                 # Every member must hold PASSIVE before anyone stops: one that cannot be reached
                 # would otherwise run on, alone, in a cluster that no longer exists.
@@ -280,7 +304,8 @@ class Admin:
             else:
                 change.respond(ADMIN_OK, "")
 
-        if not self.consensus.propose(SetClusterState(change.state), after_state):
+        command = SetClusterState(change.state, for_shutdown=change.then_shutdown)
+        if not self.consensus.propose(command, after_state):
             change.respond(ADMIN_UNAVAILABLE, NOT_LEADER)
 
     def _tables_differ(self) -> str:

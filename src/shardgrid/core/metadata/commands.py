@@ -60,6 +60,10 @@ class FinishMigrations(Message, tag=65):
 
 class SetClusterState(Message, tag=66):
     state: ClusterState
+    # A cluster shutdown's PASSIVE: taken even while a data member is leaving (every member stops,
+    # the leaving one too). Any other state that forbids migration is refused while one leaves: it
+    # could never hand its replicas over (found by an outside tester: a leave waited out a pause).
+    for_shutdown: bool = False
 
 
 class PromoteToDataMember(Message, tag=67):

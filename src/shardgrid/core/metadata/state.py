@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from shardgrid.core.errors import InvariantViolation
+from shardgrid.core.errors import InvariantViolation, invariant
 from shardgrid.core.identity import Replica
 from shardgrid.core.limits import MAX_COMPLETED_IN_METADATA
 from shardgrid.core.metadata.cluster_state import ClusterState
@@ -139,6 +139,44 @@ class MetadataState:
         """Members that may hold replicas in the target table: not lite, not leaving."""
         return tuple(r.replica for r in self.members if not r.lite and not r.leaving)
 
+    @property
+    def leaving_data_members(self) -> tuple[Replica, ...]:
+        """Data members recorded leaving: each hands its replicas over by migration."""
+        return tuple(r.replica for r in self.members if not r.lite and r.leaving)
+
+    def state_change_problem(self, cluster_state: ClusterState) -> str:
+        """Why ``cluster_state`` cannot be taken now ('' when it can): a state that forbids
+        migration would keep a leaving data member from ever handing its replicas over. Asked by
+        the leader before it proposes and again when the entry is applied (a leave proposed in
+        between is not in the leader's state yet)."""
+        leaving = self.leaving_data_members
+        if cluster_state.migration_allowed or not leaving or self.table is None:
+            return ""
+        return (
+            f"{leaving[0]} is leaving and hands its replicas over by migration, which the state "
+            f"{cluster_state.value} forbids: wait until it has left"
+        )
+
+    def leave_problem(self, member: Replica, even_if_last: bool = False) -> str:
+        """Why data member ``member`` cannot begin to leave now ('' when it can): nobody else stays
+        to take its replicas (unless its process stops anyway, ``even_if_last``: then nothing is
+        handed over, whatever the state), or the cluster state forbids the migrations that would
+        move them. Asked before the leader proposes the leave and when it is applied."""
+        if self.table is None:
+            return ""
+        if not self.others_stay(member):
+            return (
+                ""
+                if even_if_last
+                else "the last data member cannot hand its replicas over to anyone: shut the cluster down"
+            )
+        if not self.cluster_state.migration_allowed:
+            return (
+                f"the cluster state is {self.cluster_state.value}: nothing migrates, so this member cannot hand "
+                "its replicas over; set the state to active (rebalance resume) first"
+            )
+        return ""
+
     def others_stay(self, member: Replica) -> bool:
         """Whether a data member other than ``member`` stays (not lite, not leaving) to take its
         replicas: what a leave of ``member`` is checked against, both before the leader proposes it
@@ -180,6 +218,14 @@ def apply_commands(state: MetadataState, commands: tuple[object, ...]) -> tuple[
     changes = Changes()
     for command in commands:
         state = _apply(state, command, changes)
+    # PASSIVE only for the cluster's shutdown, which stops the leaving members too; and when no data
+    # member stays (parting), nothing is handed over whatever the state.
+    invariant(
+        state.cluster_state in (ClusterState.ACTIVE, ClusterState.PASSIVE)
+        or not state.leaving_data_members
+        or state.parting,
+        lambda: f"{state.leaving_data_members} leaving in the state {state.cluster_state.value}: nothing frees them",
+    )
     return state, changes
 
 
@@ -205,6 +251,10 @@ def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataS
         if not isinstance(command.state, ClusterState):
             changes.refused.append(f"not a cluster state: {command.state!r}")
             return state
+        problem = "" if command.for_shutdown else state.state_change_problem(command.state)
+        if problem:
+            changes.refused.append(problem)
+            return state
         changes.cluster_state = command.state
         return state.evolve(cluster_state=command.state)
     if isinstance(command, PromoteToDataMember | MarkLeaving):
@@ -212,16 +262,14 @@ def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataS
         if record is None:
             changes.refused.append(f"{command.member} is not a member")
             return state
+        problem = ""
+        if isinstance(command, MarkLeaving) and not record.lite:
+            problem = state.leave_problem(command.member, command.even_if_last)
+        if problem:
+            changes.refused.append(f"{command.member}: {problem}")
+            return state
         if isinstance(command, PromoteToDataMember):
             updated = msgspec.structs.replace(record, lite=False)
-        elif (
-            not command.even_if_last
-            and not record.lite
-            and state.table is not None
-            and not state.others_stay(command.member)
-        ):
-            changes.refused.append(f"{command.member} is the last data member: nobody would take its replicas")
-            return state
         else:
             updated = msgspec.structs.replace(record, leaving=True)
         changes.members_changed.append(command.member)
