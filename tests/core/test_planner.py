@@ -168,6 +168,27 @@ def test_any_plan_replays_safely_to_the_cycle_free_target(
     _assert_safe_replay(current, target, prioritize_copies_and_shift_ups(plan))
 
 
+def test_a_leaving_member_displaced_by_a_shift_up_is_parked_and_cleared_last() -> None:
+    """Three members, two leaving: the one that stays shifts up to owner. Dropped in the same
+    step, the leaving owner's copy was gone while the leave went on, and a crash of the member
+    that stays lost the partition although the leaving member still ran."""
+    assert plan_migrations([A, C], [C, None]) == [M(A, 0, -1, C, 1, 0)]
+    assert plan_migrations([A, C], [C, None], keep={A}) == [M(A, 0, 1, C, 1, 0), M(A, 1, -1, None, -1, -1)]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(replica_arrays(), target_arrays(), st.sets(st.sampled_from(MEMBERS), max_size=3))
+def test_a_kept_member_leaves_a_partition_only_by_a_move_or_a_clear(
+    current: list[Replica | None], target: list[Replica | None], keep: set[Replica]
+) -> None:
+    plan = plan_migrations(current, target, keep)
+    _assert_safe_replay(current, target, plan)
+    _assert_safe_replay(current, target, prioritize_copies_and_shift_ups(plan))
+    for migration in plan:
+        if migration.source in keep and migration.source_new_index == NO_INDEX:
+            assert migration.kind in (MigrationKind.MOVE, MigrationKind.CLEAR), f"{migration} drops a kept copy"
+
+
 @settings(max_examples=1000, deadline=None)
 @given(replica_arrays(), target_arrays())
 def test_prioritization_leaves_no_copy_behind_a_migration_it_may_pass(

@@ -476,6 +476,7 @@ def test_leaving_members_keep_their_data_when_the_last_to_stay_crashes() -> None
     assert all(t > join_ms for t, _, _ in stops)  # they waited, holding their data, for the joiner
     (joiner,) = run.sim.live_members()
     assert joiner.consensus.leader == joiner.identity
+    assert run.sim.stats.partitions_lost == set()
 
 
 def test_a_lite_member_stops_once_every_data_member_asked_to_leave() -> None:

@@ -14,7 +14,7 @@ The plan has the same migrations, reordered, and the floor holds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from shardgrid.core.errors import InvariantViolation, invariant
 from shardgrid.core.identity import Replica
@@ -65,8 +65,14 @@ def _cycle_from(cur: ReplicaSlots, tgt: Sequence[Replica | None], start: int) ->
     return []
 
 
-def plan_migrations(current: Sequence[Replica | None], target: Sequence[Replica | None]) -> list[Migration]:
-    """The ordered migrations that take one partition from ``current`` to its cycle-free target."""
+def plan_migrations(
+    current: Sequence[Replica | None], target: Sequence[Replica | None], keep: Collection[Replica] = ()
+) -> list[Migration]:
+    """The ordered migrations that take one partition from ``current`` to its cycle-free target.
+
+    A member of ``keep`` (one that is leaving, still alive) is never dropped by a SHIFT UP: it is
+    parked in the slot the shifting member leaves and emptied by a CLEAR at the end of the plan,
+    which the master runs last, so that its copy stays a backup while the rest moves."""
     cur = list(normalize_slots(current))
     tgt = eliminate_cycles(cur, target)
     floor = min(replica_count(cur), replica_count(tgt))
@@ -109,7 +115,7 @@ def plan_migrations(current: Sequence[Replica | None], target: Sequence[Replica 
             index += 1
         else:
             enabling = _enabling_migration(cur, tgt, index)
-            if _drops_replica(enabling) and replica_count(cur) - 1 < floor:
+            if _drops_replica(enabling) and (replica_count(cur) - 1 < floor or enabling.source in keep):
                 enabling = _pending_copy(cur, tgt) or _parked(enabling)
             emit(enabling)
     else:

@@ -8,7 +8,7 @@ runs the very same function, so what it prints is what a cluster would do.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from shardgrid.core.identity import MemberInfo, Replica
@@ -38,8 +38,10 @@ def plan_rebalance(
     groups: Mapping[Replica, str] | None = None,
     *,
     backup_count: int,
+    keep: Collection[Replica] = (),
 ) -> RebalancePlan:
-    """Repartition ``current`` over ``members`` and plan the migrations, ascending partition id."""
+    """Repartition ``current`` over ``members`` and plan the migrations, ascending partition id
+    (``keep``: leaving members whose copies a SHIFT UP parks instead of dropping)."""
     arranged = arrange(members, current, rng, groups, backup_count=backup_count)
     targets = list(arranged.replicas)
     migrations: dict[int, tuple[Migration, ...]] = {}
@@ -47,7 +49,7 @@ def plan_rebalance(
         if held == wanted:
             continue
         targets[pid] = eliminate_cycles(held, wanted)
-        planned = prioritize_copies_and_shift_ups(plan_migrations(held, targets[pid]))
+        planned = prioritize_copies_and_shift_ups(plan_migrations(held, targets[pid], keep))
         if planned:
             migrations[pid] = tuple(planned)
     target = PartitionTable(tuple(targets), current.versions)

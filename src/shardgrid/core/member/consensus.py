@@ -26,6 +26,7 @@ MAX_COMMANDS_PER_ENTRY = 1_000
 # Applying an entry may lead a concern to propose again (a single voter commits at once); the
 # rounds of one event are bounded, and what remains is applied with the next event.
 MAX_FLUSH_ROUNDS = 16
+ANSWERED_LATELY_HEARTBEATS = 3  # a member that answered within this many heartbeats is answering
 
 Done = Callable[[bool], None]  # told True when the proposal was applied, False when it was lost
 
@@ -87,6 +88,13 @@ class Consensus:
     @property
     def term(self) -> int:
         return self.raft.term
+
+    def answered_lately(self, member: Replica) -> bool:
+        """Whether ``member`` answered this leader within the last few heartbeats: what counts as
+        alive before a change that would leave it the one to count on (a voter's removal, a
+        leaving member's copy emptied)."""
+        within_ms = ANSWERED_LATELY_HEARTBEATS * self.ctx.config.raft_heartbeat_interval_ms
+        return self.ctx.now_ms - self.raft.answered_since_ms(member) <= within_ms
 
     @property
     def leader_ready(self) -> bool:

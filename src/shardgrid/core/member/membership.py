@@ -30,8 +30,6 @@ from shardgrid.core.metadata import MetadataState
 from shardgrid.core.metadata.commands import AddMembers, MemberRecord, RemoveMembers
 from shardgrid.core.raft import ConfChange
 
-ANSWERED_LATELY_HEARTBEATS = 3  # a member that answered within this many heartbeats is answering
-
 
 @dataclass(frozen=True, slots=True)
 class VoterPool:
@@ -189,9 +187,7 @@ class MembershipLeader:
         return self.ctx.now_ms - self.consensus.raft.answered_since_ms(member) <= within_ms
 
     def _answered_lately(self, member: Replica) -> bool:
-        """Whether ``member`` answered within the last few heartbeats (what counts as answering
-        when voters are changed)."""
-        return self._answering(member, ANSWERED_LATELY_HEARTBEATS * self.ctx.config.raft_heartbeat_interval_ms)
+        return self.consensus.answered_lately(member)
 
     def _answering_majority(self, voters: set[Replica]) -> bool:
         """Whether a majority of ``voters`` answered recently: a configuration of them can commit.
