@@ -223,10 +223,10 @@ class Admin:
             # It stops anyway: recorded as leaving, it tells the others leaving with it that nobody
             # stays to take their replicas either.
             self._propose_leave(MarkLeaving(origin, even_if_last=True), respond)
-        elif not record.lite and state.leave_problem(origin):
+        elif not record.lite and (problem := state.leave_problem(origin)):
             # Found by an outside tester (the state case): the leave was taken, then waited for
             # migrations the state forbids until graceful_shutdown_timeout_ms. Refused at once.
-            respond(ADMIN_FAILED, state.leave_problem(origin))
+            respond(ADMIN_FAILED, problem)
         else:
             self._propose_leave(MarkLeaving(origin), respond)
 
