@@ -9,7 +9,7 @@ import pytest
 
 from shardgrid.core.identity import Replica
 from shardgrid.core.metadata import ClusterState, MemberRecord, MetadataState, apply_commands
-from shardgrid.core.metadata.commands import MarkLeaving, SetClusterState
+from shardgrid.core.metadata.commands import MarkLeaving, PromoteToDataMember, SetClusterState
 from shardgrid.core.table import PartitionTable
 
 A, B, C = (Replica(f"{n}" * 8, f"127.0.0.1:{5701 + i}") for i, n in enumerate("abc"))
@@ -77,4 +77,28 @@ def test_a_shutdowns_passive_and_active_are_taken_while_a_member_leaves() -> Non
     lite_only = (MemberRecord(A), MemberRecord(B), MemberRecord(C, lite=True, leaving=True))
     state, changes = apply_commands(_state(*lite_only), (SetClusterState(ClusterState.FROZEN),))
     assert state.cluster_state is ClusterState.FROZEN
+    assert changes.refused == []
+
+
+@pytest.mark.parametrize("paused", [ClusterState.NO_MIGRATION, ClusterState.FROZEN])
+def test_a_leaving_lite_member_is_not_promoted_when_applied(paused: ClusterState) -> None:
+    """Found by an outside tester: its leave, then its promotion, made a leaving data member in a
+    paused state (the core's invariant stopped the members)."""
+    members = (MemberRecord(A), MemberRecord(B), MemberRecord(C, lite=True))
+    state = MetadataState(4, members, PartitionTable.empty(4), paused)
+    state, changes = apply_commands(state, (MarkLeaving(C), PromoteToDataMember(C)))
+    assert state.members[2].lite
+    assert state.members[2].leaving
+    assert changes.refused == [f"{C}: a leaving member is not promoted"]
+
+
+@pytest.mark.parametrize("order", ["leave-first", "pause-first"])
+def test_before_the_first_table_a_pause_and_a_leave_are_both_taken(order: str) -> None:
+    """Found by an outside tester (partitions assigned on first use): with no table yet, nothing
+    is handed over, so both are taken, and the core's invariant holds (it stopped the members)."""
+    leave, pause = MarkLeaving(B), SetClusterState(ClusterState.NO_MIGRATION)
+    commands = (leave, pause) if order == "leave-first" else (pause, leave)
+    state, changes = apply_commands(_state(MemberRecord(A), MemberRecord(B), table=False), commands)
+    assert state.members[1].leaving
+    assert state.cluster_state is ClusterState.NO_MIGRATION
     assert changes.refused == []

@@ -3,7 +3,8 @@
 ``rebalance pause`` was taken while a member was leaving, which then waited, holding its replicas,
 until the state came back or graceful_shutdown_timeout_ms passed).
 
-A leave and a state that forbids migration exclude each other whichever reaches the log first:
+A leave and a state that forbids migration exclude each other whichever reaches the log first
+(and a lite member asked to leave and to be promoted at once is not promoted once its leave is in):
 no member ever applies an entry that leaves a data member leaving in NO_MIGRATION or FROZEN
 (checked here at every applied entry, apart from the core's own invariant); a refused leave or
 state change says why; nobody is still leaving at the end; and every acknowledged write is kept
@@ -27,16 +28,19 @@ from shardgrid.sim.vopr import Run, params_of
 
 SEEDS = range(int(os.environ.get("SHARDGRID_LEAVE_STATE_SEEDS", "60")))
 ACTIVE_AGAIN_AFTER_MS = 5_000  # the last step sets the state back to active this long after the rest
-LEAVE_ENDS_WITHIN_MS = 40_000  # a leave of 271 partitions one migration at a time takes about 20 s
+LEAVE_ENDS_WITHIN_MS = 60_000  # 271 partitions one migration at a time: 20-45 s (a promotion adds more)
 STATES = ("no-migration", "frozen", "passive", "active")
 LEAVE_REFUSALS = ("nothing migrates", "last data member")
+PROMOTE_REFUSALS = ("not promoted", "not a known member", "already a data member")
 STATE_REFUSALS = ("is leaving", "did not agree in time", "another state")
 
 
 def _schedule(seed: int) -> dict:
     rng = random.Random(seed)
-    members = rng.randint(3, 5)
-    leavers = rng.sample(range(1, members + 1), rng.randint(1, 2))
+    data_members = rng.randint(3, 5)
+    lite = rng.random() < 0.4  # the last member, m<data_members + 1>: asked to leave and promoted
+    members = data_members + lite
+    leavers = rng.sample(range(1, data_members + 1), rng.randint(1, 2))
     steps: list[dict] = []
     for n in leavers:
         step = {"action": "shutdown", "target": f"m{n}"}
@@ -44,8 +48,12 @@ def _schedule(seed: int) -> dict:
             step["signal"] = True
         steps.append(step)
     for _ in range(rng.randint(1, 3)):
-        target = f"m{rng.choice([n for n in range(1, members + 1) if n not in leavers])}"
+        target = f"m{rng.choice([n for n in range(1, data_members + 1) if n not in leavers])}"
         steps.append({"action": "state", "state": rng.choice(STATES), "target": target})
+    if lite:
+        steps.append({"action": "promote", "target": f"m{members}"})
+        if rng.random() < 0.7:
+            steps.append({"action": "shutdown", "target": f"m{members}", "signal": rng.random() < 0.5})
     rng.shuffle(steps)
     for i, step in enumerate(steps):
         step["after_ms"] = 1500 if i == 0 else rng.choice([0, 0, 5, 20, 40, 150, 500])
@@ -55,6 +63,7 @@ def _schedule(seed: int) -> dict:
         "run": {
             "seed": seed,
             "members": members,
+            "lite_members": int(lite),
             "backups": rng.randint(1, 2),
             "partitions": rng.choice([31, 71, 271]),
             "ops": 200,
@@ -94,7 +103,7 @@ def test_a_leave_and_a_state_that_forbids_migration_exclude_each_other(
 
     def recording_admin(address: str, command: Any) -> int:
         call = admin(address, command)
-        kind = "leave" if isinstance(command, m.ShutdownMember) else "state"
+        kind = {m.ShutdownMember: "leave", m.PromoteMember: "promote"}.get(type(command), "state")
         asked_at[call] = (run.sim.now_ms, kind, address)
         return call
 
@@ -120,5 +129,7 @@ def test_a_leave_and_a_state_that_forbids_migration_exclude_each_other(
             assert reply is not None, f"seed {seed}: {address} runs on and its leave has no answer; {run.faults}"
             assert reply.status == m.ADMIN_FAILED
             assert any(r in reply.reason for r in LEAVE_REFUSALS), f"seed {seed}: {reply.reason}"
+        elif kind == "promote" and reply is not None and reply.status == m.ADMIN_FAILED:
+            assert any(r in reply.reason for r in PROMOTE_REFUSALS), f"seed {seed}: {reply.reason}"
         elif reply is not None and reply.status == m.ADMIN_FAILED:  # unavailable: no leader, ask again
             assert any(r in reply.reason for r in STATE_REFUSALS), f"seed {seed}: {reply.reason}"

@@ -330,6 +330,19 @@ def test_a_pause_during_a_leave_is_refused_and_the_leave_finishes() -> None:
     assert run.sim.stats.partitions_lost == set()
 
 
+def test_a_leaving_lite_member_is_not_promoted() -> None:
+    """Found by an outside tester on real processes: a lite member asked to leave and to be
+    promoted at once, in a frozen cluster, became a leaving data member no migration could free;
+    the data members stopped on the core's invariant and the cluster had no majority left."""
+    run = passed("a-leaving-lite-member-is-not-promoted")
+    leave, promotion = run.sim.admin_replies[2], run.sim.admin_replies[3]
+    assert leave.status == m.ADMIN_OK
+    assert promotion.status == m.ADMIN_FAILED
+    assert "not promoted" in promotion.reason
+    assert run.sim.stats.stops == 1
+    assert len(run.sim.member_addresses()) == 3
+
+
 def test_a_frozen_cluster_refuses_a_joiner_until_it_is_active() -> None:
     run = passed("frozen-refuses-joins")
     joiner = run.sim.started_addresses[3]

@@ -213,6 +213,8 @@ class Admin:
         elif isinstance(command, PromoteMember):
             if not record.lite:
                 respond(ADMIN_FAILED, f"{origin} is already a data member")
+            elif record.leaving:
+                respond(ADMIN_FAILED, f"{origin} is leaving: a leaving member is not promoted")
             else:
                 self._propose(PromoteToDataMember(origin), respond, "the leader changed during the promotion")
         elif not isinstance(command, ShutdownMember):
@@ -252,13 +254,20 @@ class Admin:
 
     def _propose(self, command: object, respond: Respond, lost: str) -> None:
         def done(applied: bool) -> None:
-            if applied:
-                respond(ADMIN_OK, "")
-            else:
+            if not applied:
                 respond(ADMIN_UNAVAILABLE, lost)
+            elif isinstance(command, PromoteToDataMember) and self._still_lite(command.member):
+                # Refused when applied: its leave (or its removal) came first in the log.
+                respond(ADMIN_FAILED, f"{command.member} was not promoted: it is leaving, or gone")
+            else:
+                respond(ADMIN_OK, "")
 
         if not self.consensus.propose(command, done):
             respond(ADMIN_UNAVAILABLE, NOT_LEADER)
+
+    def _still_lite(self, member: Replica) -> bool:
+        record = self.consensus.state.record_of(member)
+        return record is None or record.lite
 
     def _try_state_changes(self) -> None:
         if not self._state_changes:
