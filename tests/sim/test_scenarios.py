@@ -343,6 +343,19 @@ def test_a_leaving_lite_member_is_not_promoted() -> None:
     assert len(run.sim.member_addresses()) == 3
 
 
+def test_a_removed_member_finds_a_cluster_whose_members_all_changed() -> None:
+    """Found by an outside tester in the simulator: removed while paused, a member looked for the
+    cluster only at its seeds and the members it last knew, all gone (two left, one joined later);
+    it stayed discovering for good."""
+    run = passed("a-removed-member-finds-a-cluster-that-moved-on")
+    first = run.sim.started_addresses[0]
+    assert emitted(run, events.RemovedFromCluster, at=first)
+    live = {m.identity.address: m for m in run.sim.live_members()}
+    assert set(live) == {first, run.sim.started_addresses[3]}
+    assert all(m.joined for m in live.values())
+    assert run.sim.stats.partitions_lost == set()
+
+
 def test_a_frozen_cluster_refuses_a_joiner_until_it_is_active() -> None:
     run = passed("frozen-refuses-joins")
     joiner = run.sim.started_addresses[3]

@@ -25,10 +25,12 @@ from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.member.leases import Leases
 from shardgrid.core.member.migration_master import MigrationMaster
-from shardgrid.core.messages import JoinRejected, JoinRequest
+from shardgrid.core.messages import JoinRedirect, JoinRejected, JoinRequest
 from shardgrid.core.metadata import MetadataState
 from shardgrid.core.metadata.commands import AddMembers, MemberRecord, RemoveMembers
 from shardgrid.core.raft import ConfChange
+
+SEED_PROBE_EVERY_JOIN_RETRIES = 10  # the leader tells seed addresses no member holds where it is
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +59,13 @@ class MembershipLeader:
         self.last_heard: dict[Replica, int] = {}
         self.distrust_until_ms = 0
         self.leader_since_ms = 0
+        self._last_seed_probe_ms = 0  # a new leader waits one probe interval before its first
 
     def reset(self) -> None:
         self.joiners = {}
         self.last_heard = {}
         self.leader_since_ms = self.ctx.now_ms
+        self._last_seed_probe_ms = self.ctx.now_ms
 
     def heard_from(self, member: Replica) -> None:
         self.last_heard[member] = self.ctx.now_ms
@@ -123,8 +127,27 @@ class MembershipLeader:
             self.last_heard.setdefault(member, now)
         for gone in [m for m in self.last_heard if not state.is_member(m)]:
             del self.last_heard[gone]
+        if now - self._last_seed_probe_ms >= SEED_PROBE_EVERY_JOIN_RETRIES * self.ctx.config.join_retry_ms:
+            self._last_seed_probe_ms = now
+            self._probe_seeds(state)
         if self.consensus.raft.can_change_configuration() and not self._parting(state):
             self._change_configuration()
+
+    def _probe_seeds(self, state: MetadataState) -> None:
+        """Tell whoever runs at a seed address that is no member's where this cluster is. A member
+        removed while cut off looks for the cluster only at its own seeds and the members it last
+        knew; once all of those have gone (they left, and members that joined later hold the
+        data) it found nobody and stayed discovering for good (found by an outside tester in the
+        simulator). Hazelcast's master looks at its seed addresses the same way to merge clusters
+        split apart. A process there that belongs to no cluster asks this leader to join; one that
+        belongs to this cluster, or is not running, ignores it."""
+        if state.shut_down or not state.cluster_state.join_allowed:
+            return
+        taken = {r.address for r in state.replicas}
+        redirect = JoinRedirect(self.ctx.identity.address)
+        for address in self.ctx.seed_addresses:
+            if address not in taken:
+                self.ctx.send_to_address(address, redirect)
 
     def _parting(self, state: MetadataState) -> bool:
         """Whether this leader is leaving with every data member: it stops once its followers hold
