@@ -216,7 +216,12 @@ class Admin:
             elif record.leaving:
                 respond(ADMIN_FAILED, f"{origin} is leaving: a leaving member is not promoted")
             else:
-                self._propose(PromoteToDataMember(origin), respond, "the leader changed during the promotion")
+                self._propose(
+                    PromoteToDataMember(origin),
+                    respond,
+                    "the leader changed during the promotion",
+                    refused=lambda: self._not_promoted(origin),
+                )
         elif not isinstance(command, ShutdownMember):
             respond(ADMIN_FAILED, f"unknown command {type(command).__name__}")
         elif record.leaving:
@@ -252,22 +257,25 @@ class Admin:
         if not self.consensus.propose(command, done):
             respond(ADMIN_UNAVAILABLE, NOT_LEADER)
 
-    def _propose(self, command: object, respond: Respond, lost: str) -> None:
+    def _propose(self, command: object, respond: Respond, lost: str, refused: Callable[[], str] | None = None) -> None:
+        """``refused``: why the log did not take the command when it applied it ('' when it did)."""
+
         def done(applied: bool) -> None:
+            reason = refused() if applied and refused is not None else ""
             if not applied:
                 respond(ADMIN_UNAVAILABLE, lost)
-            elif isinstance(command, PromoteToDataMember) and self._still_lite(command.member):
-                # Refused when applied: its leave (or its removal) came first in the log.
-                respond(ADMIN_FAILED, f"{command.member} was not promoted: it is leaving, or gone")
+            elif reason:
+                respond(ADMIN_FAILED, reason)
             else:
                 respond(ADMIN_OK, "")
 
         if not self.consensus.propose(command, done):
             respond(ADMIN_UNAVAILABLE, NOT_LEADER)
 
-    def _still_lite(self, member: Replica) -> bool:
+    def _not_promoted(self, member: Replica) -> str:
+        """Why an applied promotion left ``member`` lite: its leave (or its removal) came first."""
         record = self.consensus.state.record_of(member)
-        return record is None or record.lite
+        return f"{member} was not promoted: it is leaving, or gone" if record is None or record.lite else ""
 
     def _try_state_changes(self) -> None:
         if not self._state_changes:

@@ -189,7 +189,7 @@ class MembershipLeader:
         if self._voter_pool().replacement_due(set(raft.membership.voters)):
             # A voter that leaves is replaced first (``_adjust_voters``): removed before, it left
             # fewer voters for a while, and a crash then could leave no majority alive.
-            voters = [m for m in voters if not self._answered_lately(m)]
+            voters = [m for m in voters if not self.consensus.answered_lately(m)]
         if voters and self._answering_majority(set(raft.membership.voters) - {sorted(voters)[0]}):
             chosen.append(sorted(voters)[0])
         if not chosen:
@@ -209,13 +209,10 @@ class MembershipLeader:
         """Whether ``member`` answered a message this leader sent within the last ``within_ms``."""
         return self.ctx.now_ms - self.consensus.raft.answered_since_ms(member) <= within_ms
 
-    def _answered_lately(self, member: Replica) -> bool:
-        return self.consensus.answered_lately(member)
-
     def _answering_majority(self, voters: set[Replica]) -> bool:
         """Whether a majority of ``voters`` answered recently: a configuration of them can commit.
         A change that leaves the voters without one would stall the log for good."""
-        answering = sum(1 for v in voters if self._answered_lately(v))
+        answering = sum(1 for v in voters if self.consensus.answered_lately(v))
         return answering * 2 > len(voters)
 
     def _holds_nothing(self, member: Replica) -> bool:
@@ -285,7 +282,9 @@ class MembershipLeader:
         candidates = [
             member
             for member in staying
-            if member not in voters and raft.match_index(member) >= raft.commit_index and self._answered_lately(member)
+            if member not in voters
+            and raft.match_index(member) >= raft.commit_index
+            and self.consensus.answered_lately(member)
         ]
         target = self.ctx.config.voter_target(len(staying) + len(parting))
         return VoterPool(staying, parting, candidates, target)
@@ -307,7 +306,7 @@ class MembershipLeader:
                 return True
             return bool(candidates) and self.consensus.propose_change(ConfChange(promote=candidates[0]))
         unfit = sorted(v for v in voters if v not in staying and v not in parting)
-        silent = [v for v in unfit if not self._answered_lately(v)]
+        silent = [v for v in unfit if not self.consensus.answered_lately(v)]
         for voter in silent:
             # A voter that went silent leaves the voters first: the majority is then counted over
             # members that answer, never worse than counting the silent one.

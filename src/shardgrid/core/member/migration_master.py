@@ -227,7 +227,7 @@ class MigrationMaster:
             self.pending = {}
             return
         plan = plan_rebalance(
-            infos, table, self.ctx.rng, backup_count=self.ctx.config.table_backup_count, keep=self._leaving(state)
+            infos, table, self.ctx.rng, backup_count=self.ctx.config.table_backup_count, keep=state.leaving_data_members
         )
         self.target = plan.target
         busy = set(state.migrations) | set(self._proposed_starts)
@@ -240,7 +240,7 @@ class MigrationMaster:
             return
         held, wanted = state.table.replicas[pid], self.target.replicas[pid]
         if held != wanted and all(r is None or state.is_member(r) for r in wanted):
-            queue = prioritize_copies_and_shift_ups(plan_migrations(held, wanted, self._leaving(state)))
+            queue = prioritize_copies_and_shift_ups(plan_migrations(held, wanted, state.leaving_data_members))
             if queue:
                 self.pending[pid] = queue
 
@@ -279,10 +279,6 @@ class MigrationMaster:
         if clears:
             self.consensus.propose(FinishMigrations(tuple(clears)))
 
-    @staticmethod
-    def _leaving(state: MetadataState) -> frozenset[Replica]:
-        return frozenset(r.replica for r in state.members if r.leaving)
-
     def _without_early_clears(
         self, state: MetadataState, records: dict[int, MigrationRecord]
     ) -> dict[int, list[Migration]]:
@@ -294,7 +290,7 @@ class MigrationMaster:
         detected, or a moment later) lost it although the leaving members still ran (found by a
         search of leaves with one crash: 29 of 150 runs lost partitions)."""
         table = state.table
-        leaving = self._leaving(state)
+        leaving = state.leaving_data_members
         if table is None or not leaving:
             return self.pending
         moving = any(r.migration.kind is not MigrationKind.CLEAR for r in records.values()) or any(

@@ -623,7 +623,7 @@ class Member:
             # none left: every data member gone) only kept it running for good on a signal.
             self._stop("a lite member holds no data: it stops without its leave recorded")
             return
-        if self.ctx.now_ms - self._leaving_since_ms > config.graceful_shutdown_timeout_ms:
+        if waited_ms > config.graceful_shutdown_timeout_ms:
             replies, self._leaving_replies = self._leaving_replies, []
             for client, call_id in replies:
                 reason = "still handing replicas over after graceful_shutdown_timeout_ms; nothing was lost"
