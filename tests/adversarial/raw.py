@@ -77,6 +77,24 @@ class Raw:
             return False
         return False
 
+    def reset_by_peer(self, timeout_s: float = 10) -> tuple[bool, int]:
+        """Reads until the peer ends the connection: whether it reset it (rather than closing it
+        after what it had sent), and how many bytes came first."""
+        deadline = time.monotonic() + timeout_s
+        received = 0
+        try:
+            while time.monotonic() < deadline:
+                self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+                data = self.sock.recv(1 << 20)
+                if not data:
+                    return False, received
+                received += len(data)
+        except ConnectionResetError:
+            return True, received
+        except TimeoutError:
+            pass
+        return False, received
+
     def close(self) -> None:
         self.sock.close()
 

@@ -21,12 +21,31 @@ byte come in for too long while the stream read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import struct
 from typing import Any, Protocol, cast
 
 from shardgrid.core import codec
 from shardgrid.core.errors import invariant
 from shardgrid.core.limits import MAX_HANDSHAKE_FRAME_BYTES
 from shardgrid.runtime.frame_budget import UNBUDGETED_FRAME_BYTES, FrameBudget
+
+# SO_LINGER on, with no time: close() resets the connection and frees what the kernel still had
+# queued to send, instead of sending it first.
+_LINGER_NOT_AT_ALL = struct.pack("ii", 1, 0)
+
+
+def _reset_on_close(transport: asyncio.BaseTransport) -> None:
+    """A connection aborted is one whose peer we give up on: most often one that does not read
+    (its answers or backups piled up, or its frame is overdue), so what the kernel had taken to
+    send would wait for it as long as it keeps the connection open (found by an outside tester: a
+    client closed for an overdue frame kept 4 MB of its answers in the member's kernel, in
+    FIN-WAIT-1, for as long as it read nothing)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already closed or reset: nothing is held
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_NOT_AT_ALL)
 
 
 class StreamOwner(Protocol):
@@ -203,12 +222,14 @@ class FrameStream(asyncio.Protocol):
             self.transport.close()
 
     def abort(self) -> None:
-        """Close at once, dropping what is queued (a peer that does not read)."""
+        """Close at once, dropping what is queued, here and in the kernel (a peer that does not
+        read): the peer sees the connection reset."""
         self.closed = True
         self._pending.clear()
         self._pending_bytes = 0
         self._end_claim()
         if self.transport is not None:
+            _reset_on_close(self.transport)
             self.transport.abort()
 
     # --- inside ------------------------------------------------------------------------------------
