@@ -33,8 +33,9 @@ class Raw:
         self.hello = hello
         self.sent_handshake: list[Any] = [hello]
 
-    def handshake(self) -> None:
-        self.send(self.hello)
+    def handshake(self, hello_sent: bool = False) -> None:
+        if not hello_sent:
+            self.send(self.hello)
         while not self.session.established:
             message = self.recv_one()
             step = self.session.receive(message)

@@ -676,16 +676,18 @@ class MemberProcess:
 
     def _on_housekeeping(self) -> None:
         now = self.now_ms()
-        # A tick that comes late (the loop was busy) runs before the reads that waited with it: no
-        # client's frame is judged stalled on it, since its bytes may be among them.
+        # A tick that comes late (the loop was busy, or the process stopped) runs before the reads
+        # that waited with it: no connection is judged on it, since what it owes may be among them:
+        # a client's frame, or a handshake's next message (a member stopped past the handshake
+        # timeout refused every connection that was shaking hands when it stopped).
         on_time = now - self._housekeeping_ms <= HOUSEKEEPING_MS * LATE_TICKS
         self._housekeeping_ms = now
         process = self.process
-        for link in list(self._links.values()):
+        for link in list(self._links.values()) if on_time else ():
             session = link.session
             if session is not None and session.expired(now):
                 self._refused(link, f"no handshake within {process.handshake_timeout_ms} ms")
-            elif link.client_id and link.stream is not None and on_time:
+            elif link.client_id and link.stream is not None:
                 overdue = link.stream.frame_overdue(process.frame_timeout_ms, process.frame_stall_timeout_ms)
                 if overdue:
                     link.stream.abort()  # its unread answers go too: a client that reads none holds them for ever

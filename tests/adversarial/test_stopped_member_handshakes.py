@@ -1,0 +1,43 @@
+"""A member that stops (SIGSTOP, a stalled VM, a long pause of its loop) past the handshake timeout
+judged its connections on the first housekeeping tick after it went on, before it read what had
+come in meanwhile: every connection that was shaking hands when it stopped was refused, though its
+next message was waiting. A late tick now judges no connection; the next one, on time, does."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from shardgrid.client import Client
+from tests.runtime.local_cluster import LocalCluster
+
+from .raw import Raw
+
+HANDSHAKE_TIMEOUT_MS = 400
+
+
+def test_a_handshake_begun_before_the_member_stopped_past_its_timeout_is_finished(tmp_path):
+    with LocalCluster(tmp_path, 1, "--set", f"handshake_timeout_ms={HANDSHAKE_TIMEOUT_MS}") as running:
+        running.wait_formed()
+        address = running.addresses[0]
+        process = running.processes[address]
+        shaking = Raw(address)
+        time.sleep(0.2)  # accepted: its handshake deadline runs from here
+        process.send_signal(signal.SIGSTOP)
+        try:
+            shaking.send(shaking.hello)  # waits in the member's socket while it is stopped
+            time.sleep(3 * HANDSHAKE_TIMEOUT_MS / 1000)
+        finally:
+            process.send_signal(signal.SIGCONT)
+        shaking.handshake(hello_sent=True)
+        assert shaking.session.established
+        shaking.close()
+        # A connection that says nothing is still closed at its timeout.
+        silent = Raw(address)
+        started = time.monotonic()
+        assert silent.closed_by_peer(timeout_s=10)
+        assert time.monotonic() - started < 5
+        assert "no handshake within" in running.log_text(address)
+        with Client([address]) as client:
+            client.get_map("after-stop").set("k", "v")
+            assert client.get_map("after-stop").get("k") == "v"
