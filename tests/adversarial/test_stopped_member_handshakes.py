@@ -1,7 +1,10 @@
 """A member that stops (SIGSTOP, a stalled VM, a long pause of its loop) past the handshake timeout
 judged its connections on the first housekeeping tick after it went on, before it read what had
 come in meanwhile: every connection that was shaking hands when it stopped was refused, though its
-next message was waiting. A late tick now judges no connection; the next one, on time, does."""
+next message was waiting. Connections are now judged as of the tick before: the reads that waited
+behind a late tick are done first, and a member late on every tick still closes silent connections
+(skipping late ticks instead left them open for as long as the member stayed busy: found by an
+outside tester)."""
 
 from __future__ import annotations
 
@@ -41,3 +44,22 @@ def test_a_handshake_begun_before_the_member_stopped_past_its_timeout_is_finishe
         with Client([address]) as client:
             client.get_map("after-stop").set("k", "v")
             assert client.get_map("after-stop").get("k") == "v"
+
+
+def test_a_member_late_on_every_tick_still_closes_a_silent_connection(tmp_path):
+    with LocalCluster(tmp_path, 1, "--set", f"handshake_timeout_ms={HANDSHAKE_TIMEOUT_MS}") as running:
+        running.wait_formed()
+        address = running.addresses[0]
+        process = running.processes[address]
+        silent = Raw(address)
+        time.sleep(0.1)  # accepted: its handshake deadline runs from here
+        closed = False
+        for _ in range(12):  # each tick comes 600 ms after the last: every one is late
+            process.send_signal(signal.SIGSTOP)
+            time.sleep(0.6)
+            process.send_signal(signal.SIGCONT)
+            if silent.closed_by_peer(timeout_s=0.05):
+                closed = True
+                break
+        assert closed, "a silent connection stayed open while every housekeeping tick came late"
+        assert "no handshake within" in running.log_text(address)

@@ -64,7 +64,6 @@ PEER_BACKLOG_FACTOR = 4  # a peer with this many high-water marks unsent is cut 
 MIN_REDIAL_MS = 100  # after a failed dial, sends to that address are dropped for this long ...
 MAX_REDIAL_MS = 2_000  # ... doubling up to this
 HOUSEKEEPING_MS = 100
-LATE_TICKS = 5  # a housekeeping tick this many periods late finds the loop was busy
 CLOSE_FLUSH_S = 1.0  # how long a stopping process waits for its last frames to be written
 STATUS_EVERY_TICKS = 10  # the metrics read the member's status once a second
 MAX_TIMED_CALLS_PER_CLIENT = 100_000  # calls in flight whose latency is measured; more go untimed
@@ -675,20 +674,23 @@ class MemberProcess:
                     self._dial(address)
 
     def _on_housekeeping(self) -> None:
-        now = self.now_ms()
-        # A tick that comes late (the loop was busy, or the process stopped) runs before the reads
-        # that waited with it: no connection is judged on it, since what it owes may be among them:
-        # a client's frame, or a handshake's next message (a member stopped past the handshake
-        # timeout refused every connection that was shaking hands when it stopped).
-        on_time = now - self._housekeeping_ms <= HOUSEKEEPING_MS * LATE_TICKS
-        self._housekeeping_ms = now
+        # Connections are judged as of the tick before this one. A tick that comes late (the loop
+        # was busy, or the process stopped) runs before the reads that waited with it, and what a
+        # connection owes may be among them: a client's frame, or a handshake's next message (a
+        # member stopped past the handshake timeout refused every connection that was shaking hands
+        # when it stopped). Between two ticks the loop has read what was waiting at the first, so
+        # nothing is judged missing while it waits unread, and a loop that is late on every tick
+        # still judges every connection, one tick later (skipping late ticks instead left a busy
+        # member's silent connections open for as long as it stayed busy: found by an outside tester).
+        as_of_ms, self._housekeeping_ms = self._housekeeping_ms, self.now_ms()
+        as_of = self._t0 + as_of_ms / 1000  # in the loop's time, as the streams keep theirs
         process = self.process
-        for link in list(self._links.values()) if on_time else ():
+        for link in list(self._links.values()):
             session = link.session
-            if session is not None and session.expired(now):
+            if session is not None and session.expired(as_of_ms):
                 self._refused(link, f"no handshake within {process.handshake_timeout_ms} ms")
             elif link.client_id and link.stream is not None:
-                overdue = link.stream.frame_overdue(process.frame_timeout_ms, process.frame_stall_timeout_ms)
+                overdue = link.stream.frame_overdue(process.frame_timeout_ms, process.frame_stall_timeout_ms, as_of)
                 if overdue:
                     link.stream.abort()  # its unread answers go too: a client that reads none holds them for ever
                     self._refused(link, overdue)

@@ -190,15 +190,16 @@ class FrameStream(asyncio.Protocol):
         self._paused_by_owner = False
         self._set_reading()
 
-    def frame_overdue(self, timeout_ms: int, stall_ms: int) -> str:
+    def frame_overdue(self, timeout_ms: int, stall_ms: int, as_of: float | None = None) -> str:
         """Why the claimed part-read frame is overdue ('' while it is not): not whole ``timeout_ms``
         after its claim was granted (whatever paused the reading meanwhile: a client that does not
         read its answers keeps its claim no longer than one that does not send), or no byte of it
         in ``stall_ms`` while the stream read (a claim that waited its turn and then sends nothing
-        gives the budget back soon)."""
+        gives the budget back soon). Judged as of the loop time ``as_of`` (default now): what came
+        in after it counts as having come then."""
         if not self.claimed_frame_bytes or self._waiting_for_budget:
             return ""
-        now = self._now()
+        now = self._now() if as_of is None else as_of
         if (now - self._granted_at) * 1000 > timeout_ms:
             return f"a frame of {self.claimed_frame_bytes} bytes was not whole {timeout_ms} ms after it was let in"
         if not self._paused_by_owner and (now - self._progress_at) * 1000 > stall_ms:
