@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import os
 import socket
 import time
@@ -11,6 +12,14 @@ from typing import Any
 from shardgrid.core import codec
 from shardgrid.core.identity import Replica
 from shardgrid.core.session import NONCE_BYTES, PeerRole, Session, SessionSettings
+
+
+class Ending(enum.Enum):
+    """How a peer's side of a connection stood when a read stopped."""
+
+    OPEN = "open"
+    CLOSED = "closed"
+    RESET = "reset"
 
 
 class Raw:
@@ -64,23 +73,9 @@ class Raw:
             self.inbox.extend(self.decoder.feed(data))
         return self.inbox.pop(0)
 
-    def closed_by_peer(self, timeout_s: float = 10) -> bool:
-        deadline = time.monotonic() + timeout_s
-        try:
-            while time.monotonic() < deadline:
-                self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-                data = self.sock.recv(1 << 20)
-                if not data:
-                    return True
-        except (ConnectionResetError, BrokenPipeError):
-            return True
-        except TimeoutError:
-            return False
-        return False
-
-    def reset_by_peer(self, timeout_s: float = 10) -> tuple[bool, int]:
-        """Reads until the peer ends the connection: whether it reset it (rather than closing it
-        after what it had sent), and how many bytes came first."""
+    def read_to_end(self, timeout_s: float = 10) -> tuple[Ending, int]:
+        """Reads (and drops) what comes until the peer ends the connection or ``timeout_s`` passes:
+        how it ended, and how many bytes came first."""
         deadline = time.monotonic() + timeout_s
         received = 0
         try:
@@ -88,13 +83,24 @@ class Raw:
                 self.sock.settimeout(max(0.01, deadline - time.monotonic()))
                 data = self.sock.recv(1 << 20)
                 if not data:
-                    return False, received
+                    return Ending.CLOSED, received
                 received += len(data)
         except ConnectionResetError:
-            return True, received
+            return Ending.RESET, received
+        except BrokenPipeError:
+            return Ending.CLOSED, received
         except TimeoutError:
             pass
-        return False, received
+        return Ending.OPEN, received
+
+    def closed_by_peer(self, timeout_s: float = 10) -> bool:
+        return self.read_to_end(timeout_s)[0] is not Ending.OPEN
+
+    def reset_by_peer(self, timeout_s: float = 10) -> tuple[bool, int]:
+        """Whether the peer reset the connection (rather than closing it after what it had sent),
+        and how many bytes came first."""
+        ending, received = self.read_to_end(timeout_s)
+        return ending is Ending.RESET, received
 
     def close(self) -> None:
         self.sock.close()
