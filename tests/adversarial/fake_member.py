@@ -12,7 +12,7 @@ from typing import Any
 
 from shardgrid.core import codec
 from shardgrid.core import messages as m
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.session import NONCE_BYTES, Session, SessionSettings
 
 PARTITIONS = 271
@@ -30,7 +30,7 @@ class FakeMember:
         ).result(10)
         port = self._server.sockets[0].getsockname()[1]
         self.address = f"127.0.0.1:{port}"
-        self.identity = Replica(str(uuid.uuid4()), self.address)
+        self.identity = MemberId(str(uuid.uuid4()), self.address)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         settings = SessionSettings("shardgrid", codec.PROTOCOL_VERSION, b"")
@@ -54,7 +54,14 @@ class FakeMember:
             writer.close()
 
     def table(self) -> m.TableReply:
-        return m.TableReply(PARTITIONS, 0, (self.address,), (1,) * PARTITIONS, ((0,),) * PARTITIONS, False)
+        return m.TableReply(
+            partition_count=PARTITIONS,
+            first_partition=0,
+            addresses=(self.address,),
+            versions=(1,) * PARTITIONS,
+            replicas=((0,),) * PARTITIONS,
+            more=False,
+        )
 
     def close(self) -> None:
         async def stop() -> None:

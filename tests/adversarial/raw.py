@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from shardgrid.core import codec
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.session import NONCE_BYTES, PeerRole, Session, SessionSettings
 
 
@@ -27,7 +27,7 @@ class Raw:
         self,
         address: str,
         role: PeerRole = PeerRole.CLIENT,
-        identity: Replica | None = None,
+        identity: MemberId | None = None,
         cluster: str = "shardgrid",
         secret: str = "",
         timeout_s: float = 10,
@@ -106,5 +106,5 @@ class Raw:
         self.sock.close()
 
 
-def fake_member(address: str) -> Replica:
-    return Replica(str(uuid.uuid4()), address)
+def fake_member(address: str) -> MemberId:
+    return MemberId(str(uuid.uuid4()), address)

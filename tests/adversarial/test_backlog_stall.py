@@ -66,11 +66,19 @@ def test_a_member_goes_on_reading_a_client_after_a_reply_over_high_water(cluster
     raw = Raw(owner)
     try:
         raw.handshake()
-        raw.send(m.ScanRequest(1, "stall-member", 7, 0, 10_000, False))
+        raw.send(
+            m.ScanRequest(
+                call_id=1, map_name="stall-member", partition_id=7, offset=0, max_entries=10_000, keys_only=False
+            )
+        )
         first = raw.recv_one(15)
-        assert first.status is m.Status.OK
+        assert first.code is m.ReplyCode.OK
         assert len(first.values) == 2
-        raw.send(m.ScanRequest(2, "stall-member", 7, 0, 10_000, True))
+        raw.send(
+            m.ScanRequest(
+                call_id=2, map_name="stall-member", partition_id=7, offset=0, max_entries=10_000, keys_only=True
+            )
+        )
         try:
             second = raw.recv_one(10)
         except TimeoutError:

@@ -1,9 +1,9 @@
-"""The migration throughput cap against the master's transfer backstop.
+"""The migration throughput cap against the leader's transfer backstop.
 
 A member capped by ``max_migration_bytes_per_s`` sends a partition at most that fast, and the
-README says "a migration waiting for the cap is not counted as stalled". But the master rolls back
+README says "a migration waiting for the cap is not counted as stalled". But the leader rolls back
 any migration still in its TRANSFER stage ``TRANSFER_BACKSTOP_TIMEOUTS`` (3) x
-``migration_timeout_ms`` after it started (core/member/migration_master.py ``_retry``), whatever
+``migration_timeout_ms`` after it started (core/member/migration_leader.py ``_retry``), whatever
 progress it makes. A partition that takes longer than that at the cap (big, or sharing the
 source's cap with other migrations) is rolled back, planned again, rolled back again: the
 rebalance never finishes, though every setting passed validation.
@@ -50,7 +50,7 @@ def test_a_capped_rebalance_finishes(tmp_path):
             joiner = running.start(join=running.addresses, initial=2)
             running.wait_for_log(joiner, "member-added", timeout_s=60)
             started = time.monotonic()
-            while not [e for e in events if e.status == "started"] and time.monotonic() - started < 20:
+            while not [e for e in events if e.phase == "started"] and time.monotonic() - started < 20:
                 time.sleep(0.1)
             # Expected: done in roughly (bytes to move) / (2 sources x CAP): 4 MB x 2 copies x ~1/3
             # moved / 128 KB/s is ~25 s; give it 3x that.
@@ -60,8 +60,8 @@ def test_a_capped_rebalance_finishes(tmp_path):
             except OperationTimeoutError as error:
                 safe = False
                 reason = str(error)
-            failed = [e for e in events if e.status not in ("started", "finished")]
-            finished = [e for e in events if e.status == "finished"]
+            failed = [e for e in events if e.phase not in ("started", "finished")]
+            finished = [e for e in events if e.phase == "finished"]
             assert safe, (
                 f"a capped rebalance never finished: {reason}; {len(failed)} migrations failed "
                 f"({sorted({e.detail for e in failed})[:3]}), {len(finished)} finished"

@@ -19,7 +19,7 @@ import sys
 import time
 
 from shardgrid.client import Client
-from tests.runtime.local_cluster import LocalCluster, master_of
+from tests.runtime.local_cluster import LocalCluster, leader_of
 
 from .test_local_up_named_cluster import SRC, run_cli
 
@@ -27,19 +27,19 @@ FAST = ("--partition-count", "31", "--set", "failure_timeout_ms=3000")
 
 
 def _loaded(running: LocalCluster) -> tuple[str, str]:
-    """The cluster formed, 2,000 entries in, safe: its members as --members, and its master."""
+    """The cluster formed, 2,000 entries in, safe: its members as --members, and its leader."""
     running.wait_formed()
     with Client(running.addresses) as client:
         client.get_map("m").put_all({f"k{i}": i for i in range(2_000)})
         client.wait_until_safe(60)
-        return ",".join(running.addresses), master_of(client)
+        return ",".join(running.addresses), leader_of(client)
 
 
 def test_shutdown_while_paused_ends_within_its_timeout(tmp_path):
     with LocalCluster(tmp_path, 4, *FAST) as running:
-        members, master = _loaded(running)
+        members, leader = _loaded(running)
         assert run_cli("rebalance", "pause", "--members", members).returncode == 0
-        leaver = next(a for a in running.addresses if a != master)
+        leaver = next(a for a in running.addresses if a != leader)
         command = [sys.executable, "-m", "shardgrid", "shutdown", leaver, "--members", members, "--timeout", "15"]
         shut = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": SRC}, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT)  # fmt: skip
@@ -56,29 +56,29 @@ def test_shutdown_while_paused_ends_within_its_timeout(tmp_path):
             if shut.poll() is None:
                 shut.send_signal(signal.SIGKILL)
                 shut.wait(timeout=10)
-            run_cli("rebalance", "resume", "--members", master)
+            run_cli("rebalance", "resume", "--members", leader)
 
 
 def test_pause_resume_safe_status_and_a_kill(tmp_path):
     with LocalCluster(tmp_path, 3, *FAST) as running:
-        members, master = _loaded(running)
+        members, leader = _loaded(running)
         assert run_cli("safe", "--members", members, "--wait", "30").returncode == 0
         assert run_cli("rebalance", "pause", "--members", members).returncode == 0
-        victim = next(a for a in running.addresses if a != master)
+        victim = next(a for a in running.addresses if a != leader)
         running.kill(victim)
-        now = run_cli("safe", "--members", master)
+        now = run_cli("safe", "--members", leader)
         assert now.returncode == 1, f"safe right after a SIGKILL: {now.stdout}"
-        status = run_cli("status", "--members", master, "--json")
+        status = run_cli("status", "--members", leader, "--json")
         assert status.returncode == 0
         assert victim in status.stdout
         time.sleep(6)  # removed, backups promoted; nothing refilled while paused
-        paused = run_cli("safe", "--members", master)
+        paused = run_cli("safe", "--members", leader)
         assert paused.returncode == 1, f"safe while paused with replicas missing: {paused.stdout}"
-        with Client([master]) as client:
+        with Client([leader]) as client:
             assert len(client.get_map("m").get_all([f"k{i}" for i in range(2_000)])) == 2_000
-        assert run_cli("rebalance", "resume", "--members", master).returncode == 0
-        safe = run_cli("safe", "--members", master, "--wait", "60", timeout=90)
+        assert run_cli("rebalance", "resume", "--members", leader).returncode == 0
+        safe = run_cli("safe", "--members", leader, "--wait", "60", timeout=90)
         assert safe.returncode == 0, safe.stdout + safe.stderr
-        document = json.loads(run_cli("status", "--members", master, "--json").stdout)
+        document = json.loads(run_cli("status", "--members", leader, "--json").stdout)
         assert document["safe"]
         assert len(document["members"]) == 2

@@ -38,7 +38,16 @@ def test_a_scan_of_a_partition_written_between_pages_ends_within_the_call_timeou
         if type(message) is m.ScanRequest:
             # Every page says more follows, and the map changed since the page before.
             return [
-                m.ScanReply(message.call_id, m.Status.OK, (b"\0\0\0\1a",), (b"\x01",), 2, True, "l", next(versions))
+                m.ScanReply(
+                    call_id=message.call_id,
+                    code=m.ReplyCode.OK,
+                    keys=(b"\0\0\0\1a",),
+                    values=(b"\x01",),
+                    total=2,
+                    more=True,
+                    lineage="l",
+                    map_version=next(versions),
+                )
             ]
         return []
 
@@ -131,7 +140,7 @@ def test_a_packed_scan_page_that_does_not_add_up_is_the_members_error(
 
     def behave(message):
         if type(message) is m.ScanRequest:
-            page = m.ScanReply(message.call_id, m.Status.OK, total=1, lineage="l", map_version=1)
+            page = m.ScanReply(call_id=message.call_id, code=m.ReplyCode.OK, total=1, lineage="l", map_version=1)
             fields = {"packed_keys": packed_keys, "key_lengths": key_lengths}
             fields |= {"packed_values": packed_values, "value_lengths": value_lengths}
             return [msgspec.structs.replace(page, **fields)]

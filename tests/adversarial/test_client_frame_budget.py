@@ -123,7 +123,10 @@ def test_a_client_that_reads_no_answers_keeps_its_claim_no_longer_than_the_frame
     pid = partition_id_of_serialized(key)
     with Client([address], operation_call_timeout_ms=30_000) as client:
         client.get_map("m").set("k", b"v" * (3 * MIB))
-    gets = b"".join(codec.encode(m.MapRequest(10 + i, m.GET, "m", (pid,), (key,))) for i in range(20))
+    gets = b"".join(
+        codec.encode(m.MapRequest(call_id=10 + i, kind=m.GET, map_name="m", partition_ids=(pid,), keys=(key,)))
+        for i in range(20)
+    )
     attackers = [Raw(address) for _ in range(2)]
     try:
         for raw in attackers:

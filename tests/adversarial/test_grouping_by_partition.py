@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardgrid.core import messages as m
-from shardgrid.core.effects import Receive, ReplyToClient, Send
+from shardgrid.core.effects import ReplyToClient, Send
 from shardgrid.core.hashing import hash_to_index, partition_id_of_serialized, partition_ids_of_serialized
+from shardgrid.core.inputs import Receive
 from shardgrid.core.member import data as data_module
 from shardgrid.core.table import PartitionTable
 from tests.core.test_member import CONFIG, A, B, C, following, grant_lease, run_ticks, synced
@@ -53,7 +54,21 @@ def _run(requests, read_backup: bool, max_pending: int, deliver_acks: bool):
         values = tuple(b"v%d-%d" % (call_id, i) for i in range(len(keys))) if kind in (m.PUT, m.PUT_IF_ABSENT) else ()
         now += 1
         effects = owner.handle(
-            now, Receive("c", None, None, m.MapRequest(call_id, kind, "m", pids, keys, values, previous))
+            now,
+            Receive(
+                "c",
+                None,
+                None,
+                m.MapRequest(
+                    call_id=call_id,
+                    kind=kind,
+                    map_name="m",
+                    partition_ids=pids,
+                    keys=keys,
+                    values=values,
+                    previous=previous,
+                ),
+            ),
         )
         log.append([repr(e) for e in effects if isinstance(e, ReplyToClient | Send)])
         if deliver_acks and call_id % 2:

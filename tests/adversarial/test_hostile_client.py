@@ -22,11 +22,11 @@ from .raw import Raw, fake_member
 def test_a_client_session_cannot_add_a_member(cluster):
     """``MemberProcess._deliver`` hands a CLIENT session's JoinRequest to the member as is (only
     member sessions are checked against the identity they proved), and ``Member._receive`` takes a
-    JoinRequest from anyone: an anonymous client makes the master add a phantom member at any
+    JoinRequest from anyone: an anonymous client makes the leader add a phantom member at any
     address, and the cluster starts migrating partitions to it (until failure detection removes
     it again; the client can repeat)."""
     with Client(cluster.addresses[:1], operation_call_timeout_ms=10_000) as client:
-        address = client.member_status().master_address
+        address = client.member_status().leader_address
     raw = Raw(address)
     try:
         raw.handshake()
@@ -65,7 +65,10 @@ def test_pipelined_reads_of_a_big_value_keep_the_member_bounded(cluster):
     try:
         raw.handshake()
         raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        burst = b"".join(codec.encode(m.MapRequest(i + 1, m.GET, "amplify", (pid,), (key,))) for i in range(400))
+        burst = b"".join(
+            codec.encode(m.MapRequest(call_id=i + 1, kind=m.GET, map_name="amplify", partition_ids=(pid,), keys=(key,)))
+            for i in range(400)
+        )
         peak = peak_rss_mb_while(process.pid, lambda: raw.send_bytes(burst), 8)
     finally:
         raw.close()
@@ -118,4 +121,4 @@ def test_a_frame_a_connection_may_not_send_is_refused_before_it_is_decoded(clust
     assert process.poll() is None
     assert peak - before < 100, f"a {len(frame) >> 20} MiB frame grew the member from {before} MiB to {peak} MiB"
     with Client([address], operation_call_timeout_ms=10_000) as client:
-        assert client.member_status().master_address  # still serving
+        assert client.member_status().leader_address  # still serving

@@ -9,16 +9,16 @@ from __future__ import annotations
 import time
 
 from shardgrid.client import Client
-from tests.runtime.local_cluster import LocalCluster, master_of
+from tests.runtime.local_cluster import LocalCluster, leader_of
 
 from .load_harness import Load, lost_writes
 
 FAST = ("--partition-count", "71", "--set", "failure_timeout_ms=3000")
 
 
-def non_master(client: Client, addresses: list[str]) -> list[str]:
-    master = master_of(client)
-    return [a for a in addresses if a != master]
+def non_leader(client: Client, addresses: list[str]) -> list[str]:
+    leader = leader_of(client)
+    return [a for a in addresses if a != leader]
 
 
 def run_kills(running: LocalCluster, victims_of, settle_s: float = 3.0, after_s: float = 8.0, backups: int = 1):
@@ -41,20 +41,20 @@ def run_kills(running: LocalCluster, victims_of, settle_s: float = 3.0, after_s:
 def test_sigkill_a_backup_holder_during_load(tmp_path):
     with LocalCluster(tmp_path, 3, *FAST) as running:
         running.wait_formed()
-        run_kills(running, lambda client: non_master(client, running.addresses)[:1])
+        run_kills(running, lambda client: non_leader(client, running.addresses)[:1])
 
 
-def test_sigkill_the_master_during_load(tmp_path):
+def test_sigkill_the_leader_during_load(tmp_path):
     with LocalCluster(tmp_path, 3, *FAST) as running:
         running.wait_formed()
-        run_kills(running, lambda client: [master_of(client)])
+        run_kills(running, lambda client: [leader_of(client)])
 
 
 def test_sigkill_two_members_with_two_backups(tmp_path):
     # Five members: five voters, so two lost leave a majority (four would have three voters).
     with LocalCluster(tmp_path, 5, *FAST, "--backup-count", "2") as running:
         running.wait_formed()
-        run_kills(running, lambda client: [master_of(client), non_master(client, running.addresses)[0]])
+        run_kills(running, lambda client: [leader_of(client), non_leader(client, running.addresses)[0]])
 
 
 def test_sigkill_a_source_during_a_rebalance(tmp_path):
@@ -68,7 +68,7 @@ def test_sigkill_a_source_during_a_rebalance(tmp_path):
             joiner = running.start(join=running.addresses, initial=3)
             running.wait_for_log(joiner, "member-added", timeout_s=60)
             time.sleep(1.0)  # migrations to the joiner under way
-            victim = non_master(client, running.addresses)[0]
+            victim = non_leader(client, running.addresses)[0]
             running.kill(victim)
             time.sleep(8)
             ledger = load.finish()

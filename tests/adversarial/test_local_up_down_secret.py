@@ -1,4 +1,4 @@
-"""`shardgrid local up/down` with a cluster name and secret: up waits for a master, down shuts it down itself."""
+"""`shardgrid local up/down` with a cluster name and secret: up waits for a leader, down shuts it down itself."""
 
 from __future__ import annotations
 

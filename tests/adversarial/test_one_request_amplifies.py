@@ -42,7 +42,11 @@ def test_one_get_of_one_key_many_times_keeps_the_member_bounded(tmp_path):
         try:
             raw.handshake()
             raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            request = codec.encode(m.MapRequest(1, m.GET, "amplify", (pid,) * COPIES, (key,) * COPIES))
+            request = codec.encode(
+                m.MapRequest(
+                    call_id=1, kind=m.GET, map_name="amplify", partition_ids=(pid,) * COPIES, keys=(key,) * COPIES
+                )
+            )
             peak = peak_rss_mb_while(process.pid, lambda: raw.send_bytes(request), 6)
         finally:
             raw.close()

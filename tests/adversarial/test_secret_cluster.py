@@ -18,7 +18,7 @@ SECRET = "s3cret-for-tests"
 @pytest.fixture(scope="module")
 def secret_cluster(tmp_path_factory):
     with LocalCluster(tmp_path_factory.mktemp("secret"), 1, "--set", f"cluster_secret={SECRET}") as running:
-        running.wait_for_log(running.addresses[0], "master-changed")
+        running.wait_for_log(running.addresses[0], "leader-changed")
         yield running
 
 
@@ -43,18 +43,18 @@ def test_a_recorded_proof_does_not_open_another_session(secret_cluster):
         replay.send(replay.hello)
         replay.recv_one()  # the Challenge, with a fresh nonce
         replay.send(recorded[0])
-        replay.send(m.StatusRequest(1))
+        replay.send(m.MemberStatusRequest(1))
         answer = None
         with contextlib.suppress(ConnectionError, TimeoutError):
             answer = replay.recv_one(5)
-        assert not isinstance(answer, m.StatusReply)
+        assert not isinstance(answer, m.MemberStatus)
     finally:
         replay.close()
 
 
 def test_with_a_secret_a_client_session_adds_no_member_either(secret_cluster):
     """The secret keeps strangers out, but a CLIENT session (which needs no member identity) can
-    still make the master add any member it names: roles are not separated."""
+    still make the leader add any member it names: roles are not separated."""
     from shardgrid.core.config import MemberConfig
 
     address = secret_cluster.addresses[0]
@@ -67,4 +67,4 @@ def test_with_a_secret_a_client_session_adds_no_member_either(secret_cluster):
         return  # not added: fine
     finally:
         raw.close()
-    pytest.fail("a client session made the master add a member at 127.0.0.1:2")
+    pytest.fail("a client session made the leader add a member at 127.0.0.1:2")

@@ -11,7 +11,7 @@ import sys
 import time
 
 from shardgrid.client import Client
-from tests.runtime.local_cluster import LocalCluster, master_of
+from tests.runtime.local_cluster import LocalCluster, leader_of
 
 
 def _shardgrid(*args: str) -> subprocess.CompletedProcess[str]:
@@ -27,9 +27,9 @@ def test_sigterm_while_rebalancing_is_paused_keeps_the_member_serving(tmp_path):
         with Client(running.addresses, operation_call_timeout_ms=60_000) as client:
             client.get_map("data").put_all(entries)
             client.wait_until_safe(60)
-            master = master_of(client)
+            leader = leader_of(client)
         assert _shardgrid("rebalance", "pause", "--members", members).returncode == 0
-        victim = next(a for a in running.addresses if a != master)
+        victim = next(a for a in running.addresses if a != leader)
         process = running.processes[victim]
         process.send_signal(signal.SIGTERM)
         running.wait_for_log(victim, "member-cannot-leave-now", timeout_s=30)

@@ -69,7 +69,7 @@ def test_a_bad_schedule_is_refused_with_what_is_wrong(tmp_path) -> None:
 
 
 def test_sim_json_is_the_run_summary_and_replays() -> None:
-    args = ("sim", "--seed", "6", "--ops", "150", "--faults", "crash,master-crash", "--json")
+    args = ("sim", "--seed", "6", "--ops", "150", "--faults", "crash,leader-crash", "--json")
     first, second = json.loads(run(*args)[1]), json.loads(run(*args)[1])
     assert first["verdict"] == "PASS"
     assert first["writes"]["acked"] > 0

@@ -40,15 +40,15 @@ def _storing(stored: dict[bytes, bytes], refuse_first: set[bytes] | None = None)
     def behave(message):
         if type(message) is not m.MapRequest:
             return []
-        statuses = []
+        codes = []
         for key, value in zip(message.keys, message.values, strict=True):
             if key in refused:
                 refused.discard(key)
-                statuses.append(m.Status.MIGRATING)
+                codes.append(m.ReplyCode.MIGRATING)
                 continue
             stored[key] = value
-            statuses.append(m.Status.OK)
-        return [m.MapReply(message.call_id, tuple(statuses), (), (), 1)]
+            codes.append(m.ReplyCode.OK)
+        return [m.MapReply(call_id=message.call_id, codes=tuple(codes), values=(), redirects=(), retry_after_ms=1)]
 
     return behave
 
@@ -85,7 +85,14 @@ def test_a_moved_partition_follows_its_redirect():
         if type(message) is not m.MapRequest:
             return []
         redirects = tuple(m.PartitionRedirect(pid, 5, holder["b"]) for pid in sorted(set(message.partition_ids)))
-        return [m.MapReply(message.call_id, (m.Status.WRONG_OWNER,) * len(message.keys), (), redirects)]
+        return [
+            m.MapReply(
+                call_id=message.call_id,
+                codes=(m.ReplyCode.WRONG_OWNER,) * len(message.keys),
+                values=(),
+                redirects=redirects,
+            )
+        ]
 
     with FakeMember(moved) as a, FakeMember(_storing(stored)) as b:
         holder["b"] = b.address

@@ -12,7 +12,14 @@ from shardgrid.core.metadata.cluster_state import ClusterState
 def _reply(first, versions, owners, more=False, count=4):
     addresses = tuple(sorted(set(owners)))
     rows = tuple((addresses.index(owner),) for owner in owners)
-    return m.TableReply(count, first, addresses, tuple(versions), rows, more)
+    return m.TableReply(
+        partition_count=count,
+        first_partition=first,
+        addresses=addresses,
+        versions=tuple(versions),
+        replicas=rows,
+        more=more,
+    )
 
 
 def test_table_pages_and_redirects_only_move_forward():
@@ -37,23 +44,23 @@ def test_requests_are_split_by_count_and_bytes():
     assert split_requests(range(3), [b"k"] * 3, big, 100) == [[0], [1], [2]]
 
 
-def _status(address, master="a:1", **fields):
+def _status(address, leader="a:1", **fields):
     defaults = dict(
         lifecycle="active", lite=False, term=1, cluster_state=ClusterState.ACTIVE, applied_index=10,
         members=("a:1", "b:1"), lite_members=(), leaving_members=(), partition_count=271, table_stamp=7,
         owned_partitions=1, backup_replicas=1, missing_replicas=0, migrations_in_log=0, migrations_here=0,
         migrations_planned=0, migrations_finished=0, writes_awaiting_backups=0, syncs_in_flight=0,
-        master_idle=address == master, quiet=True,
+        leader_idle=address == leader, quiet=True,
     )  # fmt: skip
     defaults.update(fields)
-    return m.StatusReply(1, address, "uuid-" + address, master_address=master, **defaults)
+    return m.MemberStatus(call_id=1, address=address, uuid="uuid-" + address, leader_address=leader, **defaults)
 
 
 def test_safe_needs_every_member_quiet_and_agreeing():
     members = ("a:1", "b:1")
     safe = ClusterStatus(members, {"a:1": _status("a:1"), "b:1": _status("b:1")})
     assert safe.safe
-    assert safe.master == "a:1"
+    assert safe.leader == "a:1"
     cases = {
         "did not answer": ClusterStatus(members, {"a:1": _status("a:1")}, {"b:1": "refused"}),
         "applied the whole log": ClusterStatus(
@@ -61,21 +68,21 @@ def test_safe_needs_every_member_quiet_and_agreeing():
         ),
         "same partition table": ClusterStatus(members, {"a:1": _status("a:1"), "b:1": _status("b:1", table_stamp=8)}),
         "rebalancing": ClusterStatus(
-            members, {"a:1": _status("a:1", master_idle=False, migrations_planned=3), "b:1": _status("b:1")}
+            members, {"a:1": _status("a:1", leader_idle=False, migrations_planned=3), "b:1": _status("b:1")}
         ),
         "missing": ClusterStatus(members, {"a:1": _status("a:1", missing_replicas=2), "b:1": _status("b:1")}),
         "admitting, removing": ClusterStatus(
-            members, {"a:1": _status("a:1", master_idle=False), "b:1": _status("b:1")}
+            members, {"a:1": _status("a:1", leader_idle=False), "b:1": _status("b:1")}
         ),
         "waits until it is active": ClusterStatus(
             members,
             {
-                "a:1": _status("a:1", master_idle=False, cluster_state=ClusterState.NO_MIGRATION),
+                "a:1": _status("a:1", leader_idle=False, cluster_state=ClusterState.NO_MIGRATION),
                 "b:1": _status("b:1", cluster_state=ClusterState.NO_MIGRATION),
             },
         ),
         "busy": ClusterStatus(members, {"a:1": _status("a:1"), "b:1": _status("b:1", quiet=False, syncs_in_flight=1)}),
-        "agree on a master": ClusterStatus(members, {"a:1": _status("a:1"), "b:1": _status("b:1", master="b:1")}),
+        "agree on a leader": ClusterStatus(members, {"a:1": _status("a:1"), "b:1": _status("b:1", leader="b:1")}),
     }
     for expected, status in cases.items():
         assert expected in status.unsafe_reason, (expected, status.unsafe_reason)

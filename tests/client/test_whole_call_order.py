@@ -2,7 +2,7 @@
 (``len(batch) == len(keys)``) sent the keys in call order, but a retry round's indexes came in the
 order the first round's answers did (one owner's keys, then another's). When every key of a call
 was retried and the retry went whole to one owner, the request carried keys 0,1,2,3 and the reply
-was read against indexes [0,2,1,3]: a get's values and a put's statuses landed on the wrong keys
+was read against indexes [0,2,1,3]: a get's values and a put's codes landed on the wrong keys
 (a put then lost a write and succeeded)."""
 
 from __future__ import annotations
@@ -24,7 +24,14 @@ def _moved_to(holder: dict[str, str]):
         if type(message) is not m.MapRequest:
             return []
         redirects = tuple(m.PartitionRedirect(pid, 5, holder["b"]) for pid in sorted(set(message.partition_ids)))
-        return [m.MapReply(message.call_id, (m.Status.WRONG_OWNER,) * len(message.keys), (), redirects)]
+        return [
+            m.MapReply(
+                call_id=message.call_id,
+                codes=(m.ReplyCode.WRONG_OWNER,) * len(message.keys),
+                values=(),
+                redirects=redirects,
+            )
+        ]
 
     return behave
 
@@ -46,9 +53,17 @@ def test_a_retried_whole_call_answers_each_key_with_its_own_value():
             return []
         if migrating_once["left"]:
             migrating_once["left"] -= 1
-            return [m.MapReply(message.call_id, (m.Status.MIGRATING,) * len(message.keys), (), (), 1)]
+            return [
+                m.MapReply(
+                    call_id=message.call_id,
+                    codes=(m.ReplyCode.MIGRATING,) * len(message.keys),
+                    values=(),
+                    redirects=(),
+                    retry_after_ms=1,
+                )
+            ]
         values = tuple(b"value of " + key for key in message.keys)
-        return [m.MapReply(message.call_id, (m.Status.OK,) * len(message.keys), values)]
+        return [m.MapReply(call_id=message.call_id, codes=(m.ReplyCode.OK,) * len(message.keys), values=values)]
 
     with FakeMember(_moved_to(holder)) as a, FakeMember(behave_b) as b:
         holder["b"] = b.address
@@ -71,15 +86,23 @@ def test_a_retried_whole_put_writes_every_key():
             return []
         round_of_b["n"] += 1
         if round_of_b["n"] == 1:  # migrating for a moment
-            return [m.MapReply(message.call_id, (m.Status.MIGRATING,) * len(message.keys), (), (), 1)]
-        statuses = []
+            return [
+                m.MapReply(
+                    call_id=message.call_id,
+                    codes=(m.ReplyCode.MIGRATING,) * len(message.keys),
+                    values=(),
+                    redirects=(),
+                    retry_after_ms=1,
+                )
+            ]
+        codes = []
         for key, value in zip(message.keys, message.values, strict=True):
             if round_of_b["n"] == 2 and key == KEYS[1]:  # key 1's partition migrates a moment longer
-                statuses.append(m.Status.MIGRATING)
+                codes.append(m.ReplyCode.MIGRATING)
                 continue
             stored[key] = value
-            statuses.append(m.Status.OK)
-        return [m.MapReply(message.call_id, tuple(statuses), (), (), 1)]
+            codes.append(m.ReplyCode.OK)
+        return [m.MapReply(call_id=message.call_id, codes=tuple(codes), values=(), redirects=(), retry_after_ms=1)]
 
     with FakeMember(_moved_to(holder)) as a, FakeMember(behave_b) as b:
         holder["b"] = b.address
@@ -101,25 +124,29 @@ def test_random_retry_rounds_answer_and_write_each_key_as_its_own():
     def behave(message):
         if type(message) is not m.MapRequest:
             return []
-        statuses, redirects = [], []
+        codes, redirects = [], []
         for index, key in enumerate(message.keys):
             roll = rng.random()
             if roll < plan["refuse_rate"] / 3:
-                statuses.append(m.Status.MIGRATING)
+                codes.append(m.ReplyCode.MIGRATING)
             elif roll < plan["refuse_rate"]:
-                statuses.append(m.Status.WRONG_OWNER)
+                codes.append(m.ReplyCode.WRONG_OWNER)
                 redirects.append(m.PartitionRedirect(message.partition_ids[index], 10**6, plan["moved_to"]))
             else:
-                statuses.append(m.Status.OK)
+                codes.append(m.ReplyCode.OK)
                 if message.kind is m.PUT:
                     stored[key] = message.values[index]
         values = ()
         if message.kind is m.GET:  # a refused key's value is never read: any bytes stand in for it
             values = tuple(
-                b"value of " + key if s is m.Status.OK else b"" for key, s in zip(message.keys, statuses, strict=True)
+                b"value of " + key if s is m.ReplyCode.OK else b"" for key, s in zip(message.keys, codes, strict=True)
             )
         plan["refuse_rate"] /= 2  # refusals die out: the call ends
-        return [m.MapReply(message.call_id, tuple(statuses), values, tuple(redirects), 1)]
+        return [
+            m.MapReply(
+                call_id=message.call_id, codes=tuple(codes), values=values, redirects=tuple(redirects), retry_after_ms=1
+            )
+        ]
 
     with FakeMember(behave) as a, FakeMember(behave) as b:
         holder.update(a=a.address, b=b.address)

@@ -9,15 +9,15 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.raft import ConfChange, Membership, RaftNode, RaftSettings, Snapshot
 
 SETTINGS = RaftSettings(election_timeout_ms=300, heartbeat_interval_ms=50, max_append_entries=8, max_unacked_entries=32)
 TICK_MS = 10
 
 
-def replica(i: int) -> Replica:
-    return Replica(f"{i:08d}-0000-4000-8000-000000000000", f"127.0.0.1:{5700 + i}")
+def replica(i: int) -> MemberId:
+    return MemberId(f"{i:08d}-0000-4000-8000-000000000000", f"127.0.0.1:{5700 + i}")
 
 
 class SafetyViolation(AssertionError):
@@ -32,12 +32,12 @@ class Cluster:
     max_latency_ms: int = 10
     rng: random.Random = field(init=False)
     now_ms: int = 0
-    nodes: dict[Replica, RaftNode] = field(default_factory=dict)
-    alive: set[Replica] = field(default_factory=set)
-    applied: dict[Replica, list[tuple[int, int, Any]]] = field(default_factory=dict)
+    nodes: dict[MemberId, RaftNode] = field(default_factory=dict)
+    alive: set[MemberId] = field(default_factory=set)
+    applied: dict[MemberId, list[tuple[int, int, Any]]] = field(default_factory=dict)
     committed: dict[int, tuple[int, Any]] = field(default_factory=dict)  # index -> (term, command)
-    leaders_by_term: dict[int, Replica] = field(default_factory=dict)
-    groups: dict[Replica, int] = field(default_factory=dict)
+    leaders_by_term: dict[int, MemberId] = field(default_factory=dict)
+    groups: dict[MemberId, int] = field(default_factory=dict)
     queue: list[tuple[int, int, str, Any]] = field(default_factory=list)
     counter: int = 0
     next_id: int = 0
@@ -47,24 +47,24 @@ class Cluster:
 
     # --- building --------------------------------------------------------------------------------
 
-    def bootstrap(self, voters: int, learners: int = 0) -> list[Replica]:
+    def bootstrap(self, voters: int, learners: int = 0) -> list[MemberId]:
         members = [self._new_identity() for _ in range(voters + learners)]
         membership = Membership.of(members[:voters], members[voters:])
         for member in members:
             self._add_node(member, Snapshot(0, 0, membership, ()))
         return members
 
-    def start_fresh(self) -> Replica:
+    def start_fresh(self) -> MemberId:
         """A server that is not in any configuration yet (it waits to be added)."""
         identity = self._new_identity()
         self._add_node(identity, None)
         return identity
 
-    def _new_identity(self) -> Replica:
+    def _new_identity(self) -> MemberId:
         self.next_id += 1
         return replica(self.next_id)
 
-    def _add_node(self, identity: Replica, snapshot: Snapshot | None) -> None:
+    def _add_node(self, identity: MemberId, snapshot: Snapshot | None) -> None:
         node = RaftNode(identity, SETTINGS, random.Random(self.rng.getrandbits(32)), snapshot, self.now_ms)
         self.nodes[identity] = node
         self.alive.add(identity)
@@ -73,10 +73,10 @@ class Cluster:
 
     # --- faults ----------------------------------------------------------------------------------
 
-    def crash(self, identity: Replica) -> None:
+    def crash(self, identity: MemberId) -> None:
         self.alive.discard(identity)
 
-    def split(self, *sides: list[Replica]) -> None:
+    def split(self, *sides: list[MemberId]) -> None:
         self.groups = {member: number for number, side in enumerate(sides) for member in side}
 
     def heal(self) -> None:
@@ -119,7 +119,7 @@ class Cluster:
         self.now_ms = max(self.now_ms, deadline)
         return bool(condition())
 
-    def _after(self, identity: Replica) -> None:
+    def _after(self, identity: MemberId) -> None:
         node = self.nodes[identity]
         self._flush(node)
         ready = node.take_ready()

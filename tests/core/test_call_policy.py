@@ -15,7 +15,7 @@ from shardgrid.core.call_policy import (
     on_no_answer,
 )
 from shardgrid.core.errors import ConfigError
-from shardgrid.core.messages import RETRYABLE, Status
+from shardgrid.core.messages import RETRYABLE, ReplyCode
 
 AT_LEAST_ONCE = CallSettings(operation_call_timeout_ms=10_000)
 FAIL_FAST = CallSettings(operation_call_timeout_ms=10_000, fail_on_indeterminate_operation_state=True)
@@ -29,10 +29,10 @@ def test_the_defaults_are_seed_001s() -> None:
 
 def test_an_indeterminate_write_fails_at_once_only_when_asked_to() -> None:
     write = CallProgress(0, mutating=True)
-    decision = on_answer(FAIL_FAST, write, Status.INDETERMINATE, 0, 100)
+    decision = on_answer(FAIL_FAST, write, ReplyCode.INDETERMINATE, 0, 100)
     assert (decision.verdict, decision.outcome_unknown) == (Verdict.INDETERMINATE, True)
     write = CallProgress(0, mutating=True)
-    decision = on_answer(AT_LEAST_ONCE, write, Status.INDETERMINATE, 0, 100)
+    decision = on_answer(AT_LEAST_ONCE, write, ReplyCode.INDETERMINATE, 0, 100)
     assert decision.verdict is Verdict.RETRY
     assert decision.refresh_table  # the owner may have changed
     assert write.maybe_applied
@@ -49,16 +49,16 @@ def test_a_write_nobody_answered_may_have_been_applied_a_read_is_just_sent_again
 
 def test_retries_wait_what_the_member_asks_within_bounds_and_a_wrong_owner_goes_at_once() -> None:
     call = CallProgress(0, mutating=True)
-    assert on_answer(AT_LEAST_ONCE, call, Status.MIGRATING, 300, 1_000).at_ms == 1_300
-    assert on_answer(AT_LEAST_ONCE, call, Status.MIGRATING, 0, 1_000).at_ms == 1_050
-    assert on_answer(AT_LEAST_ONCE, call, Status.OVERLOADED, 60_000, 1_000).at_ms == 2_000
-    assert on_answer(AT_LEAST_ONCE, call, Status.WRONG_OWNER, 0, 1_000).at_ms == 1_000
-    assert on_answer(AT_LEAST_ONCE, call, Status.SHUTTING_DOWN, 0, 1_000).refresh_table
+    assert on_answer(AT_LEAST_ONCE, call, ReplyCode.MIGRATING, 300, 1_000).at_ms == 1_300
+    assert on_answer(AT_LEAST_ONCE, call, ReplyCode.MIGRATING, 0, 1_000).at_ms == 1_050
+    assert on_answer(AT_LEAST_ONCE, call, ReplyCode.OVERLOADED, 60_000, 1_000).at_ms == 2_000
+    assert on_answer(AT_LEAST_ONCE, call, ReplyCode.WRONG_OWNER, 0, 1_000).at_ms == 1_000
+    assert on_answer(AT_LEAST_ONCE, call, ReplyCode.SHUTTING_DOWN, 0, 1_000).refresh_table
 
 
 def test_a_call_times_out_as_a_whole_saying_whether_its_outcome_is_unknown() -> None:
     refused_only = CallProgress(0, mutating=True)
-    decision = on_answer(AT_LEAST_ONCE, refused_only, Status.MIGRATING, 500, 9_800)
+    decision = on_answer(AT_LEAST_ONCE, refused_only, ReplyCode.MIGRATING, 500, 9_800)
     assert (decision.verdict, decision.outcome_unknown) == (Verdict.TIMED_OUT, False)  # never applied
     uncertain = CallProgress(0, mutating=True)
     on_no_answer(AT_LEAST_ONCE, uncertain, 2_000)
@@ -76,10 +76,10 @@ def test_a_call_times_out_as_a_whole_saying_whether_its_outcome_is_unknown() -> 
 
 
 def test_a_rejected_write_is_not_applied_unless_an_earlier_attempt_may_have_been() -> None:
-    assert not on_answer(AT_LEAST_ONCE, CallProgress(0, True), Status.REJECTED, 0, 1).outcome_unknown
+    assert not on_answer(AT_LEAST_ONCE, CallProgress(0, True), ReplyCode.REJECTED, 0, 1).outcome_unknown
     earlier = CallProgress(0, True)
     on_no_answer(AT_LEAST_ONCE, earlier, 2_000)
-    assert on_answer(AT_LEAST_ONCE, earlier, Status.REJECTED, 0, 2_100).outcome_unknown
+    assert on_answer(AT_LEAST_ONCE, earlier, ReplyCode.REJECTED, 0, 2_100).outcome_unknown
 
 
 @pytest.mark.parametrize(
@@ -92,13 +92,13 @@ def test_settings_out_of_bounds_are_refused(settings: CallSettings) -> None:
 
 
 @given(
-    st.lists(st.sampled_from([*Status, None]), min_size=1, max_size=300),
+    st.lists(st.sampled_from([*ReplyCode, None]), min_size=1, max_size=300),
     st.booleans(),
     st.booleans(),
     st.integers(0, 5_000),
 )
 def test_every_call_ends_by_its_deadline_and_a_read_never_ends_unknown(
-    answers: list[Status | None], mutating: bool, fail_fast: bool, retry_after_ms: int
+    answers: list[ReplyCode | None], mutating: bool, fail_fast: bool, retry_after_ms: int
 ) -> None:
     settings = FAIL_FAST if fail_fast else AT_LEAST_ONCE
     call = CallProgress(0, mutating)
@@ -114,5 +114,5 @@ def test_every_call_ends_by_its_deadline_and_a_read_never_ends_unknown(
             assert decision.outcome_unknown <= mutating
             return
         assert decision.at_ms < call.deadline_ms(settings)  # no retry is ever planned past the deadline
-        assert answer in (*RETRYABLE, Status.WRONG_OWNER, Status.INDETERMINATE, None)
+        assert answer in (*RETRYABLE, ReplyCode.WRONG_OWNER, ReplyCode.INDETERMINATE, None)
         now = decision.at_ms

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 from shardgrid.core import codec, limits
 from shardgrid.core import messages as m
 from shardgrid.core.errors import ProtocolError
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_COUNTER, MAX_KEY_BYTES, MAX_REPLICA_COUNT
 from shardgrid.core.metadata import commands as c
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.metadata.state import MetadataState
-from shardgrid.core.migration import Migration, MigrationRecord, MigrationStatus
+from shardgrid.core.migration import Migration, MigrationOutcome, MigrationRecord
 from shardgrid.core.raft import messages as r
 from shardgrid.core.raft.log import Entry as LogEntry
 from shardgrid.core.raft.log import Snapshot
@@ -31,17 +31,17 @@ from shardgrid.core.raft.membership import ConfChange, Membership
 from shardgrid.core.session import Welcome
 from shardgrid.core.table import PartitionTable
 
-replicas = st.builds(Replica, st.uuids().map(str), st.text(min_size=1, max_size=30))
+replicas = st.builds(MemberId, st.uuids().map(str), st.text(min_size=1, max_size=30))
 counters = st.integers(0, MAX_COUNTER)  # Raft's own records carry no Meta: the codec bounds them
 indexes = st.integers(min_value=-1, max_value=MAX_REPLICA_COUNT - 1)
 migrations = st.builds(
     Migration,
-    replicas,
-    st.integers(0, MAX_REPLICA_COUNT - 1),
-    indexes,
-    replicas,
-    indexes,
-    st.integers(0, MAX_REPLICA_COUNT - 1),
+    source=replicas,
+    source_current_index=st.integers(0, MAX_REPLICA_COUNT - 1),
+    source_new_index=indexes,
+    destination=replicas,
+    destination_current_index=indexes,
+    destination_new_index=st.integers(0, MAX_REPLICA_COUNT - 1),
 ).filter(lambda x: x.source != x.destination)
 memberships = st.builds(
     lambda a, b: Membership.of(a, [x for x in b if x not in a]),
@@ -51,7 +51,7 @@ memberships = st.builds(
 
 
 def _table_strategy() -> st.SearchStrategy:
-    def build(members: list[Replica], versions: list[int], picks: list[list[int]]) -> PartitionTable:
+    def build(members: list[MemberId], versions: list[int], picks: list[list[int]]) -> PartitionTable:
         rows = [list(dict.fromkeys(members[i % len(members)] for i in row)) for row in picks]
         return PartitionTable.from_lists(rows, versions)
 
@@ -70,7 +70,7 @@ SPECIAL: dict[object, st.SearchStrategy] = {
     str: st.text(max_size=40),
     bytes: st.binary(max_size=64),
     bool: st.booleans(),
-    Replica: replicas,
+    MemberId: replicas,
     Migration: migrations,
     Membership: memberships,
     PartitionTable: _table_strategy(),
@@ -127,7 +127,13 @@ def strategy_for(annotation: object) -> st.SearchStrategy:
         return st.builds(Snapshot, counters, counters, memberships, strategy_for(MetadataState))
     if annotation is LogEntry:
         commands = st.lists(st.sampled_from(COMMAND_TYPES).flatmap(instances), max_size=3).map(tuple)
-        return st.builds(LogEntry, counters, counters, st.none() | commands, st.none() | instances(ConfChange))
+        return st.builds(
+            LogEntry,
+            term=counters,
+            index=counters,
+            command=st.none() | commands,
+            change=st.none() | instances(ConfChange),
+        )
     if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
         return st.deferred(lambda: instances(annotation))
     raise AssertionError(f"no strategy for {annotation!r}")
@@ -154,7 +160,7 @@ def _bounded(base: object, *metas: object) -> st.SearchStrategy:
 
 def instances(cls: type) -> st.SearchStrategy:
     hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]), include_extras=True)
-    return st.builds(cls, *(strategy_for(hints[name]) for name in cls.__struct_fields__))
+    return st.builds(cls, **{name: strategy_for(hints[name]) for name in cls.__struct_fields__})
 
 
 COMMAND_TYPES = list(codec.COMMAND_TYPES)
@@ -176,9 +182,21 @@ def test_every_message_round_trips(cls: type, data: st.DataObject) -> None:
 
 
 def test_snapshot_of_a_real_state_round_trips() -> None:
-    a, b = Replica("a" * 8, "x:1"), Replica("b" * 8, "x:2")
+    a, b = MemberId("a" * 8, "x:1"), MemberId("b" * 8, "x:2")
     table = PartitionTable.from_lists([[a, b], [b, a], [a]], [3, 4, 5])
-    record = MigrationRecord("m-1", 2, Migration(None, -1, -1, b, -1, 1), 5)
+    record = MigrationRecord(
+        migration_id="m-1",
+        partition_id=2,
+        migration=Migration(
+            source=None,
+            source_current_index=-1,
+            source_new_index=-1,
+            destination=b,
+            destination_current_index=-1,
+            destination_new_index=1,
+        ),
+        version_before=5,
+    )
     state = MetadataState(3, (c.MemberRecord(a), c.MemberRecord(b, lite=True)), table, ClusterState.FROZEN, {2: record})
     message = r.InstallSnapshot(4, Snapshot(9, 4, Membership.of([a], [b]), state), 100)
     (decoded,) = codec.FrameDecoder().feed(codec.encode(message))
@@ -192,26 +210,38 @@ def test_snapshot_of_a_real_state_round_trips() -> None:
 def test_an_entry_of_every_command_round_trips_through_the_mirrors() -> None:
     """AppendEntries is decoded into the codec's bounded mirrors and turned back: every command,
     a configuration change and a forced configuration come out as the types that went in."""
-    a, b = Replica("a" * 8, "x:1"), Replica("b" * 8, "x:2")
-    record = MigrationRecord("m-1", 0, Migration(None, -1, -1, b, -1, 1), 5)
+    a, b = MemberId("a" * 8, "x:1"), MemberId("b" * 8, "x:2")
+    record = MigrationRecord(
+        migration_id="m-1",
+        partition_id=0,
+        migration=Migration(
+            source=None,
+            source_current_index=-1,
+            source_new_index=-1,
+            destination=b,
+            destination_current_index=-1,
+            destination_new_index=1,
+        ),
+        version_before=5,
+    )
     commands = (
         c.AddMembers((c.MemberRecord(a), c.MemberRecord(b, lite=True))),
         c.RemoveMembers((b,)),
         c.AssignPartitions(PartitionTable.from_lists([[a, b], [b]], [1, 2])),
         c.StartMigrations((record,)),
-        c.FinishMigrations((record.with_status(MigrationStatus.COMMITTED),)),
+        c.FinishMigrations((record.with_outcome(MigrationOutcome.COMMITTED),)),
         c.SetClusterState(ClusterState.FROZEN),
         c.PromoteToDataMember(b),
         c.MarkLeaving(a),
-        c.ShutdownCluster(),
+        c.StopAllMembers(),
     )
     assert {type(command) for command in commands} == set(codec.COMMAND_TYPES)
     entries = (
-        LogEntry(2, 8, commands),
-        LogEntry(2, 9, None, ConfChange(add_learners=(b,), promote=None)),
-        LogEntry(3, 10, (), None, Membership.of([a], [b])),
+        LogEntry(term=2, index=8, command=commands),
+        LogEntry(term=2, index=9, command=None, change=ConfChange(add_learners=(b,), promote=None)),
+        LogEntry(term=3, index=10, command=(), change=None, forced=Membership.of([a], [b])),
     )
-    message = r.AppendEntries(3, 7, 2, entries, 9, 100)
+    message = r.AppendEntries(term=3, prev_index=7, prev_term=2, entries=entries, commit=9, sent_ms=100)
     (decoded,) = codec.FrameDecoder().feed(codec.encode(message))
     assert decoded == message
     assert [type(x) for x in decoded.entries[0].command] == [type(x) for x in commands]
@@ -249,7 +279,9 @@ def test_frames_in_chunks_of_any_size_and_type_decode_the_same(sizes: list[int],
     """Whole frames decode from views of what was read, a partial one is held: any split of a
     stream (mid-prefix, mid-body, empty reads, many frames in one read) gives the same messages."""
     messages = [
-        m.MapReply(i, (m.Status.OK,) * (size // 100), tuple(b"v" * 100 for _ in range(size // 100)))
+        m.MapReply(
+            call_id=i, codes=(m.ReplyCode.OK,) * (size // 100), values=tuple(b"v" * 100 for _ in range(size // 100))
+        )
         for i, size in enumerate(sizes)
     ]
     stream = b"".join(codec.encode(message) for message in messages)
@@ -315,7 +347,7 @@ def test_garbage_unknown_codes_and_other_versions_are_refused() -> None:
 def test_a_body_is_one_message_whichever_way_its_header_is_written() -> None:
     """Frames of our version skip the header's decode (the message is the rest of the body): what
     follows the message is refused as before, and a version written in a wider form still decodes."""
-    reply = m.MapReply(7, (m.Status.OK,))
+    reply = m.MapReply(call_id=7, codes=(m.ReplyCode.OK,))
     body = _body(reply)
     assert body[:2] == bytes([0x92, codec.PROTOCOL_VERSION])
     assert codec.decode_body(body) == reply
@@ -357,7 +389,7 @@ def test_wrong_field_types_are_protocol_errors() -> None:
 
 def test_values_our_constructors_refuse_are_protocol_errors_not_invariant_violations() -> None:
     migration = [None, 3, -1, None, -1, -1]  # a source index without a source, and nobody at all
-    record = ["m-1", 0, migration, 1, MigrationStatus.ACTIVE.value]
+    record = ["m-1", 0, migration, 1, MigrationOutcome.PENDING.value]
     with pytest.raises(ProtocolError, match="malformed"):
         codec.decode_body(_body([83, record, 1]))
     table = [[], [1], [[5, -1, -1, -1, -1, -1, -1]]]  # slot names replica 5 of none
@@ -374,11 +406,11 @@ def test_unencodable_values_are_refused_by_the_sender() -> None:
     with pytest.raises(TypeError, match="cannot encode"):
         codec.encode(r.Heartbeat(1, object(), 2))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="not a message"):
-        codec.encode(Replica("u", "a"))
+        codec.encode(MemberId("u", "a"))
 
 
 def test_a_table_of_100000_partitions_with_6_backups_travels_in_one_snapshot_frame() -> None:
-    members = [Replica(f"{i:08d}-0000-4000-8000-000000000000", f"10.0.{i // 250}.{i % 250}:5701") for i in range(200)]
+    members = [MemberId(f"{i:08d}-0000-4000-8000-000000000000", f"10.0.{i // 250}.{i % 250}:5701") for i in range(200)]
     rows = [[members[(pid + k * 31) % 200] for k in range(MAX_REPLICA_COUNT)] for pid in range(100_000)]
     table = PartitionTable.from_lists(rows, [pid % 1000 + 1 for pid in range(100_000)])
     state = MetadataState(100_000, tuple(c.MemberRecord(r) for r in members), table)
@@ -405,7 +437,7 @@ def test_a_frame_nested_deep_enough_to_exhaust_the_stack_is_a_protocol_error() -
     [
         ([[["u", "a"]], [1, 1], [[0, -1, -1, -1, -1, -1, -1]] * 2], [], "holds a table of 2"),  # state says 3
         ([[["u", "a"]], [1, 1, 1], [[0, 0, -1, -1, -1, -1, -1]] * 3], [], "names a replica twice"),
-        (None, [["m-1", 7, [None, -1, -1, ["u", "a"], -1, 0], 1, "active"]], "does not have"),
+        (None, [["m-1", 7, [None, -1, -1, ["u", "a"], -1, 0], 1, "pending"]], "does not have"),
     ],
 )
 def test_a_snapshot_state_that_does_not_hang_together_is_refused(table: object, migrations: list, what: str) -> None:
@@ -455,7 +487,9 @@ def test_counters_past_max_counter_are_refused(body: bytes) -> None:
 def test_a_counter_at_the_limit_is_taken_and_one_more_still_encodes() -> None:
     (decoded,) = codec.FrameDecoder().feed(codec.encode(r.Heartbeat(MAX_COUNTER, MAX_COUNTER, MAX_COUNTER)))
     assert decoded == r.Heartbeat(MAX_COUNTER, MAX_COUNTER, MAX_COUNTER)
-    assert codec.encode(r.VoteRequest(MAX_COUNTER + 1, MAX_COUNTER + 1, MAX_COUNTER, pre_vote=False))
+    assert codec.encode(
+        r.VoteRequest(term=MAX_COUNTER + 1, last_index=MAX_COUNTER + 1, last_term=MAX_COUNTER, pre_vote=False)
+    )
 
 
 # Ints of records defined outside the wire modules that the codec does not bound: a migration's
@@ -468,7 +502,7 @@ INTS_NOT_BOUNDED_BY_THE_CODEC = {
     "MigrationRecord.partition_id",
     "MigrationRecord.version_before",
     "LeaseRequest.table_stamp",  # a hash: any 64-bit int is one
-    "StatusReply.table_stamp",  # the same hash, shown to clients
+    "MemberStatus.table_stamp",  # the same hash, shown to clients
 }
 
 
@@ -539,7 +573,7 @@ def _raw_body(message: bytes) -> bytes:
     return b"\x92" + msgspec.msgpack.encode(codec.PROTOCOL_VERSION) + message
 
 
-_REPLICA = b"\x92\xa0\xa0"  # Replica("", "")
+_REPLICA = b"\x92\xa0\xa0"  # MemberId("", "")
 _ROW = b"\x97" + b"\xff" * 7  # seven empty slots
 _STATE_NO_TABLE = b"\x97\x01\x90\xc0\xa6active\x90\x90\xc2"
 
@@ -599,10 +633,10 @@ def test_a_collection_over_its_bound_is_refused_before_its_items_are_built(messa
 
 def test_collections_at_their_bound_are_taken() -> None:
     keys = tuple(b"k%d" % i for i in range(limits.MAX_OPERATIONS_PER_REQUEST))
-    request = m.MapRequest(1, m.GET, "m", (0,) * len(keys), keys)
+    request = m.MapRequest(call_id=1, kind=m.GET, map_name="m", partition_ids=(0,) * len(keys), keys=keys)
     (decoded,) = codec.FrameDecoder().feed(codec.encode(request))
     assert decoded == request
-    voters = tuple(Replica(f"{i:04d}", "a") for i in range(limits.MAX_MEMBER_COUNT))
+    voters = tuple(MemberId(f"{i:04d}", "a") for i in range(limits.MAX_MEMBER_COUNT))
     bootstrap = m.Bootstrap(tuple(c.MemberRecord(v) for v in voters), voters)
     assert codec.FrameDecoder().feed(codec.encode(bootstrap)) == [bootstrap]
 
@@ -643,7 +677,21 @@ def test_a_bad_first_frame_raises_with_nothing_decoded() -> None:
 
 # --- Raft's configurations and the log's commands: their own bounds, with no mirror in between -------
 
-_RECORD = msgspec.msgpack.encode(MigrationRecord("m-1", 0, Migration(None, -1, -1, Replica("u", "a"), -1, 0), 1))
+_RECORD = msgspec.msgpack.encode(
+    MigrationRecord(
+        migration_id="m-1",
+        partition_id=0,
+        migration=Migration(
+            source=None,
+            source_current_index=-1,
+            source_new_index=-1,
+            destination=MemberId("u", "a"),
+            destination_current_index=-1,
+            destination_new_index=0,
+        ),
+        version_before=1,
+    )
+)
 
 
 def _entry_append(entry: bytes) -> bytes:
@@ -683,10 +731,13 @@ def test_configurations_and_commands_over_their_bounds_are_refused_before_their_
 
 
 def test_configurations_and_commands_at_their_bounds_are_taken() -> None:
-    voters = tuple(Replica(f"{i:04d}", "a") for i in range(limits.MAX_MEMBER_COUNT))
+    voters = tuple(MemberId(f"{i:04d}", "a") for i in range(limits.MAX_MEMBER_COUNT))
     commands = (c.AddMembers(tuple(c.MemberRecord(v) for v in voters)), c.RemoveMembers(voters))
-    entries = (LogEntry(1, 1, commands), LogEntry(1, 2, None, None, Membership(voters, ())))
-    message = r.AppendEntries(1, 0, 0, entries, 0, 0)
+    entries = (
+        LogEntry(term=1, index=1, command=commands),
+        LogEntry(term=1, index=2, command=None, change=None, forced=Membership(voters, ())),
+    )
+    message = r.AppendEntries(term=1, prev_index=0, prev_term=0, entries=entries, commit=0, sent_ms=0)
     assert codec.FrameDecoder().feed(codec.encode(message)) == [message]
 
 
@@ -705,7 +756,9 @@ def test_a_refused_bytearray_body_can_still_be_resized() -> None:
 def test_a_frame_holds_its_own_bytes_only() -> None:
     """Found by an outside tester: the buffer msgspec encodes into grows by half at a time; handed
     out as the frame, a queued frame held up to 1.5 times the bytes it counted for."""
-    frame = codec.encode(m.MapReply(1, (m.Status.OK,) * 20_000, tuple(b"v" * 100 for _ in range(20_000))))
+    frame = codec.encode(
+        m.MapReply(call_id=1, codes=(m.ReplyCode.OK,) * 20_000, values=tuple(b"v" * 100 for _ in range(20_000)))
+    )
     assert type(frame) is bytes
     assert sys.getsizeof(frame) - len(frame) < 100
 
@@ -714,7 +767,7 @@ def test_a_frame_holds_its_own_bytes_only() -> None:
 
 
 def _empty_commands_append_entries(entries: int, commands: int) -> bytes:
-    """An AppendEntries body of ``entries`` entries of ``commands`` ShutdownCluster commands each
+    """An AppendEntries body of ``entries`` entries of ``commands`` StopAllMembers commands each
     (2 bytes apiece on the wire; a struct and two tuple slots each once decoded)."""
     entry = b"\x93\x01\x01" + _array(commands, b"\x91\x45")
     return b"\x92" + bytes([codec.PROTOCOL_VERSION]) + b"\x97\x2a\x01\x00\x00" + _array(entries, entry) + b"\x00\x00"
@@ -726,7 +779,7 @@ def test_a_frame_of_a_kind_not_taken_is_refused_before_it_is_decoded() -> None:
     handshake (or a client's requests) refuses it from its code, without building it."""
     body = _empty_commands_append_entries(400, 10_000)  # 8 MB on the wire
     frame = codec.LENGTH_PREFIX.pack(len(body)) + body
-    decoder = codec.FrameDecoder(accepted=codec.codes_of([m.StatusRequest, m.MapRequest]))
+    decoder = codec.FrameDecoder(accepted=codec.codes_of([m.MemberStatusRequest, m.MapRequest]))
     tracemalloc.start()
     try:
         with pytest.raises(codec.StreamError, match="AppendEntries is not taken on this connection"):
@@ -759,21 +812,21 @@ def test_a_message_code_is_read_in_every_int_form(code_bytes: bytes) -> None:
     body = b"\x92" + bytes([codec.PROTOCOL_VERSION]) + b"\x91" + code_bytes
     assert codec.decode_body(body, codec.codes_of([Welcome])) == Welcome()
     with pytest.raises(ProtocolError, match="Welcome is not taken"):
-        codec.decode_body(body, codec.codes_of([m.StatusRequest]))
+        codec.decode_body(body, codec.codes_of([m.MemberStatusRequest]))
 
 
 @pytest.mark.parametrize("message_bytes", [b"", b"\x90", b"\x91", b"\x91\xcc", b"\xc0", b"\x91\xa3abc", b"\xdc\x00"])
 def test_a_message_without_a_readable_code_is_refused_where_kinds_are_checked(message_bytes: bytes) -> None:
     body = b"\x92" + bytes([codec.PROTOCOL_VERSION]) + message_bytes
     with pytest.raises(ProtocolError):
-        codec.decode_body(body, codec.codes_of([m.StatusRequest]))
+        codec.decode_body(body, codec.codes_of([m.MemberStatusRequest]))
 
 
 def test_a_frame_completed_across_reads_is_not_held_twice_while_it_decodes() -> None:
     """Found by an outside tester: completing a held frame kept the held bytes while the copy
     decoded, a peak of three frames (46.6 MiB for a 16 MB frame in 256 KiB reads)."""
     value = b"v" * (4 * 1024 * 1024)
-    frame = codec.encode(m.MapReply(1, (m.Status.OK,), (value,)))
+    frame = codec.encode(m.MapReply(call_id=1, codes=(m.ReplyCode.OK,), values=(value,)))
     decoder = codec.FrameDecoder()
     reads = [frame[i : i + 256 * 1024] for i in range(0, len(frame), 256 * 1024)]
     tracemalloc.start()  # before the held bytes are, so that they count
@@ -791,9 +844,9 @@ def test_a_frame_completed_across_reads_is_not_held_twice_while_it_decodes() -> 
 
 def test_a_view_that_skips_bytes_decodes_or_is_refused_as_a_protocol_error() -> None:
     # Found by an outside tester: a strided view of bytes reached msgspec as it was (BufferError).
-    frame_body = codec.encode(m.StatusRequest(7))[codec.LENGTH_PREFIX.size :]
+    frame_body = codec.encode(m.MemberStatusRequest(7))[codec.LENGTH_PREFIX.size :]
     spread = bytes(b for byte in frame_body for b in (byte, 0))
-    assert codec.decode_body(memoryview(spread)[::2]) == m.StatusRequest(7)
+    assert codec.decode_body(memoryview(spread)[::2]) == m.MemberStatusRequest(7)
 
 
 @pytest.mark.parametrize("cls", WIRE_TYPES, ids=lambda cls: cls.__name__)
@@ -827,7 +880,7 @@ def test_a_code_in_a_longer_form_is_read_as_its_own_number(code_bytes: bytes) ->
 
 
 def test_a_decoder_refuses_a_frame_over_a_limit_lowered_for_the_handshake() -> None:
-    hello_sized = codec.encode(m.StatusRequest(1))
+    hello_sized = codec.encode(m.MemberStatusRequest(1))
     decoder = codec.FrameDecoder(accepted=codec.HANDSHAKE_CODES)
     decoder.max_frame_bytes = limits.MAX_HANDSHAKE_FRAME_BYTES
     with pytest.raises(codec.StreamError, match="over the 8192 limit"):
@@ -842,10 +895,17 @@ def test_the_largest_handshake_messages_fit_the_handshake_frame_limit() -> None:
     from shardgrid.core.identity import MAX_ADDRESS_CHARS, MAX_UUID_CHARS
 
     wide = "\U0001f600"
-    replica = Replica(wide * MAX_UUID_CHARS, wide * MAX_ADDRESS_CHARS)
+    replica = MemberId(wide * MAX_UUID_CHARS, wide * MAX_ADDRESS_CHARS)
     nonce = bytes(hs.NONCE_BYTES)
     largest = [
-        hs.Hello(2**53, wide * hs.MAX_CLUSTER_NAME_CHARS, hs.PeerRole.MEMBER, replica, wide * MAX_ADDRESS_CHARS, nonce),
+        hs.Hello(
+            protocol_version=2**53,
+            cluster_name=wide * hs.MAX_CLUSTER_NAME_CHARS,
+            role=hs.PeerRole.MEMBER,
+            identity=replica,
+            to_address=wide * MAX_ADDRESS_CHARS,
+            nonce=nonce,
+        ),
         hs.Challenge(replica, nonce, bytes(hs.PROOF_BYTES)),
         hs.Proof(bytes(hs.PROOF_BYTES)),
         hs.Refused(wide * hs.MAX_REASON_CHARS),

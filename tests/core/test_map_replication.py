@@ -8,8 +8,9 @@ import pytest
 
 from shardgrid.core import messages as m
 from shardgrid.core.config import MapConfig, MemberConfig
-from shardgrid.core.effects import Receive, Send
+from shardgrid.core.effects import Send
 from shardgrid.core.errors import ConfigError
+from shardgrid.core.inputs import Receive
 from shardgrid.core.store import PartitionData
 from shardgrid.core.table import PartitionTable
 from tests.core.test_member import CONFIG, A, B, C, following, grant_lease, key_in, replies, run_ticks, sent, synced
@@ -27,7 +28,9 @@ MAPS = replace(
 
 
 def put(call_id: int, map_name: str, pid: int = 0, value: bytes = b"v") -> m.MapRequest:
-    return m.MapRequest(call_id, m.PUT, map_name, (pid,), (key_in(pid),), (value,))
+    return m.MapRequest(
+        call_id=call_id, kind=m.PUT, map_name=map_name, partition_ids=(pid,), keys=(key_in(pid),), values=(value,)
+    )
 
 
 def batches_to(effects: list, target: object) -> list[m.BackupBatch]:
@@ -73,23 +76,23 @@ def test_the_owner_waits_for_sync_backups_only_and_tells_the_others_the_sequence
     assert to_a.runs[0].keys == (key_in(0),)
     assert (to_c.runs[0].keys, to_c.runs[0].skipped, to_c.runs[0].first_sequence) == ((), 1, 1)
     (reply,) = replies(owner.handle(now + 2, Receive(A.address, A, B.uuid, m.BackupAckBatch(((0, 1),)))))
-    assert reply.statuses == (m.Status.OK,)
+    assert reply.codes == (m.ReplyCode.OK,)
 
     # "wide": A is sync, C async: both get the data, the answer waits for A alone.
     effects = owner.handle(now + 3, Receive("c", None, None, put(2, "wide")))
     assert batches_to(effects, C)[0].runs[0].keys == (key_in(0),)
     (reply,) = replies(owner.handle(now + 4, Receive(A.address, A, B.uuid, m.BackupAckBatch(((0, 2),)))))
-    assert reply.statuses == (m.Status.OK,)
+    assert reply.codes == (m.ReplyCode.OK,)
 
     # "two": both are sync; one ack is not enough.
     owner.handle(now + 5, Receive("c", None, None, put(3, "two")))
     assert replies(owner.handle(now + 6, Receive(A.address, A, B.uuid, m.BackupAckBatch(((0, 3),))))) == []
     (reply,) = replies(owner.handle(now + 7, Receive(C.address, C, B.uuid, m.BackupAckBatch(((0, 3),)))))
-    assert reply.statuses == (m.Status.OK,)
+    assert reply.codes == (m.ReplyCode.OK,)
 
     # "none": no backup is waited on, every backup still follows the sequence.
     effects = owner.handle(now + 8, Receive("c", None, None, put(4, "none")))
-    assert replies(effects)[0].statuses == (m.Status.OK,)
+    assert replies(effects)[0].codes == (m.ReplyCode.OK,)
     assert [b.runs[0].skipped for b in (*batches_to(effects, A), *batches_to(effects, C))] == [1, 1]
 
 
@@ -106,8 +109,12 @@ def test_a_write_resent_to_a_lagging_backup_still_leaves_out_the_maps_it_keeps_n
 def test_a_backup_follows_the_sequence_of_a_map_it_keeps_no_copy_of_and_never_creates_it() -> None:
     backup, now = following(C, B_A_C, config=MAPS)
     synced(backup, 0, now, owner=B)
-    skip = m.WriteRun(0, "", 1, m.PUT, "m", (), (), 3)
-    data = m.WriteRun(0, "", 4, m.PUT, "two", (b"k",), (b"v",))
+    skip = m.WriteRun(
+        partition_id=0, lineage="", first_sequence=1, kind=m.PUT, map_name="m", keys=(), values=(), skipped=3
+    )
+    data = m.WriteRun(
+        partition_id=0, lineage="", first_sequence=4, kind=m.PUT, map_name="two", keys=(b"k",), values=(b"v",)
+    )
     acks = sent(backup.handle(now + 1, Receive(B.address, B, C.uuid, m.BackupBatch((data, skip)))), m.BackupAckBatch)
     assert acks == [m.BackupAckBatch(((0, 4),))]
     assert backup.data.stores[0].maps == {"two": {b"k": b"v"}}
@@ -116,9 +123,22 @@ def test_a_backup_follows_the_sequence_of_a_map_it_keeps_no_copy_of_and_never_cr
 @pytest.mark.parametrize(
     "run",
     [
-        m.WriteRun(0, "", 1, m.PUT, "m", (b"k",), (b"v",), 1),  # data and a skip at once
-        m.WriteRun(0, "", 1, m.PUT, "m", (), (b"v",), 1),
-        m.WriteRun(0, "", 1, m.GET, "m", (), (), 1),
+        m.WriteRun(
+            partition_id=0,
+            lineage="",
+            first_sequence=1,
+            kind=m.PUT,
+            map_name="m",
+            keys=(b"k",),
+            values=(b"v",),
+            skipped=1,
+        ),  # data and a skip at once
+        m.WriteRun(
+            partition_id=0, lineage="", first_sequence=1, kind=m.PUT, map_name="m", keys=(), values=(b"v",), skipped=1
+        ),
+        m.WriteRun(
+            partition_id=0, lineage="", first_sequence=1, kind=m.GET, map_name="m", keys=(), values=(), skipped=1
+        ),
     ],
 )
 def test_a_malformed_skip_changes_nothing(run: m.WriteRun) -> None:
@@ -135,21 +155,21 @@ def test_a_backup_answers_reads_only_of_maps_that_allow_it_and_that_it_keeps() -
     assert "m" not in backup.data.stores[0].maps  # a sync to slot 2 leaves out what slot 2 does not keep
 
     def get(map_name: str) -> m.MapReply:
-        request = m.MapRequest(9, m.GET, map_name, (0,), (key_in(0),))
+        request = m.MapRequest(call_id=9, kind=m.GET, map_name=map_name, partition_ids=(0,), keys=(key_in(0),))
         (reply,) = replies(backup.handle(now + 1, Receive("c", None, None, request)))
         return reply
 
-    assert (get("wide").statuses, get("wide").values) == ((m.Status.OK,), (b"w",))
-    assert get("two").statuses == (m.Status.WRONG_OWNER,)  # kept here, but not readable from a backup
-    assert get("m").statuses == (m.Status.WRONG_OWNER,)
+    assert (get("wide").codes, get("wide").values) == ((m.ReplyCode.OK,), (b"w",))
+    assert get("two").codes == (m.ReplyCode.WRONG_OWNER,)  # kept here, but not readable from a backup
+    assert get("m").codes == (m.ReplyCode.WRONG_OWNER,)
 
 
 def test_a_copy_installed_at_a_colder_slot_drops_the_maps_that_slot_does_not_keep() -> None:
     backup, _ = following(C, B_A_C, config=MAPS)
-    backup.data.install(0, PartitionData({"m": {b"k": b"1"}, "wide": {b"k": b"2"}, "two": {b"k": b"3"}}), 2)
+    backup.data.install(0, PartitionData(maps={"m": {b"k": b"1"}, "wide": {b"k": b"2"}, "two": {b"k": b"3"}}), 2)
     assert set(backup.data.stores[0].maps) == {"wide", "two"}
     # The same sequence again for a hotter slot (a shift up): the staged copy is whole, it is taken.
-    backup.data.install(0, PartitionData({"m": {b"k": b"1"}, "wide": {b"k": b"2"}, "two": {b"k": b"3"}}), 1)
+    backup.data.install(0, PartitionData(maps={"m": {b"k": b"1"}, "wide": {b"k": b"2"}, "two": {b"k": b"3"}}), 1)
     assert set(backup.data.stores[0].maps) == {"m", "wide", "two"}
 
 
@@ -161,7 +181,7 @@ def test_a_lost_batch_to_an_async_backup_is_resent_and_does_not_stall_the_next_s
     owner, now = following(B, PartitionTable.from_lists([[B, A]] * 4, [1, 1, 1, 1]), config=config)
     now = grant_lease(owner, now)
     effects = owner.handle(now + 1, Receive("c", None, None, put(1, "async-only")))
-    assert replies(effects)[0].statuses == (m.Status.OK,)  # nobody waited on
+    assert replies(effects)[0].codes == (m.ReplyCode.OK,)  # nobody waited on
     # Its batch to A is lost; the next write, to the default map, waits for A.
     effects = owner.handle(now + 2, Receive("c", None, None, put(2, "m", value=b"w")))
     assert replies(effects) == []
@@ -169,7 +189,7 @@ def test_a_lost_batch_to_an_async_backup_is_resent_and_does_not_stall_the_next_s
     resent = [run.first_sequence for batch in batches_to(effects, A) for run in batch.runs]
     assert resent[:2] == [1, 2]  # the lost run again, then the waiting one
     (reply,) = replies(owner.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupAckBatch(((0, 2),)))))
-    assert reply.statuses == (m.Status.OK,)
+    assert reply.codes == (m.ReplyCode.OK,)
     assert owner.data.settled(0)  # A holds everything: nothing is kept for it any more
 
 
@@ -190,15 +210,15 @@ def test_a_backup_whose_owner_moved_it_to_a_hotter_slot_first_takes_that_maps_wr
     assert all(sequence == 0 for batch in acks for _, sequence in batch.acks)  # not taken, not acknowledged
     assert replies(owner.handle(now + 2, Receive(C.address, C, B.uuid, m.BackupAckBatch(((0, 0),))))) == []
     # The outcome: the staged copy, whole for slot 1; then the owner's resend is taken.
-    backup.data.install(0, PartitionData({"m": {b"old": b"1"}, "wide": {b"w": b"2"}}), 1)
+    backup.data.install(0, PartitionData(maps={"m": {b"old": b"1"}, "wide": {b"w": b"2"}}), 1)
     assert backup.data.stores[0].maps["m"] == {b"old": b"1"}
 
 
 def test_a_held_copy_newer_than_the_staged_one_keeps_its_writes_and_takes_the_maps_it_lacked() -> None:
     backup, _ = following(C, B_A_C, config=MAPS)
-    held = PartitionData({"wide": {b"k": b"newer"}, "two": {b"k": b"t"}}, sequence=5)
+    held = PartitionData(maps={"wide": {b"k": b"newer"}, "two": {b"k": b"t"}}, sequence=5)
     backup.data.install(0, held, 2)
-    backup.data.install(0, PartitionData({"m": {b"k": b"1"}, "wide": {b"k": b"older"}}, sequence=4), 1)
+    backup.data.install(0, PartitionData(maps={"m": {b"k": b"1"}, "wide": {b"k": b"older"}}, sequence=4), 1)
     store = backup.data.stores[0]
     assert store.maps == {"wide": {b"k": b"newer"}, "two": {b"k": b"t"}, "m": {b"k": b"1"}}
     assert (store.sequence, store.copy_index) == (5, 1)

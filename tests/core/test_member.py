@@ -12,20 +12,11 @@ from hypothesis import strategies as st
 from shardgrid.core import events
 from shardgrid.core import messages as m
 from shardgrid.core.config import MemberConfig
-from shardgrid.core.effects import (
-    Emit,
-    Receive,
-    ReplyToClient,
-    Send,
-    SendToAddress,
-    SetTimer,
-    Start,
-    StopSignalled,
-    TimerFired,
-)
+from shardgrid.core.effects import Emit, ReplyToClient, Send, SendToAddress, SetTimer
 from shardgrid.core.errors import InvariantViolation, ProtocolError
 from shardgrid.core.hashing import partition_id_of_serialized
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
+from shardgrid.core.inputs import Receive, Start, StopSignalled, TimerFired
 from shardgrid.core.member import Member
 from shardgrid.core.member import data as data_module
 from shardgrid.core.member.discovery import FoundingStance
@@ -37,9 +28,9 @@ from shardgrid.core.raft.messages import InstallSnapshot
 from shardgrid.core.store import ITEM_OVERHEAD_BYTES, unpacked_lengths
 from shardgrid.core.table import PartitionTable
 
-A = Replica("aaaaaaaa-0000-4000-8000-000000000001", "127.0.0.1:5701")
-B = Replica("bbbbbbbb-0000-4000-8000-000000000002", "127.0.0.1:5702")
-C = Replica("cccccccc-0000-4000-8000-000000000003", "127.0.0.1:5703")
+A = MemberId("aaaaaaaa-0000-4000-8000-000000000001", "127.0.0.1:5701")
+B = MemberId("bbbbbbbb-0000-4000-8000-000000000002", "127.0.0.1:5702")
+C = MemberId("cccccccc-0000-4000-8000-000000000003", "127.0.0.1:5703")
 CONFIG = MemberConfig(partition_count=4, backup_count=1)
 SEEDS = (A.address, B.address, C.address)
 
@@ -72,12 +63,12 @@ def alone() -> tuple[Member, int]:
     member = Member(A, replace(CONFIG, initial_cluster_size=1), (A.address,), random.Random(1))
     member.handle(0, Start())
     _, now = run_ticks(member, 0, 5_000)
-    assert member.is_master
+    assert member.is_leader
     return member, now
 
 
 def following(
-    identity: Replica, table: PartitionTable, lite: bool = False, config: MemberConfig = CONFIG
+    identity: MemberId, table: PartitionTable, lite: bool = False, config: MemberConfig = CONFIG
 ) -> tuple[Member, int]:
     """A member of [A, B, C] led by A, with ``table``, given to it by A's snapshot."""
     member = Member(identity, config, SEEDS, random.Random(2), lite=lite)
@@ -101,7 +92,7 @@ def synced(
     member: Member,
     pid: int,
     now: int,
-    owner: Replica = A,
+    owner: MemberId = A,
     maps: dict[str, dict[bytes, bytes]] | None = None,
     sequence: int = 0,
     lineage: str = "",
@@ -114,7 +105,19 @@ def synced(
     ]
     for index, (name, keys, values) in enumerate(pieces):
         last = index == len(pieces) - 1
-        chunk = m.ReplicaSyncChunk(sync_id, pid, index, name, keys, values, last, sequence, lineage, -1, sequence)
+        chunk = m.ReplicaSyncChunk(
+            sync_id=sync_id,
+            partition_id=pid,
+            sequence=index,
+            map_name=name,
+            keys=keys,
+            values=values,
+            last=last,
+            replica_sequence=sequence,
+            lineage=lineage,
+            base_sequence=-1,
+            map_version=sequence,
+        )
         member.handle(now, Receive(owner.address, owner, member.identity.uuid, chunk))
     assert member.data.stores[pid].sequence == sequence
 
@@ -143,8 +146,10 @@ def test_a_member_configured_to_start_alone_leads_and_assigns_the_partitions() -
     assert state.table is not None
     assert all(slots[0] == A for slots in state.table.replicas)
     request = put(1, [0])
-    assert replies(member.handle(now + 1, Receive("c", None, None, request))) == [m.MapReply(1, (m.Status.OK,))]
-    get = m.MapRequest(2, m.GET, "m", (0,), (key_in(0),))
+    assert replies(member.handle(now + 1, Receive("c", None, None, request))) == [
+        m.MapReply(call_id=1, codes=(m.ReplyCode.OK,))
+    ]
+    get = m.MapRequest(call_id=2, kind=m.GET, map_name="m", partition_ids=(0,), keys=(key_in(0),))
     assert replies(member.handle(now + 2, Receive("c", None, None, get)))[0].values == (b"v",)
 
 
@@ -170,7 +175,7 @@ def test_a_member_redirects_joiners_to_its_leader_and_an_unjoined_one_says_so() 
     assert A not in lonely.discovery.peers
 
 
-def _heard_from(member: Member, now: int, *peers: Replica) -> None:
+def _heard_from(member: Member, now: int, *peers: MemberId) -> None:
     for peer in peers:
         request = m.JoinRequest(peer, settings_digest=CONFIG.settings_digest)
         member.handle(now, Receive(peer.address, peer, None, request))
@@ -229,7 +234,7 @@ def test_a_proposer_gives_its_round_up_to_an_earlier_one() -> None:
     member = Member(B, CONFIG, SEEDS, random.Random(2))
     member.handle(0, Start())
     now = 0
-    d = Replica("dddddddd-0000-4000-8000-000000000004", "127.0.0.1:5704")
+    d = MemberId("dddddddd-0000-4000-8000-000000000004", "127.0.0.1:5704")
     while member.discovery.stance is not FoundingStance.PROPOSING:  # A is out of touch: B is first
         _heard_from(member, now, C, d)
         _, now = run_ticks(member, now, now + 100)
@@ -256,27 +261,52 @@ def test_time_never_goes_backwards() -> None:
 
 def put(call_id: int, pids: list[int], previous: bool = False) -> m.MapRequest:
     keys = tuple(key_in(pid) for pid in pids)
-    return m.MapRequest(call_id, m.PUT, "m", tuple(pids), keys, (b"v",) * len(pids), previous)
+    return m.MapRequest(
+        call_id=call_id,
+        kind=m.PUT,
+        map_name="m",
+        partition_ids=tuple(pids),
+        keys=keys,
+        values=(b"v",) * len(pids),
+        previous=previous,
+    )
 
 
 def test_a_malformed_request_is_refused_whole_and_changes_nothing() -> None:
     member, now = alone()
     k0, k1 = key_in(0), key_in(1)
     bad = [
-        m.MapRequest(7, "drop", "m", (0,), (k0,)),
-        m.MapRequest(7, m.PUT, "", (0,), (k0,), (b"v",)),
-        m.MapRequest(7, m.PUT, "m", (0, 1), (k0, k1), (b"v",)),  # a value missing
-        m.MapRequest(7, m.GET, "m", (0,), (k0,), (b"v",)),  # a value where none belongs
-        m.MapRequest(7, m.PUT, "m", (0, 1), (k0, k0), (b"v", b"w")),  # not the key's partition
-        m.MapRequest(7, m.PUT, "m", (0, 99), (k0, k1), (b"v", b"w")),
-        m.MapRequest(7, m.PUT, "m", (0, 1), (k0, "not bytes"), (b"v", b"w")),  # type: ignore[arg-type]
-        m.MapRequest(7, m.PUT, "m", (0,), (k0,), (b"x" * (4 * 1024 * 1024 + 1),)),
-        m.MapRequest(7, m.PUT, "m", (0,) * 10_001, (k0,) * 10_001, (b"v",) * 10_001),
+        m.MapRequest(call_id=7, kind="drop", map_name="m", partition_ids=(0,), keys=(k0,)),
+        m.MapRequest(call_id=7, kind=m.PUT, map_name="", partition_ids=(0,), keys=(k0,), values=(b"v",)),
+        m.MapRequest(
+            call_id=7, kind=m.PUT, map_name="m", partition_ids=(0, 1), keys=(k0, k1), values=(b"v",)
+        ),  # a value missing
+        m.MapRequest(
+            call_id=7, kind=m.GET, map_name="m", partition_ids=(0,), keys=(k0,), values=(b"v",)
+        ),  # a value where none belongs
+        m.MapRequest(
+            call_id=7, kind=m.PUT, map_name="m", partition_ids=(0, 1), keys=(k0, k0), values=(b"v", b"w")
+        ),  # not the key's partition
+        m.MapRequest(call_id=7, kind=m.PUT, map_name="m", partition_ids=(0, 99), keys=(k0, k1), values=(b"v", b"w")),
+        m.MapRequest(
+            call_id=7, kind=m.PUT, map_name="m", partition_ids=(0, 1), keys=(k0, "not bytes"), values=(b"v", b"w")
+        ),  # type: ignore[arg-type]
+        m.MapRequest(
+            call_id=7, kind=m.PUT, map_name="m", partition_ids=(0,), keys=(k0,), values=(b"x" * (4 * 1024 * 1024 + 1),)
+        ),
+        m.MapRequest(
+            call_id=7,
+            kind=m.PUT,
+            map_name="m",
+            partition_ids=(0,) * 10_001,
+            keys=(k0,) * 10_001,
+            values=(b"v",) * 10_001,
+        ),
     ]
     for request in bad:
         (reply,) = replies(member.handle(now + 1, Receive("c", None, None, request)))
-        assert set(reply.statuses) == {m.Status.REJECTED}
-        assert len(reply.statuses) == len(request.keys)
+        assert set(reply.codes) == {m.ReplyCode.REJECTED}
+        assert len(reply.codes) == len(request.keys)
         assert reply.reason
     assert member.data.stores[0].maps == {}
     assert member.data.stores[1].maps == {}
@@ -285,12 +315,28 @@ def test_a_malformed_request_is_refused_whole_and_changes_nothing() -> None:
 def test_a_batch_spanning_partitions_answers_each_key_and_previous_values_on_request() -> None:
     member, now = alone()
     (first,) = replies(member.handle(now + 1, Receive("c", None, None, put(1, [0, 1, 2], previous=True))))
-    assert first.statuses == (m.Status.OK,) * 3
+    assert first.codes == (m.ReplyCode.OK,) * 3
     assert first.values == (None, None, None)
-    again = m.MapRequest(2, m.PUT, "m", (2, 0), (key_in(2), key_in(0)), (b"w", b"x"), True)
+    again = m.MapRequest(
+        call_id=2,
+        kind=m.PUT,
+        map_name="m",
+        partition_ids=(2, 0),
+        keys=(key_in(2), key_in(0)),
+        values=(b"w", b"x"),
+        previous=True,
+    )
     (second,) = replies(member.handle(now + 2, Receive("c", None, None, again)))
     assert second.values == (b"v", b"v")
-    remove = m.MapRequest(3, m.REMOVE, "m", (0, 3), (key_in(0), key_in(3)), (), True)
+    remove = m.MapRequest(
+        call_id=3,
+        kind=m.REMOVE,
+        map_name="m",
+        partition_ids=(0, 3),
+        keys=(key_in(0), key_in(3)),
+        values=(),
+        previous=True,
+    )
     (third,) = replies(member.handle(now + 3, Receive("c", None, None, remove)))
     assert third.values == (b"x", None)
     assert member.data.stores[0].maps == {}
@@ -301,9 +347,17 @@ def test_put_if_absent_writes_only_keys_without_a_value_and_backs_up_only_those(
     member, now = alone()
     member.handle(now + 1, Receive("c", None, None, put(1, [0])))
     k0, k1 = key_in(0), key_in(1)
-    request = m.MapRequest(2, m.PUT_IF_ABSENT, "m", (0, 1, 1), (k0, k1, k1), (b"x", b"y", b"z"), True)
+    request = m.MapRequest(
+        call_id=2,
+        kind=m.PUT_IF_ABSENT,
+        map_name="m",
+        partition_ids=(0, 1, 1),
+        keys=(k0, k1, k1),
+        values=(b"x", b"y", b"z"),
+        previous=True,
+    )
     (reply,) = replies(member.handle(now + 2, Receive("c", None, None, request)))
-    assert reply.statuses == (m.Status.OK,) * 3
+    assert reply.codes == (m.ReplyCode.OK,) * 3
     assert reply.values == (b"v", None, b"y")  # what stays; the second k1 finds the first's value
     assert member.data.stores[0].maps["m"][k0] == b"v"
     assert member.data.stores[1].maps["m"][k1] == b"y"
@@ -312,7 +366,9 @@ def test_put_if_absent_writes_only_keys_without_a_value_and_backs_up_only_those(
     owner, now = following(B, B_OWNS_A_BACKS)
     now = grant_lease(owner, now)
     owner.handle(now + 1, Receive("c", None, None, put(3, [0])))
-    absent = m.MapRequest(4, m.PUT_IF_ABSENT, "m", (0, 1), (k0, k1), (b"x", b"y"))
+    absent = m.MapRequest(
+        call_id=4, kind=m.PUT_IF_ABSENT, map_name="m", partition_ids=(0, 1), keys=(k0, k1), values=(b"x", b"y")
+    )
     effects = owner.handle(now + 2, Receive("c", None, None, absent))
     (batch,) = sent(effects, m.BackupBatch)
     assert [(run.kind, run.keys, run.values) for run in batch.runs] == [(m.PUT, (k1,), (b"y",))]
@@ -320,22 +376,22 @@ def test_put_if_absent_writes_only_keys_without_a_value_and_backs_up_only_those(
 
 def test_an_owner_without_a_lease_does_not_serve() -> None:
     member, now = following(B, B_OWNS_A_BACKS)
-    get = m.MapRequest(1, m.GET, "m", (0,), (key_in(0),))
-    assert replies(member.handle(now + 1, Receive("c", None, None, get)))[0].statuses == (m.Status.NOT_READY,)
+    get = m.MapRequest(call_id=1, kind=m.GET, map_name="m", partition_ids=(0,), keys=(key_in(0),))
+    assert replies(member.handle(now + 1, Receive("c", None, None, get)))[0].codes == (m.ReplyCode.NOT_READY,)
     now = grant_lease(member, now)
-    assert replies(member.handle(now + 1, Receive("c", None, None, get)))[0].statuses == (m.Status.OK,)
+    assert replies(member.handle(now + 1, Receive("c", None, None, get)))[0].codes == (m.ReplyCode.OK,)
     # Its lease ends two seconds after the request it answered was sent, whatever it hears since.
     later = now + 2_500
     member.handle(later, Receive(C.address, C, B.uuid, m.BackupAckBatch(((0, 0),))))
     (reply,) = replies(member.handle(later + 1, Receive("c", None, None, get)))
-    assert reply.statuses == (m.Status.NOT_READY,)
+    assert reply.codes == (m.ReplyCode.NOT_READY,)
     assert reply.retry_after_ms > 0
 
 
 def test_a_client_is_sent_to_the_owner_and_the_owner_answers_after_its_backup() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
     (reply,) = replies(backup.handle(now + 1, Receive("client-1", None, None, put(7, [0]))))
-    assert reply.statuses == (m.Status.WRONG_OWNER,)
+    assert reply.codes == (m.ReplyCode.WRONG_OWNER,)
     assert reply.redirects == (m.PartitionRedirect(0, backup.consensus.state.table.versions[0], A.address),)
 
     owner, now = following(B, B_OWNS_A_BACKS)
@@ -349,7 +405,7 @@ def test_a_client_is_sent_to_the_owner_and_the_owner_answers_after_its_backup() 
         assert replies(owner.handle(now + 2 + i, Receive(A.address, A, B.uuid, ack))) == []
     ack = m.BackupAckBatch(((3, batch_to_a.runs[3].last_sequence),))
     effects = owner.handle(now + 9, Receive(A.address, A, B.uuid, ack))
-    assert replies(effects)[0].statuses == (m.Status.OK,) * 4
+    assert replies(effects)[0].codes == (m.ReplyCode.OK,) * 4
 
 
 def test_a_table_reply_names_each_member_once_with_versions_and_backups_and_pages_large_tables(
@@ -359,12 +415,25 @@ def test_a_table_reply_names_each_member_once_with_versions_and_backups_and_page
 
     member, now = following(B, PartitionTable.from_lists([[A, B], [B, A], [A], [B, A]], [3, 4, 5, 6]))
     (reply,) = replies(member.handle(now + 1, Receive("c", None, None, m.TableRequest())))
-    assert reply == m.TableReply(4, 0, (A.address, B.address), (3, 4, 5, 6), ((0, 1), (1, 0), (0, -1), (1, 0)))
+    assert reply == m.TableReply(
+        partition_count=4,
+        first_partition=0,
+        addresses=(A.address, B.address),
+        versions=(3, 4, 5, 6),
+        replicas=((0, 1), (1, 0), (0, -1), (1, 0)),
+    )
     monkeypatch.setattr(data_module, "MAX_TABLE_REPLY_PARTITIONS", 3)
     (first,) = replies(member.handle(now + 2, Receive("c", None, None, m.TableRequest())))
     assert (first.first_partition, len(first.replicas), first.more) == (0, 3, True)
     (second,) = replies(member.handle(now + 3, Receive("c", None, None, m.TableRequest(3))))
-    assert second == m.TableReply(4, 3, (B.address, A.address), (6,), ((0, 1),), False)
+    assert second == m.TableReply(
+        partition_count=4,
+        first_partition=3,
+        addresses=(B.address, A.address),
+        versions=(6,),
+        replicas=((0, 1),),
+        more=False,
+    )
     (beyond,) = replies(member.handle(now + 4, Receive("c", None, None, m.TableRequest(99))))
     assert beyond.replicas == ()
     assert not beyond.more
@@ -374,11 +443,13 @@ def test_writes_waiting_for_backups_are_bounded_in_bytes_as_well_as_in_count() -
     """Found by review: 10,000 waiting writes of 4 MB values would have been held for resending."""
     owner, now = following(B, B_OWNS_A_BACKS, config=replace(CONFIG, max_pending_write_bytes=1_000))
     now = grant_lease(owner, now)
-    big = m.MapRequest(1, m.PUT, "m", (0,), (key_in(0),), (b"x" * 900,))
+    big = m.MapRequest(call_id=1, kind=m.PUT, map_name="m", partition_ids=(0,), keys=(key_in(0),), values=(b"x" * 900,))
     assert replies(owner.handle(now + 1, Receive("c", None, None, big))) == []  # waiting for A
-    again = m.MapRequest(2, m.PUT, "m", (1,), (key_in(1),), (b"y" * 200,))
+    again = m.MapRequest(
+        call_id=2, kind=m.PUT, map_name="m", partition_ids=(1,), keys=(key_in(1),), values=(b"y" * 200,)
+    )
     (reply,) = replies(owner.handle(now + 2, Receive("c", None, None, again)))
-    assert reply.statuses == (m.Status.OVERLOADED,)
+    assert reply.codes == (m.ReplyCode.OVERLOADED,)
     assert reply.retry_after_ms > 0
     assert owner.data.pending_bytes == len(key_in(0)) + 900 + 2 * ITEM_OVERHEAD_BYTES
 
@@ -388,10 +459,17 @@ def test_an_owner_tells_its_backups_where_it_stands_and_a_lagging_backup_asks_fo
     now = grant_lease(owner, now)
     for pid in range(4):
         for write in range(pid + 1):  # partition p gets p + 1 writes, each acknowledged by A
-            request = m.MapRequest(10 * pid + write, m.PUT, "m", (pid,), (key_in(pid),), (b"v",))
+            request = m.MapRequest(
+                call_id=10 * pid + write,
+                kind=m.PUT,
+                map_name="m",
+                partition_ids=(pid,),
+                keys=(key_in(pid),),
+                values=(b"v",),
+            )
             (batch,) = sent(owner.handle(now, Receive("c", None, None, request)), m.BackupBatch)
             ack = m.BackupAckBatch(((pid, batch.runs[0].last_sequence),))
-            assert replies(owner.handle(now, Receive(A.address, A, B.uuid, ack)))[0].statuses == (m.Status.OK,)
+            assert replies(owner.handle(now, Receive(A.address, A, B.uuid, ack)))[0].codes == (m.ReplyCode.OK,)
     effects, now = run_ticks(owner, now, now + CONFIG.anti_entropy_interval_ms + 1_000)
     summaries = sent(effects, m.ReplicaSummary)
     assert summaries[0] == m.ReplicaSummary((0, 1, 2, 3), ("",) * 4, (1, 2, 3, 4))
@@ -419,7 +497,9 @@ def test_writes_waiting_for_a_backup_are_resent_in_batches_that_stay_under_a_bou
     owner, now = following(B, B_OWNS_A_BACKS)
     now = grant_lease(owner, now)
     for call_id in range(1, 5):  # four requests of 100-byte values to partition 0, none acknowledged
-        request = m.MapRequest(call_id, m.PUT, "m", (0,), (key_in(0),), (b"v" * 100,))
+        request = m.MapRequest(
+            call_id=call_id, kind=m.PUT, map_name="m", partition_ids=(0,), keys=(key_in(0),), values=(b"v" * 100,)
+        )
         owner.handle(now + call_id, Receive("c", None, None, request))
     effects, now = run_ticks(owner, now + 5, now + 5 + CONFIG.retry_interval_ms + CONFIG.tick_ms)
     resent = sent(effects, m.BackupBatch)
@@ -432,10 +512,14 @@ def test_an_answer_with_more_values_than_a_frame_holds_comes_in_parts(monkeypatc
 
     member, now = alone()
     for pid in range(4):
-        put_one = m.MapRequest(pid, m.PUT, "m", (pid,), (key_in(pid),), (b"v" * 100,))
+        put_one = m.MapRequest(
+            call_id=pid, kind=m.PUT, map_name="m", partition_ids=(pid,), keys=(key_in(pid),), values=(b"v" * 100,)
+        )
         member.handle(now + 1, Receive("c", None, None, put_one))
     monkeypatch.setattr(data_module, "MAX_REPLY_VALUE_BYTES", 250)
-    get = m.MapRequest(9, m.GET, "m", (0, 1, 2, 3), tuple(key_in(p) for p in range(4)))
+    get = m.MapRequest(
+        call_id=9, kind=m.GET, map_name="m", partition_ids=(0, 1, 2, 3), keys=tuple(key_in(p) for p in range(4))
+    )
     parts = replies(member.handle(now + 2, Receive("c", None, None, get)))
     assert [(p.first_index, len(p.values), p.more) for p in parts] == [(0, 2, True), (2, 2, False)]
     assert all(p.call_id == 9 for p in parts)
@@ -445,7 +529,13 @@ def test_an_answer_with_more_values_than_a_frame_holds_comes_in_parts(monkeypatc
 def test_a_backup_takes_writes_only_from_the_owner_its_table_names() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
     synced(backup, 0, now)
-    batch = m.BackupBatch((m.WriteRun(0, "", 1, m.PUT, "m", (b"k",), (b"v",)),))
+    batch = m.BackupBatch(
+        (
+            m.WriteRun(
+                partition_id=0, lineage="", first_sequence=1, kind=m.PUT, map_name="m", keys=(b"k",), values=(b"v",)
+            ),
+        )
+    )
     assert sent(backup.handle(now + 1, Receive(C.address, C, B.uuid, batch)), m.BackupAckBatch) == []
     assert backup.data.stores[0].maps == {}
     acks = sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, batch)), m.BackupAckBatch)
@@ -456,9 +546,15 @@ def test_a_backup_takes_writes_only_from_the_owner_its_table_names() -> None:
 def test_a_backup_applies_runs_in_sequence_order_whatever_order_they_arrive_in() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
     synced(backup, 0, now)
-    first = m.WriteRun(0, "", 1, m.PUT, "m", (b"a", b"b"), (b"1", b"2"))
-    second = m.WriteRun(0, "", 3, m.REMOVE, "m", (b"a",), ())
-    third = m.WriteRun(0, "", 4, m.PUT, "m", (b"c",), (b"3",))
+    first = m.WriteRun(
+        partition_id=0, lineage="", first_sequence=1, kind=m.PUT, map_name="m", keys=(b"a", b"b"), values=(b"1", b"2")
+    )
+    second = m.WriteRun(
+        partition_id=0, lineage="", first_sequence=3, kind=m.REMOVE, map_name="m", keys=(b"a",), values=()
+    )
+    third = m.WriteRun(
+        partition_id=0, lineage="", first_sequence=4, kind=m.PUT, map_name="m", keys=(b"c",), values=(b"3",)
+    )
     # The second and third come first: held, acknowledged at what the backup holds (nothing yet).
     early = backup.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupBatch((third, second))))
     assert sent(early, m.BackupAckBatch) == [m.BackupAckBatch(((0, 0),))]
@@ -467,7 +563,9 @@ def test_a_backup_applies_runs_in_sequence_order_whatever_order_they_arrive_in()
     assert acks == [m.BackupAckBatch(((0, 4),))]
     assert backup.data.stores[0].maps == {"m": {b"b": b"2", b"c": b"3"}}
     # A resent run that overlaps what is held applies only its new part.
-    overlap = m.WriteRun(0, "", 4, m.PUT, "m", (b"c", b"d"), (b"X", b"4"))
+    overlap = m.WriteRun(
+        partition_id=0, lineage="", first_sequence=4, kind=m.PUT, map_name="m", keys=(b"c", b"d"), values=(b"X", b"4")
+    )
     backup.handle(now + 3, Receive(A.address, A, B.uuid, m.BackupBatch((overlap,))))
     assert backup.data.stores[0].maps == {"m": {b"b": b"2", b"c": b"3", b"d": b"4"}}
     assert backup.data.stores[0].sequence == 5
@@ -478,7 +576,9 @@ def test_a_run_held_from_an_old_owner_is_never_applied_in_a_new_lineage() -> Non
     owner's write of the same sequence, and that owner's real write was acknowledged unheld."""
     backup, now = following(B, A_OWNS_B_BACKS)
     synced(backup, 0, now)
-    stale = m.WriteRun(0, "", 2, m.PUT, "m", (b"k2",), (b"stale",))  # write 1 never arrived
+    stale = m.WriteRun(
+        partition_id=0, lineage="", first_sequence=2, kind=m.PUT, map_name="m", keys=(b"k2",), values=(b"stale",)
+    )  # write 1 never arrived
     backup.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupBatch((stale,))))
 
     def snapshot(index: int, table: PartitionTable) -> InstallSnapshot:
@@ -490,10 +590,14 @@ def test_a_run_held_from_an_old_owner_is_never_applied_in_a_new_lineage() -> Non
     lineage = backup.data.stores[0].lineage
     backup.handle(now + 3, Receive(A.address, A, B.uuid, snapshot(9, PartitionTable.from_lists([[C, B]] * 4, [3] * 4))))
     backup.data.reorder[0] = {2: stale}  # even if it were still held, it is not applied
-    first = m.WriteRun(0, lineage, 1, m.PUT, "m", (b"k1",), (b"d1",))
+    first = m.WriteRun(
+        partition_id=0, lineage=lineage, first_sequence=1, kind=m.PUT, map_name="m", keys=(b"k1",), values=(b"d1",)
+    )
     acks = sent(backup.handle(now + 4, Receive(C.address, C, B.uuid, m.BackupBatch((first,)))), m.BackupAckBatch)
     assert acks == [m.BackupAckBatch(((0, 1),))]
-    second = m.WriteRun(0, lineage, 2, m.PUT, "m", (b"k3",), (b"d2",))
+    second = m.WriteRun(
+        partition_id=0, lineage=lineage, first_sequence=2, kind=m.PUT, map_name="m", keys=(b"k3",), values=(b"d2",)
+    )
     acks = sent(backup.handle(now + 5, Receive(C.address, C, B.uuid, m.BackupBatch((second,)))), m.BackupAckBatch)
     assert acks == [m.BackupAckBatch(((0, 2),))]
     assert backup.data.stores[0].maps == {"m": {b"k1": b"d1", b"k3": b"d2"}}
@@ -502,13 +606,23 @@ def test_a_run_held_from_an_old_owner_is_never_applied_in_a_new_lineage() -> Non
 @pytest.mark.parametrize(
     "run",
     [
-        m.WriteRun(0, "", 1, "drop-table", "m", (b"k",), ()),
-        m.WriteRun(0, "", 1, m.PUT, "m", (b"k", b"l"), (b"v",)),  # a value missing
-        m.WriteRun(0, "", 1, m.REMOVE, "m", (b"k",), (b"v",)),
-        m.WriteRun(0, "", 1, m.PUT, "", (b"k",), (b"v",)),
-        m.WriteRun(0, "", 0, m.PUT, "m", (b"k",), (b"v",)),
-        m.WriteRun(0, "", 1, m.PUT, "m", (), ()),
-        m.WriteRun(99_999, "", 1, m.PUT, "m", (b"k",), (b"v",)),
+        m.WriteRun(
+            partition_id=0, lineage="", first_sequence=1, kind="drop-table", map_name="m", keys=(b"k",), values=()
+        ),
+        m.WriteRun(
+            partition_id=0, lineage="", first_sequence=1, kind=m.PUT, map_name="m", keys=(b"k", b"l"), values=(b"v",)
+        ),  # a value missing
+        m.WriteRun(
+            partition_id=0, lineage="", first_sequence=1, kind=m.REMOVE, map_name="m", keys=(b"k",), values=(b"v",)
+        ),
+        m.WriteRun(partition_id=0, lineage="", first_sequence=1, kind=m.PUT, map_name="", keys=(b"k",), values=(b"v",)),
+        m.WriteRun(
+            partition_id=0, lineage="", first_sequence=0, kind=m.PUT, map_name="m", keys=(b"k",), values=(b"v",)
+        ),
+        m.WriteRun(partition_id=0, lineage="", first_sequence=1, kind=m.PUT, map_name="m", keys=(), values=()),
+        m.WriteRun(
+            partition_id=99_999, lineage="", first_sequence=1, kind=m.PUT, map_name="m", keys=(b"k",), values=(b"v",)
+        ),
     ],
 )
 def test_a_malformed_run_changes_nothing_and_is_not_acknowledged(run: m.WriteRun) -> None:
@@ -523,11 +637,35 @@ def test_a_malformed_run_changes_nothing_and_is_not_acknowledged(run: m.WriteRun
 def test_a_late_copy_of_an_old_replica_sync_does_not_roll_a_backup_back() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
     synced(backup, 0, now, maps={"m": {b"k": b"new"}}, sequence=5, lineage="L")
-    old = m.ReplicaSyncChunk("a-s1", 0, 0, "m", (b"k",), (b"old",), True, 3, "L", -1, 3)
+    old = m.ReplicaSyncChunk(
+        sync_id="a-s1",
+        partition_id=0,
+        sequence=0,
+        map_name="m",
+        keys=(b"k",),
+        values=(b"old",),
+        last=True,
+        replica_sequence=3,
+        lineage="L",
+        base_sequence=-1,
+        map_version=3,
+    )
     effects = backup.handle(now + 1, Receive(A.address, A, B.uuid, old))
     assert sent(effects, m.ReplicaSyncAck) == [m.ReplicaSyncAck("a-s1", -1, True, complete=True)]
     assert backup.data.stores[0].maps == {"m": {b"k": b"new"}}
-    newer = m.ReplicaSyncChunk("a-s2", 0, 0, "m", (b"k",), (b"newer",), True, 6, "L", -1, 6)
+    newer = m.ReplicaSyncChunk(
+        sync_id="a-s2",
+        partition_id=0,
+        sequence=0,
+        map_name="m",
+        keys=(b"k",),
+        values=(b"newer",),
+        last=True,
+        replica_sequence=6,
+        lineage="L",
+        base_sequence=-1,
+        map_version=6,
+    )
     backup.handle(now + 2, Receive(A.address, A, B.uuid, newer))
     assert backup.data.stores[0].sequence == 6
     assert backup.data.stores[0].maps == {"m": {b"k": b"newer"}}
@@ -536,7 +674,7 @@ def test_a_late_copy_of_an_old_replica_sync_does_not_roll_a_backup_back() -> Non
 # --- migrations ------------------------------------------------------------------------------------------
 
 
-def _c_given(state: MetadataState, voters: list[Replica], learners: list[Replica]) -> tuple[Member, int]:
+def _c_given(state: MetadataState, voters: list[MemberId], learners: list[MemberId]) -> tuple[Member, int]:
     """C, started, then given ``state`` in A's snapshot."""
     member = Member(C, CONFIG, SEEDS, random.Random(4))
     member.handle(0, Start())
@@ -553,9 +691,23 @@ def _destination_of(record: MigrationRecord | None) -> tuple[Member, int]:
 
 
 def test_a_destination_that_told_a_newer_leader_it_had_not_committed_refuses_that_commit() -> None:
-    record = MigrationRecord("m-1", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
+    record = MigrationRecord(
+        migration_id="m-1",
+        partition_id=0,
+        migration=Migration(
+            source=B,
+            source_current_index=1,
+            source_new_index=-1,
+            destination=C,
+            destination_current_index=-1,
+            destination_new_index=1,
+        ),
+        version_before=1,
+    )
     destination, _ = _destination_of(record)
-    chunk = m.MigrationChunk(record, 0, "m", (b"k",), (b"v",), True, 1, "")
+    chunk = m.MigrationChunk(
+        record=record, sequence=0, map_name="m", keys=(b"k",), values=(b"v",), last=True, replica_sequence=1, lineage=""
+    )
     assert sent(destination.handle(11, Receive(A.address, A, C.uuid, chunk)), m.MigrationChunkAck)[0].accepted
     query = m.MigrationOutcomeQuery(record, 1)
     reply = sent(destination.handle(12, Receive(A.address, A, C.uuid, query)), m.MigrationOutcomeReply)
@@ -566,19 +718,58 @@ def test_a_destination_that_told_a_newer_leader_it_had_not_committed_refuses_tha
 
 
 def test_a_destination_takes_a_window_of_chunks_in_any_order_and_acknowledges_cumulatively() -> None:
-    record = MigrationRecord("m-2", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
+    record = MigrationRecord(
+        migration_id="m-2",
+        partition_id=0,
+        migration=Migration(
+            source=B,
+            source_current_index=1,
+            source_new_index=-1,
+            destination=C,
+            destination_current_index=-1,
+            destination_new_index=1,
+        ),
+        version_before=1,
+    )
     destination, now = _destination_of(record)
     chunks = [
-        m.MigrationChunk(record, 0, "m", (b"a", b"b"), (b"1", b"2"), False, 9, "L"),
-        m.MigrationChunk(record, 1, "m", (b"c",), (b"3",), False, 9, "L"),
-        m.MigrationChunk(record, 2, "n", (b"a",), (b"4",), True, 9, "L"),
+        m.MigrationChunk(
+            record=record,
+            sequence=0,
+            map_name="m",
+            keys=(b"a", b"b"),
+            values=(b"1", b"2"),
+            last=False,
+            replica_sequence=9,
+            lineage="L",
+        ),
+        m.MigrationChunk(
+            record=record,
+            sequence=1,
+            map_name="m",
+            keys=(b"c",),
+            values=(b"3",),
+            last=False,
+            replica_sequence=9,
+            lineage="L",
+        ),
+        m.MigrationChunk(
+            record=record,
+            sequence=2,
+            map_name="n",
+            keys=(b"a",),
+            values=(b"4",),
+            last=True,
+            replica_sequence=9,
+            lineage="L",
+        ),
     ]
     acks = []
     for chunk in (chunks[2], chunks[1], chunks[0], chunks[1]):  # a gap first, then a duplicate
         now += 1
         acks += sent(destination.handle(now, Receive(A.address, A, C.uuid, chunk)), m.MigrationChunkAck)
     assert [a.sequence for a in acks] == [-1, -1, 2, 2]
-    staging = destination.replica.incoming[0].staging
+    staging = destination.migrations.incoming[0].staging
     assert staging.complete
     assert staging.maps == {"m": {b"a": b"1", b"b": b"2", b"c": b"3"}, "n": {b"a": b"4"}}
 
@@ -586,21 +777,72 @@ def test_a_destination_takes_a_window_of_chunks_in_any_order_and_acknowledges_cu
 def test_early_chunks_are_held_only_from_the_owner_within_the_first_window_and_in_bytes() -> None:
     """Found by review: chunks of a migration not started here yet were held without bound, from
     anyone, at any (even negative) sequence."""
-    record = MigrationRecord("m-4", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
+    record = MigrationRecord(
+        migration_id="m-4",
+        partition_id=0,
+        migration=Migration(
+            source=B,
+            source_current_index=1,
+            source_new_index=-1,
+            destination=C,
+            destination_current_index=-1,
+            destination_new_index=1,
+        ),
+        version_before=1,
+    )
     destination, now = _destination_of(None)  # its start is not applied here yet
     for sequence in (-1, -20_000, 4, 99):
-        chunk = m.MigrationChunk(record, sequence, "m", (b"k",), (b"v",), False, 1, "")
+        chunk = m.MigrationChunk(
+            record=record,
+            sequence=sequence,
+            map_name="m",
+            keys=(b"k",),
+            values=(b"v",),
+            last=False,
+            replica_sequence=1,
+            lineage="",
+        )
         destination.handle(now, Receive(A.address, A, C.uuid, chunk))
-    from_not_owner = m.MigrationChunk(record, 0, "m", (b"k",), (b"v",), False, 1, "")
+    from_not_owner = m.MigrationChunk(
+        record=record,
+        sequence=0,
+        map_name="m",
+        keys=(b"k",),
+        values=(b"v",),
+        last=False,
+        replica_sequence=1,
+        lineage="",
+    )
     destination.handle(now + 1, Receive(B.address, B, C.uuid, from_not_owner))
-    assert destination.replica._early == {}
+    assert destination.migrations._early == {}
     for i in range(100):  # many migrations' first chunks: bounded by count and bytes
-        other = MigrationRecord(f"x-{i}", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
-        big = m.MigrationChunk(other, 0, "m", (b"k",), (b"v" * 600_000,), False, 1, "")
+        other = MigrationRecord(
+            migration_id=f"x-{i}",
+            partition_id=0,
+            migration=Migration(
+                source=B,
+                source_current_index=1,
+                source_new_index=-1,
+                destination=C,
+                destination_current_index=-1,
+                destination_new_index=1,
+            ),
+            version_before=1,
+        )
+        big = m.MigrationChunk(
+            record=other,
+            sequence=0,
+            map_name="m",
+            keys=(b"k",),
+            values=(b"v" * 600_000,),
+            last=False,
+            replica_sequence=1,
+            lineage="",
+        )
         destination.handle(now + 2 + i, Receive(A.address, A, C.uuid, big))
     limit = 2 * CONFIG.max_parallel_migrations
-    assert len(destination.replica._early) <= limit
-    assert destination.replica._early_bytes <= limit * CONFIG.migration_window_chunks * CONFIG.max_chunk_bytes
+    assert len(destination.migrations._early) <= limit
+    assert destination.migrations._early_bytes <= limit * CONFIG.migration_window_chunks * CONFIG.max_chunk_bytes
 
 
 def test_a_snapshot_for_another_partition_count_is_not_taken() -> None:
@@ -611,12 +853,33 @@ def test_a_snapshot_for_another_partition_count_is_not_taken() -> None:
 
 
 def test_a_chunk_whose_columns_differ_in_length_is_refused() -> None:
-    record = MigrationRecord("m-3", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
+    record = MigrationRecord(
+        migration_id="m-3",
+        partition_id=0,
+        migration=Migration(
+            source=B,
+            source_current_index=1,
+            source_new_index=-1,
+            destination=C,
+            destination_current_index=-1,
+            destination_new_index=1,
+        ),
+        version_before=1,
+    )
     destination, now = _destination_of(record)
-    bad = m.MigrationChunk(record, 0, "m", (b"a", b"b"), (b"1",), True, 9, "L")
+    bad = m.MigrationChunk(
+        record=record,
+        sequence=0,
+        map_name="m",
+        keys=(b"a", b"b"),
+        values=(b"1",),
+        last=True,
+        replica_sequence=9,
+        lineage="L",
+    )
     (ack,) = sent(destination.handle(now, Receive(A.address, A, C.uuid, bad)), m.MigrationChunkAck)
     assert not ack.accepted
-    assert destination.replica.incoming[0].staging.maps == {}
+    assert destination.migrations.incoming[0].staging.maps == {}
 
 
 # --- leaving and rejoining ---------------------------------------------------------------------------------
@@ -647,7 +910,7 @@ def test_recovering_from_a_lost_majority_is_refused_while_a_leader_is_known() ->
     member, now = following(B, A_OWNS_B_BACKS)
     request = m.AdminRequest(5, m.RecoverLostMajority())
     (reply,) = replies(member.handle(now + 1, Receive("operator", None, None, request)))
-    assert reply.status == m.ADMIN_FAILED
+    assert reply.result == m.ADMIN_FAILED
     assert "no lost majority" in reply.reason
     assert not member.consensus.is_leader
 
@@ -668,27 +931,27 @@ def test_a_cluster_state_that_is_not_one_is_refused_and_never_reaches_the_log(bo
     for member, at in ((leader, now), (follower, fnow)):
         index = member.consensus.applied_index
         (reply,) = replies(member.handle(at + 1, Receive("evil", None, None, request)))
-        assert reply.status == m.ADMIN_FAILED
+        assert reply.result == m.ADMIN_FAILED
         assert "unknown cluster state" in reply.reason
         run_ticks(member, at + 1, at + 1_000)
         assert member.consensus.applied_index == index
     assert leader.consensus.state.cluster_state is ClusterState.ACTIVE
     forwarded = m.LeaderRequest(1, m.ChangeClusterState(bogus))  # type: ignore[arg-type]
     effects = leader.handle(now + 2_000, Receive(B.address, B, A.uuid, forwarded))
-    assert [e.message.status for e in effects if isinstance(e, Send)] == [m.ADMIN_FAILED]
+    assert [e.message.result for e in effects if isinstance(e, Send)] == [m.ADMIN_FAILED]
 
 
 def test_a_promotion_asked_by_a_member_the_leader_does_not_know_fails() -> None:
     """Seed 002's failure cases of a promotion, on the leader: an unknown member, a data member."""
     leader, now = alone()
-    stranger = Replica("dddddddd-0000-4000-8000-000000000004", "127.0.0.1:5704")
+    stranger = MemberId("dddddddd-0000-4000-8000-000000000004", "127.0.0.1:5704")
     effects = leader.handle(now + 1, Receive(stranger.address, stranger, A.uuid, m.LeaderRequest(3, m.PromoteMember())))
     (reply,) = [e.message for e in effects if isinstance(e, Send) and isinstance(e.message, m.LeaderReply)]
-    assert reply.status == m.ADMIN_FAILED
+    assert reply.result == m.ADMIN_FAILED
     assert "not a known member" in reply.reason
     effects = leader.handle(now + 2, Receive("c", None, None, m.AdminRequest(4, m.PromoteMember())))
     (answer,) = replies(effects)
-    assert answer.status == m.ADMIN_FAILED
+    assert answer.result == m.ADMIN_FAILED
     assert "already a data member" in answer.reason
 
 
@@ -700,9 +963,16 @@ def test_a_request_whose_backup_batch_would_not_fit_a_frame_is_refused_whole() -
     member, now = alone()
     keys = tuple(key_in(0) + bytes([i]) for i in range(5))
     pids = tuple(partition_id_of_serialized(k, CONFIG.partition_count) for k in keys)
-    big = m.MapRequest(1, m.PUT, "m", pids, keys, (b"x" * MAX_VALUE_BYTES,) * 4 + (b"y",))
+    big = m.MapRequest(
+        call_id=1,
+        kind=m.PUT,
+        map_name="m",
+        partition_ids=pids,
+        keys=keys,
+        values=(b"x" * MAX_VALUE_BYTES,) * 4 + (b"y",),
+    )
     (reply,) = replies(member.handle(now + 1, Receive("c", None, None, big)))
-    assert reply.statuses == (m.Status.REJECTED,) * 5
+    assert reply.codes == (m.ReplyCode.REJECTED,) * 5
     assert "at most" in reply.reason
     assert all(not data.maps for data in member.data.stores.values())
 
@@ -755,7 +1025,15 @@ def test_keys_sent_in_partition_order_are_served_as_keys_grouped_one_by_one(requ
                     if kind in (m.PUT, m.PUT_IF_ABSENT)
                     else ()
                 )
-                request = m.MapRequest(call_id, kind, "m", pids, keys, values, previous)
+                request = m.MapRequest(
+                    call_id=call_id,
+                    kind=kind,
+                    map_name="m",
+                    partition_ids=pids,
+                    keys=keys,
+                    values=values,
+                    previous=previous,
+                )
                 effects = owner.handle(now + call_id, Receive("c", None, None, request))
                 batches = [
                     [(r.kind, r.keys, r.values, r.first_sequence) for r in b.runs] for b in sent(effects, m.BackupBatch)
@@ -782,14 +1060,21 @@ def test_a_scan_page_is_the_entries_from_its_offset_up_to_its_count_and_the_repl
     member, now = alone()
     keys = [b"k%d" % n for n, _ in entries if partition_id_of_serialized(b"k%d" % n, 4) == 0]
     request = m.MapRequest(
-        1, m.PUT, "m", (0,) * len(keys), tuple(keys), tuple(b"v" * (n % 121) for n in range(len(keys)))
+        call_id=1,
+        kind=m.PUT,
+        map_name="m",
+        partition_ids=(0,) * len(keys),
+        keys=tuple(keys),
+        values=tuple(b"v" * (n % 121) for n in range(len(keys))),
     )
     if keys:
         member.handle(now + 1, Receive("c", None, None, request))
     held = list(member.data.stores[0].maps.get("m", {}).items())
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(data_module, "MAX_REPLY_VALUE_BYTES", bound)
-        scan = m.ScanRequest(2, "m", 0, offset, max_entries, keys_only)
+        scan = m.ScanRequest(
+            call_id=2, map_name="m", partition_id=0, offset=offset, max_entries=max_entries, keys_only=keys_only
+        )
         (reply,) = replies(member.handle(now + 2, Receive("c", None, None, scan)))
     page, size = [], 0
     for key, value in held[offset : offset + max_entries]:
@@ -797,13 +1082,21 @@ def test_a_scan_page_is_the_entries_from_its_offset_up_to_its_count_and_the_repl
         if page and size > bound:
             break
         page.append((key, value))
-    assert reply.status is m.Status.OK
+    assert reply.code is m.ReplyCode.OK
     assert reply.keys == tuple(key for key, _ in page)
     assert reply.values == (() if keys_only else tuple(value for _, value in page))
     assert reply.total == len(held)
     assert reply.more == (offset + len(page) < len(held))
     # Packed, the same page: each column end to end, with each entry's length.
-    packed_scan = m.ScanRequest(3, "m", 0, offset, max_entries, keys_only, packed=True)
+    packed_scan = m.ScanRequest(
+        call_id=3,
+        map_name="m",
+        partition_id=0,
+        offset=offset,
+        max_entries=max_entries,
+        keys_only=keys_only,
+        packed=True,
+    )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(data_module, "MAX_REPLY_VALUE_BYTES", bound)
         (packed,) = replies(member.handle(now + 3, Receive("c", None, None, packed_scan)))
@@ -824,7 +1117,7 @@ def test_a_client_cannot_ask_a_leave_past_the_last_data_members_refusal() -> Non
         effects += run_ticks(member, now, now + 2_000)[0]
         now += 2_000
         (reply,) = replies(effects)
-        assert (reply.call_id, reply.status) == (call_id, m.ADMIN_FAILED)
+        assert (reply.call_id, reply.result) == (call_id, m.ADMIN_FAILED)
         assert ("even_if_last" in reply.reason) == (call_id == 1)
         assert member.lifecycle is Lifecycle.ACTIVE
         record = member.consensus.state.record_of(A)
@@ -837,14 +1130,14 @@ def test_a_stop_signal_makes_even_the_last_data_member_leave_and_stop() -> None:
     effects = member.handle(now, StopSignalled("local", 0))
     effects += run_ticks(member, now, now + 5_000)[0]
     assert member.lifecycle is Lifecycle.STOPPED
-    assert not [reply for reply in replies(effects) if reply.status == m.ADMIN_FAILED]
+    assert not [reply for reply in replies(effects) if reply.result == m.ADMIN_FAILED]
 
 
 def test_a_stop_signal_before_joining_is_answered_not_in_a_cluster() -> None:
     member = Member(A, CONFIG, SEEDS, random.Random(1))
     member.handle(0, Start())
     (reply,) = replies(member.handle(10, StopSignalled("local", 7)))
-    assert (reply.call_id, reply.status, reply.reason) == (7, m.ADMIN_FAILED, "this member is not in a cluster")
+    assert (reply.call_id, reply.result, reply.reason) == (7, m.ADMIN_FAILED, "this member is not in a cluster")
 
 
 def _lite_c() -> tuple[Member, int]:

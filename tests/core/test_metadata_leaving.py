@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.metadata import ClusterState, MemberRecord, MetadataState, apply_commands
 from shardgrid.core.metadata.commands import MarkLeaving, PromoteToDataMember, SetClusterState
 from shardgrid.core.table import PartitionTable
 
-A, B, C = (Replica(f"{n}" * 8, f"127.0.0.1:{5701 + i}") for i, n in enumerate("abc"))
+A, B, C = (MemberId(f"{n}" * 8, f"127.0.0.1:{5701 + i}") for i, n in enumerate("abc"))
 
 
 def _state(*records: MemberRecord, table: bool = True) -> MetadataState:

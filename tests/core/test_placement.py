@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shardgrid.core.errors import ConfigError
-from shardgrid.core.identity import MemberInfo, Replica
+from shardgrid.core.identity import MemberId, MemberInfo
 from shardgrid.core.placement import arrange, replica_count_for
 from shardgrid.core.repair import remove_members
 from shardgrid.core.table import PartitionTable
@@ -41,19 +41,19 @@ def at_corners(min_members: int = 1, min_backups: int = 0):  # type: ignore[no-u
     return decorate
 
 
-def members_named(count: int, start: int = 0) -> list[Replica]:
-    return [Replica(f"m{i:04d}", f"127.0.0.1:{5701 + i}") for i in range(start, start + count)]
+def members_named(count: int, start: int = 0) -> list[MemberId]:
+    return [MemberId(f"m{i:04d}", f"127.0.0.1:{5701 + i}") for i in range(start, start + count)]
 
 
-def infos(members: list[Replica]) -> list[MemberInfo]:
+def infos(members: list[MemberId]) -> list[MemberInfo]:
     return [MemberInfo(m) for m in members]
 
 
-def settled(members: list[Replica], partitions: int, backups: int, seed: int) -> PartitionTable:
+def settled(members: list[MemberId], partitions: int, backups: int, seed: int) -> PartitionTable:
     return arrange(infos(members), PartitionTable.empty(partitions), random.Random(seed), backup_count=backups)
 
 
-def assert_well_formed(table: PartitionTable, members: list[Replica], replicas: int) -> None:
+def assert_well_formed(table: PartitionTable, members: list[MemberId], replicas: int) -> None:
     allowed = set(members)
     for slots in table.replicas:
         present = [r for r in slots if r is not None]
@@ -63,7 +63,7 @@ def assert_well_formed(table: PartitionTable, members: list[Replica], replicas: 
         assert set(present) <= allowed
 
 
-def assert_balanced(table: PartitionTable, members: list[Replica], replicas: int) -> None:
+def assert_balanced(table: PartitionTable, members: list[MemberId], replicas: int) -> None:
     average = table.partition_count / len(members)
     tolerance = max(3.0, 0.1 * average)
     for index in range(replicas):
@@ -81,7 +81,7 @@ def changed_slots(before: PartitionTable, after: PartitionTable) -> int:
 
 
 def new_holdings(before: PartitionTable, after: PartitionTable) -> int:
-    """Replicas a member must receive data for: it holds the partition after but not before."""
+    """MemberIds a member must receive data for: it holds the partition after but not before."""
     return sum(
         1 for a, b in zip(before.replicas, after.replicas, strict=True) for m in b if m is not None and m not in a
     )
@@ -255,11 +255,11 @@ def test_bad_backup_counts_are_refused() -> None:
 
 _DETERMINISM_SCRIPT = """
 import json, random
-from shardgrid.core.identity import MemberInfo, Replica
+from shardgrid.core.identity import MemberInfo, MemberId
 from shardgrid.core.placement import arrange
 from shardgrid.core.table import PartitionTable
-members = [MemberInfo(Replica(f"m{i}", f"h:{i}")) for i in range(9)]
-groups = {m.replica: "g" + str(i % 3) for i, m in enumerate(members)}
+members = [MemberInfo(MemberId(f"m{i}", f"h:{i}")) for i in range(9)]
+groups = {m.id: "g" + str(i % 3) for i, m in enumerate(members)}
 t = arrange(members, PartitionTable.empty(997), random.Random(42), groups, backup_count=2)
 print(json.dumps([[r.uuid if r else None for r in s] for s in t.replicas]))
 """

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_REPLICA_COUNT
 from shardgrid.core.migration import NO_INDEX, Migration, MigrationKind, apply_migration
 from shardgrid.core.planner import (
@@ -18,12 +18,19 @@ from shardgrid.core.planner import (
     replica_count,
 )
 
-A, B, C, D, E, F, G, H = (Replica(f"uuid-{name}", f"10.0.0.{i}:5701") for i, name in enumerate("ABCDEFGH"))
+A, B, C, D, E, F, G, H = (MemberId(f"uuid-{name}", f"10.0.0.{i}:5701") for i, name in enumerate("ABCDEFGH"))
 MEMBERS = [A, B, C, D, E, F, G, H]
 
 
-def M(src: Replica | None, src_cur: int, src_new: int, dst: Replica | None, dst_cur: int, dst_new: int) -> Migration:
-    return Migration(src, src_cur, src_new, dst, dst_cur, dst_new)
+def M(src: MemberId | None, src_cur: int, src_new: int, dst: MemberId | None, dst_cur: int, dst_new: int) -> Migration:
+    return Migration(
+        source=src,
+        source_current_index=src_cur,
+        source_new_index=src_new,
+        destination=dst,
+        destination_current_index=dst_cur,
+        destination_new_index=dst_new,
+    )
 
 
 # --- seed 000, section 3.2.2: every worked example, with the exact migrations ---------------------
@@ -128,7 +135,7 @@ def test_copies_keep_their_order_among_themselves() -> None:
 
 
 @st.composite
-def replica_arrays(draw: st.DrawFn) -> list[Replica | None]:
+def replica_arrays(draw: st.DrawFn) -> list[MemberId | None]:
     """A current replica array: members that crashed leave holes anywhere."""
     length = draw(st.integers(min_value=1, max_value=MAX_REPLICA_COUNT))
     members = draw(st.permutations(MEMBERS))
@@ -137,7 +144,7 @@ def replica_arrays(draw: st.DrawFn) -> list[Replica | None]:
 
 
 @st.composite
-def target_arrays(draw: st.DrawFn) -> list[Replica | None]:
+def target_arrays(draw: st.DrawFn) -> list[MemberId | None]:
     """A target as repartitioning makes it: the first ``count`` slots filled, the rest empty."""
     count = draw(st.integers(min_value=0, max_value=MAX_REPLICA_COUNT))
     members = draw(st.permutations(MEMBERS))
@@ -145,7 +152,7 @@ def target_arrays(draw: st.DrawFn) -> list[Replica | None]:
 
 
 def _assert_safe_replay(
-    current: Sequence[Replica | None], target: Sequence[Replica | None], plan: Sequence[Migration]
+    current: Sequence[MemberId | None], target: Sequence[MemberId | None], plan: Sequence[Migration]
 ) -> None:
     expected = eliminate_cycles(current, target)
     state = list(current) + [None] * (MAX_REPLICA_COUNT - len(current))
@@ -161,7 +168,7 @@ def _assert_safe_replay(
 @settings(max_examples=3000, deadline=None)
 @given(replica_arrays(), target_arrays())
 def test_any_plan_replays_safely_to_the_cycle_free_target(
-    current: list[Replica | None], target: list[Replica | None]
+    current: list[MemberId | None], target: list[MemberId | None]
 ) -> None:
     plan = plan_migrations(current, target)
     _assert_safe_replay(current, target, plan)
@@ -179,7 +186,7 @@ def test_a_leaving_member_displaced_by_a_shift_up_is_parked_and_cleared_last() -
 @settings(max_examples=2000, deadline=None)
 @given(replica_arrays(), target_arrays(), st.sets(st.sampled_from(MEMBERS), max_size=3))
 def test_a_kept_member_leaves_a_partition_only_by_a_move_or_a_clear(
-    current: list[Replica | None], target: list[Replica | None], keep: set[Replica]
+    current: list[MemberId | None], target: list[MemberId | None], keep: set[MemberId]
 ) -> None:
     plan = plan_migrations(current, target, keep)
     _assert_safe_replay(current, target, plan)
@@ -192,7 +199,7 @@ def test_a_kept_member_leaves_a_partition_only_by_a_move_or_a_clear(
 @settings(max_examples=1000, deadline=None)
 @given(replica_arrays(), target_arrays())
 def test_prioritization_leaves_no_copy_behind_a_migration_it_may_pass(
-    current: list[Replica | None], target: list[Replica | None]
+    current: list[MemberId | None], target: list[MemberId | None]
 ) -> None:
     plan = prioritize_copies_and_shift_ups(plan_migrations(current, target))
     for earlier, migration in itertools.pairwise(plan):
@@ -209,7 +216,7 @@ def test_prioritization_leaves_no_copy_behind_a_migration_it_may_pass(
 @settings(max_examples=1000, deadline=None)
 @given(replica_arrays(), target_arrays())
 def test_plans_are_minimal_where_nothing_has_to_move(
-    current: list[Replica | None], target: list[Replica | None]
+    current: list[MemberId | None], target: list[MemberId | None]
 ) -> None:
     cycle_free = eliminate_cycles(current, target)
     plan = plan_migrations(current, target)
@@ -220,7 +227,7 @@ def test_plans_are_minimal_where_nothing_has_to_move(
 
 @settings(max_examples=500, deadline=None)
 @given(target_arrays())
-def test_cycle_elimination_is_idempotent_and_keeps_the_member_set(target: list[Replica | None]) -> None:
+def test_cycle_elimination_is_idempotent_and_keeps_the_member_set(target: list[MemberId | None]) -> None:
     current = list(reversed(target))
     once = eliminate_cycles(current, target)
     assert eliminate_cycles(current, once) == once

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from shardgrid.core.errors import InvariantViolation
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.raft import ConfChange, Entry, Membership, RaftLog, RaftNode, Role, Snapshot
 from shardgrid.core.raft.messages import AppendEntries, AppendReply, Heartbeat, VoteRequest
 from tests.core.raft_harness import SETTINGS, Cluster, replica
@@ -55,18 +55,18 @@ def test_a_change_adds_or_removes_at_most_one_voter() -> None:
 
 def test_the_log_keeps_the_configuration_of_its_newest_entry_and_reverts_on_truncation() -> None:
     log = RaftLog(Snapshot(0, 0, Membership.of([A]), None))
-    log.append(Entry(1, 1, "x", ConfChange(add_learners=(B,))))
-    log.append(Entry(1, 2, "y", ConfChange(promote=B)))
+    log.append(Entry(term=1, index=1, command="x", change=ConfChange(add_learners=(B,))))
+    log.append(Entry(term=1, index=2, command="y", change=ConfChange(promote=B)))
     assert log.membership == Membership.of([A, B])
-    log.append_after(1, [Entry(2, 2, "z")], commit_index=1)
+    log.append_after(1, [Entry(term=2, index=2, command="z")], commit_index=1)
     assert log.membership == Membership.of([A], [B])
     log.compact(2, "state")
     assert log.snapshot == Snapshot(2, 2, Membership.of([A], [B]), "state")
     assert log.last_index == 2
     assert log.entries == []
-    log.append(Entry(3, 3, "w"))
+    log.append(Entry(term=3, index=3, command="w"))
     with pytest.raises(InvariantViolation, match="committed"):
-        log.append_after(2, [Entry(4, 3, "v")], commit_index=3)
+        log.append_after(2, [Entry(term=4, index=3, command="v")], commit_index=3)
 
 
 # --- elections -----------------------------------------------------------------------------------
@@ -123,18 +123,18 @@ def test_a_stale_leader_learns_the_newer_term_from_any_answer() -> None:
     node.step(1, B, Heartbeat(5, 0, 1))
     assert node.term == 5
     assert node.leader == B
-    node.step(2, C, AppendEntries(3, 0, 0, (), 0, 2))
-    assert node.take_messages()[-1] == (C, AppendReply(5, False, 0, 2))
+    node.step(2, C, AppendEntries(term=3, prev_index=0, prev_term=0, entries=(), commit=0, sent_ms=2))
+    assert node.take_messages()[-1] == (C, AppendReply(term=5, success=False, index=0, sent_ms=2))
 
 
 def test_a_vote_is_refused_while_the_voter_hears_from_its_leader() -> None:
     node = RaftNode(A, SETTINGS, random.Random(1), Snapshot(0, 0, Membership.of([A, B, C]), None))
     node.step(1, B, Heartbeat(2, 0, 1))
     node.take_messages()
-    node.step(50, C, VoteRequest(3, 10, 2, pre_vote=False))
+    node.step(50, C, VoteRequest(term=3, last_index=10, last_term=2, pre_vote=False))
     assert node.take_messages() == []
     assert node.term == 2
-    node.step(60, C, VoteRequest(3, 10, 2, pre_vote=False, transfer=True))
+    node.step(60, C, VoteRequest(term=3, last_index=10, last_term=2, pre_vote=False, transfer=True))
     assert node.term == 3
     assert node.voted_for == C
 
@@ -313,14 +313,18 @@ def test_random_runs_keep_raft_safe_and_live(seed: int) -> None:
 @pytest.mark.parametrize(
     "entries",
     [
-        lambda last, term: (Entry(term, last + 5),),  # indexes that do not follow on
-        lambda last, term: (Entry(term, last + 1), Entry(term, last + 3)),
-        lambda last, term: (Entry(0, last + 1),),  # a term below the entry before it
-        lambda last, term: (Entry(term + 1, last + 1),),  # a term past the sender's own
-        lambda last, term: (Entry(term, last + 1, None, ConfChange(remove=(replica(99),))),),  # cannot apply
+        lambda last, term: (Entry(term=term, index=last + 5),),  # indexes that do not follow on
+        lambda last, term: (Entry(term=term, index=last + 1), Entry(term=term, index=last + 3)),
+        lambda last, term: (Entry(term=0, index=last + 1),),  # a term below the entry before it
+        lambda last, term: (Entry(term=term + 1, index=last + 1),),  # a term past the sender's own
         lambda last, term: (
-            Entry(term, last + 1, None, ConfChange(add_learners=(replica(98),))),
-            Entry(term, last + 2, None, ConfChange(add_learners=(replica(98),))),  # applies alone, not after the first
+            Entry(term=term, index=last + 1, command=None, change=ConfChange(remove=(replica(99),))),
+        ),  # cannot apply
+        lambda last, term: (
+            Entry(term=term, index=last + 1, command=None, change=ConfChange(add_learners=(replica(98),))),
+            Entry(
+                term=term, index=last + 2, command=None, change=ConfChange(add_learners=(replica(98),))
+            ),  # applies alone, not after the first
         ),
     ],
 )
@@ -332,12 +336,19 @@ def test_a_malformed_append_changes_nothing_and_raises_nothing(entries: object) 
     log = follower.log
     before = (log.last_index, log.last_term, follower.commit_index, follower.log.membership)
     term = leader.term
-    message = AppendEntries(term, log.last_index, log.last_term, entries(log.last_index, term), 0, 0)  # type: ignore[operator]
+    message = AppendEntries(
+        term=term,
+        prev_index=log.last_index,
+        prev_term=log.last_term,
+        entries=entries(log.last_index, term),
+        commit=0,
+        sent_ms=0,
+    )  # type: ignore[operator]
     follower.step(cluster.now_ms, leader.identity, message)
     assert (log.last_index, log.last_term, follower.commit_index, follower.log.membership) == before
 
 
-def _demotion_only_the_demoted_holds() -> tuple[Cluster, Replica, list[Replica], int]:
+def _demotion_only_the_demoted_holds() -> tuple[Cluster, MemberId, list[MemberId], int]:
     """Four voters; the leader demotes one, the entry reaches only that one, and the leader dies."""
     cluster = Cluster(seed=21)
     members = cluster.bootstrap(4)

@@ -1,10 +1,10 @@
-"""The master's repair after crashes, and the whole rebalance step it runs afterwards."""
+"""The leader's repair after crashes, and the whole rebalance step it runs afterwards."""
 
 from __future__ import annotations
 
 import random
 
-from shardgrid.core.identity import MemberInfo, Replica
+from shardgrid.core.identity import MemberId, MemberInfo
 from shardgrid.core.migration import MigrationKind, apply_migration
 from shardgrid.core.placement import arrange
 from shardgrid.core.planner import replica_count
@@ -12,7 +12,7 @@ from shardgrid.core.rebalance import plan_rebalance
 from shardgrid.core.repair import remove_members
 from shardgrid.core.table import PartitionTable
 
-A, B, C, D = (Replica(f"uuid-{n}", f"127.0.0.1:{5701 + i}") for i, n in enumerate("ABCD"))
+A, B, C, D = (MemberId(f"uuid-{n}", f"127.0.0.1:{5701 + i}") for i, n in enumerate("ABCD"))
 
 
 def test_the_hottest_surviving_backup_is_promoted_and_versions_bump() -> None:
@@ -35,10 +35,10 @@ def test_a_partition_whose_every_replica_crashed_is_reported_lost() -> None:
 
 def test_rebalance_plans_replay_to_the_target_without_losing_replicas() -> None:
     rng = random.Random(11)
-    members = [Replica(f"m{i}", f"h:{i}") for i in range(6)]
+    members = [MemberId(f"m{i}", f"h:{i}") for i in range(6)]
     before = arrange([MemberInfo(m) for m in members], PartitionTable.empty(500), rng, backup_count=2)
     repaired = remove_members(before, [members[0]]).table
-    joined = [*members[1:], Replica("m-new", "h:new")]
+    joined = [*members[1:], MemberId("m-new", "h:new")]
     plan = plan_rebalance([MemberInfo(m) for m in joined], repaired, rng, backup_count=2)
     assert plan.migration_count > 0
     for pid in range(500):

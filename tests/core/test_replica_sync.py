@@ -1,4 +1,4 @@
-"""Replica syncs by per-map versions (seed 002's namespaces): a backup behind gets just the maps
+"""MemberId syncs by per-map versions (seed 002's namespaces): a backup behind gets just the maps
 changed since what it holds, writes to the other maps go on meanwhile, and transfers go a window
 at a time, or all at once with fragments off."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from shardgrid.core import messages as m
-from shardgrid.core.effects import Receive
 from shardgrid.core.hashing import partition_id_of_serialized
+from shardgrid.core.inputs import Receive
 from shardgrid.core.member import Member
 from shardgrid.core.metadata import MemberRecord, MetadataState
 from shardgrid.core.migration import Migration, MigrationRecord
@@ -44,7 +44,9 @@ def _pid(key: bytes) -> int:
 
 
 def put(call_id: int, map_name: str, key: bytes, value: bytes = b"v") -> m.MapRequest:
-    return m.MapRequest(call_id, m.PUT, map_name, (_pid(key),), (key,), (value,))
+    return m.MapRequest(
+        call_id=call_id, kind=m.PUT, map_name=map_name, partition_ids=(_pid(key),), keys=(key,), values=(value,)
+    )
 
 
 def acked_put(owner: Member, now: int, call_id: int, map_name: str, key: bytes, value: bytes = b"v") -> None:
@@ -52,7 +54,7 @@ def acked_put(owner: Member, now: int, call_id: int, map_name: str, key: bytes, 
     (batch,) = sent(owner.handle(now, Receive("c", None, None, put(call_id, map_name, key, value))), m.BackupBatch)
     ack = m.BackupAckBatch(((batch.runs[0].partition_id, batch.runs[0].last_sequence),))
     (reply,) = replies(owner.handle(now, Receive(A.address, A, B.uuid, ack)))
-    assert reply.statuses == (m.Status.OK,)
+    assert reply.codes == (m.ReplyCode.OK,)
 
 
 def test_a_backup_behind_gets_just_the_maps_changed_since_and_writes_to_the_others_go_on() -> None:
@@ -72,7 +74,7 @@ def test_a_backup_behind_gets_just_the_maps_changed_since_and_writes_to_the_othe
 
     # While "b" is sent, its writes wait; "a" takes writes as usual.
     waits = replies(owner.handle(now + 5, Receive("c", None, None, put(4, "b", first))))
-    assert waits[0].statuses == (m.Status.MIGRATING,)
+    assert waits[0].codes == (m.ReplyCode.MIGRATING,)
     goes = owner.handle(now + 6, Receive("c", None, None, put(5, "a", second)))
     assert [run.map_name for batch in sent(goes, m.BackupBatch) for run in batch.runs] == ["a"]
 
@@ -93,7 +95,15 @@ def test_a_backup_whose_base_is_unknown_or_too_old_gets_the_whole_partition() ->
     acked_put(owner, now + 1, 1, "a", first)
     acked_put(owner, now + 2, 2, "b", first)
     acked_put(owner, now + 3, 3, "b", first, b"gone")
-    owner.handle(now + 4, Receive("c", None, None, m.MapRequest(4, m.REMOVE, "b", (0,), (first,), ())))
+    owner.handle(
+        now + 4,
+        Receive(
+            "c",
+            None,
+            None,
+            m.MapRequest(call_id=4, kind=m.REMOVE, map_name="b", partition_ids=(0,), keys=(first,), values=()),
+        ),
+    )
     assert owner.data.stores[0].versions_from == 4  # "b" was emptied: versions before 4 say too little
     for request in (m.ReplicaSyncRequest(0, "", 3), m.ReplicaSyncRequest(0, "other", 9), m.ReplicaSyncRequest(0)):
         effects = owner.handle(now + 5, Receive(A.address, A, B.uuid, request))
@@ -106,12 +116,36 @@ def test_a_backup_refuses_a_sync_of_some_maps_it_does_not_hold_the_base_of_and_t
     backup, now = following(B, A_OWNS_B_BACKS)
     synced(backup, 0, now, owner=A, maps={"a": {b"k": b"1"}, "b": {b"k": b"2"}}, sequence=5, lineage="L")
     # Based on sequence 6, which this backup does not hold: refused, nothing changes.
-    ahead = m.ReplicaSyncChunk("s-1", 0, 0, "b", (b"k",), (b"3",), True, 8, "L", 6, 8)
+    ahead = m.ReplicaSyncChunk(
+        sync_id="s-1",
+        partition_id=0,
+        sequence=0,
+        map_name="b",
+        keys=(b"k",),
+        values=(b"3",),
+        last=True,
+        replica_sequence=8,
+        lineage="L",
+        base_sequence=6,
+        map_version=8,
+    )
     (ack,) = sent(backup.handle(now + 1, Receive(A.address, A, B.uuid, ahead)), m.ReplicaSyncAck)
     assert not ack.accepted
     assert backup.data.stores[0].maps == {"a": {b"k": b"1"}, "b": {b"k": b"2"}}
     # Based on 4: it holds 5, so every map not sent is already the owner's; "b" is replaced whole.
-    based = m.ReplicaSyncChunk("s-2", 0, 0, "b", (b"j",), (b"3",), True, 8, "L", 4, 7)
+    based = m.ReplicaSyncChunk(
+        sync_id="s-2",
+        partition_id=0,
+        sequence=0,
+        map_name="b",
+        keys=(b"j",),
+        values=(b"3",),
+        last=True,
+        replica_sequence=8,
+        lineage="L",
+        base_sequence=4,
+        map_version=7,
+    )
     (ack,) = sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, based)), m.ReplicaSyncAck)
     assert (ack.accepted, ack.complete) == (True, True)
     store = backup.data.stores[0]
@@ -146,15 +180,49 @@ def test_a_sync_goes_a_window_at_a_time_or_all_at_once_with_fragments_off() -> N
 
 
 def test_a_migration_destination_keeps_each_maps_version_from_its_chunks() -> None:
-    record = MigrationRecord("m-1", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
+    record = MigrationRecord(
+        migration_id="m-1",
+        partition_id=0,
+        migration=Migration(
+            source=B,
+            source_current_index=1,
+            source_new_index=-1,
+            destination=C,
+            destination_current_index=-1,
+            destination_new_index=1,
+        ),
+        version_before=1,
+    )
     destination, now = _destination_of(record)
     chunks = [
-        m.MigrationChunk(record, 0, "a", (b"k",), (b"1",), False, 9, "L", 4, 2),
-        m.MigrationChunk(record, 1, "b", (b"k",), (b"2",), True, 9, "L", 9, 2),
+        m.MigrationChunk(
+            record=record,
+            sequence=0,
+            map_name="a",
+            keys=(b"k",),
+            values=(b"1",),
+            last=False,
+            replica_sequence=9,
+            lineage="L",
+            map_version=4,
+            versions_from=2,
+        ),
+        m.MigrationChunk(
+            record=record,
+            sequence=1,
+            map_name="b",
+            keys=(b"k",),
+            values=(b"2",),
+            last=True,
+            replica_sequence=9,
+            lineage="L",
+            map_version=9,
+            versions_from=2,
+        ),
     ]
     for chunk in chunks:
         destination.handle(now + 1, Receive(A.address, A, C.uuid, chunk))
-    staged = destination.replica.incoming[0].staging.data()
+    staged = destination.migrations.incoming[0].staging.data()
     assert (staged.versions, staged.versions_from, staged.sequence) == ({"a": 4, "b": 9}, 2, 9)
 
 
@@ -163,15 +231,51 @@ def test_a_backup_answers_a_resent_chunk_of_a_sync_it_finished_and_refuses_one_i
     and without an answer it would resend it forever (the partition never settling)."""
     backup, now = following(B, A_OWNS_B_BACKS)
     chunks = [
-        m.ReplicaSyncChunk("s-1", 0, 0, "a", (b"k",), (b"1",), False, 6, "L", -1, 6),
-        m.ReplicaSyncChunk("s-1", 0, 1, "b", (b"k",), (b"2",), True, 6, "L", -1, 6),
+        m.ReplicaSyncChunk(
+            sync_id="s-1",
+            partition_id=0,
+            sequence=0,
+            map_name="a",
+            keys=(b"k",),
+            values=(b"1",),
+            last=False,
+            replica_sequence=6,
+            lineage="L",
+            base_sequence=-1,
+            map_version=6,
+        ),
+        m.ReplicaSyncChunk(
+            sync_id="s-1",
+            partition_id=0,
+            sequence=1,
+            map_name="b",
+            keys=(b"k",),
+            values=(b"2",),
+            last=True,
+            replica_sequence=6,
+            lineage="L",
+            base_sequence=-1,
+            map_version=6,
+        ),
     ]
     for chunk in chunks:
         backup.handle(now + 1, Receive(A.address, A, B.uuid, chunk))
     assert backup.data.stores[0].maps == {"a": {b"k": b"1"}, "b": {b"k": b"2"}}
     (ack,) = sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, chunks[1])), m.ReplicaSyncAck)
     assert (ack.accepted, ack.complete) == (True, True)
-    newer = m.ReplicaSyncChunk("s-2", 0, 1, "b", (b"k",), (b"3",), True, 9, "L", -1, 9)
+    newer = m.ReplicaSyncChunk(
+        sync_id="s-2",
+        partition_id=0,
+        sequence=1,
+        map_name="b",
+        keys=(b"k",),
+        values=(b"3",),
+        last=True,
+        replica_sequence=9,
+        lineage="L",
+        base_sequence=-1,
+        map_version=9,
+    )
     (ack,) = sent(backup.handle(now + 3, Receive(A.address, A, B.uuid, newer)), m.ReplicaSyncAck)
     assert not ack.accepted  # its first chunk never came: the owner starts over
     assert backup.data.stores[0].sequence == 6
@@ -215,7 +319,19 @@ def test_a_backup_promoted_in_the_middle_of_a_sync_drops_it() -> None:
     """Found by an outside tester: the old owner's half-taken sync stayed forever (the member was
     busy, so the cluster never counted as safe)."""
     backup, now = following(B, A_OWNS_B_BACKS)
-    first = m.ReplicaSyncChunk("s-1", 0, 0, "a", (b"k",), (b"1",), False, 6, "L", -1, 6)
+    first = m.ReplicaSyncChunk(
+        sync_id="s-1",
+        partition_id=0,
+        sequence=0,
+        map_name="a",
+        keys=(b"k",),
+        values=(b"1",),
+        last=False,
+        replica_sequence=6,
+        lineage="L",
+        base_sequence=-1,
+        map_version=6,
+    )
     backup.handle(now + 1, Receive(A.address, A, B.uuid, first))
     assert 0 in backup.data.incoming_syncs
     _snapshot_makes_b_owner(backup, now + 2)
@@ -224,24 +340,71 @@ def test_a_backup_promoted_in_the_middle_of_a_sync_drops_it() -> None:
 
 def test_a_migration_chunk_of_records_that_name_no_map_is_refused() -> None:
     """Found by an outside tester: it was staged as a map named ''."""
-    record = MigrationRecord("m-2", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
+    record = MigrationRecord(
+        migration_id="m-2",
+        partition_id=0,
+        migration=Migration(
+            source=B,
+            source_current_index=1,
+            source_new_index=-1,
+            destination=C,
+            destination_current_index=-1,
+            destination_new_index=1,
+        ),
+        version_before=1,
+    )
     destination, now = _destination_of(record)
-    bad = m.MigrationChunk(record, 0, "", (b"k",), (b"v",), True, 9, "L")
+    bad = m.MigrationChunk(
+        record=record, sequence=0, map_name="", keys=(b"k",), values=(b"v",), last=True, replica_sequence=9, lineage="L"
+    )
     (ack,) = sent(destination.handle(now + 1, Receive(A.address, A, C.uuid, bad)), m.MigrationChunkAck)
     assert not ack.accepted
-    assert destination.replica.incoming[0].staging.maps == {}
+    assert destination.migrations.incoming[0].staging.maps == {}
 
 
 def test_a_member_promoted_inside_a_snapshot_that_also_sends_a_migration_streams_the_new_lineage() -> None:
     """Found by an outside tester: a member that had taken a migration's copy (to become a backup)
     and then learned from one snapshot that the copy committed, that it owns the partition by
     promotion and that it sends a migration of it kept the old owner's lineage, and streamed it."""
-    moving_in = MigrationRecord("m-1", 0, Migration(B, 1, -1, C, -1, 1), version_before=1)
+    moving_in = MigrationRecord(
+        migration_id="m-1",
+        partition_id=0,
+        migration=Migration(
+            source=B,
+            source_current_index=1,
+            source_new_index=-1,
+            destination=C,
+            destination_current_index=-1,
+            destination_new_index=1,
+        ),
+        version_before=1,
+    )
     member, now = _destination_of(moving_in)
-    chunk = m.MigrationChunk(moving_in, 0, "m", (b"k",), (b"v1",), True, 5, "L")
+    chunk = m.MigrationChunk(
+        record=moving_in,
+        sequence=0,
+        map_name="m",
+        keys=(b"k",),
+        values=(b"v1",),
+        last=True,
+        replica_sequence=5,
+        lineage="L",
+    )
     member.handle(now + 1, Receive(A.address, A, C.uuid, chunk))
     member.handle(now + 2, Receive(A.address, A, C.uuid, m.MigrationCommit(moving_in, 1)))
-    moving_out = MigrationRecord("m-2", 0, Migration(None, -1, -1, B, -1, 1), version_before=3)
+    moving_out = MigrationRecord(
+        migration_id="m-2",
+        partition_id=0,
+        migration=Migration(
+            source=None,
+            source_current_index=-1,
+            source_new_index=-1,
+            destination=B,
+            destination_current_index=-1,
+            destination_new_index=1,
+        ),
+        version_before=3,
+    )
     table = PartitionTable.from_lists([[C]] + [[A, B]] * 3, [3, 1, 1, 1])
     records = (MemberRecord(A), MemberRecord(B), MemberRecord(C))
     state = MetadataState(4, records, table, migrations={0: moving_out})

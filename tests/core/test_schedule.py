@@ -10,27 +10,67 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardgrid.core.errors import ConfigError
-from shardgrid.core.identity import MemberInfo, Replica
+from shardgrid.core.identity import MemberId, MemberInfo
 from shardgrid.core.migration import Migration
 from shardgrid.core.placement import arrange
 from shardgrid.core.rebalance import plan_rebalance
 from shardgrid.core.schedule import ScheduledMigration, next_migrations, participants_of, schedule_rounds
 from shardgrid.core.table import PartitionTable
 
-A, B, C, D = (Replica(f"uuid-{n}", f"127.0.0.1:{5701 + i}") for i, n in enumerate("ABCD"))
+A, B, C, D = (MemberId(f"uuid-{n}", f"127.0.0.1:{5701 + i}") for i, n in enumerate("ABCD"))
 
 
 def test_a_backup_copy_keeps_the_owner_busy_too() -> None:
-    copy = Migration(None, -1, -1, C, -1, 1)
+    copy = Migration(
+        source=None,
+        source_current_index=-1,
+        source_new_index=-1,
+        destination=C,
+        destination_current_index=-1,
+        destination_new_index=1,
+    )
     assert participants_of(copy, A) == (A, C)
-    move = Migration(A, 0, -1, D, -1, 0)
+    move = Migration(
+        source=A,
+        source_current_index=0,
+        source_new_index=-1,
+        destination=D,
+        destination_current_index=-1,
+        destination_new_index=0,
+    )
     assert participants_of(move, A) == (A, D)
-    clear = Migration(B, 1, -1, None, -1, -1)
+    clear = Migration(
+        source=B,
+        source_current_index=1,
+        source_new_index=-1,
+        destination=None,
+        destination_current_index=-1,
+        destination_new_index=-1,
+    )
     assert participants_of(clear, A) == (B,)
 
 
 def test_one_migration_per_partition_and_only_the_head_of_its_queue() -> None:
-    pending = {0: [Migration(A, 0, -1, C, -1, 0), Migration(B, 1, -1, D, -1, 1)]}
+    pending = {
+        0: [
+            Migration(
+                source=A,
+                source_current_index=0,
+                source_new_index=-1,
+                destination=C,
+                destination_current_index=-1,
+                destination_new_index=0,
+            ),
+            Migration(
+                source=B,
+                source_current_index=1,
+                source_new_index=-1,
+                destination=D,
+                destination_current_index=-1,
+                destination_new_index=1,
+            ),
+        ]
+    }
     started = next_migrations(pending, (), 10, owner_of=lambda pid: A)
     assert [s.migration for s in started] == [pending[0][0]]
     running = next_migrations(pending, started, 10, owner_of=lambda pid: A)
@@ -38,10 +78,35 @@ def test_one_migration_per_partition_and_only_the_head_of_its_queue() -> None:
 
 
 def test_no_member_takes_part_in_more_than_the_limit() -> None:
-    pending = {pid: [Migration(A, 0, -1, B, -1, 0)] for pid in range(5)}
+    pending = {
+        pid: [
+            Migration(
+                source=A,
+                source_current_index=0,
+                source_new_index=-1,
+                destination=B,
+                destination_current_index=-1,
+                destination_new_index=0,
+            )
+        ]
+        for pid in range(5)
+    }
     started = next_migrations(pending, (), 2, owner_of=lambda pid: A)
     assert [s.partition_id for s in started] == [0, 1]
-    in_flight = [ScheduledMigration(7, Migration(None, -1, -1, D, -1, 1), (A, D))]
+    in_flight = [
+        ScheduledMigration(
+            7,
+            Migration(
+                source=None,
+                source_current_index=-1,
+                source_new_index=-1,
+                destination=D,
+                destination_current_index=-1,
+                destination_new_index=1,
+            ),
+            (A, D),
+        )
+    ]
     started = next_migrations(pending, in_flight, 2, owner_of=lambda pid: A)
     assert [s.partition_id for s in started] == [0]
 
@@ -53,9 +118,9 @@ def test_the_limit_must_be_sane() -> None:
 
 def _plan_for(partitions: int, members: int, seed: int) -> tuple[PartitionTable, dict[int, tuple[Migration, ...]]]:
     rng = random.Random(seed)
-    start = [Replica(f"m{i:03d}", f"h:{i}") for i in range(members)]
+    start = [MemberId(f"m{i:03d}", f"h:{i}") for i in range(members)]
     table = arrange([MemberInfo(m) for m in start], PartitionTable.empty(partitions), rng, backup_count=2)
-    grown = [*start, Replica("new-1", "h:new1"), Replica("new-2", "h:new2")]
+    grown = [*start, MemberId("new-1", "h:new1"), MemberId("new-2", "h:new2")]
     survivors = [m for m in grown if m != start[0]]
     plan = plan_rebalance([MemberInfo(m) for m in survivors], table, rng, backup_count=2)
     return table, dict(plan.migrations)

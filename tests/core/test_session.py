@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from shardgrid.core import codec
 from shardgrid.core import messages as m
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.session import (
     NONCE_BYTES,
     PROOF_BYTES,
@@ -24,8 +24,8 @@ from shardgrid.core.session import (
     Welcome,
 )
 
-A = Replica("aaaaaaaa-0000-4000-8000-000000000001", "127.0.0.1:5701")
-B = Replica("bbbbbbbb-0000-4000-8000-000000000002", "127.0.0.1:5702")
+A = MemberId("aaaaaaaa-0000-4000-8000-000000000001", "127.0.0.1:5701")
+B = MemberId("bbbbbbbb-0000-4000-8000-000000000002", "127.0.0.1:5702")
 SETTINGS = SessionSettings("prod", codec.PROTOCOL_VERSION, b"s3cret")
 
 
@@ -52,7 +52,7 @@ def shake(initiator: Session, acceptor: Session, hello: Hello) -> None:
             return
 
 
-def established(role: PeerRole, identity: Replica | None) -> tuple[Session, Session]:
+def established(role: PeerRole, identity: MemberId | None) -> tuple[Session, Session]:
     """A session from ``identity`` to member B, both sides sharing the secret, shaken to the end."""
     initiator, hello = Session.initiate(SETTINGS, role, identity, B.address, nonce(1), 0)
     acceptor = Session.accept(SETTINGS, B, nonce(2), 0)
@@ -87,7 +87,16 @@ def test_without_the_secret_neither_side_gets_through() -> None:
     assert not member.established
     # An impostor that ignores the member's proof and answers anyway is refused.
     member = Session.accept(SETTINGS, B, nonce(2), 0)
-    (challenge,) = member.receive(Hello(codec.PROTOCOL_VERSION, "prod", PeerRole.MEMBER, A, B.address, nonce(1))).send
+    (challenge,) = member.receive(
+        Hello(
+            protocol_version=codec.PROTOCOL_VERSION,
+            cluster_name="prod",
+            role=PeerRole.MEMBER,
+            identity=A,
+            to_address=B.address,
+            nonce=nonce(1),
+        )
+    ).send
     assert isinstance(challenge, Challenge)
     (refused,) = member.receive(Proof(b"\0" * PROOF_BYTES)).send
     assert isinstance(refused, Refused)
@@ -108,13 +117,40 @@ def test_a_proof_from_another_session_is_worth_nothing() -> None:
 
 def test_another_cluster_or_protocol_version_is_refused_with_the_reason() -> None:
     member = Session.accept(SETTINGS, B, nonce(2), 0)
-    (refused,) = member.receive(Hello(codec.PROTOCOL_VERSION, "staging", PeerRole.MEMBER, A, B.address, nonce(1))).send
+    (refused,) = member.receive(
+        Hello(
+            protocol_version=codec.PROTOCOL_VERSION,
+            cluster_name="staging",
+            role=PeerRole.MEMBER,
+            identity=A,
+            to_address=B.address,
+            nonce=nonce(1),
+        )
+    ).send
     assert "staging" in refused.reason
     member = Session.accept(SETTINGS, B, nonce(2), 0)
-    (refused,) = member.receive(Hello(codec.PROTOCOL_VERSION + 1, "prod", PeerRole.MEMBER, A, B.address, nonce(1))).send
+    (refused,) = member.receive(
+        Hello(
+            protocol_version=codec.PROTOCOL_VERSION + 1,
+            cluster_name="prod",
+            role=PeerRole.MEMBER,
+            identity=A,
+            to_address=B.address,
+            nonce=nonce(1),
+        )
+    ).send
     assert "protocol version" in refused.reason
     member = Session.accept(SETTINGS, B, nonce(2), 0)
-    (refused,) = member.receive(Hello(codec.PROTOCOL_VERSION, "prod", PeerRole.CLIENT, A, B.address, nonce(1))).send
+    (refused,) = member.receive(
+        Hello(
+            protocol_version=codec.PROTOCOL_VERSION,
+            cluster_name="prod",
+            role=PeerRole.CLIENT,
+            identity=A,
+            to_address=B.address,
+            nonce=nonce(1),
+        )
+    ).send
     assert "client does not" in refused.reason
 
 
@@ -124,7 +160,19 @@ def test_nothing_passes_before_the_handshake_and_a_closed_session_stays_closed()
     assert step.deliver is None
     assert isinstance(step.send[0], Refused)
     assert member.state is SessionState.CLOSED
-    assert member.receive(Hello(codec.PROTOCOL_VERSION, "prod", PeerRole.MEMBER, A, B.address, nonce(1))).send == []
+    assert (
+        member.receive(
+            Hello(
+                protocol_version=codec.PROTOCOL_VERSION,
+                cluster_name="prod",
+                role=PeerRole.MEMBER,
+                identity=A,
+                to_address=B.address,
+                nonce=nonce(1),
+            )
+        ).send
+        == []
+    )
 
 
 def test_a_handshake_that_does_not_finish_in_time_expires() -> None:
@@ -141,18 +189,18 @@ def test_a_handshake_message_after_the_handshake_closes_the_session() -> None:
     assert acceptor.closed
 
 
-_replicas = st.sampled_from([A, B, Replica("cccccccc-0000-4000-8000-000000000003", "127.0.0.1:5703")])
+_replicas = st.sampled_from([A, B, MemberId("cccccccc-0000-4000-8000-000000000003", "127.0.0.1:5703")])
 _nonces = st.binary(min_size=NONCE_BYTES, max_size=NONCE_BYTES)
 _proofs = st.binary(min_size=PROOF_BYTES, max_size=PROOF_BYTES)
 _hostile = st.one_of(
     st.builds(
         Hello,
-        st.just(codec.PROTOCOL_VERSION),
-        st.just("prod"),
-        st.sampled_from(list(PeerRole)),
-        _replicas,
-        st.sampled_from([A.address, B.address]),
-        _nonces,
+        protocol_version=st.just(codec.PROTOCOL_VERSION),
+        cluster_name=st.just("prod"),
+        role=st.sampled_from(list(PeerRole)),
+        identity=_replicas,
+        to_address=st.sampled_from([A.address, B.address]),
+        nonce=_nonces,
     ),
     st.builds(Challenge, _replicas, _nonces, _proofs),
     st.builds(Proof, _proofs),
@@ -173,14 +221,21 @@ def test_a_peer_without_the_secret_never_establishes_whatever_it_sends(messages:
 def test_a_handshake_relayed_through_a_process_the_member_dialed_establishes_nothing() -> None:
     """Found by an outside tester: T got member A to dial it and relayed A's handshake to member
     C; C took T's connection as A's."""
-    c = Replica("cccccccc-0000-4000-8000-000000000003", "127.0.0.1:5703")
+    c = MemberId("cccccccc-0000-4000-8000-000000000003", "127.0.0.1:5703")
     dialer, hello = Session.initiate(SETTINGS, PeerRole.MEMBER, A, "10.6.6.6:6666", nonce(1), 0)  # A dials T
     victim = Session.accept(SETTINGS, c, nonce(3), 0)  # T passes A's Hello on to C
     (answer,) = victim.receive(wire(hello)).send
     assert isinstance(answer, Refused)
     assert "not 10.6.6.6:6666" in answer.reason
     # A Hello rewritten for C's address no longer matches what A signs and checks.
-    forged = Hello(hello.protocol_version, hello.cluster_name, hello.role, hello.identity, c.address, hello.nonce)
+    forged = Hello(
+        protocol_version=hello.protocol_version,
+        cluster_name=hello.cluster_name,
+        role=hello.role,
+        identity=hello.identity,
+        to_address=c.address,
+        nonce=hello.nonce,
+    )
     victim = Session.accept(SETTINGS, c, nonce(3), 0)
     (challenge,) = victim.receive(wire(forged)).send
     assert isinstance(challenge, Challenge)

@@ -8,11 +8,11 @@ from hypothesis import strategies as st
 
 from shardgrid.core.errors import ConfigError
 from shardgrid.core.hashing import table_stamp
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_REPLICA_COUNT
 from shardgrid.core.table import PartitionTable, replica_index
 
-A, B, C = (Replica(f"uuid-{n}", f"127.0.0.1:{5701 + i}") for i, n in enumerate("ABC"))
+A, B, C = (MemberId(f"uuid-{n}", f"127.0.0.1:{5701 + i}") for i, n in enumerate("ABC"))
 
 
 def test_an_empty_table_has_no_owner_and_version_zero() -> None:

@@ -20,15 +20,15 @@ FAST_SETTINGS = (
 )
 
 
-def master_of(client: Client, timeout_s: float = 30.0) -> str:
-    """The current master, waiting out an election (on a loaded, slow machine the status may
+def leader_of(client: Client, timeout_s: float = 30.0) -> str:
+    """The current leader, waiting out an election (on a loaded, slow machine the status may
     name none for a moment, even after the cluster formed)."""
     deadline = time.monotonic() + timeout_s
-    while not (master := client.cluster_status().master):
+    while not (leader := client.cluster_status().leader):
         if time.monotonic() > deadline:
-            raise AssertionError(f"no master elected within {timeout_s:g} s")
+            raise AssertionError(f"no leader elected within {timeout_s:g} s")
         time.sleep(0.2)
-    return master
+    return leader
 
 
 def free_ports(count: int) -> list[int]:
@@ -84,9 +84,9 @@ class LocalCluster:
         raise AssertionError(f"{address}: no {needle!r} within {timeout_s} s:\n{self.log_text(address)[-3000:]}")
 
     def wait_formed(self, timeout_s: float = 30) -> LocalCluster:
-        """Until every founder has seen a master (the cluster formed)."""
+        """Until every founder has seen a leader (the cluster formed)."""
         for address in self.addresses:
-            self.wait_for_log(address, "master-changed", timeout_s)
+            self.wait_for_log(address, "leader-changed", timeout_s)
         return self
 
     def kill(self, address: str) -> None:

@@ -1,4 +1,4 @@
-"""A client keeps working through a rebalance, and the master SIGKILLed while migrations run loses
+"""A client keeps working through a rebalance, and the leader SIGKILLed while migrations run loses
 no acknowledged write (backup count 1), on real processes."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import time
 
 from shardgrid.client import Client
 
-from .local_cluster import LocalCluster, master_of
+from .local_cluster import LocalCluster, leader_of
 
 CALL_TIMEOUT_MS = 90_000
 
 
-def test_writes_go_on_through_a_join_and_a_master_crash_mid_migration(tmp_path):
+def test_writes_go_on_through_a_join_and_a_leader_crash_mid_migration(tmp_path):
     with LocalCluster(tmp_path, 3) as running:
         running.wait_formed()
         with Client(running.addresses, operation_call_timeout_ms=CALL_TIMEOUT_MS) as client:
@@ -38,13 +38,13 @@ def test_writes_go_on_through_a_join_and_a_master_crash_mid_migration(tmp_path):
             thread = threading.Thread(target=writer, daemon=True)
             thread.start()
             joiner = running.start(join=running.addresses)
-            master = master_of(client)
+            leader = leader_of(client)
             deadline = time.monotonic() + 60
-            while client.member_status(master).migrations_in_log == 0 and time.monotonic() < deadline:
+            while client.member_status(leader).migrations_in_log == 0 and time.monotonic() < deadline:
                 time.sleep(0.05)  # until the rebalance toward the joiner is under way
-            running.kill(master)
-            survivors = [a for a in [*running.addresses, joiner] if a != master]
-            running.wait_for_log(survivors[0], f"member-removed member={master}", timeout_s=90)
+            running.kill(leader)
+            survivors = [a for a in [*running.addresses, joiner] if a != leader]
+            running.wait_for_log(survivors[0], f"member-removed member={leader}", timeout_s=90)
             client.wait_until_safe(120)
             stop.set()
             thread.join(timeout=CALL_TIMEOUT_MS / 1000 + 10)

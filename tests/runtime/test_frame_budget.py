@@ -194,7 +194,11 @@ def _client_stream(budget: FrameBudget, clock: Clock) -> tuple[FrameStream, Tran
 
 
 def _put_frame(value_bytes: int, call_id: int = 1) -> bytes:
-    return codec.encode(m.MapRequest(call_id, m.PUT, "map", (0,), (b"k",), (bytes(value_bytes),)))
+    return codec.encode(
+        m.MapRequest(
+            call_id=call_id, kind=m.PUT, map_name="map", partition_ids=(0,), keys=(b"k",), values=(bytes(value_bytes),)
+        )
+    )
 
 
 def test_a_stream_claims_its_part_read_frame_and_waits_for_the_budget() -> None:

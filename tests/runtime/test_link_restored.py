@@ -61,7 +61,7 @@ async def _cut_a_rebalancing_connection() -> None:
                     member = process.member
                     if member is None:
                         continue
-                    for outgoing in member.replica.outgoing.values():
+                    for outgoing in member.migrations.outgoing.values():
                         window = list(outgoing.stream.outstanding()) if outgoing.stream is not None else []
                         if outgoing.heard and window and outgoing.destination.address == addresses[3]:
                             link = process._dialed.get(addresses[3])
@@ -83,7 +83,7 @@ async def _cut_a_rebalancing_connection() -> None:
             await client.wait_until_safe(BACKSTOP_MS / 4000)  # a quarter of the backstop at most
             assert source.metrics.links_restored._value.get() >= 1
             assert source.member is not None
-            assert source.member.replica.chunks_resent >= 1
+            assert source.member.migrations.chunks_resent >= 1
             found = await data.get_all([f"k-{i}" for i in range(ENTRIES)])
             assert found == {f"k-{i}": i for i in range(ENTRIES)}
     finally:

@@ -25,7 +25,7 @@ def test_a_member_serves_its_metrics(tmp_path):
     (metrics_port,) = free_ports(1)
     with LocalCluster(tmp_path, 1, "--metrics-port", str(metrics_port)) as running:
         address = running.addresses[0]
-        running.wait_for_log(address, "master-changed")
+        running.wait_for_log(address, "leader-changed")
         with Client([address], operation_call_timeout_ms=30_000) as client:
             users = client.get_map("users")
             users.put_all({f"k{i}": i for i in range(500)})
@@ -37,8 +37,8 @@ def test_a_member_serves_its_metrics(tmp_path):
             if samples.get("shardgrid_partitions_owned") == 271 or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        assert samples['shardgrid_map_operations_total{map="users",op="put",status="ok"}'] == 500
-        assert samples['shardgrid_map_operations_total{map="users",op="get",status="ok"}'] == 2
+        assert samples['shardgrid_map_operations_total{code="ok",map="users",op="put"}'] == 500
+        assert samples['shardgrid_map_operations_total{code="ok",map="users",op="get"}'] == 2
         assert samples['shardgrid_map_request_seconds_count{map="users",op="get"}'] == 2
         assert samples["shardgrid_partitions_owned"] == 271
         assert samples['shardgrid_connections{kind="client"}'] >= 0
@@ -46,20 +46,20 @@ def test_a_member_serves_its_metrics(tmp_path):
         assert samples["shardgrid_client_frames_waiting"] == 0
 
 
-def test_operations_are_counted_by_status():
+def test_operations_are_counted_by_reply_code():
     from shardgrid.core import messages as m
     from shardgrid.runtime.metrics import MemberMetrics
 
     metrics = MemberMetrics()
-    ok, moved = m.Status.OK, m.Status.WRONG_OWNER
-    metrics.on_reply("users", "put", m.MapReply(1, (ok,) * 3), 0.001)
-    metrics.on_reply("users", "put", m.MapReply(2, (ok, moved, ok, moved, moved)), 0.001)
-    metrics.on_reply("users", "put", m.MapReply(3, (moved,)), 0.001)
-    metrics.on_reply("users", "get", m.MapReply(4, ()), 0.001)
+    ok, moved = m.ReplyCode.OK, m.ReplyCode.WRONG_OWNER
+    metrics.on_reply("users", "put", m.MapReply(call_id=1, codes=(ok,) * 3), 0.001)
+    metrics.on_reply("users", "put", m.MapReply(call_id=2, codes=(ok, moved, ok, moved, moved)), 0.001)
+    metrics.on_reply("users", "put", m.MapReply(call_id=3, codes=(moved,)), 0.001)
+    metrics.on_reply("users", "get", m.MapReply(call_id=4, codes=()), 0.001)
 
-    def count(status: str, op: str = "put") -> float | None:
+    def count(code: str, op: str = "put") -> float | None:
         return metrics.registry.get_sample_value(
-            "shardgrid_map_operations_total", {"map": "users", "op": op, "status": status}
+            "shardgrid_map_operations_total", {"map": "users", "op": op, "code": code}
         )
 
     assert count("ok") == 5

@@ -58,10 +58,10 @@ def test_recover_after_a_lost_majority_makes_the_survivor_lead_and_serve(tmp_pat
             time.sleep(1)
         with Client([survivor], operation_call_timeout_ms=60_000) as client:
             status = client.wait_until_safe(120)
-            assert status.master == survivor
+            assert status.leader == survivor
             assert status.members == (survivor,)
             data = client.get_map("kept")
             data.put("after", 2)
             assert data.get("after") == 2
         status = json.loads(_shardgrid("status", "--members", survivor, "--json").stdout)
-        assert status["master"] == survivor
+        assert status["leader"] == survivor

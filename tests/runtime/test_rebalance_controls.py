@@ -44,7 +44,7 @@ def test_the_throughput_cap_holds_a_rebalance_to_its_rate(tmp_path):
             # Two sources, each capped, each with at most a second's burst.
             assert elapsed >= (moved - 2 * CAP_BYTES_PER_S) / (2 * CAP_BYTES_PER_S) * 0.9
             assert data.get_all(list(entries)) == entries
-            finished = [n for n in migrations if n.status == "finished"]
+            finished = [n for n in migrations if n.phase == "finished"]
             assert finished
             assert all(n.kind == "migration" for n in migrations)
             assert {n.destination for n in finished} >= {joiner}

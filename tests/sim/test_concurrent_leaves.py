@@ -138,13 +138,13 @@ def test_leaves_and_one_crash_end_with_a_leader_and_lose_no_held_data(seed: int)
     crash = run.sim.crash
 
     def counting_crash(address: str, **options: Any) -> None:
-        leader = run.sim.master()
+        leader = run.sim.leader()
         membership = leader.consensus.raft.membership if leader is not None else None
         members_at_crash.append(len(membership.voters) + len(membership.learners) if membership else 0)
         crashed_at_ms.append(run.sim.now_ms)
         table = leader.consensus.state.table if leader is not None else None
         # CLEARs the leader proposed count as done: a majority may hold them, committed, already.
-        proposed = leader.master._proposed_starts.items() if leader is not None else ()
+        proposed = leader.migration_leader._proposed_starts.items() if leader is not None else ()
         cleared = {(pid, r.migration.source) for pid, r in proposed if r.migration.destination is None}
         for pid, slots in enumerate(table.replicas if table is not None else ()):
             if {r.address for r in slots if r is not None and (pid, r) not in cleared} <= {address}:

@@ -8,15 +8,16 @@ from dataclasses import replace
 import pytest
 
 from shardgrid.core import messages as m
-from shardgrid.core.effects import Receive, SendToAddress
-from shardgrid.core.identity import Replica
+from shardgrid.core.effects import SendToAddress
+from shardgrid.core.identity import MemberId
+from shardgrid.core.inputs import Receive
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.metadata.commands import MemberRecord
 from shardgrid.core.migration import Migration, MigrationRecord
 from shardgrid.sim.scenario import Scenario
 from shardgrid.sim.vopr import SimParams
 
-STRANGER = Replica("eeeeeeee-0000-4000-8000-00000000dead", "10.6.6.6:6666")
+STRANGER = MemberId("eeeeeeee-0000-4000-8000-00000000dead", "10.6.6.6:6666")
 
 
 def formed() -> Scenario:
@@ -26,16 +27,16 @@ def formed() -> Scenario:
     return scenario
 
 
-def identities(scenario: Scenario) -> set[Replica]:
+def identities(scenario: Scenario) -> set[MemberId]:
     return {member.identity for member in scenario.sim.live_members()}
 
 
 def test_a_join_at_a_live_members_address_does_not_evict_it() -> None:
     scenario = formed()
-    sim, leader = scenario.sim, scenario.master
+    sim, leader = scenario.sim, scenario.leader
     before = identities(scenario)
     for i, victim in enumerate(x for x in sim.live_members() if x is not leader):
-        impostor = Replica(f"f00d{i:04d}-0000-4000-8000-000000000000", victim.identity.address)
+        impostor = MemberId(f"f00d{i:04d}-0000-4000-8000-000000000000", victim.identity.address)
         sim._send(
             "evil-client:1",
             impostor,  # as a member session would name it, where no secret proves identities
@@ -45,7 +46,7 @@ def test_a_join_at_a_live_members_address_does_not_evict_it() -> None:
         )
     sim.run_until(sim.now_ms + 30_000)
     assert identities(scenario) == before
-    assert {r.replica for r in scenario.master.consensus.state.members} == before
+    assert {r.id for r in scenario.leader.consensus.state.members} == before
     assert not sim.stats.partitions_lost
 
 
@@ -66,14 +67,26 @@ def test_only_a_voter_fences_a_destination_against_a_commit() -> None:
     scenario = Scenario(1, params)
     scenario.start()
     sim = scenario.sim
-    voters = scenario.master.consensus.raft.membership.voters
+    voters = scenario.leader.consensus.raft.membership.voters
     learner = next(x for x in sim.live_members() if x.identity not in voters)
-    member = next(x for x in sim.live_members() if x.identity in voters and not x.is_master)
-    record = MigrationRecord("forged", 0, Migration(None, -1, -1, member.identity, -1, 1), 1)
+    member = next(x for x in sim.live_members() if x.identity in voters and not x.is_leader)
+    record = MigrationRecord(
+        migration_id="forged",
+        partition_id=0,
+        migration=Migration(
+            source=None,
+            source_current_index=-1,
+            source_new_index=-1,
+            destination=member.identity,
+            destination_current_index=-1,
+            destination_new_index=1,
+        ),
+        version_before=1,
+    )
     query = m.MigrationOutcomeQuery(record, 2**40)
     sim._send(learner.identity.address, learner.identity, member.identity.address, member.identity.uuid, query)
     sim.run_until(sim.now_ms + 1_000)
-    assert member.replica._fence_term < 2**40
+    assert member.migrations._fence_term < 2**40
 
 
 def test_a_bootstrap_from_a_process_it_never_found_does_not_found_a_cluster() -> None:
@@ -96,8 +109,8 @@ def test_a_join_request_counts_only_from_the_process_it_names() -> None:
     """Found by an outside tester: a client session (no identity) sent JoinRequests naming
     phantom members, and the leader added them."""
     scenario = formed()
-    leader = scenario.master
-    phantom = Replica("efefefef-0000-4000-8000-000000000009", "127.0.0.1:1")
+    leader = scenario.leader
+    phantom = MemberId("efefefef-0000-4000-8000-000000000009", "127.0.0.1:1")
     request = m.JoinRequest(phantom, settings_digest=leader.config.settings_digest)
     for sender in (None, scenario.sim.live_members()[1].identity):
         leader.handle(scenario.sim.now_ms, Receive("client-1", sender, None, request))
@@ -113,8 +126,8 @@ def test_a_cluster_at_its_member_limit_turns_a_new_joiner_away(monkeypatch: pyte
 
     scenario = formed()
     monkeypatch.setattr(limits, "MAX_MEMBER_COUNT", 3)
-    leader = scenario.master
-    newcomer = Replica("abababab-0000-4000-8000-000000000009", "127.0.0.1:5799")
+    leader = scenario.leader
+    newcomer = MemberId("abababab-0000-4000-8000-000000000009", "127.0.0.1:5799")
     effects = leader.handle(
         scenario.sim.now_ms,
         Receive(
@@ -124,7 +137,7 @@ def test_a_cluster_at_its_member_limit_turns_a_new_joiner_away(monkeypatch: pyte
     (rejected,) = [e.message for e in effects if isinstance(e, SendToAddress) and isinstance(e.message, m.JoinRejected)]
     assert "3 members" in rejected.reason
     # A restart at a member's address replaces it: it is not turned away.
-    restarted = Replica("cdcdcdcd-0000-4000-8000-000000000009", scenario.sim.live_members()[1].identity.address)
+    restarted = MemberId("cdcdcdcd-0000-4000-8000-000000000009", scenario.sim.live_members()[1].identity.address)
     effects = leader.handle(
         scenario.sim.now_ms,
         Receive(
@@ -149,7 +162,7 @@ def test_a_process_with_other_replication_settings_neither_joins_nor_founds() ->
     stranger = sim.nodes[address].member
     assert stranger.lifecycle is Lifecycle.DISCOVERING
     assert "settings differ" in stranger.discovery.rejected_reason
-    assert stranger.identity not in {r.replica for r in scenario.master.consensus.state.members}
+    assert stranger.identity not in {r.id for r in scenario.leader.consensus.state.members}
 
 
 def test_joiners_asking_together_at_the_limit_are_admitted_only_up_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,22 +173,22 @@ def test_joiners_asking_together_at_the_limit_are_admitted_only_up_to_it(monkeyp
     scenario = formed()
     sim = scenario.sim
     monkeypatch.setattr(limits, "MAX_MEMBER_COUNT", 4)
-    leader = scenario.master
+    leader = scenario.leader
     digest = leader.config.settings_digest
     for i in range(3):
-        joiner = Replica(f"abababab-0000-4000-8000-00000000001{i}", f"127.0.0.1:58{i:02d}")
+        joiner = MemberId(f"abababab-0000-4000-8000-00000000001{i}", f"127.0.0.1:58{i:02d}")
         sim._send(joiner.address, joiner, leader.identity.address, None, m.JoinRequest(joiner, settings_digest=digest))
     # Two incarnations at a crashed member's address: only the newer one may replace it.
     victim = next(x for x in sim.live_members() if x is not leader)
     sim.crash(victim.identity.address)
     for i in range(2):
-        again = Replica(f"cdcdcdcd-0000-4000-8000-00000000002{i}", victim.identity.address)
+        again = MemberId(f"cdcdcdcd-0000-4000-8000-00000000002{i}", victim.identity.address)
         sim._send(again.address, again, leader.identity.address, None, m.JoinRequest(again, settings_digest=digest))
     most, most_at_address = 0, 0
     for _ in range(75):  # every 200 ms for 15 s: the silent joiners are removed after a while
         sim.run_until(sim.now_ms + 200)
-        members = scenario.master.consensus.state.members
+        members = scenario.leader.consensus.state.members
         most = max(most, len(members))
-        most_at_address = max(most_at_address, sum(1 for r in members if r.replica.address == victim.identity.address))
+        most_at_address = max(most_at_address, sum(1 for r in members if r.id.address == victim.identity.address))
     assert most == 4
     assert most_at_address == 1

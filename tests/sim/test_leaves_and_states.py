@@ -57,7 +57,7 @@ def _schedule(seed: int) -> dict:
     rng.shuffle(steps)
     for i, step in enumerate(steps):
         step["after_ms"] = 1500 if i == 0 else rng.choice([0, 0, 5, 20, 40, 150, 500])
-    steps.append({"action": "state", "state": "active", "target": "master", "after_ms": ACTIVE_AGAIN_AFTER_MS})
+    steps.append({"action": "state", "state": "active", "target": "leader", "after_ms": ACTIVE_AGAIN_AFTER_MS})
     steps.append({"action": "wait", "after_ms": LEAVE_ENDS_WITHIN_MS})
     return {
         "run": {
@@ -76,7 +76,7 @@ def _schedule(seed: int) -> dict:
 
 def _paused_with_a_leave(state: MetadataState) -> str:
     paused = state.cluster_state in (ClusterState.NO_MIGRATION, ClusterState.FROZEN)
-    leaving = [r.replica.address for r in state.members if r.leaving and not r.lite]
+    leaving = [r.id.address for r in state.members if r.leaving and not r.lite]
     return f"{leaving} leaving in {state.cluster_state.value}" if paused and leaving and not state.parting else ""
 
 
@@ -127,9 +127,9 @@ def test_a_leave_and_a_state_that_forbids_migration_exclude_each_other(
             assert stopped_at[address] - at_ms < LEAVE_ENDS_WITHIN_MS, f"seed {seed}: {address}; {run.faults}"
         elif kind == "leave":
             assert reply is not None, f"seed {seed}: {address} runs on and its leave has no answer; {run.faults}"
-            assert reply.status == m.ADMIN_FAILED
+            assert reply.result == m.ADMIN_FAILED
             assert any(r in reply.reason for r in LEAVE_REFUSALS), f"seed {seed}: {reply.reason}"
-        elif kind == "promote" and reply is not None and reply.status == m.ADMIN_FAILED:
+        elif kind == "promote" and reply is not None and reply.result == m.ADMIN_FAILED:
             assert any(r in reply.reason for r in PROMOTE_REFUSALS), f"seed {seed}: {reply.reason}"
-        elif reply is not None and reply.status == m.ADMIN_FAILED:  # unavailable: no leader, ask again
+        elif reply is not None and reply.result == m.ADMIN_FAILED:  # unavailable: no leader, ask again
             assert any(r in reply.reason for r in STATE_REFUSALS), f"seed {seed}: {reply.reason}"

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from shardgrid.core import messages as m
-from shardgrid.core.effects import LinkRestored, Send
-from shardgrid.core.identity import Replica
+from shardgrid.core.effects import Send
+from shardgrid.core.identity import MemberId
+from shardgrid.core.inputs import LinkRestored
 from shardgrid.core.member import Member
 from shardgrid.sim.scenario import Scenario
 from shardgrid.sim.vopr import SimParams
@@ -49,7 +50,7 @@ def _sources_to(scenario: Scenario, joiner: str) -> list[Member]:
     return [
         member
         for member in scenario.sim.live_members()
-        for outgoing in member.replica.outgoing.values()
+        for outgoing in member.migrations.outgoing.values()
         if outgoing.heard and not outgoing.complete and outgoing.destination.address == joiner
     ]
 
@@ -67,7 +68,7 @@ def _rebalance_cut_off_and_back(tell_members: bool) -> tuple[int, int]:
         sim.network.heal()  # the split ends but nobody is told: only timers resend
     healed = sim.now_ms
     scenario.wait_safe(limit_ms=3 * BACKSTOP_MS)
-    resent = sum(member.replica.chunks_resent for member in sim.live_members())
+    resent = sum(member.migrations.chunks_resent for member in sim.live_members())
     return sim.now_ms - healed, resent
 
 
@@ -83,10 +84,10 @@ def test_only_a_link_back_to_the_destination_resends_its_chunks() -> None:
     scenario, _, joiner = _chunks_in_flight(12)
     source = _sources_to(scenario, joiner)[0]
     destination = next(m for m in scenario.sim.live_members() if m.identity.address == joiner)
-    stranger = Replica("00000000-0000-4000-8000-000000000000", "127.0.0.1:1")
+    stranger = MemberId("00000000-0000-4000-8000-000000000000", "127.0.0.1:1")
     now = scenario.sim.now_ms
 
-    def chunks_after(peer: Replica) -> list[Any]:
+    def chunks_after(peer: MemberId) -> list[Any]:
         effects = source.handle(now, LinkRestored(peer))
         return [e for e in effects if isinstance(e, Send) and isinstance(e.message, m.MigrationChunk)]
 

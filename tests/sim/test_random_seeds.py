@@ -59,9 +59,9 @@ FIRST_USE_WITH_LITE = SimParams(
 
 # Seeds that failed once, kept with the parameters they failed under.
 REGRESSION_SEEDS = [
-    # The seeds: under the old membership layer a member never joined ("No master, ever").
-    (700017, SimParams(members=5, backups=2, ops=2000, faults=("crash", "master-crash", "join", "split"))),
-    (757575, SimParams(members=5, backups=2, ops=2000, faults=("crash", "master-crash", "join", "split"))),
+    # The seeds: under the old membership layer a member never joined ("No leader, ever").
+    (700017, SimParams(members=5, backups=2, ops=2000, faults=("crash", "leader-crash", "join", "split"))),
+    (757575, SimParams(members=5, backups=2, ops=2000, faults=("crash", "leader-crash", "join", "split"))),
     # A destination learned of its migration from the log before the owner's resync of it ended;
     # it refused the sync and the owner waited for the sync forever.
     (28, SimParams(ops=600, members=6, backups=2, faults=FAULTS)),

@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 
 from shardgrid.core import messages as m
-from shardgrid.core.effects import Receive, ReplyToClient
+from shardgrid.core.effects import ReplyToClient
 from shardgrid.core.hashing import partition_id_of_serialized
+from shardgrid.core.inputs import Receive
 from shardgrid.core.member import Member
 from shardgrid.sim.scenario import Scenario
 from shardgrid.sim.vopr import SimParams
@@ -18,8 +19,8 @@ def _key_of(pid: int, partitions: int) -> bytes:
     return next(k for k in (b"key-%d" % i for i in range(100_000)) if partition_id_of_serialized(k, partitions) == pid)
 
 
-@pytest.mark.parametrize(("stale_read_disabled", "expected"), [(False, m.Status.OK), (True, m.Status.MIGRATING)])
-def test_a_read_while_the_owner_streams_the_partition(stale_read_disabled: bool, expected: m.Status) -> None:
+@pytest.mark.parametrize(("stale_read_disabled", "expected"), [(False, m.ReplyCode.OK), (True, m.ReplyCode.MIGRATING)])
+def test_a_read_while_the_owner_streams_the_partition(stale_read_disabled: bool, expected: m.ReplyCode) -> None:
     params = SimParams(members=2, partitions=31, ops=0, faults=(), drop_rate=0.0, duplicate_rate=0.0)
     scenario = Scenario(3, params)
     scenario.sim.config = replace(scenario.sim.config, stale_read_disabled=stale_read_disabled)
@@ -29,7 +30,7 @@ def test_a_read_while_the_owner_streams_the_partition(stale_read_disabled: bool,
 
     def sending() -> tuple[Member, int] | None:
         for member in sim.live_members():
-            for pid, outgoing in member.replica.outgoing.items():
+            for pid, outgoing in member.migrations.outgoing.items():
                 if outgoing.sending and not outgoing.complete:
                     return member, pid
         return None
@@ -38,11 +39,13 @@ def test_a_read_while_the_owner_streams_the_partition(stale_read_disabled: bool,
     found = sending()
     assert found is not None
     owner, pid = found
-    request = m.MapRequest(1, m.GET, "m", (pid,), (_key_of(pid, 31),))
+    request = m.MapRequest(call_id=1, kind=m.GET, map_name="m", partition_ids=(pid,), keys=(_key_of(pid, 31),))
     effects = owner.handle(sim.now_ms, Receive("client", None, None, request))
     (reply,) = [e.message for e in effects if isinstance(e, ReplyToClient)]
-    assert reply.statuses == (expected,)
-    put = m.MapRequest(2, m.PUT, "m", (pid,), (_key_of(pid, 31),), (b"v",))
+    assert reply.codes == (expected,)
+    put = m.MapRequest(
+        call_id=2, kind=m.PUT, map_name="m", partition_ids=(pid,), keys=(_key_of(pid, 31),), values=(b"v",)
+    )
     effects = owner.handle(sim.now_ms, Receive("client", None, None, put))
     (reply,) = [e.message for e in effects if isinstance(e, ReplyToClient)]
-    assert reply.statuses == (m.Status.MIGRATING,)  # writes wait either way
+    assert reply.codes == (m.ReplyCode.MIGRATING,)  # writes wait either way

@@ -13,8 +13,9 @@ import pytest
 
 from shardgrid.core import events
 from shardgrid.core import messages as m
-from shardgrid.core.effects import Receive, ReplyToClient
+from shardgrid.core.effects import ReplyToClient
 from shardgrid.core.hashing import partition_id_of_serialized
+from shardgrid.core.inputs import Receive
 from shardgrid.core.limits import MAX_REPLICA_COUNT
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.metadata import ClusterState
@@ -59,7 +60,7 @@ def remembering_the_table_at_step_1(before: dict[str, Any]) -> Any:
 
         def log(line: str) -> None:
             if "step 1:" in line:
-                leader = run.sim.master()
+                leader = run.sim.leader()
                 assert leader is not None
                 before["table"] = leader.consensus.state.table
                 before["victims"] = {run.sim.started_addresses[2], run.sim.started_addresses[3]}
@@ -119,7 +120,7 @@ def test_one_crash_more_than_the_backups_reports_exactly_the_partitions_lost() -
     assert {e.partition_id for _, _, e in emitted(run, events.PartitionLost)} == expected
     # A lost partition restarts empty: whatever it holds now was written after the crash.
     later = {w.value for writes in run.sim.ledger.writes.values() for w in writes if w.issued_ms > before["ms"]}
-    leader = run.sim.master()
+    leader = run.sim.leader()
     assert leader is not None
     state = leader.consensus.state
     for pid in expected:
@@ -137,7 +138,7 @@ def test_the_migration_source_dies_mid_transfer() -> None:
 def test_a_request_reaching_the_old_owner_after_the_commit_is_redirected() -> None:
     run, result = run_scenario("joins-at-once")
     assert result.passed
-    leader = run.sim.master()
+    leader = run.sim.leader()
     assert leader is not None
     table = leader.consensus.state.table
     nodes = run.sim.nodes
@@ -147,7 +148,7 @@ def test_a_request_reaching_the_old_owner_after_the_commit_is_redirected() -> No
         (
             e
             for _, _, e in emitted(run, events.MigrationEvent)
-            if e.status == "finished"
+            if e.phase == "finished"
             and e.kind == "move"
             and e.source.address in nodes
             and nodes[e.source.address].member.joined
@@ -162,10 +163,10 @@ def test_a_request_reaching_the_old_owner_after_the_commit_is_redirected() -> No
     pid = moved.partition_id
     count = run.sim.config.partition_count
     key = next(k for k in (f"k{i}".encode() for i in range(100_000)) if partition_id_of_serialized(k, count) == pid)
-    request = m.MapRequest(1, m.PUT, "m", (pid,), (key,), (b"v",))
+    request = m.MapRequest(call_id=1, kind=m.PUT, map_name="m", partition_ids=(pid,), keys=(key,), values=(b"v",))
     effects = old_owner.handle(run.sim.now_ms, Receive("client-x", None, None, request))
     (reply,) = [e.message for e in effects if isinstance(e, ReplyToClient)]
-    assert reply.statuses == (m.Status.WRONG_OWNER,)
+    assert reply.codes == (m.ReplyCode.WRONG_OWNER,)
     assert [r.owner_address for r in reply.redirects] == [table.owner(pid).address]
 
 
@@ -186,7 +187,7 @@ def test_scale_one_to_seven_to_one() -> None:
 def test_a_leader_cut_off_alone_steps_down_and_nothing_is_lost() -> None:
     run = passed("leader-cut-off-alone")
     assert run.sim.stats.partitions_lost == set()
-    terms = {e.term for _, _, e in emitted(run, events.MasterChanged)}
+    terms = {e.term for _, _, e in emitted(run, events.LeaderChanged)}
     assert len(terms) >= 2  # the majority elected a new leader
 
 
@@ -199,7 +200,7 @@ def test_a_seed_member_restarted_cut_off_forms_no_second_cluster() -> None:
     def watch(run: Run) -> None:
         def check(sim: Any, address: str, client: str, reply: Any) -> None:
             there = address == sim.started_addresses[0] and sim.network.groups
-            if there and isinstance(reply, m.MapReply) and m.Status.OK in reply.statuses:
+            if there and isinstance(reply, m.MapReply) and m.ReplyCode.OK in reply.codes:
                 acknowledged_by_isolated.append(sim.now_ms)
 
         run.sim.reply_checks.append(check)
@@ -207,7 +208,7 @@ def test_a_seed_member_restarted_cut_off_forms_no_second_cluster() -> None:
     run = passed("seed-member-restarts-cut-off", watch)
     first = run.sim.started_addresses[0]
     restarted_at, healed_at = step_time(run, 2), step_time(run, 3)
-    leaders_there = [t for t, a, e in emitted(run, events.MasterChanged, at=first) if restarted_at <= t < healed_at]
+    leaders_there = [t for t, a, e in emitted(run, events.LeaderChanged, at=first) if restarted_at <= t < healed_at]
     assert leaders_there == [], "the restarted process found no leader while cut off"
     assert acknowledged_by_isolated == []
     assert run.sim.nodes[first].member.joined  # it joined the cluster once the network healed
@@ -226,7 +227,7 @@ def test_a_cut_off_minority_commits_nothing_and_stops_acknowledging() -> None:
             split_at = step_time(run, 2)
             if sim.now_ms > split_at + config.lease_ms + config.clock_drift_margin_ms:
                 calls = sim.clients[client].call
-                if calls is not None and calls.write is not None and reply.statuses == (m.Status.OK,):
+                if calls is not None and calls.write is not None and reply.codes == (m.ReplyCode.OK,):
                     late_acks.append((sim.now_ms, address))
 
         run.sim.reply_checks.append(check)
@@ -234,18 +235,18 @@ def test_a_cut_off_minority_commits_nothing_and_stops_acknowledging() -> None:
     run = passed("minority-leader-with-new-member", watch)
     split_at = step_time(run, 2)
     old_leader = next(
-        a for t, a, e in reversed(emitted(run, events.MasterChanged)) if t <= split_at and e.master.address == a
+        a for t, a, e in reversed(emitted(run, events.LeaderChanged)) if t <= split_at and e.leader.address == a
     )
     # Entries the majority acknowledged before the split may still commit as those answers land.
     in_flight_ms = 20
     finished_late = [
         t
         for t, _, e in emitted(run, events.MigrationEvent, at=old_leader)
-        if t > split_at + in_flight_ms and e.status == "finished"
+        if t > split_at + in_flight_ms and e.phase == "finished"
     ]
     assert finished_late == []
     assert late_acks == []
-    assert any(e.term > 1 for _, _, e in emitted(run, events.MasterChanged))  # the majority moved on
+    assert any(e.term > 1 for _, _, e in emitted(run, events.LeaderChanged))  # the majority moved on
 
 
 def test_a_removed_member_serves_no_stale_reads() -> None:
@@ -260,7 +261,7 @@ def test_a_removed_member_serves_no_stale_reads() -> None:
             cut_off = next((a for a, side in sim.network.groups.items() if side == 1), None)
             split_at = step_time(run, 1) if run.faults else sim.now_ms
             late = sim.now_ms > split_at + config.lease_ms + config.clock_drift_margin_ms
-            if address == cut_off and late and m.Status.OK in reply.statuses:
+            if address == cut_off and late and m.ReplyCode.OK in reply.codes:
                 served_late.append(sim.now_ms)
 
         run.sim.reply_checks.append(check)
@@ -273,7 +274,7 @@ def test_a_removed_member_serves_no_stale_reads() -> None:
 def test_members_that_missed_the_log_still_elect_a_leader_after_the_leader_crashes() -> None:
     run = passed("lagging-members-elect-after-leader-crash")
     crashed_at = step_time(run, 3)
-    elected = [t for t, _, e in emitted(run, events.MasterChanged) if t > crashed_at]
+    elected = [t for t, _, e in emitted(run, events.LeaderChanged) if t > crashed_at]
     assert elected
     assert min(elected) - crashed_at < 5_000
 
@@ -293,7 +294,7 @@ def test_graceful_shutdowns_down_to_one_member_lose_nothing_without_backups() ->
     assert len(run.sim.member_addresses()) == 1
     assert run.sim.stats.stops == 3
     assert run.sim.stats.partitions_lost == set()
-    assert all(reply.status == m.ADMIN_OK for reply in run.sim.admin_replies.values() if reply.call_id <= 3)
+    assert all(reply.result == m.ADMIN_OK for reply in run.sim.admin_replies.values() if reply.call_id <= 3)
 
 
 def test_the_cluster_shuts_down_passive_first() -> None:
@@ -301,14 +302,14 @@ def test_the_cluster_shuts_down_passive_first() -> None:
     assert run.sim.member_addresses() == []
     states = [e.state for _, _, e in emitted(run, events.ClusterStateChanged)]
     assert ClusterState.PASSIVE in states
-    assert run.sim.admin_replies[1].status == m.ADMIN_OK
+    assert run.sim.admin_replies[1].result == m.ADMIN_OK
     assert all(n.member.lifecycle is Lifecycle.STOPPED for n in run.sim.nodes.values())
 
 
 def test_no_migration_promotes_a_backup_but_refills_nothing_until_active() -> None:
     run = passed("no-migration-promotes-but-does-not-refill")
     crashed_at, active_at = step_time(run, 2), step_time(run, 3)
-    started = [t for t, _, e in emitted(run, events.MigrationEvent) if e.status == "started"]
+    started = [t for t, _, e in emitted(run, events.MigrationEvent) if e.phase == "started"]
     assert not [t for t in started if crashed_at < t < active_at], "nothing migrates in NO_MIGRATION"
     assert [t for t in started if t > active_at], "refilling starts once ACTIVE"
     assert run.sim.stats.partitions_lost == set()
@@ -320,8 +321,8 @@ def test_a_pause_during_a_leave_is_refused_and_the_leave_finishes() -> None:
     graceful_shutdown_timeout_ms passed."""
     run = passed("a-pause-during-a-leave-is-refused")
     leave, pause = run.sim.admin_replies[1], run.sim.admin_replies[2]
-    assert leave.status == m.ADMIN_OK
-    assert pause.status == m.ADMIN_FAILED
+    assert leave.result == m.ADMIN_OK
+    assert pause.result == m.ADMIN_FAILED
     assert "is leaving" in pause.reason
     assert "no-migration" in pause.reason
     states = [e.state for _, _, e in emitted(run, events.ClusterStateChanged)]
@@ -336,8 +337,8 @@ def test_a_leaving_lite_member_is_not_promoted() -> None:
     the data members stopped on the core's invariant and the cluster had no majority left."""
     run = passed("a-leaving-lite-member-is-not-promoted")
     leave, promotion = run.sim.admin_replies[2], run.sim.admin_replies[3]
-    assert leave.status == m.ADMIN_OK
-    assert promotion.status == m.ADMIN_FAILED
+    assert leave.result == m.ADMIN_OK
+    assert promotion.result == m.ADMIN_FAILED
     assert "not promoted" in promotion.reason
     assert run.sim.stats.stops == 1
     assert len(run.sim.member_addresses()) == 3
@@ -369,9 +370,9 @@ def test_a_state_change_waits_for_every_member_to_hold_the_table_and_fails_when_
     run, result = run_scenario("state-change-needs-the-same-table-everywhere")
     assert result.passed, result.problems
     reply = run.sim.admin_replies[1]
-    assert reply.status == m.ADMIN_FAILED
+    assert reply.result == m.ADMIN_FAILED
     assert "has not reported its table" in reply.reason
-    leader = run.sim.master()
+    leader = run.sim.leader()
     assert leader is not None
     assert not [e for _, _, e in emitted(run, events.ClusterStateChanged) if e.state is ClusterState.NO_MIGRATION]
 
@@ -379,16 +380,16 @@ def test_a_state_change_waits_for_every_member_to_hold_the_table_and_fails_when_
 def test_promoting_a_data_member_fails_and_changes_nothing() -> None:
     run = passed("promote-a-data-member")
     reply = run.sim.admin_replies[1]
-    assert reply.status == m.ADMIN_FAILED
+    assert reply.result == m.ADMIN_FAILED
     assert "already a data member" in reply.reason
 
 
 def test_a_lite_member_is_promoted_and_given_partitions() -> None:
     run = passed("promote-a-lite-member")
     lite = run.sim.started_addresses[3]
-    assert run.sim.admin_replies[1].status == m.ADMIN_OK
+    assert run.sim.admin_replies[1].result == m.ADMIN_OK
     assert [e for _, _, e in emitted(run, events.MemberPromoted) if e.member.address == lite]
-    leader = run.sim.master()
+    leader = run.sim.leader()
     assert leader is not None
     table = leader.consensus.state.table
     assert any(slots[0] is not None and slots[0].address == lite for slots in table.replicas)
@@ -397,24 +398,24 @@ def test_a_lite_member_is_promoted_and_given_partitions() -> None:
 def test_a_promotion_during_an_election_fails_clearly() -> None:
     run = passed("promote-during-an-election")
     reply = run.sim.admin_replies[1]
-    assert reply.status == m.ADMIN_UNAVAILABLE  # nothing changed; asking again is right
+    assert reply.result == m.ADMIN_UNAVAILABLE  # nothing changed; asking again is right
     assert "no leader" in reply.reason or "election" in reply.reason or "leader changed" in reply.reason
 
 
 def test_a_promotion_fails_when_the_leader_changes_before_it_commits() -> None:
     run = passed("promote-while-the-leader-changes")
     reply = run.sim.admin_replies[1]
-    assert reply.status == m.ADMIN_UNAVAILABLE
+    assert reply.result == m.ADMIN_UNAVAILABLE
     assert "leader changed" in reply.reason
 
 
 def test_an_operator_recovers_a_cluster_that_lost_a_majority_of_voters() -> None:
     run = passed("recover-from-a-lost-majority")
     crashed_at, recovered_at = step_time(run, 3), step_time(run, 4)
-    leaders_meanwhile = [t for t, _, e in emitted(run, events.MasterChanged) if crashed_at < t < recovered_at]
+    leaders_meanwhile = [t for t, _, e in emitted(run, events.LeaderChanged) if crashed_at < t < recovered_at]
     assert leaders_meanwhile == [], "no leader without a majority"
     reply = run.sim.admin_replies[1]
-    assert reply.status == m.ADMIN_OK
+    assert reply.result == m.ADMIN_OK
     assert "leads alone" in reply.reason
     assert len(run.sim.member_addresses()) == 2
     assert run.sim.stats.partitions_lost  # three of five members held every replica of some
@@ -423,14 +424,14 @@ def test_an_operator_recovers_a_cluster_that_lost_a_majority_of_voters() -> None
 def test_an_operator_recovers_from_a_learner_when_every_voter_is_gone() -> None:
     run = passed("recover-at-a-learner")
     reply = run.sim.admin_replies[1]
-    assert reply.status == m.ADMIN_OK, reply.reason
+    assert reply.result == m.ADMIN_OK, reply.reason
     assert len(run.sim.member_addresses()) == 2
 
 
 def test_recovery_is_refused_by_a_member_that_heard_from_a_leader_lately() -> None:
     run = passed("recover-refused-while-a-leader-was-heard")
     reply = run.sim.admin_replies[1]
-    assert reply.status == m.ADMIN_FAILED
+    assert reply.result == m.ADMIN_FAILED
     assert "heard" in reply.reason or "leads" in reply.reason
 
 
@@ -445,16 +446,16 @@ def test_a_cluster_shutdown_waits_for_a_member_cut_off_for_a_moment() -> None:
         run.sim.checks.append(check)
 
     run = passed("cluster-shutdown-waits-for-every-member", watch)
-    assert run.sim.admin_replies[1].status == m.ADMIN_OK
+    assert run.sim.admin_replies[1].result == m.ADMIN_OK
     assert stops_while_cut_off == []
     assert run.sim.stats.stops == 4
 
 
 def test_the_last_data_member_is_refused_a_graceful_shutdown() -> None:
     run = passed("the-last-data-member-is-not-shut-down")
-    assert [run.sim.admin_replies[i].status for i in (1, 2)] == [m.ADMIN_OK, m.ADMIN_OK]
+    assert [run.sim.admin_replies[i].result for i in (1, 2)] == [m.ADMIN_OK, m.ADMIN_OK]
     last = run.sim.admin_replies[3]
-    assert last.status == m.ADMIN_FAILED
+    assert last.result == m.ADMIN_FAILED
     assert "last data member" in last.reason
     assert len(run.sim.member_addresses()) == 1
 
@@ -462,7 +463,7 @@ def test_the_last_data_member_is_refused_a_graceful_shutdown() -> None:
 def test_members_asked_to_leave_at_once_keep_the_last_one_and_every_write() -> None:
     run = passed("every-member-asked-to-leave-at-once")
     replies = [run.sim.admin_replies[i] for i in (1, 2, 3)]
-    assert sorted(r.status for r in replies) == sorted([m.ADMIN_OK, m.ADMIN_OK, m.ADMIN_FAILED])
+    assert sorted(r.result for r in replies) == sorted([m.ADMIN_OK, m.ADMIN_OK, m.ADMIN_FAILED])
     assert any("last data member" in r.reason for r in replies)
     assert len(run.sim.member_addresses()) == 1
 
@@ -474,7 +475,7 @@ def test_every_member_signalled_stops_within_seconds() -> None:
     assert len(stops) == 3
     assert all("every data member is leaving" in e.reason for _, _, e in stops)
     assert max(t for t, _, _ in stops) - last_signal_ms < 2_000
-    assert all(run.sim.admin_replies[i].status == m.ADMIN_OK for i in (1, 2, 3))
+    assert all(run.sim.admin_replies[i].result == m.ADMIN_OK for i in (1, 2, 3))
 
 
 def test_members_removed_just_before_everyone_stops_are_told_and_stop() -> None:
@@ -566,7 +567,7 @@ def test_a_promoted_async_backup_reports_how_many_replicas_were_lost_and_keeps_i
     assert 2 in hottest_gone.values(), "the seed should leave some partition with only its async backup"
     assert lost == hottest_gone
     # The async map survived where its async backup did: the new owner holds its keys.
-    leader = run.sim.master()
+    leader = run.sim.leader()
     assert leader is not None
     kept = 0
     for pid, count in hottest_gone.items():

@@ -30,10 +30,10 @@ def sample(scenario: str, at_s: float, op: str, seconds: float) -> dict:
     return {"kind": "sample", "scenario": scenario, "t": T0 + at_s, "op": op, "s": seconds}
 
 
-def migration(scenario: str, at_s: float, status: str, partition: int) -> dict:
+def migration(scenario: str, at_s: float, phase: str, partition: int) -> dict:
     """Shaped as bench_cluster writes a migration notice."""
     return {
-        "kind": "migration", "scenario": scenario, "status": status, "partition_id": partition,
+        "kind": "migration", "scenario": scenario, "phase": phase, "partition_id": partition,
         "source": "127.0.0.1:5801", "destination": "127.0.0.1:5804", "t": T0 + at_s,
     }  # fmt: skip
 
@@ -202,10 +202,10 @@ def test_the_command_prints_the_summary_and_names_the_files(commands_on_test_ses
         ('{"kind": "sample", "scenario": "a", "t": "soon", "op": "get", "s": 0.001}\n', "line 1: Expected `float`"),
         ('{"kind": "sample", "scenario": "a", "t": 1.0, "op": "get", "s": -1}\n', "line 1: Expected `float` >= 0.0"),
         ('{"kind": "tick", "scenario": "a", "t": 1.0}\n', "line 1: Invalid value 'tick'"),
-        ('{"kind": "migration", "scenario": "a", "t": 1.0, "status": "started", "partition_id": 1}\n',
+        ('{"kind": "migration", "scenario": "a", "t": 1.0, "phase": "started", "partition_id": 1}\n',
          "migration events but no latency samples"),
         ('{"kind": "sample", "scenario": "a", "t": 1.0, "op": "get", "s": 0.001}\n'
-         '{"kind": "migration", "scenario": "b", "t": 1.0, "status": "started", "partition_id": 1}\n',
+         '{"kind": "migration", "scenario": "b", "t": 1.0, "phase": "started", "partition_id": 1}\n',
          "without latency samples for scenario(s) b"),
     ],
 )  # fmt: skip

@@ -219,7 +219,7 @@ async def _scenario(name: str, entries: int, backups: int, samples_out: TextIO |
                             {
                                 "kind": "migration",
                                 "scenario": name,
-                                "status": notice.status,
+                                "phase": notice.phase,
                                 "partition_id": notice.partition_id,
                                 "source": notice.source,
                                 "destination": notice.destination,
@@ -229,7 +229,7 @@ async def _scenario(name: str, entries: int, backups: int, samples_out: TextIO |
                         + "\n"
                     )
             took = safe_at - changed
-            # The migrations' own period: from the first start to the last end the master reported.
+            # The migrations' own period: from the first start to the last end the leader reported.
             times = [when for when, _ in events]
             migrating_s = (max(times) - min(times)) if len(times) >= 2 else took
             steady = {op: _latency_summary(sampler.between(changed - STEADY_S, changed, op)) for op in ("get", "set")}
@@ -239,7 +239,7 @@ async def _scenario(name: str, entries: int, backups: int, samples_out: TextIO |
                 "backup_count": backups,
                 "load_entries_per_s": round(entries / load_s),
                 "migrations": migrations,
-                "finished_notices": sum(1 for _, n in events if n.status == "finished"),
+                "finished_notices": sum(1 for _, n in events if n.phase == "finished"),
                 "seconds_migrating": round(migrating_s, 2),
                 "seconds_to_safe": round(took, 2),
                 "entries_moved": moved_entries,

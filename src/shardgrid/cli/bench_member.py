@@ -24,8 +24,9 @@ from typing import Any
 
 from shardgrid.core import codec
 from shardgrid.core import messages as m
-from shardgrid.core.effects import Receive, ReplyToClient, Send
+from shardgrid.core.effects import ReplyToClient, Send
 from shardgrid.core.hashing import partition_id_of_serialized
+from shardgrid.core.inputs import Receive
 from shardgrid.core.member import Member
 from shardgrid.sim.scenario import Scenario
 from shardgrid.sim.vopr import SimParams
@@ -122,17 +123,31 @@ def _batches(keys: list[tuple[int, bytes]], size: int) -> Iterable[list[tuple[in
 
 def _put_request(call_id: int, keys: list[tuple[int, bytes]], value: bytes, previous: bool = False) -> m.MapRequest:
     pids = tuple(pid for pid, _ in keys)
-    return m.MapRequest(call_id, m.PUT, MAP_NAME, pids, tuple(k for _, k in keys), (value,) * len(keys), previous)
+    return m.MapRequest(
+        call_id=call_id,
+        kind=m.PUT,
+        map_name=MAP_NAME,
+        partition_ids=pids,
+        keys=tuple(k for _, k in keys),
+        values=(value,) * len(keys),
+        previous=previous,
+    )
 
 
 def _get_request(call_id: int, keys: list[tuple[int, bytes]]) -> m.MapRequest:
-    return m.MapRequest(call_id, m.GET, MAP_NAME, tuple(pid for pid, _ in keys), tuple(k for _, k in keys))
+    return m.MapRequest(
+        call_id=call_id,
+        kind=m.GET,
+        map_name=MAP_NAME,
+        partition_ids=tuple(pid for pid, _ in keys),
+        keys=tuple(k for _, k in keys),
+    )
 
 
 def _check_ok(reply: Any, expected: int) -> None:
-    if len(reply.statuses) != expected or any(s is not m.Status.OK for s in reply.statuses):
-        statuses = sorted({s.name for s in reply.statuses})
-        raise RuntimeError(f"the member did not serve every key: {statuses} {reply.reason}")
+    if len(reply.codes) != expected or any(s is not m.ReplyCode.OK for s in reply.codes):
+        codes = sorted({s.name for s in reply.codes})
+        raise RuntimeError(f"the member did not serve every key: {codes} {reply.reason}")
 
 
 def _timed(action: Callable[[], None]) -> float:
@@ -201,7 +216,7 @@ def migration(seed: int = 1, entries: int = 100_000, measure_memory: bool = True
     scenario = _settled_cluster(seed, partitions, backups=0)
     sim = scenario.sim
     members = {address: node.member for address, node in sim.nodes.items()}
-    leader = scenario.master
+    leader = scenario.leader
     leaver_address = next(a for a in sorted(members) if members[a] is not leader)
     leaver = members[leaver_address]
     keys = _keys_owned_by(leaver, entries, partitions)
@@ -278,7 +293,7 @@ def slowest_handle(seed: int = 1, partitions: int = 20_000, members: int = 10) -
     scenario.sim.checks.append(lambda sim, address: wrap_new_members())
     scenario.start()
     sim = scenario.sim
-    victim = next(a for a in sorted(sim.member_addresses()) if sim.nodes[a].member is not scenario.master)
+    victim = next(a for a in sorted(sim.member_addresses()) if sim.nodes[a].member is not scenario.leader)
     sim.crash(victim)
     scenario.wait_safe()
     return {"partitions": partitions, "members": members, "scenario": "form, assign, crash a member, repair", **slowest}

@@ -1,7 +1,7 @@
 """``shardgrid bench plan``: how long repartition + plan + schedule take at seed 003's scales.
 
 Each case builds a settled cluster (not timed), applies one membership change, and times the
-master's work for it: repair (for a crash), repartition, planning with cycle elimination and
+leader's work for it: repair (for a crash), repartition, planning with cycle elimination and
 prioritization, and the parallel schedule. The best of a few repeats is reported, as the least
 disturbed by whatever else the machine runs.
 """

@@ -30,12 +30,12 @@ class SampleLine(msgspec.Struct, tag_field="kind", tag="sample"):
     s: Latency
 
 
-class MigrationLine(msgspec.Struct, tag_field="kind", tag="migration"):
+class MigrationLine(msgspec.Struct, tag_field="kind", tag="migration", kw_only=True):
     """One migration notice as the client received it, at ``t`` on the same clock as the samples."""
 
     scenario: Name
     t: float
-    status: Literal["started", "finished", "failed"]
+    phase: Literal["started", "finished", "failed"]
     partition_id: PartitionId
     source: str = ""
     destination: str = ""

@@ -25,7 +25,7 @@ from shardgrid.sim.checkers import LogChecker
 from shardgrid.sim.scenario import Scenario
 from shardgrid.sim.vopr import SimParams, run_seed
 
-THROUGHPUT_PARAMS = SimParams(ops=2000, faults=("crash", "master-crash", "join", "split"))
+THROUGHPUT_PARAMS = SimParams(ops=2000, faults=("crash", "leader-crash", "join", "split"))
 
 
 def _scenario(partitions: int, members: int, max_parallel: int, seed: int) -> Scenario:
@@ -71,20 +71,26 @@ def _outcomes_per_entry(entries: list[tuple[int, Any]]) -> dict[str, Any]:
 def crash_repair(partitions: int, members: int, max_parallel: int, seed: int = 1) -> dict[str, Any]:
     scenario = _scenario(partitions, members, max_parallel, seed)
     addresses = scenario.start(members)
-    victim = next(a for a in addresses if a != scenario.master.identity.address)
+    victim = next(a for a in addresses if a != scenario.leader.identity.address)
     events, migrations = scenario.sim.stats.events, scenario.sim.stats.migrations_finished
-    index_before = scenario.master.consensus.applied_index
+    index_before = scenario.leader.consensus.applied_index
     started = time.perf_counter()
     scenario.sim.crash(victim)
     safe_after_ms = scenario.wait_safe(3_600_000)
     wall = time.perf_counter() - started
     detection_ms = scenario.params.member_config().failure_timeout_ms
-    leader = scenario.master
+    leader = scenario.leader
     raft = leader.consensus.raft
     snapshot = raft.log.snapshot
     snapshot_bytes = len(codec.encode(InstallSnapshot(raft.term, snapshot, 0))) if snapshot is not None else 0
     entries = tuple(raft.log.entries)
-    log_bytes = len(codec.encode(AppendEntries(raft.term, 0, 0, entries, 0, 0))) if entries else 0
+    log_bytes = (
+        len(
+            codec.encode(AppendEntries(term=raft.term, prev_index=0, prev_term=0, entries=entries, commit=0, sent_ms=0))
+        )
+        if entries
+        else 0
+    )
     return {
         "partitions": partitions,
         "members": members,
@@ -110,11 +116,11 @@ def leader_crash(partitions: int, members: int, seed: int = 1) -> dict[str, Any]
     """The leader crashes: how long until another leads, and until the cluster is safe again."""
     scenario = _scenario(partitions, members, 10, seed)
     scenario.start(members)
-    old = scenario.master
+    old = scenario.leader
     old_term = old.consensus.term
     crashed_ms = scenario.sim.now_ms
     scenario.sim.crash(old.identity.address)
-    scenario.run_until(lambda: scenario.sim.master() is not None and scenario.sim.master().consensus.term > old_term)
+    scenario.run_until(lambda: scenario.sim.leader() is not None and scenario.sim.leader().consensus.term > old_term)
     new_leader_ms = scenario.sim.now_ms - crashed_ms
     safe_ms = new_leader_ms + scenario.wait_safe(3_600_000)
     return {
@@ -132,7 +138,7 @@ def run_sim_bench(partitions: int = 20_000, members: int = 10, parallel: tuple[i
         "benchmark": "sim",
         "python": platform.python_version(),
         "throughput": {
-            "run": "seed 1, 5 members, 271 partitions, 1 backup, 2000 ops, faults crash,master-crash,join,split",
+            "run": "seed 1, 5 members, 271 partitions, 1 backup, 2000 ops, faults crash,leader-crash,join,split",
             "verdict": "PASS" if throughput.passed else "FAIL",
             "events": throughput.events,
             "wall_seconds": round(throughput.wall_seconds, 3),

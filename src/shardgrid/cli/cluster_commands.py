@@ -118,7 +118,7 @@ def status_document(status: ClusterStatus) -> dict[str, Any]:
                 "address": address,
                 "reachable": True,
                 "uuid": reply.uuid,
-                "role": "master" if address == status.master else ("lite" if reply.lite else "member"),
+                "role": "leader" if address == status.leader else ("lite" if reply.lite else "member"),
                 "lifecycle": reply.lifecycle,
                 "leaving": address in reply.leaving_members,
                 "owned_partitions": reply.owned_partitions,
@@ -130,15 +130,15 @@ def status_document(status: ClusterStatus) -> dict[str, Any]:
                 "quiet": reply.quiet,
             }
         )
-    master = status.replies.get(status.master)
+    leader = status.replies.get(status.leader)
     return {
-        "master": status.master or None,
-        "cluster_state": master.cluster_state.value if master else None,
-        "partition_count": master.partition_count if master else None,
-        "migrations_planned": master.migrations_planned if master else None,
-        "migrations_running": master.migrations_in_log if master else None,
-        "migrations_finished": master.migrations_finished if master else None,
-        "missing_replicas": master.missing_replicas if master else None,
+        "leader": status.leader or None,
+        "cluster_state": leader.cluster_state.value if leader else None,
+        "partition_count": leader.partition_count if leader else None,
+        "migrations_planned": leader.migrations_planned if leader else None,
+        "migrations_running": leader.migrations_in_log if leader else None,
+        "migrations_finished": leader.migrations_finished if leader else None,
+        "missing_replicas": leader.missing_replicas if leader else None,
         "safe": status.safe,
         "unsafe_reason": status.unsafe_reason or None,
         "members": members,
@@ -169,7 +169,7 @@ def render_status(document: dict[str, Any]) -> None:
         )
     console.print(table)
     console.print(
-        f"master {document['master'] or '(none)'}  state {document['cluster_state']}  "
+        f"leader {document['leader'] or '(none)'}  state {document['cluster_state']}  "
         f"partitions {document['partition_count']}  migrations: {document['migrations_planned']} planned, "
         f"{document['migrations_running']} running  missing replicas {document['missing_replicas']}"
     )
@@ -183,7 +183,7 @@ def render_status(document: dict[str, Any]) -> None:
 @client_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def status(as_json: bool, **options: Any) -> None:
-    """Members, master, cluster state, partitions and replicas per member, migrations, safe or not."""
+    """Members, leader, cluster state, partitions and replicas per member, migrations, safe or not."""
     document = status_document(_with_client(options, lambda client: client.cluster_status()))
     if as_json:
         click.echo(json.dumps(document, indent=2))

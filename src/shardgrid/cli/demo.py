@@ -68,7 +68,7 @@ def _spark_step(what: str) -> Iterator[None]:
         raise DemoError(f"{what}: {failure_reason(error)}") from error
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DemoReport:
     entries: int = 0
     load_s: float = 0.0

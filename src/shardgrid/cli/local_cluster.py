@@ -223,7 +223,7 @@ def local_up(count: int, base_port: int, directory: Path, timeout_s: float, assi
 def wait_until_formed(
     members: list[LocalMember], timeout_s: float, directory: Path, access: Access | None = None
 ) -> None:
-    """Until every member is active in one cluster with a master (members take a moment to
+    """Until every member is active in one cluster with a leader (members take a moment to
     listen, then ``bootstrap_after_ms`` to form it, then an election)."""
     from shardgrid.client import Client
     from shardgrid.client.errors import ClusterUnavailableError
@@ -247,7 +247,7 @@ def wait_until_formed(
                 status = client.cluster_status()
                 replies = status.replies.values()
                 formed = len(status.members) == len(members) and all(r.lifecycle == "active" for r in replies)
-                if formed and status.master:  # and it elected its master: it takes commands
+                if formed and status.leader:  # and it elected its leader: it takes commands
                     return
                 reason = f"{len(status.members)} of {len(members)} members in the cluster"
         except ClusterUnavailableError as error:

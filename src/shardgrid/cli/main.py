@@ -59,8 +59,17 @@ def plan(
     max_parallel_migrations: int,
     as_json: bool,
 ) -> None:
-    """Show what the master would do after a membership change: migrations, balance, schedule."""
-    spec = ScenarioSpec(members, add, remove, crash, partitions, backups, seed, max_parallel_migrations)
+    """Show what the leader would do after a membership change: migrations, balance, schedule."""
+    spec = ScenarioSpec(
+        members=members,
+        add=add,
+        remove=remove,
+        crash=crash,
+        partitions=partitions,
+        backups=backups,
+        seed=seed,
+        max_parallel_migrations=max_parallel_migrations,
+    )
     try:
         summary = summarize(run_scenario(spec))
     except ConfigError as error:
@@ -114,7 +123,7 @@ def plan(
     "--faults",
     default=None,
     help=f"Comma-separated random faults, from: {', '.join(FAULTS)} (empty for none).  "
-    "[default: crash,master-crash,join,split; none with --schedule]",
+    "[default: crash,leader-crash,join,split; none with --schedule]",
 )
 @click.option(
     "--schedule",

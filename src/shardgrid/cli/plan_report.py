@@ -9,15 +9,15 @@ from rich.console import Console
 from rich.table import Table
 
 from shardgrid.cli.scenario import ScenarioResult
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.migration import MigrationKind
 from shardgrid.core.placement import replica_count_for
 from shardgrid.core.table import PartitionTable
 
 
-def _holdings(table: PartitionTable) -> tuple[Counter[Replica], Counter[Replica]]:
-    primaries: Counter[Replica] = Counter()
-    backups: Counter[Replica] = Counter()
+def _holdings(table: PartitionTable) -> tuple[Counter[MemberId], Counter[MemberId]]:
+    primaries: Counter[MemberId] = Counter()
+    backups: Counter[MemberId] = Counter()
     for slots in table.replicas:
         for index, member in enumerate(slots):
             if member is not None:
@@ -29,8 +29,8 @@ def summarize(result: ScenarioResult) -> dict[str, Any]:
     """The plan as plain data: what ``--json`` prints and what the table view renders."""
     spec, plan = result.spec, result.plan
     by_kind: Counter[str] = Counter()
-    moved_in: Counter[Replica] = Counter()
-    moved_out: Counter[Replica] = Counter()
+    moved_in: Counter[MemberId] = Counter()
+    moved_out: Counter[MemberId] = Counter()
     for queue in plan.migrations.values():
         for migration in queue:
             by_kind[migration.kind.value] += 1

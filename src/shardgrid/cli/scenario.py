@@ -1,6 +1,6 @@
 """A membership change played out on a settled cluster, for ``shardgrid plan`` and the benchmark.
 
-It builds a balanced table for the starting members, applies the change the way the master
+It builds a balanced table for the starting members, applies the change the way the leader
 would (a crash first repairs the table by promotion, a graceful removal keeps the leaving member
 as a migration source), repartitions, plans and schedules. Member identities come from the seed,
 so the same arguments always print the same plan.
@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 
 from shardgrid.core.errors import require
-from shardgrid.core.identity import MemberInfo, Replica
+from shardgrid.core.identity import MemberId, MemberInfo
 from shardgrid.core.limits import MAX_BACKUP_COUNT, MAX_MEMBER_COUNT, MAX_PARTITION_COUNT
 from shardgrid.core.placement import arrange
 from shardgrid.core.rebalance import RebalancePlan, plan_rebalance
@@ -25,7 +25,7 @@ from shardgrid.core.table import PartitionTable
 FIRST_PORT = 5701
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScenarioSpec:
     """What to play: how many members, what happens to them, and the cluster's configuration."""
 
@@ -47,14 +47,14 @@ class ScenarioSpec:
         require(0 <= self.backups <= MAX_BACKUP_COUNT, f"--backups must be 0..{MAX_BACKUP_COUNT}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScenarioResult:
     spec: ScenarioSpec
     before: PartitionTable
-    members_after: tuple[Replica, ...]
-    added: tuple[Replica, ...]
-    removed: tuple[Replica, ...]
-    crashed: tuple[Replica, ...]
+    members_after: tuple[MemberId, ...]
+    added: tuple[MemberId, ...]
+    removed: tuple[MemberId, ...]
+    crashed: tuple[MemberId, ...]
     repair: Repair | None
     plan: RebalancePlan
     rounds: list[list[ScheduledMigration]]
@@ -62,15 +62,15 @@ class ScenarioResult:
     schedule_ms: float
 
 
-def make_members(rng: random.Random, count: int, first_index: int = 0) -> list[Replica]:
+def make_members(rng: random.Random, count: int, first_index: int = 0) -> list[MemberId]:
     """Members with uuids drawn from ``rng`` (reproducible) and consecutive loopback ports."""
     return [
-        Replica(str(uuid.UUID(int=rng.getrandbits(128), version=4)), f"127.0.0.1:{FIRST_PORT + first_index + i}")
+        MemberId(str(uuid.UUID(int=rng.getrandbits(128), version=4)), f"127.0.0.1:{FIRST_PORT + first_index + i}")
         for i in range(count)
     ]
 
 
-def settled_table(members: list[Replica], partitions: int, backups: int, rng: random.Random) -> PartitionTable:
+def settled_table(members: list[MemberId], partitions: int, backups: int, rng: random.Random) -> PartitionTable:
     """The table of a cluster that finished all its migrations for ``members``."""
     return arrange([MemberInfo(m) for m in members], PartitionTable.empty(partitions), rng, backup_count=backups)
 

@@ -1,6 +1,6 @@
 """``shardgrid watch``: a rebalance's progress, live, until the cluster is safe.
 
-Read from the members' status twice a second: migrations planned and running (the master's),
+Read from the members' status twice a second: migrations planned and running (the leader's),
 finished (since the watch began), entries and bytes the sources sent, the rate and an ETA from
 the migrations finished so far. The demo uses the same loop.
 """
@@ -20,7 +20,7 @@ from shardgrid.client.status import ClusterStatus
 POLL_S = 0.5
 
 
-@dataclass
+@dataclass(kw_only=True)
 class WatchResult:
     safe: bool
     seconds: float
@@ -43,11 +43,11 @@ class ProgressBaseline:
         for address, reply in status.replies.items():
             counters = (reply.migrations_finished, reply.entries_migrated, reply.bytes_migrated, reply.chunks_resent)
             self.first.setdefault(address, counters)
-        master = status.replies.get(status.master)
+        leader = status.replies.get(status.leader)
         finished = remaining = 0
-        if master is not None:
-            finished = master.migrations_finished - self.first[master.address][0]
-            remaining = master.migrations_planned + master.migrations_in_log
+        if leader is not None:
+            finished = leader.migrations_finished - self.first[leader.address][0]
+            remaining = leader.migrations_planned + leader.migrations_in_log
         entries = sum(reply.entries_migrated - self.first[a][1] for a, reply in status.replies.items())
         moved = sum(reply.bytes_migrated - self.first[a][2] for a, reply in status.replies.items())
         return finished, remaining, entries, moved
@@ -93,8 +93,23 @@ def watch_until_safe(
                 if status.safe:
                     progress.update(task, total=max(finished, 1), completed=max(finished, 1))
                     resent = baseline.resent(status)
-                    return WatchResult(True, time.monotonic() - started, finished, entries, moved, "", resent)
+                    return WatchResult(
+                        safe=True,
+                        seconds=time.monotonic() - started,
+                        migrations=finished,
+                        entries_moved=entries,
+                        bytes_moved=moved,
+                        reason="",
+                        chunks_resent=resent,
+                    )
                 reason = status.unsafe_reason
             if time.monotonic() > deadline:
-                return WatchResult(False, time.monotonic() - started, 0, 0, 0, reason)
+                return WatchResult(
+                    safe=False,
+                    seconds=time.monotonic() - started,
+                    migrations=0,
+                    entries_moved=0,
+                    bytes_moved=0,
+                    reason=reason,
+                )
             time.sleep(POLL_S)

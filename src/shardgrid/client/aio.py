@@ -343,12 +343,19 @@ class AsyncClient:
 
         def request(call_id: int) -> m.MapRequest:
             # msgspec writes a Raw's bytes into the frame as they are: the columns' own arrays.
-            encoded = (msgspec.Raw(partition_ids), msgspec.Raw(columns.keys), msgspec.Raw(columns.values))
-            return m.MapRequest(call_id, kind, map_name, *encoded, previous=False)  # type: ignore[arg-type]
+            return m.MapRequest(
+                call_id=call_id,
+                kind=kind,
+                map_name=map_name,
+                partition_ids=msgspec.Raw(partition_ids),  # type: ignore[arg-type]
+                keys=msgspec.Raw(columns.keys),  # type: ignore[arg-type]
+                values=msgspec.Raw(columns.values),  # type: ignore[arg-type]
+                previous=False,
+            )
 
         reply = await self._attempt(owner, progress, request)
-        statuses = reply.statuses if isinstance(reply, m.MapReply) else ()
-        if len(statuses) == columns.count and statuses.count(m.Status.OK) == columns.count:
+        codes = reply.codes if isinstance(reply, m.MapReply) else ()
+        if len(codes) == columns.count and codes.count(m.ReplyCode.OK) == columns.count:
             return
         answered = [(list(range(columns.count)), reply)]
         await self._map_rounds(kind, map_name, keys, values, pids, False, progress, [None] * len(keys), answered)
@@ -395,27 +402,27 @@ class AsyncClient:
                     continue
                 for redirect in reply.redirects:
                     self.table.apply_redirect(redirect)
-                seen: set[m.Status] = set()
+                seen: set[m.ReplyCode] = set()
                 has_values = len(reply.values) == len(batch)
-                statuses = reply.statuses
-                if len(statuses) == len(batch) and statuses.count(m.Status.OK) == len(batch):
+                codes = reply.codes
+                if len(codes) == len(batch) and codes.count(m.ReplyCode.OK) == len(batch):
                     if has_values:  # every key answered OK: no status to look at one by one
                         for index, value in zip(batch, reply.values, strict=True):
                             results[index] = value
                     continue
-                for position, (index, status) in enumerate(zip(batch, reply.statuses, strict=False)):
-                    if status is m.Status.OK:
+                for position, (index, status) in enumerate(zip(batch, reply.codes, strict=False)):
+                    if status is m.ReplyCode.OK:
                         if has_values:
                             results[index] = reply.values[position]
                     else:
                         remaining.append(index)
                         seen.add(status)
-                if len(reply.statuses) != len(batch):
-                    seen.add(m.Status.REJECTED)
-                    reasons.append(f"a member answered {len(reply.statuses)} keys of {len(batch)}")
+                if len(reply.codes) != len(batch):
+                    seen.add(m.ReplyCode.REJECTED)
+                    reasons.append(f"a member answered {len(reply.codes)} keys of {len(batch)}")
                 for status in sorted(seen):
                     decisions.append(on_answer(self.call_settings, progress, status, reply.retry_after_ms, now))
-                    if status is m.Status.REJECTED and reply.reason:
+                    if status is m.ReplyCode.REJECTED and reply.reason:
                         reasons.append(reply.reason)
             if remaining:
                 # Back in call order (the answers came an owner at a time): a key named twice is
@@ -438,15 +445,23 @@ class AsyncClient:
     ) -> tuple[list[int], m.MapReply | _NotSent | None]:
         def request(call_id: int) -> m.MapRequest:
             if len(batch) == len(keys):  # the whole call: indexes are unique and in call order
-                return m.MapRequest(call_id, kind, map_name, tuple(pids), tuple(keys), tuple(values or ()), previous)
+                return m.MapRequest(
+                    call_id=call_id,
+                    kind=kind,
+                    map_name=map_name,
+                    partition_ids=tuple(pids),
+                    keys=tuple(keys),
+                    values=tuple(values or ()),
+                    previous=previous,
+                )
             return m.MapRequest(
-                call_id,
-                kind,
-                map_name,
-                tuple(map(pids.__getitem__, batch)),
-                tuple(map(keys.__getitem__, batch)),
-                tuple(map(values.__getitem__, batch)) if values is not None else (),
-                previous,
+                call_id=call_id,
+                kind=kind,
+                map_name=map_name,
+                partition_ids=tuple(map(pids.__getitem__, batch)),
+                keys=tuple(map(keys.__getitem__, batch)),
+                values=tuple(map(values.__getitem__, batch)) if values is not None else (),
+                previous=previous,
             )
 
         return batch, await self._attempt(owner, progress, request)
@@ -602,7 +617,15 @@ class AsyncClient:
         Raises what the call policy ends the call with."""
 
         def request(call_id: int) -> m.ScanRequest:
-            return m.ScanRequest(call_id, map_name, pid, offset, page_entries, keys_only, packed)
+            return m.ScanRequest(
+                call_id=call_id,
+                map_name=map_name,
+                partition_id=pid,
+                offset=offset,
+                max_entries=page_entries,
+                keys_only=keys_only,
+                packed=packed,
+            )
 
         while True:
             expired = on_deadline(self.call_settings, progress, self._now_ms())
@@ -615,11 +638,11 @@ class AsyncClient:
                 decide = on_not_sent if reply is NOT_SENT else on_no_answer
                 await self._carry_out([decide(self.call_settings, progress, now)], [], m.GET, 1, 1)
                 continue
-            if reply.status is m.Status.OK:
+            if reply.code is m.ReplyCode.OK:
                 return reply
             if reply.redirect is not None:
                 self.table.apply_redirect(reply.redirect)
-            decision = on_answer(self.call_settings, progress, reply.status, reply.retry_after_ms, now)
+            decision = on_answer(self.call_settings, progress, reply.code, reply.retry_after_ms, now)
             await self._carry_out([decision], [reply.reason] if reply.reason else [], m.GET, 1, 1)
             return None
 
@@ -630,26 +653,26 @@ class AsyncClient:
 
     # --- the cluster's state ---------------------------------------------------------------------
 
-    async def member_status(self, address: str | None = None) -> m.StatusReply:
+    async def member_status(self, address: str | None = None) -> m.MemberStatus:
         """One member's own view (``address``, or any member)."""
         connection = await self._connection_to(address or None)
         try:
             async with asyncio.timeout(self.attempt_timeout_ms / 1000):
-                return await connection.call(m.StatusRequest(connection.new_call_id()))
+                return await connection.call(m.MemberStatusRequest(connection.new_call_id()))
         except ConnectionLost as error:
             raise ClusterUnavailableError(f"{connection.address}: {error}") from None
         except TimeoutError:
             raise ClusterUnavailableError(f"{connection.address}: no status within the attempt timeout") from None
 
     async def cluster_status(self) -> ClusterStatus:
-        """Every member's view, asked at once: the member list comes from the master's applied log
-        (or, without a master, from the first member that answers)."""
+        """Every member's view, asked at once: the member list comes from the leader's applied log
+        (or, without a leader, from the first member that answers)."""
         first = await self.member_status()
-        if first.master_address and first.master_address != first.address:
+        if first.leader_address and first.leader_address != first.address:
             with contextlib.suppress(ClusterUnavailableError):
-                first = await self.member_status(first.master_address)
+                first = await self.member_status(first.leader_address)
         members = first.members
-        replies: dict[str, m.StatusReply] = {first.address: first}
+        replies: dict[str, m.MemberStatus] = {first.address: first}
         unreachable: dict[str, str] = {}
 
         async def ask(address: str) -> None:
@@ -728,8 +751,8 @@ class AsyncClient:
         self, on_event: Callable[[m.EventNotice], None], kinds: Iterable[str] | None = None
     ) -> EventListener:
         """Call ``on_event`` (on the client's event loop; keep it short) with each event the
-        master emits (``EventNotice``: migrations, members added and removed, master and state
-        changes, lost partitions), of ``kinds`` only when given. The listener follows the master
+        leader emits (``EventNotice``: migrations, members added and removed, leader and state
+        changes, lost partitions), of ``kinds`` only when given. The listener follows the leader
         when it changes; events emitted while it moves over are missed (``status`` tells where
         things stand). ``remove()`` the returned handle to stop."""
         wanted = frozenset(kinds) if kinds is not None else None
@@ -739,7 +762,7 @@ class AsyncClient:
         return listener
 
     def add_migration_listener(self, on_migration: Callable[[m.EventNotice], None]) -> EventListener:
-        """Seed 000's migration listener: every migration the master starts, finishes or fails."""
+        """Seed 000's migration listener: every migration the leader starts, finishes or fails."""
         return self.add_event_listener(on_migration, ("migration",))
 
     # --- administration ----------------------------------------------------------------------------
@@ -759,16 +782,16 @@ class AsyncClient:
                 raise ClusterUnavailableError(f"{connection.address}: {error}") from None
             except TimeoutError:
                 raise OperationTimeoutError(f"{type(command).__name__}: no answer in time", True) from None
-            if reply.status == m.ADMIN_OK:
+            if reply.result == m.ADMIN_OK:
                 return reply.reason
-            what = f"{type(command).__name__} at {connection.address}: {reply.status}: {reply.reason}"
-            if reply.status != m.ADMIN_UNAVAILABLE or self._now_ms() >= deadline:
+            what = f"{type(command).__name__} at {connection.address}: {reply.result}: {reply.reason}"
+            if reply.result != m.ADMIN_UNAVAILABLE or self._now_ms() >= deadline:
                 raise AdminError(what)
             await asyncio.sleep(ADMIN_RETRY_S)
 
 
 class EventListener:
-    """A subscription to the master's events, kept across master changes and lost connections."""
+    """A subscription to the leader's events, kept across leader changes and lost connections."""
 
     def __init__(
         self, client: AsyncClient, on_event: Callable[[m.EventNotice], None], kinds: frozenset[str] | None
@@ -777,7 +800,7 @@ class EventListener:
         self.on_event = on_event
         self.kinds = kinds
         self.task: asyncio.Task[None] | None = None
-        self.master = ""  # the member it listens to
+        self.leader = ""  # the member it listens to
         self.subscribed = asyncio.Event()
 
     def remove(self) -> None:
@@ -789,19 +812,19 @@ class EventListener:
             moved = asyncio.Event()
             try:
                 status = await self.client.member_status()
-                master = status.master_address or status.address
-                connection = await self.client._connection(master)
+                leader = status.leader_address or status.address
+                connection = await self.client._connection(leader)
 
-                def deliver(notice: m.EventNotice, at: str = master, moved: asyncio.Event = moved) -> None:
+                def deliver(notice: m.EventNotice, at: str = leader, moved: asyncio.Event = moved) -> None:
                     if notice.kind == "listening":
                         self.subscribed.set()
                         return
-                    if notice.kind == "master-changed" and notice.member != at:
-                        moved.set()  # follow the new master
+                    if notice.kind == "leader-changed" and notice.member != at:
+                        moved.set()  # follow the new leader
                     if self.kinds is None or notice.kind in self.kinds:
                         self.on_event(notice)
 
-                self.master = master
+                self.leader = leader
                 connection.listen(deliver)
                 while not connection.closed and not moved.is_set():
                     with contextlib.suppress(TimeoutError):

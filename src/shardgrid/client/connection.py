@@ -91,7 +91,7 @@ class MemberConnection:
 
     async def call(self, message: Any) -> Any:
         """Send a message with a ``call_id`` and return its answer (a MapReply put back together, an
-        AdminReply, a StatusReply). Raises ConnectionLost."""
+        AdminReply, a MemberStatus). Raises ConnectionLost."""
         async with self._slots:
             stream = self._live_stream()
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -227,6 +227,13 @@ def _joined(parts: list[m.MapReply]) -> m.MapReply:
         return parts[0]
     parts.sort(key=lambda part: part.first_index)
     first = parts[0]
-    statuses = tuple(status for part in parts for status in part.statuses)
+    codes = tuple(status for part in parts for status in part.codes)
     values = tuple(value for part in parts for value in part.values)
-    return m.MapReply(first.call_id, statuses, values, first.redirects, first.retry_after_ms, first.reason)
+    return m.MapReply(
+        call_id=first.call_id,
+        codes=codes,
+        values=values,
+        redirects=first.redirects,
+        retry_after_ms=first.retry_after_ms,
+        reason=first.reason,
+    )

@@ -56,7 +56,7 @@ def array_length(encoded: bytes) -> int | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EncodedColumns:
     """``count`` keys and values (serialized), each column a msgpack array of bin, and their
     partition ids as a msgpack array of int (None when the caller knew no partition count: the

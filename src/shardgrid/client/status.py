@@ -1,9 +1,9 @@
 """The cluster as its members describe it, and whether it is safe: pure functions over their
-``StatusReply``s, so that ``shardgrid status``, ``is_cluster_safe`` and ``wait_until_safe`` agree.
+``MemberStatus``s, so that ``shardgrid status``, ``is_cluster_safe`` and ``wait_until_safe`` agree.
 
 Safe means what Hazelcast's ``isClusterSafe`` promises and a script can wait on before the next
 step of a rolling restart: every member of the list answered and has applied the same log (member
-list and partition table), the master has nothing planned, running, joining or leaving, the table
+list and partition table), the leader has nothing planned, running, joining or leaving, the table
 has every replica the backup count asks for, and no member is migrating, syncing a replica or
 waiting for a backup's acknowledgement. Losing any one member then loses no data of a map with a
 backup.
@@ -13,19 +13,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shardgrid.core.messages import StatusReply
+from shardgrid.core.messages import MemberStatus
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterStatus:
     members: tuple[str, ...]  # the member list, as the member asked first applied it
-    replies: dict[str, StatusReply] = field(default_factory=dict)  # by address
+    replies: dict[str, MemberStatus] = field(default_factory=dict)  # by address
     unreachable: dict[str, str] = field(default_factory=dict)  # address -> why it did not answer
 
     @property
-    def master(self) -> str:
-        masters = {reply.master_address for reply in self.replies.values()}
-        return masters.pop() if len(masters) == 1 else ""
+    def leader(self) -> str:
+        leaders = {reply.leader_address for reply in self.replies.values()}
+        return leaders.pop() if len(leaders) == 1 else ""
 
     @property
     def unsafe_reason(self) -> str:
@@ -39,27 +39,27 @@ class ClusterStatus:
         inactive = next((reply for reply in replies if reply.lifecycle != "active"), None)
         if inactive is not None:
             return f"{inactive.address} is {inactive.lifecycle}"
-        if not self.master:
-            return "the members do not agree on a master"
+        if not self.leader:
+            return "the members do not agree on a leader"
         if len({reply.members for reply in replies}) != 1:
             return "the members do not agree on the member list yet"
         if len({reply.applied_index for reply in replies}) != 1:
             return "a member has not applied the whole log yet"
         if len({reply.table_stamp for reply in replies}) != 1:
             return "the members do not hold the same partition table yet"
-        master = self.replies.get(self.master)
-        if master is None:
-            return f"the master {self.master} is not in the member list"
-        if not master.master_idle:
-            planned = master.migrations_planned + master.migrations_in_log
+        leader = self.replies.get(self.leader)
+        if leader is None:
+            return f"the leader {self.leader} is not in the member list"
+        if not leader.leader_idle:
+            planned = leader.migrations_planned + leader.migrations_in_log
             if planned:
-                return f"the master is rebalancing ({planned} migrations planned or running)"
-            if not master.cluster_state.migration_allowed:
+                return f"the leader is rebalancing ({planned} migrations planned or running)"
+            if not leader.cluster_state.migration_allowed:
                 # Said as it is: the wait ends with `rebalance resume`, not by itself.
-                return f"the cluster state is {master.cluster_state.value}: rebalancing waits until it is active"
-            return "the master is admitting, removing or adjusting members"
-        if master.missing_replicas:
-            return f"{master.missing_replicas} backup replicas are missing from the table"
+                return f"the cluster state is {leader.cluster_state.value}: rebalancing waits until it is active"
+            return "the leader is admitting, removing or adjusting members"
+        if leader.missing_replicas:
+            return f"{leader.missing_replicas} backup replicas are missing from the table"
         for reply in replies:
             if not reply.quiet:
                 return (

@@ -20,7 +20,7 @@ from shardgrid.client.errors import ClientClosedError
 from shardgrid.client.serialization import Serializer
 from shardgrid.client.status import ClusterStatus
 from shardgrid.core.hashing import Key
-from shardgrid.core.messages import EventNotice, StatusReply
+from shardgrid.core.messages import EventNotice, MemberStatus
 from shardgrid.core.metadata.cluster_state import ClusterState
 
 T = TypeVar("T")
@@ -95,7 +95,7 @@ class Client:
     def admin(self, command: Any, address: str | None = None) -> str:
         return self._run(self._async.admin(command, address))
 
-    def member_status(self, address: str | None = None) -> StatusReply:
+    def member_status(self, address: str | None = None) -> MemberStatus:
         return self._run(self._async.member_status(address))
 
     def cluster_status(self) -> ClusterStatus:

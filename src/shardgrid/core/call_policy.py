@@ -19,7 +19,7 @@ import enum
 from dataclasses import dataclass
 
 from shardgrid.core.errors import require
-from shardgrid.core.messages import RETRYABLE, Status
+from shardgrid.core.messages import RETRYABLE, ReplyCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,20 +65,22 @@ class CallProgress:
         return self.started_ms + settings.operation_call_timeout_ms
 
 
-def on_answer(settings: CallSettings, call: CallProgress, status: Status, retry_after_ms: int, now_ms: int) -> Decision:
+def on_answer(
+    settings: CallSettings, call: CallProgress, status: ReplyCode, retry_after_ms: int, now_ms: int
+) -> Decision:
     """A member answered an attempt with ``status``."""
-    if status is Status.OK:
+    if status is ReplyCode.OK:
         return Decision(Verdict.DONE)
-    if status is Status.REJECTED:
+    if status is ReplyCode.REJECTED:
         # Refused whole by the member that answered; an earlier attempt may still have been applied.
         return Decision(Verdict.REJECTED, outcome_unknown=call.mutating and call.maybe_applied)
-    if status is Status.INDETERMINATE:
+    if status is ReplyCode.INDETERMINATE:
         return _after_uncertain_attempt(settings, call, now_ms)
-    if status is Status.WRONG_OWNER:
+    if status is ReplyCode.WRONG_OWNER:
         return _retry(settings, call, now_ms, now_ms, refresh_table=False)  # to the owner the answer names
     if status in RETRYABLE:
         backoff = min(max(retry_after_ms, settings.min_retry_backoff_ms), settings.max_retry_backoff_ms)
-        return _retry(settings, call, now_ms, now_ms + backoff, refresh_table=status is Status.SHUTTING_DOWN)
+        return _retry(settings, call, now_ms, now_ms + backoff, refresh_table=status is ReplyCode.SHUTTING_DOWN)
     return Decision(Verdict.REJECTED, outcome_unknown=call.mutating and call.maybe_applied)
 
 

@@ -28,7 +28,7 @@ import msgspec
 from shardgrid.core import messages as m
 from shardgrid.core import session as handshake
 from shardgrid.core.errors import InvariantViolation, ProtocolError, ShardgridError, invariant
-from shardgrid.core.identity import Replicas
+from shardgrid.core.identity import MemberIds
 from shardgrid.core.limits import (
     MAX_COMMANDS_PER_ENTRY,
     MAX_COMPLETED_IN_METADATA,
@@ -60,7 +60,7 @@ COMMAND_TYPES: tuple[type[Message], ...] = (
     c.SetClusterState,
     c.PromoteToDataMember,
     c.MarkLeaving,
-    c.ShutdownCluster,
+    c.StopAllMembers,
 )
 
 
@@ -93,12 +93,12 @@ _TableRow = Annotated[
 
 
 class _WireTable(Record):
-    replicas: Replicas
+    replicas: MemberIds
     versions: Annotated[tuple[m.PartitionVersion, ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
     slots: Annotated[tuple[_TableRow, ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
 
 
-class _WireState(Record):
+class _WireState(Record, kw_only=True):
     partition_count: Annotated[int, msgspec.Meta(ge=1, le=MAX_PARTITION_COUNT)]
     members: c.Members
     table: _WireTable | None
@@ -139,14 +139,14 @@ def _table_from_wire(wire: _WireTable) -> PartitionTable:
 
 def _state_to_wire(state: MetadataState) -> _WireState:
     return _WireState(
-        state.partition_count,
-        state.members,
-        None if state.table is None else _table_to_wire(state.table),
-        state.cluster_state,
-        tuple(state.migrations[pid] for pid in sorted(state.migrations)),
-        state.completed,
-        state.shut_down,
-        state.parting,
+        partition_count=state.partition_count,
+        members=state.members,
+        table=None if state.table is None else _table_to_wire(state.table),
+        cluster_state=state.cluster_state,
+        migrations=tuple(state.migrations[pid] for pid in sorted(state.migrations)),
+        completed=state.completed,
+        shut_down=state.shut_down,
+        parting=state.parting,
     )
 
 
@@ -189,7 +189,7 @@ _WIRE_COMMAND_TYPES: tuple[type[Message], ...] = (
     c.SetClusterState,
     c.PromoteToDataMember,
     c.MarkLeaving,
-    c.ShutdownCluster,
+    c.StopAllMembers,
 )
 _WireCommands = Annotated[
     tuple[Union[_WIRE_COMMAND_TYPES], ...],  # type: ignore[valid-type]  # noqa: UP007
@@ -197,7 +197,7 @@ _WireCommands = Annotated[
 ]
 
 
-class _WireEntry(Record):
+class _WireEntry(Record, kw_only=True):
     term: Counter
     index: Counter
     command: _WireCommands | None = None
@@ -212,7 +212,7 @@ class _WireSnapshot(Record):
     state: _WireState
 
 
-class _WireAppendEntries(Message, tag=42):
+class _WireAppendEntries(Message, tag=42, kw_only=True):
     term: Counter
     prev_index: Counter
     prev_term: Counter
@@ -255,17 +255,24 @@ def _command_from_wire(wire: Any) -> Any:
 
 def _entry_from_wire(wire: _WireEntry) -> Entry:
     return Entry(
-        wire.term,
-        wire.index,
-        None if wire.command is None else tuple(_command_from_wire(command) for command in wire.command),
-        wire.change,
-        wire.forced,
+        term=wire.term,
+        index=wire.index,
+        command=None if wire.command is None else tuple(_command_from_wire(command) for command in wire.command),
+        change=wire.change,
+        forced=wire.forced,
     )
 
 
 def _append_from_wire(wire: _WireAppendEntries) -> r.AppendEntries:
     entries = tuple(_entry_from_wire(entry) for entry in wire.entries)
-    return r.AppendEntries(wire.term, wire.prev_index, wire.prev_term, entries, wire.commit, wire.sent_ms)
+    return r.AppendEntries(
+        term=wire.term,
+        prev_index=wire.prev_index,
+        prev_term=wire.prev_term,
+        entries=entries,
+        commit=wire.commit,
+        sent_ms=wire.sent_ms,
+    )
 
 
 def _install_from_wire(wire: _WireInstallSnapshot) -> r.InstallSnapshot:

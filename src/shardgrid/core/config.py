@@ -44,7 +44,7 @@ class MapConfig:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MemberConfig:
     partition_count: int = DEFAULT_PARTITION_COUNT
     # Replication of every map not named in ``maps`` (seed 001's defaults: one sync backup).

@@ -9,28 +9,28 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_REPLICA_COUNT
 from shardgrid.core.metadata.cluster_state import ClusterState
 
 
 @dataclass(frozen=True, slots=True)
 class MemberAdded:
-    member: Replica
+    member: MemberId
     log_index: int
 
 
 @dataclass(frozen=True, slots=True)
 class MemberRemoved:
-    member: Replica
+    member: MemberId
     log_index: int
 
 
 @dataclass(frozen=True, slots=True)
-class MasterChanged:
-    """The Raft leader, which is the seeds' master, changed (seen by this member)."""
+class LeaderChanged:
+    """The Raft leader (Hazelcast's master) changed (seen by this member)."""
 
-    master: Replica
+    leader: MemberId
     term: int
 
 
@@ -44,26 +44,26 @@ class ClusterStateChanged:
 class MemberPromoted:
     """A lite member became a data member (seed 002)."""
 
-    member: Replica
+    member: MemberId
     log_index: int
 
 
-class MigrationEventStatus(enum.StrEnum):
+class MigrationPhase(enum.StrEnum):
     STARTED = "started"
     FINISHED = "finished"
     FAILED = "failed"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MigrationEvent:
     """Seed 000's PartitionMigrationEvent."""
 
-    status: MigrationEventStatus
+    phase: MigrationPhase
     migration_id: str
     partition_id: int
     kind: str
-    source: Replica | None
-    destination: Replica | None
+    source: MemberId | None
+    destination: MemberId | None
     source_current_index: int
     source_new_index: int
     destination_current_index: int
@@ -85,13 +85,13 @@ class PartitionLost:
 class RemovedFromCluster:
     """This member learned it was removed; it dropped its data and joins again as a new member."""
 
-    old_identity: Replica
-    new_identity: Replica
+    old_identity: MemberId
+    new_identity: MemberId
 
 
 @dataclass(frozen=True, slots=True)
 class MemberStopped:
     """This member stopped: its graceful shutdown completed, or the cluster shut down."""
 
-    member: Replica
+    member: MemberId
     reason: str

@@ -1,6 +1,6 @@
 """How the core names a member.
 
-A replica slot of the partition table holds a ``Replica``: the member's uuid and address, as
+A replica slot of the partition table holds a ``MemberId``: the member's uuid and address, as
 Hazelcast's PartitionReplica does. The uuid makes a member that restarts on the same address a
 different replica (its data is gone), and the address lets a table be read without the member
 list. Whether a member is lite is a property of the member, not of a replica, so it lives in
@@ -22,7 +22,7 @@ MAX_UUID_CHARS = 64
 MAX_ADDRESS_CHARS = 256
 
 
-class Replica(Record, order=True):
+class MemberId(Record, order=True):
     """A member as the partition table names it; ordered by uuid so sorting is deterministic."""
 
     uuid: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_UUID_CHARS)]
@@ -32,9 +32,9 @@ class Replica(Record, order=True):
         return f"{self.address}/{self.uuid[:8]}"
 
 
-# Here, beside Replica, so that Raft's configurations, the log's commands and the messages carry one
+# Here, beside MemberId, so that Raft's configurations, the log's commands and the messages carry one
 # bound: the codec checks it before it builds a single replica of a list a peer made too long.
-Replicas = Annotated[tuple[Replica, ...], msgspec.Meta(max_length=MAX_MEMBER_COUNT)]
+MemberIds = Annotated[tuple[MemberId, ...], msgspec.Meta(max_length=MAX_MEMBER_COUNT)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,5 +44,5 @@ class MemberInfo:
     ``lite`` members take part in the cluster but own no partition replicas (seed 001, seed 002).
     """
 
-    replica: Replica
+    id: MemberId
     lite: bool = False

@@ -10,7 +10,7 @@ from typing import Final
 DEFAULT_PARTITION_COUNT: Final = 271
 MAX_PARTITION_COUNT: Final = 100_000
 
-# Replicas (seed 000: at most 7 replicas, indexes 0..6; index 0 is the owner).
+# MemberIds (seed 000: at most 7 replicas, indexes 0..6; index 0 is the owner).
 MAX_REPLICA_COUNT: Final = 7
 MAX_BACKUP_COUNT: Final = MAX_REPLICA_COUNT - 1
 DEFAULT_BACKUP_COUNT: Final = 1
@@ -80,3 +80,7 @@ MAX_RUNS_PER_BACKUP_BATCH: Final = 10 * MAX_OPERATIONS_PER_REQUEST
 # The newest migration outcomes the metadata keeps (seed 000's completed-migrations list; the log
 # holds every one until it is compacted).
 MAX_COMPLETED_IN_METADATA: Final = 1_000
+
+# "Never", as a time: long before any a member's clock shows (it starts at 0), so that a thing
+# last done at NEVER_MS is due at once ("now - last >= interval" holds at the first tick).
+NEVER_MS: Final = -(10**12)

@@ -17,7 +17,7 @@ from typing import Annotated
 
 import msgspec
 
-from shardgrid.core.identity import MAX_ADDRESS_CHARS, Replica, Replicas
+from shardgrid.core.identity import MAX_ADDRESS_CHARS, MemberId, MemberIds
 from shardgrid.core.limits import (
     MAX_COUNTER,
     MAX_ENTRIES_PER_CHUNK,
@@ -67,7 +67,7 @@ class JoinRequest(Message, tag=20):
     """To any known address: admit me (the leader), tell me where the leader is (a member), or
     tell me you are looking for a cluster too (a process that has not joined one)."""
 
-    member: Replica
+    member: MemberId
     lite: bool = False
     heard_of_cluster: bool = False  # the sender knows a cluster exists: it must not found one
     settings_digest: Digest = ""  # of the settings every member must share (MemberConfig.settings_digest)
@@ -89,7 +89,7 @@ class Unjoined(Message, tag=23):
     """From a process that belongs to no cluster either: a peer to form the first one with,
     unless it has heard of an existing cluster."""
 
-    member: Replica
+    member: MemberId
     lite: bool = False
     heard_of_cluster: bool = False
     settings_digest: Digest = ""
@@ -102,7 +102,7 @@ class Bootstrap(Message, tag=24):
     takes it only from the proposer it promised, for that round."""
 
     members: Members
-    voters: Replicas
+    voters: MemberIds
     round: Counter = 0
 
 
@@ -124,7 +124,7 @@ class FoundingAnswer(Message, tag=29):
 
     round: Counter
     promised: bool
-    promised_to: Replica | None = None
+    promised_to: MemberId | None = None
     heard_of_cluster: bool = False
 
 
@@ -169,7 +169,7 @@ class LeaseGrant(Message, tag=27):
 # sync chunk of one object per entry) are retired.
 
 
-class MigrationChunk(Message, tag=88):
+class MigrationChunk(Message, tag=88, kw_only=True):
     """Data sender to destination: the next bounded piece of one map of the partition, as key and
     value columns, in order. Several are in flight at once (``migration_window_chunks``)."""
 
@@ -253,7 +253,7 @@ class OpKind(enum.StrEnum):
 GET, PUT, REMOVE, PUT_IF_ABSENT = OpKind.GET, OpKind.PUT, OpKind.REMOVE, OpKind.PUT_IF_ABSENT
 
 
-class WriteRun(Record):
+class WriteRun(Record, kw_only=True):
     """Consecutive writes of one kind to one map of a partition, as the owner applied them: replica
     sequences ``first_sequence``, ``first_sequence + 1``, ... one per key. Columns, not one object
     per write: a put_all of a thousand keys to one partition is one run."""
@@ -280,7 +280,16 @@ class WriteRun(Record):
 
     def without_data(self) -> WriteRun:
         first = self.first_sequence
-        return WriteRun(self.partition_id, self.lineage, first, self.kind, self.map_name, (), (), self.write_count)
+        return WriteRun(
+            partition_id=self.partition_id,
+            lineage=self.lineage,
+            first_sequence=first,
+            kind=self.kind,
+            map_name=self.map_name,
+            keys=(),
+            values=(),
+            skipped=self.write_count,
+        )
 
 
 # Codes 100 and 101 (one message per write and per acknowledgement) are retired.
@@ -299,7 +308,7 @@ class BackupAckBatch(Message, tag=121):
     acks: Annotated[tuple[tuple[PartitionId, Counter], ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
 
 
-class ReplicaSyncChunk(Message, tag=126):
+class ReplicaSyncChunk(Message, tag=126, kw_only=True):
     """Owner to backup: the next bounded piece of the maps a sync brings, as key and value
     columns, in order, several in flight (``migration_window_chunks``). ``base_sequence`` -1:
     the backup's copy is replaced whole. Otherwise the backup holds the partition at
@@ -353,14 +362,14 @@ class ReplicaSummary(Message, tag=125):
     sequences: Annotated[tuple[Counter, ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
 
 
-class AssignPartitions(Message, tag=104):
+class AssignmentRequest(Message, tag=104):
     """A member asked for data before any partition was assigned: the leader assigns them now."""
 
 
 # --- clients ---------------------------------------------------------------------------------------
 
 
-class Status(enum.IntEnum):
+class ReplyCode(enum.IntEnum):
     """What happened to one key of a request, in a form a smart client acts on without parsing text."""
 
     OK = 0
@@ -373,10 +382,12 @@ class Status(enum.IntEnum):
     INDETERMINATE = 7  # applied by the owner, but not confirmed by every backup under lease
 
 
-RETRYABLE: frozenset[Status] = frozenset({Status.MIGRATING, Status.NOT_READY, Status.OVERLOADED, Status.SHUTTING_DOWN})
+RETRYABLE: frozenset[ReplyCode] = frozenset(
+    {ReplyCode.MIGRATING, ReplyCode.NOT_READY, ReplyCode.OVERLOADED, ReplyCode.SHUTTING_DOWN}
+)
 
 
-class MapRequest(Message, tag=122):
+class MapRequest(Message, tag=122, kw_only=True):
     """One operation on many keys of one map, as columns: ``partition_ids[i]`` is ``keys[i]``'s
     partition (the member checks it), ``values[i]`` its value for a put. The keys may span
     partitions; the member answers for each. ``previous`` asks a put or remove for each key's
@@ -399,8 +410,8 @@ class PartitionRedirect(Record):
     owner_address: str
 
 
-class MapReply(Message, tag=123):
-    """One status per key; ``values`` (a get's values, or a put's or remove's previous values when
+class MapReply(Message, tag=123, kw_only=True):
+    """One reply code per key; ``values`` (a get's values, or a put's or remove's previous values when
     asked) one per key, or empty; one redirect per partition answered WRONG_OWNER.
 
     An answer whose values pass ``MAX_REPLY_VALUE_BYTES`` comes in several replies to the same
@@ -408,7 +419,7 @@ class MapReply(Message, tag=123):
     redirects, the retry hint and the reason come with the first)."""
 
     call_id: Counter
-    statuses: Annotated[tuple[Status, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
+    codes: Annotated[tuple[ReplyCode, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
     values: Annotated[tuple[bytes | None, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)] = ()
     redirects: Annotated[tuple[PartitionRedirect, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)] = ()
     retry_after_ms: Counter = 0
@@ -417,7 +428,7 @@ class MapReply(Message, tag=123):
     more: bool = False
 
 
-class ScanRequest(Message, tag=127):
+class ScanRequest(Message, tag=127, kw_only=True):
     """A page of one partition's entries of one map, from its owner: the entries after the first
     ``offset``, at most ``max_entries`` of them (0: none, just the count). Pages of one partition
     fit together only while the reply's ``lineage`` and ``map_version`` stay the same; when they
@@ -434,13 +445,13 @@ class ScanRequest(Message, tag=127):
     packed: bool = False
 
 
-class ScanReply(Message, tag=128):
-    """One page: ``status`` OK with the entries, or why not (WRONG_OWNER with the ``redirect``,
+class ScanReply(Message, tag=128, kw_only=True):
+    """One page: ``code`` OK with the entries, or why not (WRONG_OWNER with the ``redirect``,
     MIGRATING or NOT_READY with ``retry_after_ms``, REJECTED with the ``reason``). ``total`` is the
     partition's entry count of the map; ``more`` says entries follow this page."""
 
     call_id: Counter
-    status: Status
+    code: ReplyCode
     keys: KeyColumn = ()
     values: ValueColumn = ()
     total: Counter = 0
@@ -458,16 +469,16 @@ class ScanReply(Message, tag=128):
     value_lengths: PackedBytes = b""
 
 
-class StatusRequest(Message, tag=129):
+class MemberStatusRequest(Message, tag=129):
     """A client asks one member how it stands (``shardgrid status``, ``is_cluster_safe``)."""
 
     call_id: Counter
 
 
-class StatusReply(Message, tag=130):
+class MemberStatus(Message, tag=130, kw_only=True):
     """One member's own view: what it is, what its applied log says of the cluster, and whether
     its own part is quiet. The cluster is safe when every member of the list answers ``quiet``,
-    all at the same ``applied_index`` and ``table_stamp``, and the master says ``master_idle``
+    all at the same ``applied_index`` and ``table_stamp``, and the leader says ``leader_idle``
     with no ``missing_replicas``."""
 
     call_id: Counter
@@ -475,7 +486,7 @@ class StatusReply(Message, tag=130):
     uuid: str
     lifecycle: str  # Lifecycle's value
     lite: bool
-    master_address: str  # "" when it knows of none
+    leader_address: str  # "" when it knows of none
     term: Counter
     cluster_state: ClusterState
     applied_index: Counter
@@ -489,11 +500,11 @@ class StatusReply(Message, tag=130):
     missing_replicas: Counter  # backup slots the table leaves empty though data members could fill them
     migrations_in_log: Counter  # started and not finished, cluster-wide, as the log says
     migrations_here: Counter  # partitions this member sends or receives right now
-    migrations_planned: Counter  # master only: planned, not started yet
+    migrations_planned: Counter  # leader only: planned, not started yet
     migrations_finished: Counter  # finished as this member applied them since it started
     writes_awaiting_backups: Counter  # this member's writes not yet acknowledged by every backup
     syncs_in_flight: Counter  # replica syncs this member sends or receives
-    master_idle: bool  # master only: nothing planned, proposed or running, nobody joining or leaving
+    leader_idle: bool  # leader only: nothing planned, proposed or running, nobody joining or leaving
     quiet: bool  # nothing of this member's is moving, syncing or waiting for a backup
     entries_migrated: Counter = 0  # records this member sent as a migration source since it started
     bytes_migrated: Counter = 0  # their keys' and values' bytes
@@ -508,15 +519,15 @@ class ListenRequest(Message, tag=131):
     call_id: Counter
 
 
-class EventNotice(Message, tag=132):
+class EventNotice(Message, tag=132, kw_only=True):
     """One event a member emitted, for a listening client: ``kind`` names it (``migration``,
-    ``member-added``, ``member-removed``, ``master-changed``, ``cluster-state-changed``,
+    ``member-added``, ``member-removed``, ``leader-changed``, ``cluster-state-changed``,
     ``partition-lost``, ``member-promoted``, or ``listening`` first, to say the subscription holds);
     the other fields carry what that kind has, addresses for members."""
 
     call_id: Counter
     kind: Annotated[str, msgspec.Meta(max_length=64)]
-    status: Annotated[str, msgspec.Meta(max_length=64)] = ""  # a migration's: started, finished, failed
+    phase: Annotated[str, msgspec.Meta(max_length=64)] = ""  # a migration's: started, finished, failed
     partition_id: Annotated[int, msgspec.Meta(ge=-1, lt=MAX_PARTITION_COUNT)] = -1
     migration_id: Annotated[str, msgspec.Meta(max_length=256)] = ""
     migration_kind: Annotated[str, msgspec.Meta(max_length=64)] = ""
@@ -544,7 +555,7 @@ TableRow = Annotated[
 ]
 
 
-class TableReply(Message, tag=124):
+class TableReply(Message, tag=124, kw_only=True):
     """The table as this member applied it, in seed 003's shape: the members it names once, then
     per partition (from ``first_partition`` on) its version and replicas as indexes into
     ``addresses`` (the owner first, then the backups; -1 for an empty slot). At most
@@ -595,18 +606,18 @@ class AdminRequest(Message, tag=114):
     command: ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster | RecoverLostMajority
 
 
-class AdminStatus(enum.StrEnum):
+class AdminResult(enum.StrEnum):
     OK = "ok"
     FAILED = "failed"  # refused: the reason says why; nothing changed, and asking again will not help
     UNAVAILABLE = "unavailable"  # no leader now, an election, the leader changed: ask again
 
 
-ADMIN_OK, ADMIN_FAILED, ADMIN_UNAVAILABLE = AdminStatus.OK, AdminStatus.FAILED, AdminStatus.UNAVAILABLE
+ADMIN_OK, ADMIN_FAILED, ADMIN_UNAVAILABLE = AdminResult.OK, AdminResult.FAILED, AdminResult.UNAVAILABLE
 
 
 class AdminReply(Message, tag=115):
     call_id: Counter
-    status: AdminStatus
+    result: AdminResult
     reason: str = ""
 
 
@@ -620,5 +631,5 @@ class LeaderRequest(Message, tag=116):
 
 class LeaderReply(Message, tag=117):
     request_id: Counter
-    status: AdminStatus
+    result: AdminResult
     reason: str = ""

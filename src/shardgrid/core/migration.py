@@ -2,7 +2,7 @@
 
 The six fields are those of Hazelcast's PartitionMigrationEvent and MigrationInfo, with -1 for
 'none', so that anyone who has read seed 000 can read a plan. Applying a migration to a replica
-array is defined once, here, and the planner, its tests, the master and the simulator all use it.
+array is defined once, here, and the planner, its tests, the leader and the simulator all use it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import enum
 from collections.abc import Sequence
 
 from shardgrid.core.errors import invariant
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_REPLICA_COUNT
 from shardgrid.core.wire import Record
 
@@ -28,13 +28,13 @@ class MigrationKind(enum.Enum):
     CLEAR = "clear"  # the slot is emptied; nobody receives it
 
 
-class Migration(Record):
+class Migration(Record, kw_only=True):
     """A replica change of one partition; ``-1`` means 'none' for every index field."""
 
-    source: Replica | None
+    source: MemberId | None
     source_current_index: int
     source_new_index: int
-    destination: Replica | None
+    destination: MemberId | None
     destination_current_index: int
     destination_new_index: int
 
@@ -70,7 +70,7 @@ class Migration(Record):
         return MigrationKind.MOVE
 
     @property
-    def participants(self) -> tuple[Replica, ...]:
+    def participants(self) -> tuple[MemberId, ...]:
         """Source and destination, those that exist (the data sender may also be the owner)."""
         return tuple(r for r in (self.source, self.destination) if r is not None)
 
@@ -81,7 +81,7 @@ class Migration(Record):
         )
 
 
-def apply_migration(slots: Sequence[Replica | None], migration: Migration) -> list[Replica | None]:
+def apply_migration(slots: Sequence[MemberId | None], migration: Migration) -> list[MemberId | None]:
     """The replica array after ``migration``: clear both current indexes, then place both members.
 
     The migration must match ``slots`` (the source and destination really sit where it says);
@@ -106,7 +106,7 @@ def apply_migration(slots: Sequence[Replica | None], migration: Migration) -> li
     return result
 
 
-def migration_fits(slots: Sequence[Replica | None], migration: Migration) -> bool:
+def migration_fits(slots: Sequence[MemberId | None], migration: Migration) -> bool:
     """Whether ``migration`` applies to ``slots`` (what ``apply_migration`` would otherwise refuse)."""
     m = migration
     result = list(slots)
@@ -127,14 +127,16 @@ def migration_fits(slots: Sequence[Replica | None], migration: Migration) -> boo
     return m.source_new_index == NO_INDEX or result[m.source_new_index] is None
 
 
-class MigrationStatus(enum.Enum):
-    ACTIVE = "active"
+class MigrationOutcome(enum.Enum):
+    """What became of a migration: none yet, or which way the log decided it."""
+
+    PENDING = "pending"
     COMMITTED = "committed"
     ROLLED_BACK = "rolled-back"
 
 
-class MigrationRecord(Record):
-    """A migration as the master decided it: ``version_before`` is what participants must hold.
+class MigrationRecord(Record, kw_only=True):
+    """A migration as the leader decided it: ``version_before`` is what participants must hold.
 
     A committed record's partition is at ``version_before + 1`` after it, a rolled-back one's at
     ``version_before + 2`` at least (seed 000, section 2.1, step 4).
@@ -144,11 +146,17 @@ class MigrationRecord(Record):
     partition_id: int
     migration: Migration
     version_before: int
-    status: MigrationStatus = MigrationStatus.ACTIVE
+    outcome: MigrationOutcome = MigrationOutcome.PENDING
 
-    def with_status(self, status: MigrationStatus) -> MigrationRecord:
-        return MigrationRecord(self.migration_id, self.partition_id, self.migration, self.version_before, status)
+    def with_outcome(self, outcome: MigrationOutcome) -> MigrationRecord:
+        return MigrationRecord(
+            migration_id=self.migration_id,
+            partition_id=self.partition_id,
+            migration=self.migration,
+            version_before=self.version_before,
+            outcome=outcome,
+        )
 
     @property
     def version_after(self) -> int:
-        return self.version_before + (1 if self.status is MigrationStatus.COMMITTED else 2)
+        return self.version_before + (1 if self.outcome is MigrationOutcome.COMMITTED else 2)

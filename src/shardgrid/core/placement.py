@@ -1,4 +1,4 @@
-"""Repartitioning: the balanced target table the master migrates towards.
+"""Repartitioning: the balanced target table the leader migrates towards.
 
 ``arrange`` assigns replica index 0 (the owners) first, then index 1, and so on, so that hotter
 replicas are settled before colder ones. For each index it:
@@ -27,14 +27,14 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 
 from shardgrid.core.errors import InvariantViolation, require
-from shardgrid.core.identity import MemberInfo, Replica
+from shardgrid.core.identity import MemberId, MemberInfo
 from shardgrid.core.limits import MAX_BACKUP_COUNT, MAX_MEMBER_COUNT, MAX_REPLICA_COUNT
 from shardgrid.core.table import PartitionTable
 
-Allowed = Callable[[Replica, int], bool]
+Allowed = Callable[[MemberId, int], bool]
 """May this member take the slot being arranged in this partition (group and member distinctness)?"""
-Counts = dict[Replica, int]
-HeapEntry = tuple[int, float, Replica]
+Counts = dict[MemberId, int]
+HeapEntry = tuple[int, float, MemberId]
 
 
 def replica_count_for(data_member_count: int, group_count: int, backup_count: int) -> int:
@@ -46,7 +46,7 @@ def arrange(
     members: Sequence[MemberInfo],
     current: PartitionTable,
     rng: random.Random,
-    groups: Mapping[Replica, str] | None = None,
+    groups: Mapping[MemberId, str] | None = None,
     *,
     backup_count: int = 1,
 ) -> PartitionTable:
@@ -58,7 +58,7 @@ def arrange(
     """
     require(0 <= backup_count <= MAX_BACKUP_COUNT, f"backup_count must be 0..{MAX_BACKUP_COUNT}, got {backup_count}")
     require(len(members) <= MAX_MEMBER_COUNT, f"at most {MAX_MEMBER_COUNT} members, got {len(members)}")
-    data = sorted({m.replica for m in members if not m.lite})
+    data = sorted({m.id for m in members if not m.lite})
     require(len(data) == sum(1 for m in members if not m.lite), "a data member is listed twice")
     if groups is not None:
         missing = [str(m) for m in data if m not in groups]
@@ -67,7 +67,7 @@ def arrange(
     else:
         group_of = {m: m.uuid for m in data}
     partition_count = current.partition_count
-    slots: list[list[Replica | None]] = [[None] * MAX_REPLICA_COUNT for _ in range(partition_count)]
+    slots: list[list[MemberId | None]] = [[None] * MAX_REPLICA_COUNT for _ in range(partition_count)]
     if not data:
         return PartitionTable(tuple(tuple(s) for s in slots), current.versions)
 
@@ -85,18 +85,18 @@ def arrange(
 
 def _arrange_index(
     index: int,
-    data: list[Replica],
+    data: list[MemberId],
     rank: Counts,
-    group_of: dict[Replica, str],
+    group_of: dict[MemberId, str],
     current: PartitionTable,
-    slots: list[list[Replica | None]],
+    slots: list[list[MemberId | None]],
     partition_order: list[int],
     rng: random.Random,
 ) -> None:
     quota = _quotas(index, data, rank, current)
     count = dict.fromkeys(data, 0)
 
-    def allowed(member: Replica, pid: int) -> bool:
+    def allowed(member: MemberId, pid: int) -> bool:
         taken = slots[pid]
         return all(taken[j] is None or group_of[taken[j]] != group_of[member] for j in range(index))
 
@@ -132,11 +132,11 @@ def _arrange_index(
 
 def _keep_order(
     index: int,
-    data: list[Replica],
+    data: list[MemberId],
     quota: Counts,
     current: PartitionTable,
-    group_of: dict[Replica, str],
-    slots: list[list[Replica | None]],
+    group_of: dict[MemberId, str],
+    slots: list[list[MemberId | None]],
     partition_order: list[int],
 ) -> list[int]:
     """Partitions that members needing slots may not take come first in the keep pass.
@@ -167,7 +167,7 @@ def _keep_order(
     return hostile + friendly
 
 
-def _quotas(index: int, data: list[Replica], rank: Counts, current: PartitionTable) -> Counts:
+def _quotas(index: int, data: list[MemberId], rank: Counts, current: PartitionTable) -> Counts:
     """``partitions // members`` each, one more for the members already holding the most slots."""
     held = dict.fromkeys(data, 0)
     for slots in current.replicas:
@@ -184,7 +184,7 @@ def _quotas(index: int, data: list[Replica], rank: Counts, current: PartitionTab
 
 def _colder_replica_under_quota(
     pid: int, index: int, current: PartitionTable, count: Counts, quota: Counts, allowed: Allowed
-) -> Replica | None:
+) -> MemberId | None:
     for member in current.replicas[pid][index + 1 :]:
         if member is not None and member in count and count[member] < quota[member] and allowed(member, pid):
             return member
@@ -197,16 +197,16 @@ def _pop_most_under_quota(
     count: Counts,
     quota: Counts,
     allowed: Allowed,
-    avoid: Sequence[Replica | None],
-) -> Replica | None:
+    avoid: Sequence[MemberId | None],
+) -> MemberId | None:
     """The allowed member furthest under its quota (at or over it if nobody else may).
 
     Members in ``avoid`` (colder replicas of the partition) are taken only when no other member
     may: moving one of them up here would empty its slot and cost a second migration there.
     """
     skipped: list[HeapEntry] = []
-    fallback: Replica | None = None
-    chosen: Replica | None = None
+    fallback: MemberId | None = None
+    chosen: MemberId | None = None
     while heap:
         entry = heapq.heappop(heap)
         deficit, _, member = entry
@@ -231,11 +231,11 @@ def _pop_most_under_quota(
 
 def _rebalance(
     index: int,
-    data: list[Replica],
+    data: list[MemberId],
     rank: Counts,
     count: Counts,
     quota: Counts,
-    slots: list[list[Replica | None]],
+    slots: list[list[MemberId | None]],
     partition_order: list[int],
     allowed: Allowed,
 ) -> None:

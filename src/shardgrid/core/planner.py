@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from shardgrid.core.errors import InvariantViolation, invariant
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_PLANNER_CHAIN_STEPS, MAX_REPLICA_COUNT
 from shardgrid.core.migration import NO_INDEX, Migration, MigrationKind, apply_migration
 from shardgrid.core.table import ReplicaSlots, normalize_slots, replica_index
@@ -27,12 +27,12 @@ from shardgrid.core.table import ReplicaSlots, normalize_slots, replica_index
 _MAX_PLANNER_TURNS = 4 * MAX_REPLICA_COUNT * MAX_REPLICA_COUNT
 
 
-def replica_count(slots: Sequence[Replica | None]) -> int:
+def replica_count(slots: Sequence[MemberId | None]) -> int:
     """How many slots hold a member: the partition's available replica count."""
     return sum(1 for r in slots if r is not None)
 
 
-def eliminate_cycles(current: Sequence[Replica | None], target: Sequence[Replica | None]) -> ReplicaSlots:
+def eliminate_cycles(current: Sequence[MemberId | None], target: Sequence[MemberId | None]) -> ReplicaSlots:
     """The target with every cyclic movement reverted to the current owners (section 3.2.1).
 
     A cycle is a set of slots whose members only trade places among themselves (A takes B's slot,
@@ -50,7 +50,7 @@ def eliminate_cycles(current: Sequence[Replica | None], target: Sequence[Replica
     return tuple(tgt)
 
 
-def _cycle_from(cur: ReplicaSlots, tgt: Sequence[Replica | None], start: int) -> list[int]:
+def _cycle_from(cur: ReplicaSlots, tgt: Sequence[MemberId | None], start: int) -> list[int]:
     """The slots of the cycle through ``start``, or ``[]`` when the chain from it ends openly."""
     visited = [start]
     index = start
@@ -66,13 +66,13 @@ def _cycle_from(cur: ReplicaSlots, tgt: Sequence[Replica | None], start: int) ->
 
 
 def plan_migrations(
-    current: Sequence[Replica | None], target: Sequence[Replica | None], keep: Collection[Replica] = ()
+    current: Sequence[MemberId | None], target: Sequence[MemberId | None], keep: Collection[MemberId] = ()
 ) -> list[Migration]:
     """The ordered migrations that take one partition from ``current`` to its cycle-free target.
 
     A member of ``keep`` (one that is leaving, still alive) is never dropped by a SHIFT UP: it is
     parked in the slot the shifting member leaves and emptied by a CLEAR at the end of the plan,
-    which the master runs last, so that its copy stays a backup while the rest moves."""
+    which the leader runs last, so that its copy stays a backup while the rest moves."""
     cur = list(normalize_slots(current))
     tgt = eliminate_cycles(cur, target)
     floor = min(replica_count(cur), replica_count(tgt))
@@ -94,13 +94,31 @@ def plan_migrations(
         wanted, held = tgt[index], cur[index]
         if wanted is None:
             if held is not None:
-                emit(Migration(held, index, NO_INDEX, None, NO_INDEX, NO_INDEX))
+                emit(
+                    Migration(
+                        source=held,
+                        source_current_index=index,
+                        source_new_index=NO_INDEX,
+                        destination=None,
+                        destination_current_index=NO_INDEX,
+                        destination_new_index=NO_INDEX,
+                    )
+                )
             index += 1
         elif held is None:
             found_at = replica_index(cur, wanted)
             if not (found_at == NO_INDEX or found_at > index):
                 raise InvariantViolation(f"{wanted} already settled hotter than {index}")
-            emit(Migration(None, NO_INDEX, NO_INDEX, wanted, found_at, index))  # COPY or SHIFT UP
+            emit(
+                Migration(
+                    source=None,
+                    source_current_index=NO_INDEX,
+                    source_new_index=NO_INDEX,
+                    destination=wanted,
+                    destination_current_index=found_at,
+                    destination_new_index=index,
+                )
+            )  # COPY or SHIFT UP
             index += 1
         elif held == wanted:
             index += 1
@@ -109,9 +127,27 @@ def plan_migrations(
             if not (held_goes_to == NO_INDEX or held_goes_to > index):
                 raise InvariantViolation(f"{held} wanted hotter than {index}")
             if held_goes_to != NO_INDEX and cur[held_goes_to] is None:
-                emit(Migration(held, index, held_goes_to, wanted, NO_INDEX, index))  # SHIFT DOWN
+                emit(
+                    Migration(
+                        source=held,
+                        source_current_index=index,
+                        source_new_index=held_goes_to,
+                        destination=wanted,
+                        destination_current_index=NO_INDEX,
+                        destination_new_index=index,
+                    )
+                )  # SHIFT DOWN
             else:
-                emit(Migration(held, index, NO_INDEX, wanted, NO_INDEX, index))  # MOVE
+                emit(
+                    Migration(
+                        source=held,
+                        source_current_index=index,
+                        source_new_index=NO_INDEX,
+                        destination=wanted,
+                        destination_current_index=NO_INDEX,
+                        destination_new_index=index,
+                    )
+                )  # MOVE
             index += 1
         else:
             enabling = _enabling_migration(cur, tgt, index)
@@ -124,7 +160,7 @@ def plan_migrations(
     return plan
 
 
-def _enabling_migration(cur: list[Replica | None], tgt: ReplicaSlots, index: int) -> Migration:
+def _enabling_migration(cur: list[MemberId | None], tgt: ReplicaSlots, index: int) -> Migration:
     """A SHIFT UP or MOVE at a colder index that lets the member wanted at ``index`` move there.
 
     The member wanted at ``index`` already holds a colder slot ``k``. If nobody is wanted at
@@ -147,9 +183,23 @@ def _enabling_migration(cur: list[Replica | None], tgt: ReplicaSlots, index: int
             if goes_to <= index or cur[goes_to] is not None:
                 goes_to = NO_INDEX
             source_index = NO_INDEX if displaced is None else index
-            return Migration(displaced, source_index, goes_to, tgt[index], found_at, index)
+            return Migration(
+                source=displaced,
+                source_current_index=source_index,
+                source_new_index=goes_to,
+                destination=tgt[index],
+                destination_current_index=found_at,
+                destination_new_index=index,
+            )
         if wanted_there not in cur:
-            return Migration(cur[found_at], found_at, NO_INDEX, wanted_there, NO_INDEX, found_at)
+            return Migration(
+                source=cur[found_at],
+                source_current_index=found_at,
+                source_new_index=NO_INDEX,
+                destination=wanted_there,
+                destination_current_index=NO_INDEX,
+                destination_new_index=found_at,
+            )
         index = found_at
     invariant(False, lambda: f"no enabling migration found: {cur} -> {tgt}")
     raise AssertionError("unreachable")
@@ -163,7 +213,7 @@ def _drops_replica(migration: Migration) -> bool:
     )
 
 
-def _pending_copy(cur: list[Replica | None], tgt: ReplicaSlots) -> Migration | None:
+def _pending_copy(cur: list[MemberId | None], tgt: ReplicaSlots) -> Migration | None:
     """A COPY the plan needs anyway: an empty slot whose target member holds no replica yet.
 
     Nothing else can fill that slot (only a member already in the partition can be shifted, and
@@ -171,7 +221,14 @@ def _pending_copy(cur: list[Replica | None], tgt: ReplicaSlots) -> Migration | N
     """
     for index, (held, wanted) in enumerate(zip(cur, tgt, strict=True)):
         if held is None and wanted is not None and wanted not in cur:
-            return Migration(None, NO_INDEX, NO_INDEX, wanted, NO_INDEX, index)
+            return Migration(
+                source=None,
+                source_current_index=NO_INDEX,
+                source_new_index=NO_INDEX,
+                destination=wanted,
+                destination_current_index=NO_INDEX,
+                destination_new_index=index,
+            )
     return None
 
 
@@ -182,12 +239,12 @@ def _parked(shift_up: Migration) -> Migration:
     shifted on from there later instead of being dropped now and copied back later.
     """
     return Migration(
-        shift_up.source,
-        shift_up.source_current_index,
-        shift_up.destination_current_index,
-        shift_up.destination,
-        shift_up.destination_current_index,
-        shift_up.destination_new_index,
+        source=shift_up.source,
+        source_current_index=shift_up.source_current_index,
+        source_new_index=shift_up.destination_current_index,
+        destination=shift_up.destination,
+        destination_current_index=shift_up.destination_current_index,
+        destination_new_index=shift_up.destination_new_index,
     )
 
 

@@ -1,6 +1,6 @@
 """From a membership to a plan: repartition, eliminate cycles, plan and prioritize every partition.
 
-This is the stateless step of seed 000, section 3.2 that the master runs after every membership
+This is the stateless step of seed 000, section 3.2 that the leader runs after every membership
 change (and reruns from scratch when anything changes while it executes). ``shardgrid plan``
 runs the very same function, so what it prints is what a cluster would do.
 """
@@ -11,7 +11,7 @@ import random
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from shardgrid.core.identity import MemberInfo, Replica
+from shardgrid.core.identity import MemberId, MemberInfo
 from shardgrid.core.migration import Migration
 from shardgrid.core.placement import arrange
 from shardgrid.core.planner import eliminate_cycles, plan_migrations, prioritize_copies_and_shift_ups
@@ -35,10 +35,10 @@ def plan_rebalance(
     members: Sequence[MemberInfo],
     current: PartitionTable,
     rng: random.Random,
-    groups: Mapping[Replica, str] | None = None,
+    groups: Mapping[MemberId, str] | None = None,
     *,
     backup_count: int,
-    keep: Collection[Replica] = (),
+    keep: Collection[MemberId] = (),
 ) -> RebalancePlan:
     """Repartition ``current`` over ``members`` and plan the migrations, ascending partition id
     (``keep``: leaving members whose copies a SHIFT UP parks instead of dropping)."""

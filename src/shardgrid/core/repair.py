@@ -1,6 +1,6 @@
-"""The master's repair of the table when members leave without handing their replicas over.
+"""The leader's repair of the table when members leave without handing their replicas over.
 
-Seed 000, section 1.1: only the master changes the table. When members crash it empties their
+Seed 000, section 1.1: only the leader changes the table. When members crash it empties their
 slots and, for every partition whose owner is gone, promotes the hottest surviving backup to
 owner (it already holds the data). A partition with no surviving replica is lost: it keeps no
 owner here, and repartitioning assigns it a new, empty one. Every changed partition's version
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.migration import NO_INDEX, Migration
 from shardgrid.core.table import PartitionTable, ReplicaSlots
 
@@ -26,7 +26,7 @@ class Repair:
     lost_partitions: tuple[int, ...]
 
 
-def remove_members(table: PartitionTable, departed: Collection[Replica]) -> Repair:
+def remove_members(table: PartitionTable, departed: Collection[MemberId]) -> Repair:
     """Empty the departed members' slots and promote the hottest surviving backup of each lost owner."""
     gone = frozenset(departed)
     updates: dict[int, tuple[ReplicaSlots, int]] = {}
@@ -42,7 +42,19 @@ def remove_members(table: PartitionTable, departed: Collection[Replica]) -> Repa
                 lost.append(pid)
             else:
                 promoted = repaired[survivor]
-                promotions.append((pid, Migration(None, NO_INDEX, NO_INDEX, promoted, survivor, 0)))
+                promotions.append(
+                    (
+                        pid,
+                        Migration(
+                            source=None,
+                            source_current_index=NO_INDEX,
+                            source_new_index=NO_INDEX,
+                            destination=promoted,
+                            destination_current_index=survivor,
+                            destination_new_index=0,
+                        ),
+                    )
+                )
                 repaired[0], repaired[survivor] = promoted, None
         updates[pid] = (tuple(repaired), table.versions[pid] + 1)
     return Repair(table.with_partitions(updates), tuple(promotions), tuple(lost))

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from shardgrid.core.errors import InvariantViolation, invariant, require
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import DEFAULT_MAX_PARALLEL_MIGRATIONS, MAX_PARALLEL_MIGRATIONS_LIMIT
 from shardgrid.core.migration import Migration, MigrationKind, apply_migration
 from shardgrid.core.table import PartitionTable
@@ -25,10 +25,10 @@ class ScheduledMigration:
 
     partition_id: int
     migration: Migration
-    participants: tuple[Replica, ...]
+    participants: tuple[MemberId, ...]
 
 
-def participants_of(migration: Migration, owner: Replica | None) -> tuple[Replica, ...]:
+def participants_of(migration: Migration, owner: MemberId | None) -> tuple[MemberId, ...]:
     """Source, destination and, for a transfer, the owner that sends the partition's data.
 
     A backup migration copies its data from the partition owner, not from the old backup, so the
@@ -45,7 +45,7 @@ def next_migrations(
     in_flight: Sequence[ScheduledMigration],
     max_parallel_migrations: int = DEFAULT_MAX_PARALLEL_MIGRATIONS,
     *,
-    owner_of: Callable[[int], Replica | None],
+    owner_of: Callable[[int], MemberId | None],
 ) -> list[ScheduledMigration]:
     """The migrations to start now, given what is already running.
 
@@ -57,7 +57,7 @@ def next_migrations(
         1 <= max_parallel_migrations <= MAX_PARALLEL_MIGRATIONS_LIMIT,
         f"max_parallel_migrations must be 1..{MAX_PARALLEL_MIGRATIONS_LIMIT}, got {max_parallel_migrations}",
     )
-    load: Counter[Replica] = Counter()
+    load: Counter[MemberId] = Counter()
     busy_partitions = set()
     for running in in_flight:
         if not (running.partition_id not in busy_partitions):

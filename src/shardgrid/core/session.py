@@ -34,7 +34,7 @@ from typing import Annotated, Any
 import msgspec
 
 from shardgrid.core.errors import invariant, require
-from shardgrid.core.identity import MAX_ADDRESS_CHARS, Replica
+from shardgrid.core.identity import MAX_ADDRESS_CHARS, MemberId
 from shardgrid.core.wire import Counter, Message
 
 NONCE_BYTES = 32
@@ -52,17 +52,17 @@ class PeerRole(enum.StrEnum):
     CLIENT = "client"  # a client: anonymous, it sends requests and gets answers
 
 
-class Hello(Message, tag=10):
+class Hello(Message, tag=10, kw_only=True):
     protocol_version: Counter
     cluster_name: ClusterName
     role: PeerRole
-    identity: Replica | None  # a member's; None for a client
+    identity: MemberId | None  # a member's; None for a client
     to_address: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ADDRESS_CHARS)]  # the address dialed
     nonce: Nonce
 
 
 class Challenge(Message, tag=11):
-    identity: Replica  # the acceptor's
+    identity: MemberId  # the acceptor's
     nonce: Nonce
     proof: ProofBytes
 
@@ -129,7 +129,7 @@ class Session:
         self,
         settings: SessionSettings,
         role: PeerRole,
-        identity: Replica | None,
+        identity: MemberId | None,
         nonce: bytes,
         now_ms: int,
         initiator: bool,
@@ -144,7 +144,7 @@ class Session:
         self.initiator = initiator
         self.state = SessionState.AWAITING_CHALLENGE if initiator else SessionState.AWAITING_HELLO
         self.peer_role: PeerRole | None = None
-        self.peer: Replica | None = None  # the identity the peer proved (a member's)
+        self.peer: MemberId | None = None  # the identity the peer proved (a member's)
         self.refusal = ""  # why it closed
         self._hello: Hello | None = None
 
@@ -153,19 +153,26 @@ class Session:
         cls,
         settings: SessionSettings,
         role: PeerRole,
-        identity: Replica | None,
+        identity: MemberId | None,
         to_address: str,
         nonce: bytes,
         now_ms: int,
     ) -> tuple[Session, Hello]:
         """A connection we opened to ``to_address``: the session, and the Hello to send first."""
         session = cls(settings, role, identity, nonce, now_ms, initiator=True)
-        hello = Hello(settings.protocol_version, settings.cluster_name, role, identity, to_address, nonce)
+        hello = Hello(
+            protocol_version=settings.protocol_version,
+            cluster_name=settings.cluster_name,
+            role=role,
+            identity=identity,
+            to_address=to_address,
+            nonce=nonce,
+        )
         session._hello = hello
         return session, hello
 
     @classmethod
-    def accept(cls, settings: SessionSettings, identity: Replica, nonce: bytes, now_ms: int) -> Session:
+    def accept(cls, settings: SessionSettings, identity: MemberId, nonce: bytes, now_ms: int) -> Session:
         """A connection a peer opened to this member."""
         return cls(settings, PeerRole.MEMBER, identity, nonce, now_ms, initiator=False)
 
@@ -262,7 +269,7 @@ class Session:
 
     # --- both --------------------------------------------------------------------------------------
 
-    def _proof(self, side: bytes, hello: Hello, acceptor: Replica, acceptor_nonce: bytes) -> bytes:
+    def _proof(self, side: bytes, hello: Hello, acceptor: MemberId, acceptor_nonce: bytes) -> bytes:
         """HMAC over everything both sides said: a proof made for one session, one direction or
         one pair of identities is worth nothing in another."""
         said = (hello.protocol_version, hello.cluster_name, hello.role, hello.identity, hello.to_address, hello.nonce)

@@ -23,7 +23,7 @@ from shardgrid.core.messages import PUT, WriteRun
 Piece = tuple[str, int, tuple[bytes, ...], tuple[bytes, ...]]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class PartitionData:
     """A partition's maps; ``sequence`` counts writes within ``lineage``.
 

@@ -1,8 +1,8 @@
 """The partition table: who holds each replica of each partition, and at which version.
 
-The table is an immutable value. The master derives a new table for every change and publishes
+The table is an immutable value. The leader derives a new table for every change and publishes
 it; members replace theirs only partition by partition, where the received per-partition version
-is newer (seed 003, section 1.2). Immutability is what lets the master prepare a committed copy
+is newer (seed 003, section 1.2). Immutability is what lets the leader prepare a committed copy
 for a migration destination without touching its own state (seed 000, section 2.1, step 1).
 
 The stamp (seed 003, section 1.3) is computed once per table, when first asked for, and cached with
@@ -17,17 +17,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from shardgrid.core.chunked import ChunkedTuple
 from shardgrid.core.errors import invariant, require
 from shardgrid.core.hashing import table_stamp
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_PARTITION_COUNT, MAX_REPLICA_COUNT
 
-ReplicaSlots = tuple[Replica | None, ...]
+ReplicaSlots = tuple[MemberId | None, ...]
 """Exactly ``MAX_REPLICA_COUNT`` slots; slot 0 is the owner, ``None`` an empty slot."""
 
 EMPTY_SLOTS: ReplicaSlots = (None,) * MAX_REPLICA_COUNT
 MAX_PARTITION_VERSION = 2**31 - 1  # versions travel and are stamped as 32-bit signed ints
 
 
-def normalize_slots(replicas: Sequence[Replica | None]) -> ReplicaSlots:
+def normalize_slots(replicas: Sequence[MemberId | None]) -> ReplicaSlots:
     """Pad a replica list to ``MAX_REPLICA_COUNT`` slots and check no member appears twice."""
     require(len(replicas) <= MAX_REPLICA_COUNT, f"at most {MAX_REPLICA_COUNT} replicas, got {len(replicas)}")
     slots = tuple(replicas) + (None,) * (MAX_REPLICA_COUNT - len(replicas))
@@ -36,7 +36,7 @@ def normalize_slots(replicas: Sequence[Replica | None]) -> ReplicaSlots:
     return slots
 
 
-def replica_index(slots: Sequence[Replica | None], replica: Replica | None) -> int:
+def replica_index(slots: Sequence[MemberId | None], replica: MemberId | None) -> int:
     """The index of ``replica`` in ``slots``, or -1 (Hazelcast's convention for 'none')."""
     if replica is None:
         return -1
@@ -47,7 +47,7 @@ def replica_index(slots: Sequence[Replica | None], replica: Replica | None) -> i
 
 
 class PartitionTable:
-    """Replica slots and a version for every partition; immutable, stamp cached.
+    """MemberId slots and a version for every partition; immutable, stamp cached.
 
     A plain class rather than a dataclass or a Struct: it travels in seed 003's compact shape
     (the replicas once, then indexes per partition), which the codec writes by hand.
@@ -104,7 +104,7 @@ class PartitionTable:
 
     @classmethod
     def from_lists(
-        cls, replicas: Iterable[Sequence[Replica | None]], versions: Iterable[int] | None = None
+        cls, replicas: Iterable[Sequence[MemberId | None]], versions: Iterable[int] | None = None
     ) -> PartitionTable:
         """Build a table from plain replica lists (shorter lists are padded with empty slots)."""
         slots = tuple(normalize_slots(r) for r in replicas)
@@ -114,10 +114,10 @@ class PartitionTable:
     def partition_count(self) -> int:
         return len(self.replicas)
 
-    def owner(self, partition_id: int) -> Replica | None:
+    def owner(self, partition_id: int) -> MemberId | None:
         return self.replicas[partition_id][0]
 
-    def members(self) -> list[Replica]:
+    def members(self) -> list[MemberId]:
         """Every replica named anywhere in the table, sorted (deterministic)."""
         return sorted({r for slots in self.replicas for r in slots if r is not None})
 
@@ -152,7 +152,7 @@ class PartitionTable:
 
         Returns the resulting table and the ids of the partitions taken, in ascending order. A
         partition whose version is equal or older is kept as it is, even if its replicas differ:
-        only the master changes the table, and it always bumps the version when it does.
+        only the leader changes the table, and it always bumps the version when it does.
         """
         require(
             received.partition_count == self.partition_count,

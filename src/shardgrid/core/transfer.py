@@ -128,7 +128,7 @@ class Chunk(Protocol):
 C = TypeVar("C", bound=Chunk)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Staging(Generic[C]):
     """The receiver's side: the maps taken so far, in order, and chunks held past a gap."""
 
@@ -166,9 +166,9 @@ class Staging(Generic[C]):
     def data(self) -> PartitionData:
         """The staged maps as a whole copy of the partition."""
         return PartitionData(
-            self.maps,
-            self.replica_sequence,
-            self.lineage,
+            maps=self.maps,
+            sequence=self.replica_sequence,
+            lineage=self.lineage,
             versions=self.versions,
             versions_from=self.versions_from,
         )

@@ -2,7 +2,7 @@
 
 Every line has an event name and fields; ``--log-format json`` prints them as one JSON object a
 line, for a log pipeline, and text prints ``event key=value ...`` for a person. The member's
-``Emit`` effects (membership, master, state, migrations, lost partitions) each become one line.
+``Emit`` effects (membership, leader, state, migrations, lost partitions) each become one line.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import time
 from typing import Any, TextIO
 
 from shardgrid.core import events
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 
 LOGGER_NAME = "shardgrid"
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, Replica):
+    if isinstance(value, MemberId):
         return f"{value.address}/{value.uuid[:8]}"
     if isinstance(value, enum.Enum):
         return value.value
@@ -73,7 +73,7 @@ def log(logger: logging.Logger, event: str, level: int = logging.INFO, **fields:
 _EVENT_NAMES: dict[type, str] = {
     events.MemberAdded: "member-added",
     events.MemberRemoved: "member-removed",
-    events.MasterChanged: "master-changed",
+    events.LeaderChanged: "leader-changed",
     events.ClusterStateChanged: "cluster-state-changed",
     events.MemberPromoted: "member-promoted",
     events.MigrationEvent: "migration",
@@ -91,9 +91,9 @@ def log_member_event(logger: logging.Logger, event: Any) -> None:
     fields = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
     level = logging.INFO
     if isinstance(event, events.MigrationEvent):
-        if event.status is events.MigrationEventStatus.FAILED:
+        if event.phase is events.MigrationPhase.FAILED:
             level = logging.WARNING
-        elif event.status is events.MigrationEventStatus.STARTED:
+        elif event.phase is events.MigrationPhase.STARTED:
             level = logging.DEBUG
     elif isinstance(event, events.PartitionLost):
         level = logging.WARNING

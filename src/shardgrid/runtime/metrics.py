@@ -15,7 +15,7 @@ import collections
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from shardgrid.core import messages as m
-from shardgrid.core.events import MigrationEvent, MigrationEventStatus
+from shardgrid.core.events import MigrationEvent, MigrationPhase
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 MAX_MAP_LABELS = 256  # maps beyond this many share the label "(other)": a label per map is a series each
@@ -27,8 +27,8 @@ class MemberMetrics:
         registry = self.registry
         self.operations = Counter(
             "shardgrid_map_operations",
-            "Keys handled by map requests, by map, operation and status.",
-            ["map", "op", "status"],
+            "Keys handled by map requests, by map, operation and reply code.",
+            ["map", "op", "code"],
             registry=registry,
         )
         self.latency = Histogram(
@@ -64,7 +64,7 @@ class MemberMetrics:
             "shardgrid_backup_replicas", "Backup replicas this member holds.", registry=registry
         )
         self.replicas_out_of_sync = Gauge(
-            "shardgrid_replica_syncs_in_flight", "Replica syncs this member sends or receives.", registry=registry
+            "shardgrid_replica_syncs_in_flight", "MemberId syncs this member sends or receives.", registry=registry
         )
         self.writes_awaiting_backups = Gauge(
             "shardgrid_writes_awaiting_backups", "Writes not yet acknowledged by every backup.", registry=registry
@@ -112,14 +112,14 @@ class MemberMetrics:
     def on_reply(self, map_name: str, op: str, reply: m.MapReply, seconds: float) -> None:
         label = self.map_label(map_name)
         self.latency.labels(label, op).observe(seconds)
-        statuses = reply.statuses
-        ok = statuses.count(m.Status.OK)
+        codes = reply.codes
+        ok = codes.count(m.ReplyCode.OK)
         if ok:
             self.operations.labels(label, op, "ok").inc(ok)
-        if ok == len(statuses):
+        if ok == len(codes):
             return  # the usual answer: no step per key (a loop over them was ~4% of a member's load)
-        for status, count in collections.Counter(statuses).items():
-            if status is not m.Status.OK:
+        for status, count in collections.Counter(codes).items():
+            if status is not m.ReplyCode.OK:
                 self.operations.labels(label, op, status.name.lower()).inc(count)
 
     def on_sent(self, message: object, frame_bytes: int) -> None:
@@ -131,12 +131,12 @@ class MemberMetrics:
 
     def on_event(self, event: object) -> None:
         if isinstance(event, MigrationEvent):
-            if event.status is MigrationEventStatus.FINISHED:
+            if event.phase is MigrationPhase.FINISHED:
                 self.migrations_finished.inc()
-            elif event.status is MigrationEventStatus.FAILED:
+            elif event.phase is MigrationPhase.FAILED:
                 self.migrations_failed.inc()
 
-    def on_status(self, status: m.StatusReply) -> None:
+    def on_status(self, status: m.MemberStatus) -> None:
         self.migrations_in_flight.set(status.migrations_here)
         self.partitions_owned.set(status.owned_partitions)
         self.backup_replicas.set(status.backup_replicas)

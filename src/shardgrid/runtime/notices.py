@@ -16,14 +16,14 @@ from shardgrid.core.messages import EventNotice
 def notice_of(event: Any, call_id: int) -> EventNotice | None:
     if isinstance(event, events.MigrationEvent):
         return EventNotice(
-            call_id,
-            "migration",
-            event.status.value,
-            event.partition_id,
-            event.migration_id,
-            event.kind,
-            event.source.address if event.source is not None else "",
-            event.destination.address if event.destination is not None else "",
+            call_id=call_id,
+            kind="migration",
+            phase=event.phase.value,
+            partition_id=event.partition_id,
+            migration_id=event.migration_id,
+            migration_kind=event.kind,
+            source=event.source.address if event.source is not None else "",
+            destination=event.destination.address if event.destination is not None else "",
         )
     if isinstance(event, events.MemberAdded | events.MemberRemoved | events.MemberPromoted):
         kind = {
@@ -31,12 +31,16 @@ def notice_of(event: Any, call_id: int) -> EventNotice | None:
             events.MemberRemoved: "member-removed",
             events.MemberPromoted: "member-promoted",
         }[type(event)]
-        return EventNotice(call_id, kind, member=event.member.address, detail=f"log index {event.log_index}")
-    if isinstance(event, events.MasterChanged):
-        return EventNotice(call_id, "master-changed", member=event.master.address, detail=f"term {event.term}")
+        return EventNotice(
+            call_id=call_id, kind=kind, member=event.member.address, detail=f"log index {event.log_index}"
+        )
+    if isinstance(event, events.LeaderChanged):
+        return EventNotice(
+            call_id=call_id, kind="leader-changed", member=event.leader.address, detail=f"term {event.term}"
+        )
     if isinstance(event, events.ClusterStateChanged):
-        return EventNotice(call_id, "cluster-state-changed", detail=event.state.value)
+        return EventNotice(call_id=call_id, kind="cluster-state-changed", detail=event.state.value)
     if isinstance(event, events.PartitionLost):
         detail = f"{event.lost_replica_count} replicas lost"
-        return EventNotice(call_id, "partition-lost", partition_id=event.partition_id, detail=detail)
+        return EventNotice(call_id=call_id, kind="partition-lost", partition_id=event.partition_id, detail=detail)
     return None

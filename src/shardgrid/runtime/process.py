@@ -32,20 +32,11 @@ from typing import Any
 
 from shardgrid.core import codec
 from shardgrid.core import messages as m
-from shardgrid.core.effects import (
-    Emit,
-    LinkRestored,
-    ReplyToClient,
-    Send,
-    SendToAddress,
-    SetTimer,
-    Start,
-    StopSignalled,
-    TimerFired,
-)
-from shardgrid.core.effects import Receive as ReceiveEvent
+from shardgrid.core.effects import Emit, ReplyToClient, Send, SendToAddress, SetTimer
 from shardgrid.core.events import MemberStopped
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
+from shardgrid.core.inputs import LinkRestored, Start, StopSignalled, TimerFired
+from shardgrid.core.inputs import Receive as ReceiveEvent
 from shardgrid.core.member import Member
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.session import NONCE_BYTES, PeerRole, Session, SessionSettings
@@ -72,7 +63,7 @@ MAX_LOST_PEERS = 1_024  # addresses whose frames may have been lost, kept until 
 LOCAL_CLIENT = "local"  # the process itself, asking its member to leave on SIGTERM
 # What a client session may send; anything else (a member's message) closes its connection.
 CLIENT_MESSAGES = frozenset(
-    {m.MapRequest, m.ScanRequest, m.TableRequest, m.StatusRequest, m.AdminRequest, m.ListenRequest}
+    {m.MapRequest, m.ScanRequest, m.TableRequest, m.MemberStatusRequest, m.AdminRequest, m.ListenRequest}
 )
 # What a connection's frames may be once its handshake is done (a stream takes only the handshake's
 # until then), checked before they are decoded: a client session's requests, anything from a member.
@@ -84,7 +75,7 @@ class LinkKind(enum.Enum):
     ACCEPTED = "accepted"  # a member or a client opened it to us
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, kw_only=True)
 class Link:
     kind: LinkKind
     address: str  # dialed: the address dialed; accepted: the socket's remote host:port
@@ -106,7 +97,7 @@ class MemberProcess:
         self.process = settings.process
         self.logger = logger or logging.getLogger(logs.LOGGER_NAME)
         self.member: Member | None = None
-        self.identity: Replica | None = None
+        self.identity: MemberId | None = None
         self.stop_reason = ""
         self.exit_code = 0
         self._server: asyncio.Server | None = None
@@ -157,7 +148,7 @@ class MemberProcess:
 
     # --- starting and stopping -------------------------------------------------------------------
 
-    async def start(self) -> Replica:
+    async def start(self) -> MemberId:
         """Listen, then start the member; returns its identity (with the port actually bound)."""
         loop = self._loop = asyncio.get_running_loop()
         self._t0 = loop.time()
@@ -171,7 +162,7 @@ class MemberProcess:
         )
         port = self._server.sockets[0].getsockname()[1]
         address = f"{process.host}:{port}"
-        self.identity = Replica(str(uuid.uuid4()), address)
+        self.identity = MemberId(str(uuid.uuid4()), address)
         seeds = tuple(dict.fromkeys((*process.join, address)))
         rng = random.Random(int.from_bytes(os.urandom(16), "big"))
         self.member = Member(self.identity, self.settings.member_config, seeds, rng, lite=process.lite)
@@ -295,7 +286,7 @@ class MemberProcess:
         if isinstance(event, MemberStopped):
             self._finish(event.reason, 0)
 
-    def _forget_identity(self, old: Replica, new: Replica) -> None:
+    def _forget_identity(self, old: MemberId, new: MemberId) -> None:
         """Removed and rejoining as ``new``: every member connection proved ``old``; close them, so
         that no peer goes on talking to an incarnation that no longer exists."""
         self.identity = new
@@ -390,7 +381,7 @@ class MemberProcess:
             del self._lost_peers[next(iter(self._lost_peers))]
         self._lost_peers[address] = None
 
-    def _link_restored(self, peer: Replica) -> None:
+    def _link_restored(self, peer: MemberId) -> None:
         if peer.address in self._lost_peers:
             del self._lost_peers[peer.address]
             self.metrics.links_restored.inc()
@@ -398,7 +389,7 @@ class MemberProcess:
 
     def _reply(self, client_id: str, message: Any) -> None:
         if client_id == LOCAL_CLIENT:
-            if isinstance(message, m.AdminReply) and message.status != m.ADMIN_OK:
+            if isinstance(message, m.AdminReply) and message.result != m.ADMIN_OK:
                 self._leave_refused(message.reason)
             return
         link = self._clients.get(client_id)
@@ -415,7 +406,7 @@ class MemberProcess:
         host, _, port_text = address.rpartition(":")
         if not host or not port_text.isdigit():
             return None  # not an address we can dial (the member only names addresses it was given)
-        link = Link(LinkKind.DIALED, address)
+        link = Link(kind=LinkKind.DIALED, address=address)
         self._dialed[address] = link
         link.dial_task = asyncio.get_running_loop().create_task(self._connect(link, host, int(port_text)))
         return link
@@ -534,7 +525,7 @@ class MemberProcess:
             if oldest.stream is not None:
                 oldest.stream.abort()
                 self._links.pop(oldest.stream, None)  # counted out now, not when asyncio reports it closed
-        link = Link(LinkKind.ACCEPTED, f"{stream.peer_host}:{stream.peer_port}", stream=stream)
+        link = Link(kind=LinkKind.ACCEPTED, address=f"{stream.peer_host}:{stream.peer_port}", stream=stream)
         link.session = Session.accept(self._session_settings, identity, os.urandom(NONCE_BYTES), self.now_ms())
         self._links[stream] = link
         return link
@@ -590,7 +581,9 @@ class MemberProcess:
                     return
                 link.listening.append(message.call_id)
                 if link.stream is not None and self.identity is not None:
-                    link.stream.send(m.EventNotice(message.call_id, "listening", member=self.identity.address))
+                    link.stream.send(
+                        m.EventNotice(call_id=message.call_id, kind="listening", member=self.identity.address)
+                    )
                 return
             if type(message) is m.MapRequest and len(link.calls) < MAX_TIMED_CALLS_PER_CLIENT:
                 now = self.loop.time()
@@ -663,7 +656,7 @@ class MemberProcess:
         member = self.member
         if member is None or not self._lost_peers:
             return
-        addresses = {replica.address for replica in member.consensus.state.replicas}
+        addresses = {replica.address for replica in member.consensus.state.member_ids}
         now = asyncio.get_running_loop().time()
         for address in list(self._lost_peers):
             if address not in addresses:

@@ -45,7 +45,7 @@ _FALSE = frozenset({"false", "0", "no"})
 # Where a member process's default differs from the core's (which is the simulator's): over TCP a
 # chunk window is resent when its connection comes back (LinkRestored), so the timer is a backstop,
 # of this long or a third of migration_timeout_ms when that is shorter (it must resend before the
-# master gives up on the migration).
+# leader gives up on the migration).
 RUNTIME_CLUSTER_DEFAULTS: Mapping[str, int] = MappingProxyType({"transfer_resend_ms": 5_000})
 BACKSTOP_SHARE_OF_MIGRATION_TIMEOUT = 3
 
@@ -66,7 +66,7 @@ def _check(condition: bool, key: str, problem: str) -> None:
         raise SettingsError(f"{key}: {problem}", key, problem)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProcessSettings:
     """What a member process needs that the core never sees. None of it may change what the core
     decides, so two members with different values here still agree on every copy they keep."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from shardgrid.core.hashing import partition_id_of_serialized
 from shardgrid.core.member import Member
-from shardgrid.core.messages import MapReply, Status
+from shardgrid.core.messages import MapReply, ReplyCode
 from shardgrid.core.placement import replica_count_for
 from shardgrid.sim.cluster import Simulation
 from shardgrid.sim.workload import ASYNC_MAP_NAME, MAP_NAME
@@ -67,15 +67,15 @@ class LogChecker:
         if consensus.has_state and self._lists_checked.get(me) != consensus.applied_index:
             self._check_member_list(sim, member)
         limit = member.config.max_parallel_migrations
-        held = len(member.replica.partitions_involved())
+        held = len(member.migrations.partitions_involved())
         if held > limit:
             raise SimulationFailure(f"t={sim.now_ms}: {member.identity} holds {held} migrations, limit {limit}")
         if raft.is_leader:
-            version = (id(consensus.state), len(member.master._proposed_starts))
+            version = (id(consensus.state), len(member.migration_leader._proposed_starts))
             if self._load_checked.get(me) == version:
                 return
             self._load_checked[me] = version
-            for participant, load in member.master.in_flight_load().items():
+            for participant, load in member.migration_leader.in_flight_load().items():
                 if load > limit:
                     raise SimulationFailure(f"t={sim.now_ms}: {participant} in {load} migrations, limit {limit}")
 
@@ -115,7 +115,7 @@ class LogChecker:
 
 
 def _addresses(records: Any) -> list[str]:
-    return [f"{r.replica.address}/{r.replica.uuid[:8]}" for r in records]
+    return [f"{r.id.address}/{r.id.uuid[:8]}" for r in records]
 
 
 def check_single_writer(sim: Simulation, address: str, client_address: str, reply: Any) -> None:
@@ -124,7 +124,7 @@ def check_single_writer(sim: Simulation, address: str, client_address: str, repl
     call = client.call if client is not None else None
     if call is None or call.write is None or not isinstance(reply, MapReply) or reply.call_id != call.call_id:
         return
-    if reply.statuses[:1] != (Status.OK,):
+    if reply.codes[:1] != (ReplyCode.OK,):
         return
     for other_address, node in sim.nodes.items():
         if other_address != address and node.alive and node.member.serves_writes(call.partition_id, sim.now_ms):
@@ -148,7 +148,7 @@ def unsafe_reason(sim: Simulation) -> str:
         return "the network is split"  # the cut-off side looks healthy until its lease runs out
     if not members or not all(m.joined for m in members):
         return "a member has not joined"
-    leaders = [m for m in members if m.is_master]
+    leaders = [m for m in members if m.is_leader]
     if len(leaders) != 1:
         return f"{len(leaders)} leaders"
     leader = leaders[0]
@@ -156,7 +156,7 @@ def unsafe_reason(sim: Simulation) -> str:
     if not consensus.leader_ready:
         return "the leader is catching up with the log"
     state = consensus.state
-    if {m.identity for m in members} != set(state.replicas):
+    if {m.identity for m in members} != set(state.member_ids):
         return "member lists differ from the live members"
     if any(m.consensus.applied_index != consensus.applied_index for m in members):
         return "a member has not applied the whole log"
@@ -164,15 +164,15 @@ def unsafe_reason(sim: Simulation) -> str:
         return "members applied the whole log and list different members"
     if leader.membership.joiners or any(r.leaving for r in state.members):
         return "members are joining or leaving"
-    data_members = [r.replica for r in state.members if not r.lite]
+    data_members = [r.id for r in state.members if not r.lite]
     if len(consensus.raft.membership.voters) != leader.config.voter_target(len(data_members)):
         return "the voters are being adjusted"
-    if state.migrations or not leader.master.idle:
+    if state.migrations or not leader.migration_leader.idle:
         return "the leader is migrating"
     if state.table is None:
         return "" if not sim.ledger.writes else "the partitions are not assigned"
     for member in members:
-        if member.replica.partitions_involved() or member.data.busy():
+        if member.migrations.partitions_involved() or member.data.busy():
             return f"{member.identity} has migrations, syncs or writes in progress"
     wanted = replica_count_for(len(data_members), len(data_members), leader.config.table_backup_count)
     by_identity = {m.identity: m for m in members}
@@ -197,14 +197,14 @@ def final_violations(sim: Simulation) -> list[str]:
         for key, why in sim.ledger.read_violations
         if partition_id_of_serialized(key, count) not in sim.stats.partitions_lost  # reported lost
     ]
-    master = sim.master()
-    state = master.consensus.state if master is not None else None
-    if master is None or state is None or state.table is None:
+    leader = sim.leader()
+    state = leader.consensus.state if leader is not None else None
+    if leader is None or state is None or state.table is None:
         return [*problems, "no leader with a table at the end"]
     table = state.table
     by_identity: dict[object, Member] = {m.identity: m for m in sim.live_members()}
     for key in sorted(sim.ledger.writes):
-        pid = partition_id_of_serialized(key, master.config.partition_count)
+        pid = partition_id_of_serialized(key, leader.config.partition_count)
         if pid in sim.stats.partitions_lost:
             continue  # lost with every replica: reported by a PartitionLost event, checked elsewhere
         owner = table.owner(pid)
@@ -220,7 +220,7 @@ def final_violations(sim: Simulation) -> list[str]:
         if not holders:
             continue
         reference = by_identity[holders[0]].data.stores.get(pid)
-        config = master.config
+        config = leader.config
         for index, backup in enumerate(slots[1:], start=1):
             if backup is None:
                 continue

@@ -18,19 +18,9 @@ from typing import Any
 from shardgrid.core import codec
 from shardgrid.core.call_policy import CallSettings
 from shardgrid.core.config import MemberConfig
-from shardgrid.core.effects import (
-    Emit,
-    LinkRestored,
-    Receive,
-    ReplyToClient,
-    Send,
-    SendToAddress,
-    SetTimer,
-    Start,
-    StopSignalled,
-    TimerFired,
-)
-from shardgrid.core.identity import Replica
+from shardgrid.core.effects import Emit, ReplyToClient, Send, SendToAddress, SetTimer
+from shardgrid.core.identity import MemberId
+from shardgrid.core.inputs import LinkRestored, Receive, Start, StopSignalled, TimerFired
 from shardgrid.core.member import Member
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.messages import AdminReply, AdminRequest, TableRequest
@@ -41,7 +31,7 @@ FIRST_PORT = 5701
 ADMIN_ADDRESS = "admin"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Node:
     address: str
     member: Member
@@ -52,7 +42,7 @@ class Node:
     held: list[tuple[str, Any]] = field(default_factory=list)  # events waiting for a resume
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Stats:
     events: int = 0
     messages_sent: int = 0
@@ -135,13 +125,13 @@ class Simulation:
             self.seed_addresses = (*self.seed_addresses, address)
         if address not in self.started_addresses:
             self.started_addresses.append(address)
-        identity = Replica(str(uuid.UUID(int=self.rng.getrandbits(128), version=4)), address)
+        identity = MemberId(str(uuid.UUID(int=self.rng.getrandbits(128), version=4)), address)
         member_rng = random.Random(self.rng.getrandbits(64))
         known = seeds if seeds is not None else self.seed_addresses
         member = Member(identity, self.config, known, member_rng, lite=lite)
         previous = self.nodes.get(address)
         incarnation = previous.incarnation + 1 if previous else 1
-        self.nodes[address] = Node(address, member, incarnation)
+        self.nodes[address] = Node(address=address, member=member, incarnation=incarnation)
         if self.network.groups and address not in self.network.groups:
             self.network.groups[address] = 0  # a process started during a split is on its first side
         self._run_member(self.nodes[address], Start())
@@ -247,7 +237,7 @@ class Simulation:
         return self._admin_calls
 
     def request_assignment(self) -> None:
-        """What a client's first request does: make the master assign the partitions."""
+        """What a client's first request does: make the leader assign the partitions."""
         for address in self.member_addresses():
             self._send("client-0", None, address, None, TableRequest())
 
@@ -346,7 +336,7 @@ class Simulation:
         for check in self.checks:
             check(self, node.address)
 
-    def _send(self, source: str, sender: Replica | None, target: str, target_uuid: str | None, message: Any) -> None:
+    def _send(self, source: str, sender: MemberId | None, target: str, target_uuid: str | None, message: Any) -> None:
         self.stats.messages_sent += 1
         if self.encode_messages:
             frames = codec.FrameDecoder().feed(codec.encode(message))
@@ -369,9 +359,9 @@ class Simulation:
 
         self.events.append((self.now_ms, address, event))
         if isinstance(event, events.MigrationEvent):
-            if event.status == "finished":
+            if event.phase == "finished":
                 self.stats.migrations_finished += 1
-            elif event.status == "failed":
+            elif event.phase == "failed":
                 self.stats.migrations_failed += 1
         elif isinstance(event, events.PartitionLost) and event.lost_replica_count > self.config.backup_count:
             # The workload's maps keep at least the sync backups: lost only beyond them.
@@ -397,10 +387,10 @@ class Simulation:
     def live_members(self) -> list[Member]:
         return [n.member for n in self.nodes.values() if n.alive and not n.paused]
 
-    def master(self) -> Member | None:
+    def leader(self) -> Member | None:
         """The leader of the newest term among the live members (an old one may not know yet)."""
-        masters = [m for m in self.live_members() if m.is_master]
-        return max(masters, key=lambda m: m.consensus.term) if masters else None
+        leaders = [m for m in self.live_members() if m.is_leader]
+        return max(leaders, key=lambda m: m.consensus.term) if leaders else None
 
     def trace_hash(self) -> str:
         return self._trace.hexdigest()

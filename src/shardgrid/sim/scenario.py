@@ -28,7 +28,7 @@ class Scenario:
             self.sim.at(self.sim.now_ms + 300 * i, lambda address=address: self.sim.start_member(address))
         self.run_until(lambda: len(self.sim.member_addresses()) == count and not unsafe_reason(self.sim))
         self.sim.request_assignment()
-        self.run_until(lambda: self.sim.master() is not None and self.sim.master().consensus.state.table is not None)
+        self.run_until(lambda: self.sim.leader() is not None and self.sim.leader().consensus.state.table is not None)
         self.wait_safe()
         return addresses
 
@@ -46,8 +46,8 @@ class Scenario:
         return self.sim.now_ms - started
 
     @property
-    def master(self) -> Member:
-        master = self.sim.master()
-        if master is None:
+    def leader(self) -> Member:
+        leader = self.sim.leader()
+        if leader is None:
             raise AssertionError(f"no leader: {unsafe_reason(self.sim)}")
-        return master
+        return leader

@@ -12,7 +12,7 @@ started. A step fires
 and then does its ``action`` to members named by reference:
 
 - ``m1``, ``m2``, ...: the members in the order they were started (joins take the next numbers);
-- ``master``: the current leader; ``owner:17``: the owner of partition 17; ``owner-of-most``;
+- ``leader``: the current leader; ``owner:17``: the owner of partition 17; ``owner-of-most``;
   ``other``: a member other than the leader, drawn from the run's seed; ``most-complete-log``:
   the live member whose log is the most up to date (whom an operator recovers from);
 - ``receiver`` and ``sender``: the members that handled and sent the triggering message;
@@ -123,7 +123,7 @@ _STEP_FIELDS = {
 _TRIGGER_FIELDS = {"message", "at", "from", "nth", "require"}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Trigger:
     message: str
     at: str | None = None
@@ -132,7 +132,7 @@ class Trigger:
     require: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Step:
     action: str
     at_ms: int | None = None
@@ -154,7 +154,7 @@ class Step:
         return f"{self.action} {timing}" + (f" ({details})" if details else "")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Schedule:
     name: str
     run: dict[str, Any]
@@ -189,11 +189,11 @@ def parse_schedule(raw: dict[str, Any], name: str) -> Schedule:
     bad = set(expect) - {"partitions_lost", "cluster_stopped"}
     require(not bad, f"schedule {name}: unknown [expect] field(s) {sorted(bad)}")
     return Schedule(
-        str(raw.get("name", name)),
-        run,
-        steps,
-        bool(expect.get("partitions_lost", False)),
-        bool(expect.get("cluster_stopped", False)),
+        name=str(raw.get("name", name)),
+        run=run,
+        steps=steps,
+        partitions_lost=bool(expect.get("partitions_lost", False)),
+        cluster_stopped=bool(expect.get("cluster_stopped", False)),
     )
 
 
@@ -218,7 +218,9 @@ def _parse_step(number: int, raw: dict[str, Any], name: str) -> Step:
         conditions = tuple(when.get("require", ()))
         for condition in conditions:
             require(_condition_parts(condition) is not None, f"{where}: cannot read condition {condition!r}")
-        trigger = Trigger(when["message"], when.get("at"), when.get("from"), nth, conditions)
+        trigger = Trigger(
+            message=when["message"], at=when.get("at"), sender=when.get("from"), nth=nth, require=conditions
+        )
     for key in ("at_ms", "after_ms", "duration_ms", "count", "every", "ops", "clients"):
         if key in raw:
             require(isinstance(raw[key], int) and raw[key] >= 0, f"{where}: {key} must be a whole number >= 0")
@@ -236,7 +238,7 @@ def _parse_step(number: int, raw: dict[str, Any], name: str) -> Step:
     if action in ("crash", "restart", "pause", "resume", "isolate", "shutdown", "promote", "recover"):
         require("target" in raw, f"{where}: {action} needs a target")
     options = {k: v for k, v in raw.items() if k not in ("action", "at_ms", "after_ms", "when")}
-    return Step(action, raw.get("at_ms"), raw.get("after_ms"), trigger, options)
+    return Step(action=action, at_ms=raw.get("at_ms"), after_ms=raw.get("after_ms"), when=trigger, options=options)
 
 
 def _condition_parts(condition: str) -> tuple[str, str, str] | None:
@@ -360,8 +362,8 @@ class ScheduleRunner:
             number = int(ref[1:])
             addresses = sim.started_addresses
             return addresses[number - 1] if 0 < number <= len(addresses) else None
-        leader = sim.master()
-        if ref in ("master", "leader"):
+        leader = sim.leader()
+        if ref in ("leader", "leader"):
             return leader.identity.address if leader is not None else None
         if ref in ("receiver", "sender"):
             return context.receiver if ref == "receiver" else context.sender
@@ -392,7 +394,7 @@ class ScheduleRunner:
 
     def _of_migration(self, role: str, context: Context) -> str | None:
         record = getattr(context.message, "record", None)
-        leader = self.sim.master()
+        leader = self.sim.leader()
         if record is None and leader is not None:
             migration_id = getattr(context.message, "migration_id", None)
             state = leader.consensus.state
@@ -489,7 +491,7 @@ class ScheduleRunner:
             address = sim.start_member(lite=bool(o.get("lite", False)), seeds=seeds)
             return f"join {address}" + (" (lite)" if o.get("lite") else "")
         if action in ("state", "shutdown-cluster"):
-            targets = self._targets(o.get("target", "master"), context) or sim.member_addresses()[:1]
+            targets = self._targets(o.get("target", "leader"), context) or sim.member_addresses()[:1]
             if not targets:
                 return f"{action}: no member to ask"
             if action == "state":

@@ -28,7 +28,7 @@ from shardgrid.sim.workload import ASYNC_MAP_NAME
 
 FAULTS = (
     "crash",
-    "master-crash",
+    "leader-crash",
     "join",
     "split",
     "pause",
@@ -45,7 +45,7 @@ SLICE_MS = 200
 RESTORE_ANSWER_WAIT_MS = 5_000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SimParams:
     members: int = 5
     partitions: int = 271
@@ -56,7 +56,7 @@ class SimParams:
     fail_on_indeterminate: bool = True
     operation_call_timeout_ms: int = 10_000
     ops: int = 2000
-    faults: tuple[str, ...] = ("crash", "master-crash", "join", "split")
+    faults: tuple[str, ...] = ("crash", "leader-crash", "join", "split")
     clients: int = 3
     max_parallel_migrations: int = 10
     drop_rate: float = 0.01
@@ -110,7 +110,7 @@ TIGHT_TRANSFERS: dict[str, int] = {
 }
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class SimResult:
     seed: int
     params: SimParams
@@ -208,11 +208,11 @@ class Run:
 
     def _on_safe(self) -> None:
         sim = self.sim
-        leader = sim.master()
+        leader = sim.leader()
         if leader is None:
             return
         state = leader.consensus.state
-        data_members = [r.replica for r in state.members if not r.lite]
+        data_members = [r.id for r in state.members if not r.lite]
         # Every partition has min(backups + 1, data members) replicas now: one fewer may be lost.
         self.data_budget = min(self.params.backups, len(data_members) - 1)
         self.voters = frozenset(v.address for v in leader.consensus.raft.membership.voters)
@@ -228,7 +228,7 @@ class Run:
         node = self.sim.nodes[address]
         if address in self.lost or self.sim.network.groups:
             return False
-        record = self.sim.master().consensus.state.record_of(node.member.identity) if self.sim.master() else None
+        record = self.sim.leader().consensus.state.record_of(node.member.identity) if self.sim.leader() else None
         lite = record.lite if record is not None else node.member.ctx.lite
         if not lite and self.data_losses >= self._data_budget_now():
             return False
@@ -238,7 +238,7 @@ class Run:
         # the current ones must remain too. With no leader (an election), the newest configuration
         # a live member holds counts: a second voter of three was once crashed mid-election because
         # no leader meant no check, the voters at the last safe point being five.
-        leader = self.sim.master()
+        leader = self.sim.leader()
         if leader is not None:
             current = leader.consensus.raft.membership.voters
         else:
@@ -257,16 +257,16 @@ class Run:
     def _data_budget_now(self) -> int:
         """The data members that may still be lost: a graceful shutdown since the last safe point
         hands its replicas to fewer members, so partitions may be left with fewer replicas."""
-        leader = self.sim.master()
+        leader = self.sim.leader()
         if leader is None:
             return self.data_budget
         alive = {n.member.identity for n in self.sim.nodes.values() if n.alive}
-        staying = sum(1 for r in leader.consensus.state.members if not r.lite and not r.leaving and r.replica in alive)
+        staying = sum(1 for r in leader.consensus.state.members if not r.lite and not r.leaving and r.id in alive)
         return min(self.data_budget, staying + self.data_losses - 1)
 
     def _count_loss(self, address: str) -> None:
         node = self.sim.nodes[address]
-        record = self.sim.master().consensus.state.record_of(node.member.identity) if self.sim.master() else None
+        record = self.sim.leader().consensus.state.record_of(node.member.identity) if self.sim.leader() else None
         if record is None or not record.lite:
             self.data_losses += 1
         if address in self.voters:
@@ -369,21 +369,21 @@ class Run:
             members = sorted(sim.member_addresses())
             if not members:
                 return
-            # As an operator would: the master when there is one, else a member of the cluster. A
+            # As an operator would: the leader when there is one, else a member of the cluster. A
             # process still looking for the cluster only answers that it is in none (and a FROZEN
             # cluster turns every joiner away, so most live processes may be such ones: found by
             # seed 10081 of the small very lossy runs, which ran out of time asking them).
-            master = sim.master()
+            leader = sim.leader()
             joined = sorted(m.identity.address for m in sim.live_members() if m.joined)
-            target = master.identity.address if master is not None else self.rng.choice(joined or members)
+            target = leader.identity.address if leader is not None else self.rng.choice(joined or members)
             call = sim.admin(target, ChangeClusterState(ClusterState.ACTIVE))
             asked_ms = sim.now_ms
             answered_by = asked_ms + RESTORE_ANSWER_WAIT_MS
             sim.run_until(answered_by, lambda call=call: call in sim.admin_replies)
             sim.run_until(max(sim.now_ms, asked_ms + 1_000))  # no leader yet: do not ask in a tight loop
             reply = sim.admin_replies.get(call)
-            leader = sim.master()
-            succeeded = reply is not None and reply.status == "ok" and leader is not None
+            leader = sim.leader()
+            succeeded = reply is not None and reply.result == "ok" and leader is not None
             if succeeded and leader.consensus.state.cluster_state is ClusterState.ACTIVE:
                 return
 
@@ -393,8 +393,8 @@ class Run:
         sim = self.sim
         fault = self.rng.choice(self.params.faults)
         alive = sorted(a for a, n in sim.nodes.items() if n.alive and not n.paused)
-        master = sim.master()
-        leader_address = master.identity.address if master is not None else None
+        leader = sim.leader()
+        leader_address = leader.identity.address if leader is not None else None
         if fault in ("crash", "isolated-restart"):
             victims = [a for a in alive if a != leader_address and self._may_lose(a)]
             if victims:
@@ -406,8 +406,8 @@ class Run:
                     duration = sim.config.failure_timeout_ms + self.rng.randint(1_000, 4_000)
                     sim.at(sim.now_ms + duration, sim.heal)
                     self.faults[-1] += f" and restart it cut off for {duration} ms"
-        elif fault == "master-crash" and leader_address is not None and self._may_lose(leader_address):
-            self._lose(leader_address, "master-crash")
+        elif fault == "leader-crash" and leader_address is not None and self._may_lose(leader_address):
+            self._lose(leader_address, "leader-crash")
         elif fault == "restart" and self.crashed:
             address = self.crashed.pop(0)
             self.faults.append(f"{sim.now_ms}: restart {address}")
@@ -445,14 +445,14 @@ class Run:
 
     def _shutdown(self, alive: list[str]) -> None:
         sim = self.sim
-        leader = sim.master()
+        leader = sim.leader()
         if leader is None or len(alive) < 3:
             return
         state = leader.consensus.state
         data = [r for r in state.members if not r.lite and not r.leaving]
         if len(data) < 3:
             return  # keep at least two data members after it
-        victim = self.rng.choice(sorted(r.replica.address for r in state.members if not r.leaving))
+        victim = self.rng.choice(sorted(r.id.address for r in state.members if not r.leaving))
         if victim not in alive or victim in self.lost:
             return
         sim.admin(victim, ShutdownMember())

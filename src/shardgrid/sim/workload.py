@@ -34,7 +34,7 @@ from shardgrid.core.messages import (
     PUT,
     MapReply,
     MapRequest,
-    Status,
+    ReplyCode,
     TableReply,
     TableRequest,
 )
@@ -92,7 +92,7 @@ class Ledger:
         return result
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Call:
     call_id: int
     key: bytes
@@ -184,7 +184,15 @@ class SimClient:
         else:
             write = None
             kind = GET
-        return Call(self.counter, key, kind, pid, write, self.map_of[key], CallProgress(now_ms, kind == PUT))
+        return Call(
+            call_id=self.counter,
+            key=key,
+            kind=kind,
+            partition_id=pid,
+            write=write,
+            map_name=self.map_of[key],
+            progress=CallProgress(now_ms, kind == PUT),
+        )
 
     def _send(self, now_ms: int, members: list[str]) -> list[tuple[str, Any]]:
         call = self.call
@@ -203,7 +211,14 @@ class SimClient:
         self.counter += 1
         call.call_id = self.counter
         values = (call.write.value,) if call.write is not None else ()
-        request = MapRequest(call.call_id, call.kind, call.map_name, (call.partition_id,), (call.key,), values)
+        request = MapRequest(
+            call_id=call.call_id,
+            kind=call.kind,
+            map_name=call.map_name,
+            partition_ids=(call.partition_id,),
+            keys=(call.key,),
+            values=values,
+        )
         return [(target, request)]
 
     def on_message(self, now_ms: int, message: Any, members: list[str]) -> list[tuple[str, Any]]:
@@ -220,11 +235,11 @@ class SimClient:
         call = self.call
         if not isinstance(message, MapReply) or call is None or message.call_id != call.call_id:
             return []  # a late answer to a call already given up on
-        status = message.statuses[0] if len(message.statuses) == 1 else Status.REJECTED  # makes no sense
-        if status is Status.OK and call.write is None:
+        status = message.codes[0] if len(message.codes) == 1 else ReplyCode.REJECTED  # makes no sense
+        if status is ReplyCode.OK and call.write is None:
             value = message.values[0] if message.values else None
             self.ledger.check_read(call.key, value, call.first_sent_ms, now_ms, call.target or "?")
-        if status is Status.WRONG_OWNER:
+        if status is ReplyCode.WRONG_OWNER:
             redirect = next((r for r in message.redirects if r.partition_id == call.partition_id), None)
             self.owners[call.partition_id] = redirect.owner_address if redirect is not None else None
         decision = on_answer(self.settings, call.progress, status, message.retry_after_ms, now_ms)

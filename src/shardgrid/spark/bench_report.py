@@ -39,7 +39,7 @@ SAMPLES_SCHEMA = StructType(
         StructField("t", DoubleType(), False),
         StructField("op", StringType(), True),
         StructField("s", DoubleType(), True),
-        StructField("status", StringType(), True),
+        StructField("phase", StringType(), True),
         StructField("partition_id", LongType(), True),
         StructField("source", StringType(), True),
         StructField("destination", StringType(), True),
@@ -47,7 +47,7 @@ SAMPLES_SCHEMA = StructType(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SecondLatency:
     scenario: str
     second: int
@@ -59,7 +59,7 @@ class SecondLatency:
     migrating: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MigrationPeriod:
     scenario: str
     start_s: float
@@ -80,7 +80,7 @@ class CompletionBucket:
     finished: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PhaseLatency:
     scenario: str
     op: str
@@ -91,7 +91,7 @@ class PhaseLatency:
     p999_ms: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BenchFigures:
     seconds: list[SecondLatency]
     periods: list[MigrationPeriod]
@@ -122,23 +122,23 @@ def _intervals(migrations: DataFrame) -> DataFrame:
     destination (a partition can move more than once in a run)."""
     same = Window.partitionBy("scenario", "partition_id", "source", "destination").orderBy("at_s", "order")
     paired = (
-        migrations.withColumn("order", F.when(F.col("status") == "started", 0).otherwise(1))
-        .withColumn("next_status", F.lead("status").over(same))
+        migrations.withColumn("order", F.when(F.col("phase") == "started", 0).otherwise(1))
+        .withColumn("next_phase", F.lead("phase").over(same))
         .withColumn("next_at_s", F.lead("at_s").over(same))
-        .withColumn("previous_status", F.lag("status").over(same))
+        .withColumn("previous_phase", F.lag("phase").over(same))
     )
-    started = paired.where(F.col("status") == "started").select(
+    started = paired.where(F.col("phase") == "started").select(
         "scenario",
         F.col("at_s").alias("start_s"),
         # A start after the last sample (found by an outside tester: a negative duration) ends where it began.
-        F.when(F.col("next_status").isin(*ENDS), F.col("next_at_s"))
+        F.when(F.col("next_phase").isin(*ENDS), F.col("next_at_s"))
         .otherwise(F.greatest(F.col("last_s"), F.col("at_s")))
         .alias("end_s"),
-        F.when(F.col("next_status").isin(*ENDS), F.col("next_status")).otherwise("unfinished").alias("outcome"),
+        F.when(F.col("next_phase").isin(*ENDS), F.col("next_phase")).otherwise("unfinished").alias("outcome"),
     )
     unpaired_ends = paired.where(
-        F.col("status").isin(*ENDS) & (F.col("previous_status").isNull() | (F.col("previous_status") != "started"))
-    ).select("scenario", F.col("at_s").alias("start_s"), F.col("at_s").alias("end_s"), F.col("status").alias("outcome"))
+        F.col("phase").isin(*ENDS) & (F.col("previous_phase").isNull() | (F.col("previous_phase") != "started"))
+    ).select("scenario", F.col("at_s").alias("start_s"), F.col("at_s").alias("end_s"), F.col("phase").alias("outcome"))
     return started.unionByName(unpaired_ends)
 
 
@@ -240,7 +240,7 @@ def _analyze(lines: DataFrame, origins: DataFrame) -> BenchFigures:
     finally:
         periods.unpersist()
     completions = (
-        migrations.where(F.col("status") == "finished")
+        migrations.where(F.col("phase") == "finished")
         .withColumn("bucket", F.floor(F.round(F.col("at_s") / COMPLETION_BUCKET_S, 3)).cast("long"))
         .groupBy("scenario", "bucket")
         .agg(F.count(F.lit(1)).alias("finished"))
@@ -250,12 +250,26 @@ def _analyze(lines: DataFrame, origins: DataFrame) -> BenchFigures:
     return BenchFigures(
         seconds=[
             SecondLatency(
-                r["scenario"], r["second"], r["op"], r["count"], r["p50_ms"], r["p99_ms"], r["p999_ms"], r["migrating"]
+                scenario=r["scenario"],
+                second=r["second"],
+                op=r["op"],
+                count=r["count"],
+                p50_ms=r["p50_ms"],
+                p99_ms=r["p99_ms"],
+                p999_ms=r["p999_ms"],
+                migrating=r["migrating"],
             )
             for r in per_second
         ],
         periods=[
-            MigrationPeriod(r["scenario"], r["start_s"], r["end_s"], r["finished"], r["failed"], r["unfinished"])
+            MigrationPeriod(
+                scenario=r["scenario"],
+                start_s=r["start_s"],
+                end_s=r["end_s"],
+                finished=r["finished"],
+                failed=r["failed"],
+                unfinished=r["unfinished"],
+            )
             for r in period_rows
         ],
         completions=[
@@ -263,7 +277,15 @@ def _analyze(lines: DataFrame, origins: DataFrame) -> BenchFigures:
             for r in completions
         ],
         phases=[
-            PhaseLatency(r["scenario"], r["op"], r["phase"], r["count"], r["p50_ms"], r["p99_ms"], r["p999_ms"])
+            PhaseLatency(
+                scenario=r["scenario"],
+                op=r["op"],
+                phase=r["phase"],
+                count=r["count"],
+                p50_ms=r["p50_ms"],
+                p99_ms=r["p99_ms"],
+                p999_ms=r["p999_ms"],
+            )
             for r in phases
         ],
         span_s={},  # filled in by analyze

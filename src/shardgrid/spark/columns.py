@@ -44,7 +44,7 @@ class RowError(ValueError):
     """A row the map cannot take or an entry the schema cannot hold; the message names which."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Layout:
     """Where a row's key and value come from (or go to): the same for every batch of one job."""
 
@@ -108,7 +108,13 @@ def layout_of(schema: pa.Schema, key_column: str, value_column: str | None) -> L
                 f"shardgrid: option 'value.column': column '{value_column}' is {value_type}; a value stored as "
                 "it is must be binary or string (leave the option out to store the columns as a msgpack map)"
             )
-    return Layout(key_column, key_type, value_column, value_is_text, names)
+    return Layout(
+        key_column=key_column,
+        key_type=key_type,
+        value_column=value_column,
+        value_is_text=value_is_text,
+        field_names=names,
+    )
 
 
 def _holds_map(arrow_type: pa.DataType) -> bool:

@@ -75,7 +75,7 @@ ALL_OPTIONS = {**CONNECTION_OPTIONS, **WRITE_OPTIONS, **READ_OPTIONS}
 SPARK_OWN_OPTIONS = frozenset({"checkpointlocation", "queryname"})  # Spark's, passed on to every sink
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Connection:
     members: tuple[str, ...]
     cluster_name: str
@@ -86,7 +86,7 @@ class Connection:
     operation_timeout_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SourceOptions:
     connection: Connection
     map_name: str

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.member.leases import Leases
@@ -33,7 +33,7 @@ from shardgrid.core.messages import (
     ADMIN_UNAVAILABLE,
     AdminReply,
     AdminRequest,
-    AdminStatus,
+    AdminResult,
     ChangeClusterState,
     LeaderReply,
     LeaderRequest,
@@ -43,10 +43,9 @@ from shardgrid.core.messages import (
     ShutdownMember,
 )
 from shardgrid.core.metadata import ClusterState
-from shardgrid.core.metadata.commands import MarkLeaving, PromoteToDataMember, SetClusterState
-from shardgrid.core.metadata.commands import ShutdownCluster as ShutdownClusterCommand
+from shardgrid.core.metadata.commands import MarkLeaving, PromoteToDataMember, SetClusterState, StopAllMembers
 
-Respond = Callable[[str, str], None]  # (status, reason)
+Respond = Callable[[str, str], None]  # (result, reason)
 AdminCommand = ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster
 NO_LEADER = "there is no leader: an election is in progress or a majority of voters is unreachable"
 LEAVE_LOST = "the leader changed before the shutdown was recorded"
@@ -78,7 +77,7 @@ class Forwarded:
     deadline_ms: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class StateChange:
     """A state change the leader carries out once every member holds its table."""
 
@@ -110,8 +109,8 @@ class Admin:
     def on_admin_request(self, client: str, message: AdminRequest) -> None:
         command = message.command
 
-        def respond(status: AdminStatus, reason: str) -> None:
-            self.ctx.reply(client, AdminReply(message.call_id, status, reason))
+        def respond(result: AdminResult, reason: str) -> None:
+            self.ctx.reply(client, AdminReply(message.call_id, result, reason))
 
         problem = command_problem(command)
         if problem:
@@ -144,12 +143,12 @@ class Admin:
             self._forwarded[self._counter] = Forwarded(respond, self.ctx.now_ms + self.ctx.config.admin_timeout_ms)
             self.ctx.send(leader, LeaderRequest(self._counter, command))
 
-    def on_leader_reply(self, sender: Replica, message: LeaderReply) -> None:
+    def on_leader_reply(self, sender: MemberId, message: LeaderReply) -> None:
         del sender
         forwarded = self._forwarded.pop(message.request_id, None)
         if forwarded is not None:
-            status = message.status if message.status in (ADMIN_OK, ADMIN_FAILED) else ADMIN_UNAVAILABLE
-            forwarded.respond(status, message.reason)
+            result = message.result if message.result in (ADMIN_OK, ADMIN_FAILED) else ADMIN_UNAVAILABLE
+            forwarded.respond(result, message.reason)
 
     def _recover(self, respond: Respond) -> None:
         """The operator's explicit recovery: refused while this member has heard from a leader
@@ -166,7 +165,7 @@ class Admin:
                 f"for {quiet_ms} ms and the lost voters will never come back",
             )
             return
-        others = tuple(r for r in self.consensus.state.replicas if r != self.ctx.identity)
+        others = tuple(r for r in self.consensus.state.member_ids if r != self.ctx.identity)
         raft.force_new_configuration(others)
         respond(
             ADMIN_OK,
@@ -176,13 +175,13 @@ class Admin:
 
     # --- the leader ----------------------------------------------------------------------------------
 
-    def on_leader_request(self, sender: Replica, message: LeaderRequest) -> None:
-        def respond(status: AdminStatus, reason: str) -> None:
-            self.ctx.send(sender, LeaderReply(message.request_id, status, reason))
+    def on_leader_request(self, sender: MemberId, message: LeaderRequest) -> None:
+        def respond(result: AdminResult, reason: str) -> None:
+            self.ctx.send(sender, LeaderReply(message.request_id, result, reason))
 
         self.execute(message.command, sender, respond)
 
-    def execute(self, command: AdminCommand | RecoverLostMajority, origin: Replica, respond: Respond) -> None:
+    def execute(self, command: AdminCommand | RecoverLostMajority, origin: MemberId, respond: Respond) -> None:
         problem = command_problem(command)
         if problem:
             respond(ADMIN_FAILED, problem)
@@ -197,11 +196,13 @@ class Admin:
             if problem:
                 respond(ADMIN_FAILED, problem)
                 return
-            self._state_changes.append(StateChange(command.state, respond, deadline))
+            self._state_changes.append(StateChange(state=command.state, respond=respond, deadline_ms=deadline))
             self._try_state_changes()
             return
         if isinstance(command, ShutdownCluster):
-            self._state_changes.append(StateChange(ClusterState.PASSIVE, respond, deadline, then_shutdown=True))
+            self._state_changes.append(
+                StateChange(state=ClusterState.PASSIVE, respond=respond, deadline_ms=deadline, then_shutdown=True)
+            )
             self._try_state_changes()
             return
         if isinstance(command, RecoverLostMajority):
@@ -272,7 +273,7 @@ class Admin:
         if not self.consensus.propose(command, done):
             respond(ADMIN_UNAVAILABLE, NOT_LEADER)
 
-    def _not_promoted(self, member: Replica) -> str:
+    def _not_promoted(self, member: MemberId) -> str:
         """Why an applied promotion left ``member`` lite: its leave (or its removal) came first."""
         record = self.consensus.state.record_of(member)
         return f"{member} was not promoted: it is leaving, or gone" if record is None or record.lite else ""
@@ -291,7 +292,7 @@ class Admin:
                 change.respond(ADMIN_FAILED, problem)  # a leave recorded while the tables were compared
             elif not why:
                 if change.confirm_index:
-                    self._propose(ShutdownClusterCommand(), change.respond, "the leader changed during the shutdown")
+                    self._propose(StopAllMembers(), change.respond, "the leader changed during the shutdown")
                 else:
                     self._commit_state_change(change)
             elif self.ctx.now_ms >= change.deadline_ms:
@@ -331,7 +332,7 @@ class Admin:
         if state.table is None:
             return ""
         stamp = state.table.stamp
-        for member in state.replicas:
+        for member in state.member_ids:
             report = self._fresh_report(member)
             if isinstance(report, str):
                 return report
@@ -341,7 +342,7 @@ class Admin:
 
     def _unconfirmed(self, index: int) -> str:
         """'' when every member reported having applied the log up to ``index``."""
-        for member in self.consensus.state.replicas:
+        for member in self.consensus.state.member_ids:
             report = self._fresh_report(member)
             if isinstance(report, str):
                 return report
@@ -349,7 +350,7 @@ class Admin:
                 return f"{member} has not confirmed it applied the PASSIVE state"
         return ""
 
-    def _fresh_report(self, member: Replica) -> object:
+    def _fresh_report(self, member: MemberId) -> object:
         """The member's recent report (None for the leader itself), or why there is none."""
         if member == self.ctx.identity:
             return None

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from shardgrid.core.errors import invariant
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.member.context import Context
 from shardgrid.core.messages import Bootstrap
 from shardgrid.core.metadata import Changes, MemberRecord, MetadataState, apply_commands
@@ -34,7 +34,7 @@ Done = Callable[[bool], None]  # told True when the proposal was applied, False 
 class AppliedListener(Protocol):
     def on_state_loaded(self) -> None: ...
     def on_applied(self, index: int, term: int, changes: Changes) -> None: ...
-    def on_leadership(self, leader: Replica | None, term: int, was_leader: bool) -> None: ...
+    def on_leadership(self, leader: MemberId | None, term: int, was_leader: bool) -> None: ...
 
 
 class Consensus:
@@ -50,7 +50,7 @@ class Consensus:
         self._commands: list[object] = []
         self._done: list[Done] = []
         self._waiting: list[tuple[int, int, Done]] = []  # (index, term, callback)
-        self._leader: Replica | None = None
+        self._leader: MemberId | None = None
         self._term = 0
         self._was_leader = False
         self._checkpoint: tuple[int, MetadataState] | None = None
@@ -59,11 +59,11 @@ class Consensus:
 
     # --- starting ----------------------------------------------------------------------------------
 
-    def bootstrap(self, members: tuple[MemberRecord, ...], voters: tuple[Replica, ...], round_: int) -> None:
+    def bootstrap(self, members: tuple[MemberRecord, ...], voters: tuple[MemberId, ...], round_: int) -> None:
         """Start the log of a brand-new cluster (every founding member builds the same snapshot)."""
         invariant(not self.has_state and self.founding is None, "a member bootstraps at most once")
         self.founding = Bootstrap(members, voters, round_)
-        others = [m.replica for m in members if m.replica not in voters]
+        others = [m.id for m in members if m.id not in voters]
         snapshot = Snapshot(
             0, 0, Membership.of(voters, others), MetadataState(self.ctx.config.partition_count, members=members)
         )
@@ -82,14 +82,14 @@ class Consensus:
         return self.raft.is_leader
 
     @property
-    def leader(self) -> Replica | None:
+    def leader(self) -> MemberId | None:
         return self.raft.leader
 
     @property
     def term(self) -> int:
         return self.raft.term
 
-    def answered_lately(self, member: Replica) -> bool:
+    def answered_lately(self, member: MemberId) -> bool:
         """Whether ``member`` answered this leader within the last few heartbeats: what counts as
         alive before a change that would leave it the one to count on (a voter's removal, a
         leaving member's copy emptied)."""
@@ -101,7 +101,7 @@ class Consensus:
         """A leader whose applied state includes every entry committed before its term."""
         return self.raft.is_leader and self.applied_index >= self.raft.term_start_index
 
-    def takes_raft_from(self, sender: Replica) -> bool:
+    def takes_raft_from(self, sender: MemberId) -> bool:
         """Raft's terms make any sender's message safe to take (a vote is given only to a voter of
         our configuration); a leader we do not know yet may be the one that added us. A process
         with no log yet follows only a cluster it asked to join."""
@@ -113,7 +113,7 @@ class Consensus:
 
     # --- inputs ------------------------------------------------------------------------------------
 
-    def step(self, sender: Replica, message: Any) -> None:
+    def step(self, sender: MemberId, message: Any) -> None:
         if isinstance(message, InstallSnapshot) and not self._fits(message.snapshot.state):
             return  # a state for another partition count: not this cluster's, whoever sent it
         self.raft.step(self.ctx.now_ms, sender, message)

@@ -11,14 +11,14 @@ from typing import Any
 
 from shardgrid.core.config import MemberConfig
 from shardgrid.core.effects import Effect, Emit, ReplyToClient, Send, SendToAddress, SetTimer
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 
 
 class Context:
     __slots__ = ("config", "identity", "lite", "now_ms", "out", "rng", "seed_addresses")
 
     def __init__(
-        self, identity: Replica, config: MemberConfig, seed_addresses: tuple[str, ...], rng: random.Random, lite: bool
+        self, identity: MemberId, config: MemberConfig, seed_addresses: tuple[str, ...], rng: random.Random, lite: bool
     ) -> None:
         self.identity = identity
         self.config = config
@@ -28,7 +28,7 @@ class Context:
         self.now_ms = 0
         self.out: list[Effect] = []
 
-    def send(self, target: Replica, message: Any) -> None:
+    def send(self, target: MemberId, message: Any) -> None:
         self.out.append(Send(target, message))
 
     def send_to_address(self, address: str, message: Any) -> None:

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from shardgrid.core.errors import invariant
 from shardgrid.core.hashing import partition_ids_of_serialized
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import (
     MAX_BACKUP_BATCH_BYTES,
     MAX_FRAME_BYTES,
@@ -59,9 +59,9 @@ from shardgrid.core.messages import (
     ReplicaSyncAck,
     ReplicaSyncChunk,
     ReplicaSyncRequest,
+    ReplyCode,
     ScanReply,
     ScanRequest,
-    Status,
     TableReply,
     TableRequest,
     WriteRun,
@@ -88,13 +88,13 @@ class MigrationView(Protocol):
     def involved(self, pid: int) -> bool: ...
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class OutgoingSync:
     """The owner bringing one backup up to date, from ``base_sequence`` (-1: whole)."""
 
     sync_id: str
     partition_id: int
-    backup: Replica
+    backup: MemberId
     stream: SendWindow[ReplicaSyncChunk]
     maps: frozenset[str]  # the maps it reads: their writes wait until it ends
     base_sequence: int
@@ -117,10 +117,10 @@ class IncomingSync:
 class Targets:
     """Where a map's writes to a partition go, under one table."""
 
-    backups: tuple[Replica, ...]  # every backup of the partition
-    copies: tuple[Replica, ...]  # those that keep a copy of the map (sync, then async)
-    sequence_only: tuple[Replica, ...]  # the others: they get the sequence without the data
-    sync: tuple[Replica, ...]  # those the answer waits for
+    backups: tuple[MemberId, ...]  # every backup of the partition
+    copies: tuple[MemberId, ...]  # those that keep a copy of the map (sync, then async)
+    sequence_only: tuple[MemberId, ...]  # the others: they get the sequence without the data
+    sync: tuple[MemberId, ...]  # those the answer waits for
 
 
 class DataPath:
@@ -130,7 +130,7 @@ class DataPath:
         consensus: Consensus,
         leases: Leases,
         member_serves: Callable[[], bool],
-        unavailable: Callable[[], Status | None],
+        unavailable: Callable[[], ReplyCode | None],
         request_assignment: Callable[[], None],
     ) -> None:
         self.ctx = ctx
@@ -147,12 +147,12 @@ class DataPath:
         self._last_summary_ms = 0
         # This event's runs, sent at its end: to the backups that keep the map, and (without the
         # keys and values) to the partition's other backups.
-        self.outbox: list[tuple[WriteRun, int, tuple[Replica, ...], tuple[Replica, ...]]] = []
+        self.outbox: list[tuple[WriteRun, int, tuple[MemberId, ...], tuple[MemberId, ...]]] = []
         # Per (partition, map), who gets its writes under the current table: asked on every write.
         self._targets: dict[tuple[int, str], Targets] = {}
         self._targets_table: object = None
         self.reorder: dict[int, dict[int, WriteRun]] = {}  # backup: runs that arrived early
-        self.outgoing_syncs: dict[int, dict[Replica, OutgoingSync]] = {}  # per partition, per backup
+        self.outgoing_syncs: dict[int, dict[MemberId, OutgoingSync]] = {}  # per partition, per backup
         self._syncs_by_id: dict[str, OutgoingSync] = {}
         self.incoming_syncs: dict[int, IncomingSync] = {}
         self._sync_counter = 0
@@ -195,16 +195,16 @@ class DataPath:
     def busy(self) -> bool:
         return bool(self.pending or self.outgoing_syncs or self.incoming_syncs)
 
-    def _backups_of(self, pid: int) -> list[Replica]:
+    def _backups_of(self, pid: int) -> list[MemberId]:
         table = self.consensus.state.table
         return self._backups_in(table.replicas[pid]) if table is not None else []
 
-    def _backups_in(self, slots: Sequence[Replica | None]) -> list[Replica]:
+    def _backups_in(self, slots: Sequence[MemberId | None]) -> list[MemberId]:
         """The backups a partition's replica slots name: every one follows the partition's
         sequence, whether or not it keeps a copy of a given map."""
         return [r for r in slots[1 : self.ctx.config.table_backup_count + 1] if r is not None]
 
-    def _targets_of(self, pid: int, slots: Sequence[Replica | None], map_name: str) -> Targets:
+    def _targets_of(self, pid: int, slots: Sequence[MemberId | None], map_name: str) -> Targets:
         table = self.consensus.state.table
         if table is not self._targets_table:
             self._targets.clear()
@@ -250,25 +250,25 @@ class DataPath:
         problem, lengths = self._request_problem(message)
         if problem:
             # Nothing of it is applied: every key refused, with the reason.
-            statuses = (Status.REJECTED,) * count
-            self.ctx.reply(client, MapReply(message.call_id, statuses, reason=problem))
+            codes = (ReplyCode.REJECTED,) * count
+            self.ctx.reply(client, MapReply(call_id=message.call_id, codes=codes, reason=problem))
             return
         wants_values = message.kind == GET or message.previous
         call = PendingCall(
-            client,
-            message.call_id,
-            [Status.OK] * count,
-            [None] * count if wants_values else None,
-            {},
-            0,
-            self.ctx.now_ms + self.ctx.config.backup_ack_timeout_ms,
+            client_address=client,
+            call_id=message.call_id,
+            codes=[ReplyCode.OK] * count,
+            values=[None] * count if wants_values else None,
+            redirects={},
+            open_writes=0,
+            deadline_ms=self.ctx.now_ms + self.ctx.config.backup_ack_timeout_ms,
         )
         groups = _by_partition(message.partition_ids)
         refused = self._refusal(message.kind != GET)
         if refused is not None:
             for indexes in groups.values():
                 call.mark(indexes, refused)
-            if refused is Status.REJECTED:
+            if refused is ReplyCode.REJECTED:
                 call.reason = f"the cluster is {self.consensus.state.cluster_state.value}: it takes no writes"
         else:
             serving = self.leases.holds() and self.migrations is not None
@@ -317,16 +317,16 @@ class DataPath:
             return f"partition id {pids[wrong]!r} of key {wrong} is not its key's partition", unchecked
         return "", (key_lengths, value_lengths)
 
-    def _refusal(self, write: bool) -> Status | None:
+    def _refusal(self, write: bool) -> ReplyCode | None:
         """Why this member serves no partition of the request now, or None: asked once per request."""
         unavailable = self.unavailable()
         if unavailable is not None:
             return unavailable
         if self.consensus.state.table is None:
             self.request_assignment()
-            return Status.NOT_READY
+            return ReplyCode.NOT_READY
         if write and not self.consensus.state.cluster_state.writes_allowed:
-            return Status.REJECTED
+            return ReplyCode.REJECTED
         return None
 
     def _execute(
@@ -354,7 +354,7 @@ class DataPath:
             self._read_into(call, message, data, indexes)
             return
         if migrations.writes_blocked(pid) or (pid in self.outgoing_syncs and self._syncing(pid, message.map_name)):
-            call.mark(indexes, Status.MIGRATING)
+            call.mark(indexes, ReplyCode.MIGRATING)
             return
         if kind == PUT_IF_ABSENT:
             indexes = self._absent(data.maps.get(message.map_name, {}), keys, values, indexes, out)
@@ -374,7 +374,7 @@ class DataPath:
         config = self.ctx.config
         over_count = self.pending_count + len(indexes) > config.max_pending_writes
         if over_count or self.pending_bytes + size > config.max_pending_write_bytes:
-            call.mark(indexes, Status.OVERLOADED)
+            call.mark(indexes, ReplyCode.OVERLOADED)
             return
         first = data.sequence + 1
         if kind == PUT:
@@ -396,14 +396,31 @@ class DataPath:
         targets = self._targets_of(pid, slots, message.map_name)
         if not targets.backups:
             return
-        run = WriteRun(pid, data.lineage, first, kind, message.map_name, tuple(run_keys), tuple(run_values))
+        run = WriteRun(
+            partition_id=pid,
+            lineage=data.lineage,
+            first_sequence=first,
+            kind=kind,
+            map_name=message.map_name,
+            keys=tuple(run_keys),
+            values=tuple(run_values),
+        )
         self.outbox.append((run, size, targets.copies, targets.sequence_only))
         pending = self.pending.get(pid)
         if pending is None:
-            pending = self.pending[pid] = PendingPartition(set(targets.backups), last_sent_ms=self.ctx.now_ms)
+            pending = self.pending[pid] = PendingPartition(required=set(targets.backups), last_sent_ms=self.ctx.now_ms)
         if not targets.sync:
             return  # async backups only: nobody is waited on (the run is still resent until they have it)
-        pending.writes.append(PendingWrite(first, data.sequence, call, indexes, targets.sync, size))
+        pending.writes.append(
+            PendingWrite(
+                first_sequence=first,
+                last_sequence=data.sequence,
+                call=call,
+                indexes=indexes,
+                backups=targets.sync,
+                size_bytes=size,
+            )
+        )
         self.pending_count += len(indexes)
         self.pending_bytes += size
         call.open_writes += 1
@@ -436,7 +453,7 @@ class DataPath:
 
     def _send_outbox(self) -> None:
         """One batch per backup for everything this event wrote."""
-        batches: dict[Replica, list[tuple[WriteRun, int]]] = {}
+        batches: dict[MemberId, list[tuple[WriteRun, int]]] = {}
         runs, self.outbox = self.outbox, []
         for run, size, copies, skips in runs:
             pending = self.pending.get(run.partition_id)
@@ -455,7 +472,7 @@ class DataPath:
         for backup in sorted(batches):
             self._send_runs(backup, batches[backup])
 
-    def _send_runs(self, backup: Replica, runs: Sequence[tuple[WriteRun, int]]) -> None:
+    def _send_runs(self, backup: MemberId, runs: Sequence[tuple[WriteRun, int]]) -> None:
         """As few batches as fit in ``MAX_BACKUP_BATCH_BYTES`` each (a run fits alone: it is no
         larger than the client request that carried it), runs given with their sizes."""
         batch: list[WriteRun] = []
@@ -477,7 +494,7 @@ class DataPath:
         return [item if config.keeps_copy(item[0].map_name, index) else (item[0].without_data(), 0) for item in runs]
 
     def _read_from_backup(
-        self, call: PendingCall, message: MapRequest, pid: int, indexes: Indexes, slots: Sequence[Replica | None]
+        self, call: PendingCall, message: MapRequest, pid: int, indexes: Indexes, slots: Sequence[MemberId | None]
     ) -> bool:
         """Serve a read here, a backup, when the map allows it (seed 001's read_backup_data):
         never from a copy that is being replaced or that this slot does not keep."""
@@ -507,7 +524,9 @@ class DataPath:
             for index in indexes:
                 out[index] = records.get(keys[index])
 
-    def _owner_refusal(self, pid: int, serving: bool, reading: bool) -> tuple[Status, PartitionRedirect | None] | None:
+    def _owner_refusal(
+        self, pid: int, serving: bool, reading: bool
+    ) -> tuple[ReplyCode, PartitionRedirect | None] | None:
         """Why this member does not serve ``pid`` as its owner now, with where the partition is
         for WRONG_OWNER; None when it does. The rules a get, a write and a scan share; a read also
         waits while the partition's migration allows no reads (``stale_read_disabled``, or the copy
@@ -517,15 +536,15 @@ class DataPath:
         owner = table.replicas[pid][0]
         if owner != self.ctx.identity:
             if owner is None:
-                return Status.NOT_READY, None
-            return Status.WRONG_OWNER, PartitionRedirect(pid, table.versions[pid], owner.address)
+                return ReplyCode.NOT_READY, None
+            return ReplyCode.WRONG_OWNER, PartitionRedirect(pid, table.versions[pid], owner.address)
         migrations = self.migrations
         if not serving or migrations is None:
-            return Status.NOT_READY, None  # no lease: the leader may have given it away
+            return ReplyCode.NOT_READY, None  # no lease: the leader may have given it away
         if reading:
             moving = migrations.writes_blocked(pid) and self.ctx.config.stale_read_disabled
             if moving or migrations.reads_blocked(pid):
-                return Status.MIGRATING, None
+                return ReplyCode.MIGRATING, None
         return None
 
     def on_scan_request(self, client: str, message: ScanRequest) -> None:
@@ -537,17 +556,17 @@ class DataPath:
         retry_after = self.ctx.config.client_retry_after_ms
         if pid >= self.ctx.config.partition_count:
             reason = f"partition {pid} does not exist: the cluster has {self.ctx.config.partition_count}"
-            self.ctx.reply(client, ScanReply(call_id, Status.REJECTED, reason=reason))
+            self.ctx.reply(client, ScanReply(call_id=call_id, code=ReplyCode.REJECTED, reason=reason))
             return
         refused = self._refusal(write=False)
         if refused is not None:
-            self.ctx.reply(client, ScanReply(call_id, refused, retry_after_ms=retry_after))
+            self.ctx.reply(client, ScanReply(call_id=call_id, code=refused, retry_after_ms=retry_after))
             return
         refusal = self._owner_refusal(pid, self.leases.holds(), reading=True)
         if refusal is not None:
             status, redirect = refusal
             wait_ms = retry_after if status in RETRYABLE else 0
-            self.ctx.reply(client, ScanReply(call_id, status, redirect=redirect, retry_after_ms=wait_ms))
+            self.ctx.reply(client, ScanReply(call_id=call_id, code=status, redirect=redirect, retry_after_ms=wait_ms))
             return
         data = self.store(pid)
         records = data.maps.get(message.map_name) or {}
@@ -569,8 +588,8 @@ class DataPath:
         version = data.version_of(message.map_name)
         if message.packed:
             reply = ScanReply(
-                call_id,
-                Status.OK,
+                call_id=call_id,
+                code=ReplyCode.OK,
                 total=total,
                 more=more,
                 lineage=data.lineage,
@@ -581,7 +600,16 @@ class DataPath:
                 value_lengths=packed_lengths(value_sizes),
             )
         else:
-            reply = ScanReply(call_id, Status.OK, keys, values, total, more, data.lineage, version)
+            reply = ScanReply(
+                call_id=call_id,
+                code=ReplyCode.OK,
+                keys=keys,
+                values=values,
+                total=total,
+                more=more,
+                lineage=data.lineage,
+                map_version=version,
+            )
         self.ctx.reply(client, reply)
 
     def on_table_request(self, client: str, message: TableRequest) -> None:
@@ -591,11 +619,20 @@ class DataPath:
         if table is None or not (isinstance(start, int) and 0 <= start < count):
             if table is None and self.member_serves():
                 self.request_assignment()
-            self.ctx.reply(client, TableReply(count, start if isinstance(start, int) else 0, (), (), ()))
+            self.ctx.reply(
+                client,
+                TableReply(
+                    partition_count=count,
+                    first_partition=start if isinstance(start, int) else 0,
+                    addresses=(),
+                    versions=(),
+                    replicas=(),
+                ),
+            )
             return
         end = min(count, start + MAX_TABLE_REPLY_PARTITIONS)
         width = self.ctx.config.table_backup_count + 1
-        index_of: dict[Replica, int] = {}
+        index_of: dict[MemberId, int] = {}
         rows = []
         for pid in range(start, end):
             row = []
@@ -607,7 +644,17 @@ class DataPath:
             rows.append(tuple(row))
         addresses = tuple(replica.address for replica in index_of)
         versions = tuple(table.versions[pid] for pid in range(start, end))
-        self.ctx.reply(client, TableReply(count, start, addresses, versions, tuple(rows), end < count))
+        self.ctx.reply(
+            client,
+            TableReply(
+                partition_count=count,
+                first_partition=start,
+                addresses=addresses,
+                versions=versions,
+                replicas=tuple(rows),
+                more=end < count,
+            ),
+        )
 
     @staticmethod
     def _bound_answer(call: PendingCall) -> None:
@@ -621,15 +668,22 @@ class DataPath:
             size += len(value) if value is not None else 0
             if size > MAX_GET_ANSWER_BYTES and index > 0:
                 values[index] = None
-                call.statuses[index] = Status.OVERLOADED
+                call.codes[index] = ReplyCode.OVERLOADED
 
     def _reply(self, call: PendingCall) -> None:
-        statuses = call.statuses
-        retry_after = 0 if RETRYABLE.isdisjoint(statuses) else self.ctx.config.client_retry_after_ms
+        codes = call.codes
+        retry_after = 0 if RETRYABLE.isdisjoint(codes) else self.ctx.config.client_retry_after_ms
         redirects = tuple(call.redirects[pid] for pid in sorted(call.redirects))
         values = call.values
         if values is None:
-            reply = MapReply(call.call_id, tuple(statuses), (), redirects, retry_after, call.reason)
+            reply = MapReply(
+                call_id=call.call_id,
+                codes=tuple(codes),
+                values=(),
+                redirects=redirects,
+                retry_after_ms=retry_after,
+                reason=call.reason,
+            )
             self.ctx.reply(call.client_address, reply)
             return
         if sum(map(len, filter(None, values))) <= MAX_REPLY_VALUE_BYTES:
@@ -657,20 +711,20 @@ class DataPath:
         values = call.values if call.values is not None else []
         first = start == 0
         reply = MapReply(
-            call.call_id,
-            tuple(call.statuses[start:end]),
-            tuple(values[start:end]),
-            redirects if first else (),
-            retry_after if first else 0,
-            call.reason if first else "",
-            start,
-            more,
+            call_id=call.call_id,
+            codes=tuple(call.codes[start:end]),
+            values=tuple(values[start:end]),
+            redirects=redirects if first else (),
+            retry_after_ms=retry_after if first else 0,
+            reason=call.reason if first else "",
+            first_index=start,
+            more=more,
         )
         self.ctx.reply(call.client_address, reply)
 
     # --- owner: acknowledgements, retries, timeouts ------------------------------------------------
 
-    def on_backup_acks(self, sender: Replica, message: BackupAckBatch) -> None:
+    def on_backup_acks(self, sender: MemberId, message: BackupAckBatch) -> None:
         for item in message.acks:
             pid, sequence = item
             pending = self.pending.get(pid)
@@ -684,7 +738,7 @@ class DataPath:
         for write in done:
             if not holds:
                 # Every backup has it, but an owner without a lease may already have been replaced.
-                write.call.mark(write.indexes, Status.INDETERMINATE)
+                write.call.mark(write.indexes, ReplyCode.INDETERMINATE)
             self._finish_write(write)
         if pending.idle:
             del self.pending[pid]
@@ -699,7 +753,7 @@ class DataPath:
 
     def _fail(self, writes: list[PendingWrite]) -> None:
         for write in writes:
-            write.call.mark(write.indexes, Status.INDETERMINATE)
+            write.call.mark(write.indexes, ReplyCode.INDETERMINATE)
             self._finish_write(write)
 
     def tick(self) -> None:
@@ -736,7 +790,7 @@ class DataPath:
             self._last_summary_ms = now
             self._send_summaries()
 
-    def resend_to(self, peer: Replica) -> None:
+    def resend_to(self, peer: MemberId) -> None:
         """``peer``'s connection came back: the runs it has not acknowledged and the sync chunks
         of its open windows go again now (it acknowledges what it holds already)."""
         table = self.consensus.state.table
@@ -758,7 +812,7 @@ class DataPath:
 
     # --- backup: applying in order ---------------------------------------------------------------
 
-    def on_backup_batch(self, sender: Replica, message: BackupBatch) -> None:
+    def on_backup_batch(self, sender: MemberId, message: BackupBatch) -> None:
         table = self.consensus.state.table
         if table is None:
             return
@@ -832,7 +886,7 @@ class DataPath:
         if table is None or not self.member_serves():
             return
         me = self.ctx.identity
-        per_backup: dict[Replica, tuple[list[int], list[str], list[int]]] = {}
+        per_backup: dict[MemberId, tuple[list[int], list[str], list[int]]] = {}
         for pid, slots in enumerate(table.replicas):
             if slots[0] != me or not self.settled(pid) or (self.migrations and self.migrations.involved(pid)):
                 continue
@@ -848,7 +902,7 @@ class DataPath:
             pids, lineages, sequences = per_backup[backup]
             self.ctx.send(backup, ReplicaSummary(tuple(pids), tuple(lineages), tuple(sequences)))
 
-    def on_summary(self, sender: Replica, message: ReplicaSummary) -> None:
+    def on_summary(self, sender: MemberId, message: ReplicaSummary) -> None:
         """Ask for a sync of each partition this backup holds behind its owner (bounded per summary),
         saying where it stands: the owner then sends just the maps changed since."""
         table = self.consensus.state.table
@@ -874,14 +928,14 @@ class DataPath:
 
     # --- replica sync: what a backup lacks, from its owner -------------------------------------------
 
-    def start_sync(self, pid: int, backups: Sequence[Replica]) -> None:
+    def start_sync(self, pid: int, backups: Sequence[MemberId]) -> None:
         """Bring ``backups`` up to date: from the sequence each acknowledged, or whole."""
         pending = self.pending.get(pid)
         for backup in backups:
             base = pending.acked.get(backup, -1) if pending is not None else -1
             self._sync_to(pid, backup, base)
 
-    def _sync_to(self, pid: int, backup: Replica, base: int) -> None:
+    def _sync_to(self, pid: int, backup: MemberId, base: int) -> None:
         table = self.consensus.state.table
         if table is None or table.owner(pid) != self.ctx.identity:
             return
@@ -900,16 +954,16 @@ class DataPath:
         names = kept if base < 0 else [name for name in kept if data.version_of(name) > base]
         self._sync_counter += 1
         sync = OutgoingSync(
-            f"{self.ctx.identity.uuid[:8]}-s{self._sync_counter}",
-            pid,
-            backup,
-            SendWindow.open(data.pieces(names), config.max_chunk_entries, config.max_chunk_bytes),
-            frozenset(names),
-            base,
-            data.sequence,
-            data.lineage,
-            data.versions_from,
-            self.ctx.now_ms,
+            sync_id=f"{self.ctx.identity.uuid[:8]}-s{self._sync_counter}",
+            partition_id=pid,
+            backup=backup,
+            stream=SendWindow.open(data.pieces(names), config.max_chunk_entries, config.max_chunk_bytes),
+            maps=frozenset(names),
+            base_sequence=base,
+            replica_sequence=data.sequence,
+            lineage=data.lineage,
+            versions_from=data.versions_from,
+            last_sent_ms=self.ctx.now_ms,
         )
         syncs[backup] = sync
         self._syncs_by_id[sync.sync_id] = sync
@@ -921,18 +975,18 @@ class DataPath:
         def build(index: int, piece: Piece, last: bool) -> ReplicaSyncChunk:
             map_name, version, keys, values = piece
             return ReplicaSyncChunk(
-                sync.sync_id,
-                sync.partition_id,
-                index,
-                map_name,
-                keys,
-                values,
-                last,
-                sync.replica_sequence,
-                sync.lineage,
-                sync.base_sequence,
-                version,
-                sync.versions_from,
+                sync_id=sync.sync_id,
+                partition_id=sync.partition_id,
+                sequence=index,
+                map_name=map_name,
+                keys=keys,
+                values=values,
+                last=last,
+                replica_sequence=sync.replica_sequence,
+                lineage=sync.lineage,
+                base_sequence=sync.base_sequence,
+                map_version=version,
+                versions_from=sync.versions_from,
             )
 
         limit = window_chunks(config.migration_window_chunks, config.migration_fragments_enabled)
@@ -950,7 +1004,7 @@ class DataPath:
             if not syncs:
                 del self.outgoing_syncs[sync.partition_id]
 
-    def on_sync_ack(self, sender: Replica, message: ReplicaSyncAck) -> None:
+    def on_sync_ack(self, sender: MemberId, message: ReplicaSyncAck) -> None:
         sync = self._syncs_by_id.get(message.sync_id)
         if sync is None or sync.backup != sender:
             return
@@ -984,7 +1038,7 @@ class DataPath:
         elif progressed:
             self._fill_sync(sync)
 
-    def on_sync_chunk(self, sender: Replica, message: ReplicaSyncChunk) -> None:
+    def on_sync_chunk(self, sender: MemberId, message: ReplicaSyncChunk) -> None:
         pid = message.partition_id
         table = self.consensus.state.table
         if table is None or not 0 <= pid < table.partition_count:
@@ -1132,7 +1186,7 @@ class DataPath:
                 continue
             self.ctx.send(owner, ReplicaSyncRequest(pid))
 
-    def on_sync_request(self, sender: Replica, message: ReplicaSyncRequest) -> None:
+    def on_sync_request(self, sender: MemberId, message: ReplicaSyncRequest) -> None:
         pid = message.partition_id
         if not 0 <= pid < self.ctx.config.partition_count:
             return

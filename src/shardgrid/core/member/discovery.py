@@ -34,8 +34,8 @@ from __future__ import annotations
 import enum
 
 from shardgrid.core.errors import invariant
-from shardgrid.core.identity import Replica
-from shardgrid.core.limits import MAX_COUNTER
+from shardgrid.core.identity import MemberId
+from shardgrid.core.limits import MAX_COUNTER, NEVER_MS
 from shardgrid.core.member.context import Context
 from shardgrid.core.messages import (
     Bootstrap,
@@ -79,18 +79,18 @@ class Discovery:
         self.known_addresses = tuple(dict.fromkeys((*ctx.seed_addresses, *known_addresses)))
         self.cluster_seen = cluster_seen
         self.started_ms = ctx.now_ms
-        self.peers: dict[Replica, tuple[bool, int]] = {}  # unjoined peer that never heard of a cluster -> (lite, when)
+        self.peers: dict[MemberId, tuple[bool, int]] = {}  # unjoined peer that never heard of a cluster -> (lite, when)
         self.first_contact_ms: int | None = None  # when another process first answered or asked
         self.leader_address: str | None = None
         self.rejected_reason = ""
-        self._last_probe_ms = -(10**12)
+        self._last_probe_ms = NEVER_MS
         # Founding: this process's stance, its own latest round (PROPOSING), the peers that
         # promised that round, and the proposer and round it promised (PROMISED).
         self.stance = FoundingStance.LOOKING
         self.round = 0
         self.proposing_since_ms = 0
-        self.promises: set[Replica] = set()
-        self.promised_to: tuple[Replica, int] | None = None
+        self.promises: set[MemberId] = set()
+        self.promised_to: tuple[MemberId, int] | None = None
         # After giving its round up to an earlier proposer, it proposes again no sooner than this:
         # the earlier one's proposal is on its way.
         self._no_proposal_before_ms = 0
@@ -148,7 +148,7 @@ class Discovery:
         reply = Unjoined(self.ctx.identity, self.ctx.lite, self.cluster_seen, self._digest)
         self.ctx.send_to_address(message.member.address, reply)
 
-    def _heard_peer(self, peer: Replica, lite: bool, heard_of_cluster: bool) -> None:
+    def _heard_peer(self, peer: MemberId, lite: bool, heard_of_cluster: bool) -> None:
         if peer == self.ctx.identity:
             return
         if self.first_contact_ms is None:
@@ -164,7 +164,7 @@ class Discovery:
         if self.stance is FoundingStance.PROPOSING:
             self._withdraw()
 
-    def accepts(self, sender: Replica | None, message: Bootstrap) -> bool:
+    def accepts(self, sender: MemberId | None, message: Bootstrap) -> bool:
         """Whether to found the cluster ``message`` describes: one that names this process, sent
         by the proposer this process promised, for the round it promised, with voters among its
         members, as long as it never heard of another cluster (founders send it again to a
@@ -173,7 +173,7 @@ class Discovery:
             return False
         if self.promised_to != (sender, message.round) or sender not in self.peers:
             return False
-        members = {m.replica for m in message.members}
+        members = {m.id for m in message.members}
         return self.ctx.identity in members and bool(message.voters) and set(message.voters) <= members
 
     def founded(self) -> None:
@@ -182,7 +182,7 @@ class Discovery:
 
     # --- promising -------------------------------------------------------------------------------
 
-    def on_proposal(self, sender: Replica, message: FoundingProposal) -> None:
+    def on_proposal(self, sender: MemberId, message: FoundingProposal) -> None:
         """A proposer asks for this process's promise: given when it is bound to no other (or to
         a proposer after this one, which it gives up: the first by order founds)."""
         if message.settings_digest != self._digest or sender == self.ctx.identity:
@@ -209,19 +209,19 @@ class Discovery:
             else:
                 self.ctx.send(sender, FoundingAnswer(message.round, False, self.ctx.identity))
 
-    def on_withdrawn(self, sender: Replica, message: FoundingWithdrawn) -> None:
+    def on_withdrawn(self, sender: MemberId, message: FoundingWithdrawn) -> None:
         if self.stance is FoundingStance.PROMISED and self.promised_to == (sender, message.round):
             self.promised_to = None
             self._set_stance(FoundingStance.LOOKING)
 
-    def _promise(self, proposer: Replica, round_: int) -> None:
+    def _promise(self, proposer: MemberId, round_: int) -> None:
         self.promised_to = (proposer, round_)
         self._set_stance(FoundingStance.PROMISED)
         self.ctx.send(proposer, FoundingAnswer(round_, True))
 
     # --- proposing -------------------------------------------------------------------------------
 
-    def on_answer(self, sender: Replica, message: FoundingAnswer) -> None:
+    def on_answer(self, sender: MemberId, message: FoundingAnswer) -> None:
         if message.heard_of_cluster:
             self._heard_of_cluster()
             return
@@ -244,7 +244,7 @@ class Discovery:
             # A later proposer holds that peer: ask it too, and it gives its round up to ours.
             self.ctx.send(rival, FoundingProposal(self.round, self._digest))
 
-    def _propose(self, candidates: list[Replica]) -> None:
+    def _propose(self, candidates: list[MemberId]) -> None:
         invariant(self.round < MAX_COUNTER, "founding rounds stay within MAX_COUNTER")
         self.round += 1
         self.promises = set()
@@ -284,7 +284,7 @@ class Discovery:
 
     # --- forming a new cluster -------------------------------------------------------------------
 
-    def _fresh_peers(self) -> list[Replica]:
+    def _fresh_peers(self) -> list[MemberId]:
         fresh_ms = PEER_FRESH_RETRIES * self.ctx.config.join_retry_ms
         now = self.ctx.now_ms
         return sorted(p for p, (_, heard) in self.peers.items() if now - heard <= fresh_ms)
@@ -326,7 +326,7 @@ class Discovery:
             return False
         return min(peers, key=self._order) == self.ctx.identity  # the first of us proposes
 
-    def _may_found(self, founders: dict[Replica, bool]) -> bool:
+    def _may_found(self, founders: dict[MemberId, bool]) -> bool:
         """Enough processes, a data member among them, and more than half of the seed addresses
         (fewer may be a cut-off part of a cluster)."""
         if len(founders) < self.ctx.config.initial_cluster_size or all(founders.values()):
@@ -335,7 +335,7 @@ class Discovery:
         at_seeds = {p.address for p in founders} & seeds
         return len(at_seeds) * 2 > len(seeds)
 
-    def _order(self, replica: Replica) -> tuple[int, str, str]:
+    def _order(self, replica: MemberId) -> tuple[int, str, str]:
         seeds = self.ctx.seed_addresses
         position = seeds.index(replica.address) if replica.address in seeds else len(seeds)
         return (position, replica.address, replica.uuid)

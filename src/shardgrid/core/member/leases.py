@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
+from shardgrid.core.limits import NEVER_MS
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.messages import LeaseGrant, LeaseRequest
@@ -36,13 +37,13 @@ class Leases:
         self.ctx = ctx
         self.consensus = consensus
         self.lease_until_ms = 0  # this member's lease, on its own clock
-        self._last_request_ms = -(10**12)
+        self._last_request_ms = NEVER_MS
         self._last_grant_ms = ctx.now_ms
-        self._last_broadcast_ms = -(10**12)
+        self._last_broadcast_ms = NEVER_MS
         # leader side
-        self._granted_until: dict[Replica, int] = {}
+        self._granted_until: dict[MemberId, int] = {}
         self._leader_since_ms = 0
-        self.reports: dict[Replica, MemberReport] = {}
+        self.reports: dict[MemberId, MemberReport] = {}
 
     # --- this member ------------------------------------------------------------------------------
 
@@ -69,13 +70,13 @@ class Leases:
             # No grant for a long while: the leader we know may be gone, or we were removed. Ask
             # everyone we know: the leader grants, and a member that applied our removal says so.
             self._last_broadcast_ms = now
-            for member in self.consensus.state.replicas:
+            for member in self.consensus.state.member_ids:
                 if member != self.ctx.identity:
                     self.ctx.send(member, request)
         elif leader is not None:
             self.ctx.send(leader, request)
 
-    def on_grant(self, sender: Replica, message: LeaseGrant) -> None:
+    def on_grant(self, sender: MemberId, message: LeaseGrant) -> None:
         if sender != self.consensus.leader or message.term != self.consensus.term:
             return  # from a leader we no longer follow
         if message.request_sent_ms > self.ctx.now_ms:
@@ -90,7 +91,7 @@ class Leases:
         self._leader_since_ms = self.ctx.now_ms
         self.reports = {}
 
-    def on_request(self, sender: Replica, message: LeaseRequest) -> None:
+    def on_request(self, sender: MemberId, message: LeaseRequest) -> None:
         self.reports[sender] = MemberReport(message.applied_index, message.table_stamp, self.ctx.now_ms)
         if not self.consensus.is_leader or self.consensus.raft.leader_lease_until() <= self.ctx.now_ms:
             return  # not certainly the leader right now: no grant (the member asks again)
@@ -98,12 +99,12 @@ class Leases:
         self._granted_until[sender] = self.ctx.now_ms + lease_ms
         self.ctx.send(sender, LeaseGrant(message.sent_ms, lease_ms, self.consensus.term))
 
-    def certainly_expired(self, member: Replica) -> bool:
+    def certainly_expired(self, member: MemberId) -> bool:
         """Whether ``member``'s lease has ended for sure, whoever granted it (leader only)."""
         config = self.ctx.config
         granted = self._granted_until.get(member, self._leader_since_ms + config.lease_ms)
         return self.ctx.now_ms > granted + config.clock_drift_margin_ms
 
-    def forget(self, member: Replica) -> None:
+    def forget(self, member: MemberId) -> None:
         self._granted_until.pop(member, None)
         self.reports.pop(member, None)

@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shardgrid.core import limits
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.member.leases import Leases
-from shardgrid.core.member.migration_master import MigrationMaster
+from shardgrid.core.member.migration_leader import MigrationLeader
 from shardgrid.core.messages import JoinRedirect, JoinRejected, JoinRequest
 from shardgrid.core.metadata import MetadataState
 from shardgrid.core.metadata.commands import AddMembers, MemberRecord, RemoveMembers
@@ -38,25 +38,25 @@ class VoterPool:
     """Who may vote: the staying data members, the leaving voters still alive, the staying
     learners ready to be promoted, and how many voters to have."""
 
-    staying: list[Replica]
-    parting: list[Replica]
-    candidates: list[Replica]
+    staying: list[MemberId]
+    parting: list[MemberId]
+    candidates: list[MemberId]
     target: int
 
-    def replacement_due(self, voters: set[Replica]) -> bool:
+    def replacement_due(self, voters: set[MemberId]) -> bool:
         """Whether a staying learner is to be promoted (before a leaving voter goes)."""
         fit = sum(1 for v in voters if v in self.staying)
         return bool(self.candidates) and fit < min(self.target, len(self.staying))
 
 
 class MembershipLeader:
-    def __init__(self, ctx: Context, consensus: Consensus, leases: Leases, master: MigrationMaster) -> None:
+    def __init__(self, ctx: Context, consensus: Consensus, leases: Leases, migration_leader: MigrationLeader) -> None:
         self.ctx = ctx
         self.consensus = consensus
         self.leases = leases
-        self.master = master
-        self.joiners: dict[Replica, bool] = {}  # waiting to be added -> lite
-        self.last_heard: dict[Replica, int] = {}
+        self.migration_leader = migration_leader
+        self.joiners: dict[MemberId, bool] = {}  # waiting to be added -> lite
+        self.last_heard: dict[MemberId, int] = {}
         self.distrust_until_ms = 0
         self.leader_since_ms = 0
         self._last_seed_probe_ms = 0  # a new leader waits one probe interval before its first
@@ -67,7 +67,7 @@ class MembershipLeader:
         self.leader_since_ms = self.ctx.now_ms
         self._last_seed_probe_ms = self.ctx.now_ms
 
-    def heard_from(self, member: Replica) -> None:
+    def heard_from(self, member: MemberId) -> None:
         self.last_heard[member] = self.ctx.now_ms
 
     def stood_still(self) -> None:
@@ -98,7 +98,7 @@ class MembershipLeader:
         # stranger's claim) takes the place of an older one.
         for older in [j for j in self.joiners if j.address == joiner.address and j != joiner]:
             del self.joiners[older]
-        addresses = {r.address for r in state.replicas}
+        addresses = {r.address for r in state.member_ids}
         adding = sum(1 for j in self.joiners if j.address not in addresses and j != joiner)
         if joiner.address not in addresses and self._member_count() + adding >= limits.MAX_MEMBER_COUNT:
             self._turn_away_at_limit(joiner)
@@ -111,7 +111,7 @@ class MembershipLeader:
         membership = self.consensus.raft.membership
         return len(membership.voters) + len(membership.learners)
 
-    def _turn_away_at_limit(self, joiner: Replica) -> None:
+    def _turn_away_at_limit(self, joiner: MemberId) -> None:
         # Beyond it the member list no longer fits the bounds every member decodes it with.
         reason = f"the cluster has its {limits.MAX_MEMBER_COUNT} members"
         self.ctx.send_to_address(joiner.address, JoinRejected(reason))
@@ -123,7 +123,7 @@ class MembershipLeader:
             return
         state = self.consensus.state
         now = self.ctx.now_ms
-        for member in state.replicas:
+        for member in state.member_ids:
             self.last_heard.setdefault(member, now)
         for gone in [m for m in self.last_heard if not state.is_member(m)]:
             del self.last_heard[gone]
@@ -138,12 +138,12 @@ class MembershipLeader:
         removed while cut off looks for the cluster only at its own seeds and the members it last
         knew; once all of those have gone (they left, and members that joined later hold the
         data) it found nobody and stayed discovering for good (found by an outside tester in the
-        simulator). Hazelcast's master looks at its seed addresses the same way to merge clusters
+        simulator). Hazelcast's leader looks at its seed addresses the same way to merge clusters
         split apart. A process there that belongs to no cluster asks this leader to join; one that
         belongs to this cluster, or is not running, ignores it."""
         if state.shut_down or not state.cluster_state.join_allowed:
             return
-        taken = {r.address for r in state.replicas}
+        taken = {r.address for r in state.member_ids}
         redirect = JoinRedirect(self.ctx.identity.address)
         for address in self.ctx.seed_addresses:
             if address not in taken:
@@ -166,20 +166,20 @@ class MembershipLeader:
         state = self.consensus.state
         raft = self.consensus.raft
         me = self.ctx.identity
-        removable: list[Replica] = []
+        removable: list[MemberId] = []
         if self.ctx.now_ms >= self.distrust_until_ms:
-            for member in state.replicas:
+            for member in state.member_ids:
                 silent = self.ctx.now_ms - self.last_heard.get(member, self.ctx.now_ms)
                 if (
                     member != me
                     and silent > self.ctx.config.failure_timeout_ms
                     and self.leases.certainly_expired(member)
-                    and not self.master.removal_blocked(member)
+                    and not self.migration_leader.removal_blocked(member)
                 ):
                     removable.append(member)
         for record in state.members:
-            if record.leaving and record.replica != me and self._holds_nothing(record.replica):
-                removable.append(record.replica)
+            if record.leaving and record.id != me and self._holds_nothing(record.id):
+                removable.append(record.id)
         if not removable:
             return False
         # Learners in any number; one voter per change, and only when the voters left would still
@@ -197,7 +197,7 @@ class MembershipLeader:
         change = ConfChange(remove=tuple(chosen))
         return self.consensus.propose_change(change, (RemoveMembers(tuple(chosen)),))
 
-    def _presumed_alive(self, member: Replica) -> bool:
+    def _presumed_alive(self, member: MemberId) -> bool:
         """Whether a voter may stay one: it answered this leader within a failure timeout, or this
         leader took over less than that ago (it has had no chance to hear from everyone yet). One
         that stood still for less (a short pause) is not a loss: demoting it would only weaken the
@@ -205,17 +205,17 @@ class MembershipLeader:
         timeout_ms = self.ctx.config.failure_timeout_ms
         return self._answering(member, timeout_ms) or self.ctx.now_ms - self.leader_since_ms < timeout_ms
 
-    def _answering(self, member: Replica, within_ms: int) -> bool:
+    def _answering(self, member: MemberId, within_ms: int) -> bool:
         """Whether ``member`` answered a message this leader sent within the last ``within_ms``."""
         return self.ctx.now_ms - self.consensus.raft.answered_since_ms(member) <= within_ms
 
-    def _answering_majority(self, voters: set[Replica]) -> bool:
+    def _answering_majority(self, voters: set[MemberId]) -> bool:
         """Whether a majority of ``voters`` answered recently: a configuration of them can commit.
         A change that leaves the voters without one would stall the log for good."""
         answering = sum(1 for v in voters if self.consensus.answered_lately(v))
         return answering * 2 > len(voters)
 
-    def _holds_nothing(self, member: Replica) -> bool:
+    def _holds_nothing(self, member: MemberId) -> bool:
         state = self.consensus.state
         if state.table is not None and any(member in slots for slots in state.table.replicas):
             return False
@@ -239,13 +239,13 @@ class MembershipLeader:
         now = self.ctx.now_ms
         predecessors = [
             r
-            for r in state.replicas
+            for r in state.member_ids
             if r.address in addresses and r != self.ctx.identity and now - self.last_heard.get(r, now) > quiet_ms
         ]
         voters = sorted(p for p in predecessors if raft.membership.is_voter(p))
         replaced = sorted(p for p in predecessors if p not in voters) + voters[:1]  # one voter per change
-        waiting_on = {r.address for r in state.replicas if r.address in addresses and r not in replaced}
-        admitted: list[Replica] = []
+        waiting_on = {r.address for r in state.member_ids if r.address in addresses and r not in replaced}
+        admitted: list[MemberId] = []
         for joiner in joiners:
             if joiner.address in waiting_on:
                 self.joiners[joiner] = requested[joiner]  # after its predecessor's removal
@@ -268,15 +268,13 @@ class MembershipLeader:
         state = self.consensus.state
         raft = self.consensus.raft
         voters = set(raft.membership.voters)
-        staying = [r.replica for r in state.members if not r.lite and not r.leaving and self._presumed_alive(r.replica)]
+        staying = [r.id for r in state.members if not r.lite and not r.leaving and self._presumed_alive(r.id)]
         # A leaving voter still alive keeps its vote until it is removed, unless a staying member
         # takes its place: demoted at once, three members with one leaving were left with two
         # voters (then one), and a crash of the leader mid-leave left no majority although two of
         # the three were alive (found by an outside tester).
         parting = sorted(
-            r.replica
-            for r in state.members
-            if r.leaving and not r.lite and r.replica in voters and self._presumed_alive(r.replica)
+            r.id for r in state.members if r.leaving and not r.lite and r.id in voters and self._presumed_alive(r.id)
         )
         # Only a learner that answered within the last heartbeats, and holds the whole log.
         candidates = [
@@ -321,7 +319,7 @@ class MembershipLeader:
                 return self.consensus.propose_change(ConfChange(demote=voter))
         if len(voters) > target:
             # Those leaving first, then the newest staying member.
-            newest_first = [r.replica for r in reversed(state.members) if r.replica in staying]
+            newest_first = [r.id for r in reversed(state.members) if r.id in staying]
             for voter in [*parting, *newest_first]:
                 if voter in voters and voter != me and self._answering_majority(voters - {voter}):
                     return self.consensus.propose_change(ConfChange(demote=voter))

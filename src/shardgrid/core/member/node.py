@@ -1,14 +1,14 @@
-"""``Member``: the concerns put together, its lifecycle, and the dispatch of events to them.
+"""``Member``: the concerns put together, its lifecycle, and the dispatch of inputs to them.
 
-``Member.handle(now_ms, event) -> list[Effect]`` is the whole interface. Each concern owns its
+``Member.handle(now_ms, incoming) -> list[Effect]`` is the whole interface. Each concern owns its
 state and is reached only through its methods:
 
 - ``discovery``: finding the cluster, or founding one with ``initial_cluster_size`` peers;
 - ``consensus``: the Raft node and the metadata applied from its log;
 - ``leases``: whether this member may serve, and (leader) the grants;
 - ``data``: the stores, client operations, replication to backups;
-- ``replica``: this member's side of migrations (sending or receiving data);
-- ``master`` and ``membership``: the leader's duties (migrations; joins, removals, voters);
+- ``migrations``: this member's side of migrations (sending or receiving data);
+- ``migration_leader`` and ``membership``: the leader's duties (migrations; joins, removals, voters);
 - ``admin``: state changes, promotions, shutdowns.
 """
 
@@ -22,9 +22,11 @@ from typing import Any
 from shardgrid.core import events
 from shardgrid.core import messages as m
 from shardgrid.core.config import MemberConfig
-from shardgrid.core.effects import Effect, LinkRestored, Receive, Start, StopSignalled, TimerFired
+from shardgrid.core.effects import Effect
 from shardgrid.core.errors import invariant
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
+from shardgrid.core.inputs import Input, LinkRestored, Receive, Start, StopSignalled, TimerFired
+from shardgrid.core.limits import NEVER_MS
 from shardgrid.core.member.admin import Admin
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
@@ -33,8 +35,8 @@ from shardgrid.core.member.discovery import Discovery
 from shardgrid.core.member.leases import Leases
 from shardgrid.core.member.lifecycle import Lifecycle, check_transition
 from shardgrid.core.member.membership import MembershipLeader
-from shardgrid.core.member.migration_master import MigrationMaster
-from shardgrid.core.member.migration_replica import MigrationReplica
+from shardgrid.core.member.migration_leader import MigrationLeader
+from shardgrid.core.member.migration_participant import MigrationParticipant
 from shardgrid.core.metadata import Changes
 from shardgrid.core.placement import replica_count_for
 from shardgrid.core.raft import Role
@@ -44,7 +46,7 @@ TICK = "tick"
 NOT_IN_A_CLUSTER = "this member is not in a cluster"
 
 # Messages from clients (no member identity): the data path and administration.
-_FROM_CLIENTS = (m.MapRequest, m.ScanRequest, m.TableRequest, m.StatusRequest, m.AdminRequest)
+_FROM_CLIENTS = (m.MapRequest, m.ScanRequest, m.TableRequest, m.MemberStatusRequest, m.AdminRequest)
 # Messages of processes looking for a cluster, taken only while this member looks for one too.
 _DISCOVERY = (
     m.JoinRedirect,
@@ -66,7 +68,7 @@ class Member:
 
     def __init__(
         self,
-        identity: Replica,
+        identity: MemberId,
         config: MemberConfig,
         seed_addresses: tuple[str, ...],
         rng: random.Random,
@@ -81,9 +83,9 @@ class Member:
         self._leaving_replies: list[tuple[str, int]] = []
         self._leaving_since_ms = 0
         self._leave_even_if_last = False  # ShutdownMember.even_if_last of any leave asked
-        self._last_leave_request_ms = -(10**12)
-        self._last_assignment_request_ms = -(10**12)
-        self._known_leader: Replica | None = None
+        self._last_leave_request_ms = NEVER_MS
+        self._last_assignment_request_ms = NEVER_MS
+        self._known_leader: MemberId | None = None
         self._shutdown_index = 0  # the leader stops once every member holds the shutdown entry
         self._shutdown_since_ms = 0
         self._shutdown_reason = ""
@@ -99,36 +101,36 @@ class Member:
         self.data = DataPath(
             ctx, self.consensus, self.leases, self._serves, self._unavailable, self._request_assignment
         )
-        self.replica = MigrationReplica(ctx, self.consensus, self.data, self._to_leader)
-        self.data.migrations = self.replica
-        self.master = MigrationMaster(ctx, self.consensus, self._deliver_to_self)
-        self.membership = MembershipLeader(ctx, self.consensus, self.leases, self.master)
+        self.migrations = MigrationParticipant(ctx, self.consensus, self.data, self._to_leader)
+        self.data.migrations = self.migrations
+        self.migration_leader = MigrationLeader(ctx, self.consensus, self._deliver_to_self)
+        self.membership = MembershipLeader(ctx, self.consensus, self.leases, self.migration_leader)
         self.admin = Admin(ctx, self.consensus, self.leases, self._begin_leaving)
-        self._handlers: dict[type, Callable[[Replica, Any], None]] = {
+        self._handlers: dict[type, Callable[[MemberId, Any], None]] = {
             m.LeaseRequest: self.leases.on_request,
             m.LeaseGrant: self.leases.on_grant,
-            m.MigrationChunk: self.replica.on_chunk,
-            m.MigrationChunkAck: self.replica.on_chunk_ack,
-            m.MigrationCommit: self.replica.on_commit,
-            m.MigrationOutcomeQuery: self.replica.on_outcome_query,
-            m.MigrationDataDone: self.master.on_data_done,
-            m.MigrationProgress: self.master.on_progress,
-            m.MigrationCommitAck: self.master.on_commit_ack,
-            m.MigrationOutcomeReply: self.master.on_outcome_reply,
+            m.MigrationChunk: self.migrations.on_chunk,
+            m.MigrationChunkAck: self.migrations.on_chunk_ack,
+            m.MigrationCommit: self.migrations.on_commit,
+            m.MigrationOutcomeQuery: self.migrations.on_outcome_query,
+            m.MigrationDataDone: self.migration_leader.on_data_done,
+            m.MigrationProgress: self.migration_leader.on_progress,
+            m.MigrationCommitAck: self.migration_leader.on_commit_ack,
+            m.MigrationOutcomeReply: self.migration_leader.on_outcome_reply,
             m.BackupBatch: self.data.on_backup_batch,
             m.ReplicaSummary: self.data.on_summary,
             m.BackupAckBatch: self.data.on_backup_acks,
             m.ReplicaSyncChunk: self.data.on_sync_chunk,
             m.ReplicaSyncAck: self.data.on_sync_ack,
             m.ReplicaSyncRequest: self.data.on_sync_request,
-            m.AssignPartitions: lambda _sender, _message: self.master.request_assignment(),
+            m.AssignmentRequest: lambda _sender, _message: self.migration_leader.request_assignment(),
             m.LeaderReply: self.admin.on_leader_reply,
         }
 
     # --- what others read ------------------------------------------------------------------------
 
     @property
-    def identity(self) -> Replica:
+    def identity(self) -> MemberId:
         return self.ctx.identity
 
     @property
@@ -136,7 +138,7 @@ class Member:
         return self.ctx.config
 
     @property
-    def is_master(self) -> bool:
+    def is_leader(self) -> bool:
         return self.lifecycle in (Lifecycle.ACTIVE, Lifecycle.LEAVING) and self.consensus.is_leader
 
     @property
@@ -151,18 +153,18 @@ class Member:
             and table is not None
             and table.owner(pid) == self.identity
             and self.leases.holds_at(now_ms)
-            and not self.replica.writes_blocked(pid)
+            and not self.migrations.writes_blocked(pid)
             and self.consensus.state.cluster_state.writes_allowed
         )
 
-    def status(self, call_id: int) -> m.StatusReply:
-        """This member's own view of where it and the cluster stand (see ``StatusReply``)."""
+    def status(self, call_id: int) -> m.MemberStatus:
+        """This member's own view of where it and the cluster stand (see ``MemberStatus``)."""
         state = self.consensus.state
         table = state.table
         me = self.identity
         leader = self.consensus.leader
         records = state.members
-        data_members = [r.replica for r in records if not r.lite]
+        data_members = [r.id for r in records if not r.lite]
         owned = backups = missing = 0
         if table is not None:
             backup_count = self.config.table_backup_count
@@ -171,90 +173,92 @@ class Member:
                 owned += slots[0] == me
                 backups += me in slots[1 : backup_count + 1]
                 missing += max(0, wanted - sum(1 for r in slots[:wanted] if r is not None))
-        is_master = self.is_master
-        master_idle = (
-            is_master
+        is_leader = self.is_leader
+        leader_idle = (
+            is_leader
             and self.consensus.leader_ready
-            and self.master.idle
+            and self.migration_leader.idle
             and not self.membership.joiners
             and not any(r.leaving for r in records)
         )
-        involved = len(self.replica.partitions_involved())
+        involved = len(self.migrations.partitions_involved())
         data = self.data
         quiet = self.joined and involved == 0 and not data.busy()
-        return m.StatusReply(
-            call_id,
-            me.address,
-            me.uuid,
-            self.lifecycle.value,
-            self.ctx.lite,
-            leader.address if leader is not None else "",
-            self.consensus.term,
-            state.cluster_state,
-            self.consensus.applied_index,
-            tuple(r.replica.address for r in records),
-            tuple(r.replica.address for r in records if r.lite),
-            tuple(r.replica.address for r in records if r.leaving),
-            self.config.partition_count,
-            table.stamp if table is not None else None,
-            owned,
-            backups,
-            missing,
-            len(state.migrations),
-            involved,
-            sum(len(planned) for planned in self.master.pending.values()) if is_master else 0,
-            self._migrations_finished,
-            data.pending_count,
-            sum(len(syncs) for syncs in data.outgoing_syncs.values()) + len(data.incoming_syncs),
-            master_idle,
-            quiet,
-            self.replica.entries_sent,
-            self.replica.bytes_sent,
-            self.replica.chunks_resent,
+        return m.MemberStatus(
+            call_id=call_id,
+            address=me.address,
+            uuid=me.uuid,
+            lifecycle=self.lifecycle.value,
+            lite=self.ctx.lite,
+            leader_address=leader.address if leader is not None else "",
+            term=self.consensus.term,
+            cluster_state=state.cluster_state,
+            applied_index=self.consensus.applied_index,
+            members=tuple(r.id.address for r in records),
+            lite_members=tuple(r.id.address for r in records if r.lite),
+            leaving_members=tuple(r.id.address for r in records if r.leaving),
+            partition_count=self.config.partition_count,
+            table_stamp=table.stamp if table is not None else None,
+            owned_partitions=owned,
+            backup_replicas=backups,
+            missing_replicas=missing,
+            migrations_in_log=len(state.migrations),
+            migrations_here=involved,
+            migrations_planned=sum(len(planned) for planned in self.migration_leader.pending.values())
+            if is_leader
+            else 0,
+            migrations_finished=self._migrations_finished,
+            writes_awaiting_backups=data.pending_count,
+            syncs_in_flight=sum(len(syncs) for syncs in data.outgoing_syncs.values()) + len(data.incoming_syncs),
+            leader_idle=leader_idle,
+            quiet=quiet,
+            entries_migrated=self.migrations.entries_sent,
+            bytes_migrated=self.migrations.bytes_sent,
+            chunks_resent=self.migrations.chunks_resent,
         )
 
     # --- events ----------------------------------------------------------------------------------
 
-    def handle(self, now_ms: int, event: Any) -> list[Effect]:
+    def handle(self, now_ms: int, incoming: Input) -> list[Effect]:
         ctx = self.ctx
         invariant(now_ms >= ctx.now_ms, lambda: f"time went backwards: {now_ms} < {ctx.now_ms}")
         ctx.now_ms = now_ms
         ctx.out = []
         if self.lifecycle is Lifecycle.STOPPED:
             return []
-        if isinstance(event, Receive):
-            self._receive(event)
-        elif isinstance(event, TimerFired):
-            if event.name == TICK:
+        if isinstance(incoming, Receive):
+            self._receive(incoming)
+        elif isinstance(incoming, TimerFired):
+            if incoming.name == TICK:
                 self._tick()
-        elif isinstance(event, LinkRestored):
-            self._link_restored(event.peer)
-        elif isinstance(event, Start):
+        elif isinstance(incoming, LinkRestored):
+            self._link_restored(incoming.peer)
+        elif isinstance(incoming, Start):
             self.discovery.started_ms = now_ms
             self._tick()
-        elif isinstance(event, StopSignalled):
-            self._stop_signalled(event)
+        elif isinstance(incoming, StopSignalled):
+            self._stop_signalled(incoming)
         else:
-            raise TypeError(f"unknown event {type(event).__name__}")
+            raise TypeError(f"unknown input {type(incoming).__name__}")
         if self.lifecycle is not Lifecycle.STOPPED:
             self.consensus.flush(self._gather)
         out, ctx.out = ctx.out, []
         return out
 
-    def _link_restored(self, peer: Replica) -> None:
+    def _link_restored(self, peer: MemberId) -> None:
         if not self.joined or peer == self.identity or not self.consensus.state.is_member(peer):
             return
         self.data.resend_to(peer)
-        self.replica.resend_to(peer)
+        self.migrations.resend_to(peer)
         if self.consensus.leader == self.identity:
-            self.master.resend_to(peer)
+            self.migration_leader.resend_to(peer)
 
     def _gather(self) -> None:
         """The leader's proposals of this event, gathered into the entry about to be proposed."""
         if self._drive_requested:
             self._drive_requested = False
-            self.master.drive()
-        self.master.propose_outcomes()
+            self.migration_leader.drive()
+        self.migration_leader.propose_outcomes()
 
     def _receive(self, event: Receive) -> None:
         message = event.message
@@ -306,7 +310,7 @@ class Member:
             self.data.on_scan_request(client, message)
         elif isinstance(message, m.TableRequest):
             self.data.on_table_request(client, message)
-        elif isinstance(message, m.StatusRequest):
+        elif isinstance(message, m.MemberStatusRequest):
             self.ctx.reply(client, self.status(message.call_id))
         elif self.joined:
             self.admin.on_admin_request(client, message)
@@ -333,7 +337,7 @@ class Member:
             self.discovery.on_join_request(message)
             return
         founding = self.consensus.founding
-        if founding is not None and any(r.replica == message.member for r in founding.members):
+        if founding is not None and any(r.id == message.member for r in founding.members):
             # A founder that missed the founding message (lost on the way) asks around: send it again.
             self.ctx.send(message.member, founding)
             return
@@ -345,7 +349,7 @@ class Member:
         leader = self.consensus.leader
         self.ctx.send_to_address(message.member.address, m.JoinRedirect(leader.address if leader else None))
 
-    def _discovery_message(self, sender: Replica, message: Any) -> None:
+    def _discovery_message(self, sender: MemberId, message: Any) -> None:
         if self.lifecycle is not Lifecycle.DISCOVERING or self.consensus.has_state:
             return
         discovery = self.discovery
@@ -367,7 +371,7 @@ class Member:
             discovery.founded()
             self.consensus.bootstrap(message.members, message.voters, message.round)
 
-    def _not_a_member(self, sender: Replica) -> None:
+    def _not_a_member(self, sender: MemberId) -> None:
         """Tell a sender the cluster does not list that it was removed (it decides by the commit index)."""
         if self.joined and not self.consensus.raft.membership.contains(sender):
             self.ctx.send(sender, m.NotAMember(self.consensus.raft.commit_index))
@@ -401,8 +405,8 @@ class Member:
         if self.joined:
             self.leases.tick()
             self.membership.tick()
-            self.master.tick()
-            self.replica.tick()
+            self.migration_leader.tick()
+            self.migrations.tick()
             self.data.tick()
             self.admin.tick()
             if self._leaving_replies:
@@ -414,7 +418,7 @@ class Member:
 
     def _shutdown_tick(self) -> None:
         raft = self.consensus.raft
-        others = [r for r in self.consensus.state.replicas if r != self.identity]
+        others = [r for r in self.consensus.state.member_ids if r != self.identity]
         everyone_has_it = all(raft.match_index(r) >= self._shutdown_index for r in others)
         now = self.ctx.now_ms
         heartbeats_ms = 2 * self.ctx.config.raft_heartbeat_interval_ms
@@ -436,8 +440,8 @@ class Member:
         founding = self.discovery.tick(self.consensus.admitted_by)
         if founding is not None and not self.consensus.has_state:
             for record in founding.members:
-                if record.replica != self.identity:
-                    self.ctx.send(record.replica, founding)
+                if record.id != self.identity:
+                    self.ctx.send(record.id, founding)
             self.discovery.founded()
             self.consensus.bootstrap(founding.members, founding.voters, founding.round)
 
@@ -450,19 +454,19 @@ class Member:
         record = state.record_of(self.identity)
         if record is not None and record.leaving and self.lifecycle is Lifecycle.ACTIVE:
             self._set_lifecycle(Lifecycle.LEAVING)
-        self.replica.on_state_loaded()  # (it also starts the lineage of a promotion inside the snapshot)
+        self.migrations.on_state_loaded()  # (it also starts the lineage of a promotion inside the snapshot)
         if state.table is not None:
             self.data.after_table_change(list(range(state.table.partition_count)))
             self.data.ask_for_missing_data()
-        self.master.reset(self.consensus.is_leader)
+        self.migration_leader.reset(self.consensus.is_leader)
         self._part_if_nobody_stays(self.consensus.raft.commit_index)
         self._drive_requested = True
 
     def on_applied(self, index: int, term: int, changes: Changes) -> None:
         me = self.identity
         for record in changes.members_added:
-            self.ctx.emit(events.MemberAdded(record.replica, index))
-            if record.replica == me and self.lifecycle is Lifecycle.DISCOVERING:
+            self.ctx.emit(events.MemberAdded(record.id, index))
+            if record.id == me and self.lifecycle is Lifecycle.DISCOVERING:
                 self._become_active()
         for member in changes.members_removed:
             self.ctx.emit(events.MemberRemoved(member, index))
@@ -480,9 +484,9 @@ class Member:
                 self._rejoin_as_new_member()
             return
         for record in changes.started:
-            self.replica.on_started(record)
+            self.migrations.on_started(record)
         for record in changes.finished:
-            self.replica.on_finished(record)
+            self.migrations.on_finished(record)
         self._migrations_finished += len(changes.finished)
         if changes.table_assigned:
             self.data.on_table_assigned()
@@ -501,7 +505,7 @@ class Member:
                 self.ctx.emit(events.MemberPromoted(member, index))
                 if member == me:
                     self.ctx.lite = False
-        self.master.on_applied(term, changes)
+        self.migration_leader.on_applied(term, changes)
         if changes.shut_down and self.joined:
             self._stop_when_followers_know(index, "the cluster shut down")
             return
@@ -535,21 +539,21 @@ class Member:
         elif record is not None and record.lite and self.joined:
             self._stop("every data member left the cluster: a lite member has nothing to serve")
 
-    def on_leadership(self, leader: Replica | None, term: int, was_leader: bool) -> None:
+    def on_leadership(self, leader: MemberId | None, term: int, was_leader: bool) -> None:
         is_leader = self.consensus.raft.role is Role.LEADER
         if leader != self._known_leader:
             if self._known_leader is not None:
                 self.admin.on_leader_changed()
             self._known_leader = leader
             if leader is not None:
-                self.ctx.emit(events.MasterChanged(leader, term))
+                self.ctx.emit(events.LeaderChanged(leader, term))
         if is_leader and not was_leader:
             self.leases.on_became_leader()
             self.membership.reset()
-            self.master.reset(True)
+            self.migration_leader.reset(True)
         elif was_leader and not is_leader:
             self.membership.reset()
-            self.master.reset(False)
+            self.migration_leader.reset(False)
             self.admin.on_leadership_lost()
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -564,15 +568,15 @@ class Member:
     def _serves(self) -> bool:
         return self.joined
 
-    def _unavailable(self) -> m.Status | None:
+    def _unavailable(self) -> m.ReplyCode | None:
         if self.joined:
             return None
         leaving = self.lifecycle in (Lifecycle.LEAVING, Lifecycle.STOPPED)
-        return m.Status.SHUTTING_DOWN if leaving else m.Status.NOT_READY
+        return m.ReplyCode.SHUTTING_DOWN if leaving else m.ReplyCode.NOT_READY
 
     def _request_assignment(self) -> None:
         if self.consensus.is_leader:
-            self.master.request_assignment()
+            self.migration_leader.request_assignment()
             self._drive_requested = True
             return
         leader = self.consensus.leader
@@ -581,7 +585,7 @@ class Member:
             and self.ctx.now_ms - self._last_assignment_request_ms >= self.ctx.config.retry_interval_ms
         ):
             self._last_assignment_request_ms = self.ctx.now_ms
-            self.ctx.send(leader, m.AssignPartitions())
+            self.ctx.send(leader, m.AssignmentRequest())
 
     def _stop_signalled(self, event: StopSignalled) -> None:
         if self.joined:
@@ -604,7 +608,7 @@ class Member:
         self._last_leave_request_ms = self.ctx.now_ms
         self.admin.forward(m.ShutdownMember(self._leave_even_if_last), self._on_leave_answer)
 
-    def _on_leave_answer(self, status: m.AdminStatus, reason: str) -> None:
+    def _on_leave_answer(self, status: m.AdminResult, reason: str) -> None:
         if status == m.ADMIN_FAILED:  # refused for good (the last data member): it stays
             replies, self._leaving_replies = self._leaving_replies, []
             for client, call_id in replies:
@@ -642,9 +646,9 @@ class Member:
         """Removed while away (paused, cut off): drop everything and join again with a new identity,
         through every address of the cluster it last knew."""
         old = self.identity
-        known = tuple(r.address for r in self.consensus.state.replicas if r != old)
+        known = tuple(r.address for r in self.consensus.state.member_ids if r != old)
         self.data.drop_everything()
-        new = Replica(str(uuid.UUID(int=self.ctx.rng.getrandbits(128), version=4)), old.address)
+        new = MemberId(str(uuid.UUID(int=self.ctx.rng.getrandbits(128), version=4)), old.address)
         self._set_lifecycle(Lifecycle.DISCOVERING)
         self.ctx.identity = new
         self._build(known, cluster_seen=True)

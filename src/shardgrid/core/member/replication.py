@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from shardgrid.core.identity import Replica
-from shardgrid.core.messages import PartitionRedirect, Status, WriteRun
+from shardgrid.core.identity import MemberId
+from shardgrid.core.messages import PartitionRedirect, ReplyCode, WriteRun
 
-_NOBODY: frozenset[Replica] = frozenset()
+_NOBODY: frozenset[MemberId] = frozenset()
 # A request's keys of one partition, by position: a range when they came side by side (the
 # columns are then sliced, not gathered key by key), else a list.
 Indexes = range | list[int]
@@ -30,29 +30,29 @@ Indexes = range | list[int]
 MAX_HELD_RUNS = 10_000
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class PendingCall:
     """A client request waiting for its writes' backups: its answer, filled in as columns."""
 
     client_address: str
     call_id: int
-    statuses: list[Status]
+    codes: list[ReplyCode]
     values: list[bytes | None] | None  # None when the request asked for no values back
     redirects: dict[int, PartitionRedirect]
     open_writes: int  # pending writes (one per partition written) still waiting
     deadline_ms: int
     reason: str = ""
 
-    def mark(self, indexes: Indexes, status: Status) -> None:
+    def mark(self, indexes: Indexes, status: ReplyCode) -> None:
         if isinstance(indexes, range):  # a partition's keys sent side by side: one slice
-            self.statuses[indexes.start : indexes.stop] = [status] * len(indexes)
+            self.codes[indexes.start : indexes.stop] = [status] * len(indexes)
             return
-        statuses = self.statuses
+        codes = self.codes
         for index in indexes:
-            statuses[index] = status
+            codes[index] = status
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class PendingWrite:
     """One request's writes to one partition: replica sequences ``first_sequence..last_sequence``."""
 
@@ -60,17 +60,17 @@ class PendingWrite:
     last_sequence: int
     call: PendingCall
     indexes: Indexes  # the keys of the call they answer
-    backups: tuple[Replica, ...]  # the partition's backups when the owner applied them
+    backups: tuple[MemberId, ...]  # the partition's backups when the owner applied them
     size_bytes: int = 0  # their keys and values, held (for resending) until every backup has them
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class PendingPartition:
-    required: set[Replica]  # the partition's backups now: only they are waited on
+    required: set[MemberId]  # the partition's backups now: only they are waited on
     writes: deque[PendingWrite] = field(default_factory=deque)
     # Each run with its keys and values in bytes and when it was first sent.
     runs: deque[tuple[WriteRun, int, int]] = field(default_factory=deque)
-    acked: dict[Replica, int] = field(default_factory=dict)  # the sequence each backup said it holds
+    acked: dict[MemberId, int] = field(default_factory=dict)  # the sequence each backup said it holds
     last_sent_ms: int = 0
     runs_bytes: int = 0  # keys and values of ``runs``
 
@@ -83,7 +83,7 @@ class PendingPartition:
         self.runs.append((run, size_bytes, now_ms))
         self.runs_bytes += size_bytes
 
-    def overdue(self, now_ms: int, timeout_ms: int) -> set[Replica] | frozenset[Replica]:
+    def overdue(self, now_ms: int, timeout_ms: int) -> set[MemberId] | frozenset[MemberId]:
         """The backups that have not acknowledged a run sent ``timeout_ms`` ago or more: nobody
         may be waiting on them (an async backup, or one that gets only the sequence), but a
         backup that cannot take the owner's runs (it lost its store, or holds another lineage)
@@ -93,11 +93,11 @@ class PendingPartition:
         last = self.runs[0][0].last_sequence
         return {backup for backup in self.required if not self.holds(backup, last)}
 
-    def acknowledge(self, backup: Replica, sequence: int) -> None:
+    def acknowledge(self, backup: MemberId, sequence: int) -> None:
         if sequence > self.acked.get(backup, -1):
             self.acked[backup] = sequence
 
-    def holds(self, backup: Replica, sequence: int) -> bool:
+    def holds(self, backup: MemberId, sequence: int) -> bool:
         return self.acked.get(backup, -1) >= sequence
 
     def complete(self) -> list[PendingWrite]:
@@ -135,13 +135,13 @@ class PendingPartition:
         self.runs_bytes = 0
         return writes
 
-    def drop_unwaited_runs(self, max_bytes: int) -> set[Replica] | frozenset[Replica]:
+    def drop_unwaited_runs(self, max_bytes: int) -> set[MemberId] | frozenset[MemberId]:
         """Over ``max_bytes`` (or ``MAX_HELD_RUNS`` runs), drop the oldest runs from before every
         waiting write; returns the backups that lacked them: they need a sync now (one may be a
         sync backup of a waiting write that got only the sequence of a dropped run)."""
         if self.runs_bytes <= max_bytes and len(self.runs) <= MAX_HELD_RUNS:
             return _NOBODY
-        lagging: set[Replica] = set()
+        lagging: set[MemberId] = set()
         oldest_waiting = self.writes[0].first_sequence if self.writes else None
         while (self.runs_bytes > max_bytes or len(self.runs) > MAX_HELD_RUNS) and self.runs:
             run, size_bytes, _ = self.runs[0]
@@ -152,12 +152,12 @@ class PendingPartition:
             lagging.update(b for b in self.required if not self.holds(b, run.last_sequence))
         return lagging
 
-    def runs_for(self, backup: Replica) -> list[tuple[WriteRun, int]]:
+    def runs_for(self, backup: MemberId) -> list[tuple[WriteRun, int]]:
         """What ``backup`` has not acknowledged yet (whole runs: it skips what it already holds)."""
         held = self.acked.get(backup, -1)
         return [(run, size) for run, size, _ in self.runs if run.last_sequence > held]
 
-    def runs_due_for(self, backup: Replica, now_ms: int, after_ms: int) -> list[tuple[WriteRun, int]]:
+    def runs_due_for(self, backup: MemberId, now_ms: int, after_ms: int) -> list[tuple[WriteRun, int]]:
         """What ``backup`` has not acknowledged, when the oldest of it was first sent ``after_ms``
         ago or more; nothing otherwise. Under steady load a partition always has runs on their
         way: sending those again before they could have been answered only doubled the work of

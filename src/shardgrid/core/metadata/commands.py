@@ -10,7 +10,7 @@ from typing import Annotated
 
 import msgspec
 
-from shardgrid.core.identity import Replica, Replicas
+from shardgrid.core.identity import MemberId, MemberIds
 from shardgrid.core.limits import MAX_MEMBER_COUNT, MAX_PARTITION_COUNT
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.migration import MigrationRecord
@@ -21,7 +21,7 @@ from shardgrid.core.wire import Message, Record
 class MemberRecord(Record):
     """A member of the cluster as the metadata knows it; the member list is ordered oldest first."""
 
-    replica: Replica
+    id: MemberId
     lite: bool = False
     leaving: bool = False  # shutting down gracefully: it hands its replicas over, then leaves
 
@@ -39,7 +39,7 @@ class AddMembers(Message, tag=61):
 class RemoveMembers(Message, tag=62):
     """Members that crashed, were cut off past their lease, left gracefully, or restarted."""
 
-    members: Replicas
+    members: MemberIds
 
 
 class AssignPartitions(Message, tag=63):
@@ -69,11 +69,11 @@ class SetClusterState(Message, tag=66):
 class PromoteToDataMember(Message, tag=67):
     """Seed 002: a lite member becomes a data member and is given partitions."""
 
-    member: Replica
+    member: MemberId
 
 
 class MarkLeaving(Message, tag=68):
-    member: Replica
+    member: MemberId
     # ShutdownMember.even_if_last. Without it the command is refused when it is applied and no other
     # data member would stay: the leader's check before proposing cannot see the leaves proposed
     # with it (found on real processes: three members given SIGTERM at once were all recorded
@@ -81,7 +81,7 @@ class MarkLeaving(Message, tag=68):
     even_if_last: bool = False
 
 
-class ShutdownCluster(Message, tag=69):
+class StopAllMembers(Message, tag=69):
     """Every member stops (the cluster went PASSIVE first)."""
 
 
@@ -94,5 +94,5 @@ Command = (
     | SetClusterState
     | PromoteToDataMember
     | MarkLeaving
-    | ShutdownCluster
+    | StopAllMembers
 )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from shardgrid.core.errors import InvariantViolation, invariant
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_COMPLETED_IN_METADATA
 from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.metadata.commands import (
@@ -29,10 +29,10 @@ from shardgrid.core.metadata.commands import (
     PromoteToDataMember,
     RemoveMembers,
     SetClusterState,
-    ShutdownCluster,
     StartMigrations,
+    StopAllMembers,
 )
-from shardgrid.core.migration import MigrationRecord, MigrationStatus, apply_migration, migration_fits
+from shardgrid.core.migration import MigrationOutcome, MigrationRecord, apply_migration, migration_fits
 from shardgrid.core.repair import remove_members as repair_table
 from shardgrid.core.schedule import participants_of
 from shardgrid.core.table import PartitionTable, ReplicaSlots
@@ -81,8 +81,8 @@ class MetadataState:
         self.shut_down = shut_down
         self.parting = parting
         # Derived views, computed on first use: the state never changes, so neither do they.
-        self._by_replica: dict[Replica, MemberRecord] | None = None
-        self._load: dict[Replica, int] | None = None
+        self._by_replica: dict[MemberId, MemberRecord] | None = None
+        self._load: dict[MemberId, int] | None = None
         self._committed_ids: frozenset[str] | None = None
 
     def evolve(self, **changes: object) -> MetadataState:
@@ -101,17 +101,17 @@ class MetadataState:
             f"table_stamp={table}, state={self.cluster_state.name}, migrations={len(self.migrations)})"
         )
 
-    def record_of(self, replica: Replica) -> MemberRecord | None:
+    def record_of(self, replica: MemberId) -> MemberRecord | None:
         index = self._by_replica
         if index is None:
-            index = {r.replica: r for r in self.members}
+            index = {r.id: r for r in self.members}
             self._by_replica = index
         return index.get(replica)
 
-    def is_member(self, replica: Replica | None) -> bool:
+    def is_member(self, replica: MemberId | None) -> bool:
         return replica is not None and self.record_of(replica) is not None
 
-    def migration_load(self) -> dict[Replica, int]:
+    def migration_load(self) -> dict[MemberId, int]:
         """How many running migrations each member takes part in (as a participant)."""
         load = self._load
         if load is None:
@@ -126,23 +126,23 @@ class MetadataState:
         """Whether the newest outcomes the state keeps include this migration, committed."""
         ids = self._committed_ids
         if ids is None:
-            ids = frozenset(r.migration_id for r in self.completed if r.status is MigrationStatus.COMMITTED)
+            ids = frozenset(r.migration_id for r in self.completed if r.outcome is MigrationOutcome.COMMITTED)
             self._committed_ids = ids
         return migration_id in ids
 
     @property
-    def replicas(self) -> tuple[Replica, ...]:
-        return tuple(r.replica for r in self.members)
+    def member_ids(self) -> tuple[MemberId, ...]:
+        return tuple(r.id for r in self.members)
 
     @property
-    def data_members(self) -> tuple[Replica, ...]:
+    def data_members(self) -> tuple[MemberId, ...]:
         """Members that may hold replicas in the target table: not lite, not leaving."""
-        return tuple(r.replica for r in self.members if not r.lite and not r.leaving)
+        return tuple(r.id for r in self.members if not r.lite and not r.leaving)
 
     @property
-    def leaving_data_members(self) -> tuple[Replica, ...]:
+    def leaving_data_members(self) -> tuple[MemberId, ...]:
         """Data members recorded leaving: each hands its replicas over by migration."""
-        return tuple(r.replica for r in self.members if not r.lite and r.leaving)
+        return tuple(r.id for r in self.members if not r.lite and r.leaving)
 
     def state_change_problem(self, cluster_state: ClusterState) -> str:
         """Why ``cluster_state`` cannot be taken now ('' when it can): a state that forbids
@@ -157,7 +157,7 @@ class MetadataState:
             f"{cluster_state.value} forbids: wait until it has left"
         )
 
-    def leave_problem(self, member: Replica, even_if_last: bool = False) -> str:
+    def leave_problem(self, member: MemberId, even_if_last: bool = False) -> str:
         """Why data member ``member`` cannot begin to leave now ('' when it can): nobody else stays
         to take its replicas (unless its process stops anyway, ``even_if_last``: then nothing is
         handed over, whatever the state), or the cluster state forbids the migrations that would
@@ -177,28 +177,28 @@ class MetadataState:
             )
         return ""
 
-    def others_stay(self, member: Replica) -> bool:
+    def others_stay(self, member: MemberId) -> bool:
         """Whether a data member other than ``member`` stays (not lite, not leaving) to take its
         replicas: what a leave of ``member`` is checked against, both before the leader proposes it
         and when it is applied."""
         return any(r != member for r in self.data_members)
 
-    def participants(self, record: MigrationRecord) -> tuple[Replica, ...]:
+    def participants(self, record: MigrationRecord) -> tuple[MemberId, ...]:
         """Who a migration keeps busy: source, destination and the owner that sends the data (a
         CLEAR sends none: it keeps only its source busy), as the schedule counts them."""
         owner = self.table.owner(record.partition_id) if self.table is not None else None
         return participants_of(record.migration, owner)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Changes:
     """What one applied entry changed, for the member to react to."""
 
     members_added: list[MemberRecord] = field(default_factory=list)
-    members_removed: list[Replica] = field(default_factory=list)
-    members_changed: list[Replica] = field(default_factory=list)  # promoted to data, or leaving
+    members_removed: list[MemberId] = field(default_factory=list)
+    members_changed: list[MemberId] = field(default_factory=list)  # promoted to data, or leaving
     partitions: set[int] = field(default_factory=set)  # slots or version changed
-    promoted: list[tuple[int, Replica]] = field(default_factory=list)  # (partition, new owner) by repair
+    promoted: list[tuple[int, MemberId]] = field(default_factory=list)  # (partition, new owner) by repair
     lost: list[int] = field(default_factory=list)
     promoted_from: list[tuple[int, int]] = field(default_factory=list)  # (partition, the new owner's old index)
     started: list[MigrationRecord] = field(default_factory=list)
@@ -225,7 +225,7 @@ def apply_commands(state: MetadataState, commands: tuple[object, ...]) -> tuple[
     return state, changes
 
 
-def _stuck_leaving(state: MetadataState) -> tuple[Replica, ...]:
+def _stuck_leaving(state: MetadataState) -> tuple[MemberId, ...]:
     """Leaving data members that hold replicas while the state forbids the migrations that would
     hand them over. PASSIVE only comes with the cluster's shutdown, which stops the leaving members
     too; when no data member stays (parting), nothing is handed over whatever the state; and one
@@ -238,7 +238,7 @@ def _stuck_leaving(state: MetadataState) -> tuple[Replica, ...]:
 
 def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataState:
     if isinstance(command, AddMembers):
-        fresh = tuple(m for m in command.members if not state.is_member(m.replica))
+        fresh = tuple(m for m in command.members if not state.is_member(m.id))
         changes.members_added.extend(fresh)
         return state.evolve(members=state.members + fresh)
     if isinstance(command, RemoveMembers):
@@ -288,7 +288,7 @@ def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataS
         if isinstance(command, MarkLeaving) and not record.lite and not after.data_members:
             after = after.evolve(parting=True)
         return after
-    if isinstance(command, ShutdownCluster):
+    if isinstance(command, StopAllMembers):
         changes.shut_down = True
         return state.evolve(shut_down=True)
     changes.refused.append(f"unknown command {type(command).__name__}")
@@ -301,7 +301,7 @@ def _remove(state: MetadataState, command: RemoveMembers, changes: Changes) -> M
         return state
     gone = set(departed)
     changes.members_removed.extend(departed)
-    members = tuple(r for r in state.members if r.replica not in gone)
+    members = tuple(r for r in state.members if r.id not in gone)
     table = state.table
     if table is None:
         return state.evolve(members=members)
@@ -312,7 +312,7 @@ def _remove(state: MetadataState, command: RemoveMembers, changes: Changes) -> M
     if rolled_back:
         state = _finish(
             state,
-            FinishMigrations(tuple(r.with_status(MigrationStatus.ROLLED_BACK) for r in rolled_back)),
+            FinishMigrations(tuple(r.with_outcome(MigrationOutcome.ROLLED_BACK) for r in rolled_back)),
             changes,
         )
         table = state.table
@@ -368,12 +368,12 @@ def _finish(state: MetadataState, command: FinishMigrations, changes: Changes) -
             changes.refused.append(f"migration {outcome.migration_id} is not in flight")
             continue
         slots, version = updates.get(pid, (table.replicas[pid], table.versions[pid]))
-        if outcome.status is MigrationStatus.COMMITTED:
+        if outcome.outcome is MigrationOutcome.COMMITTED:
             updates[pid] = (tuple(apply_migration(slots, running.migration)), running.version_before + 1)
         else:
             updates[pid] = (slots, max(version + 1, running.version_before + 2))
         del migrations[pid]
-        record = running.with_status(outcome.status)
+        record = running.with_outcome(outcome.outcome)
         completed.append(record)
         changes.finished.append(record)
     if not updates:

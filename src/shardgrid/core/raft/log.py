@@ -19,7 +19,7 @@ C = TypeVar("C")  # what an entry's command is: the codec names it, Raft never l
 S = TypeVar("S")  # what a snapshot's state is
 
 
-class Entry(Record, Generic[C]):
+class Entry(Record, Generic[C], kw_only=True):
     """One log entry. ``command`` is opaque to Raft (None for a new leader's empty entry).
 
     ``forced`` replaces the configuration outright: only an operator's recovery from a lost

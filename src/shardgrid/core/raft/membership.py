@@ -10,15 +10,15 @@ towards a majority.
 from __future__ import annotations
 
 from shardgrid.core.errors import invariant
-from shardgrid.core.identity import Replica, Replicas
+from shardgrid.core.identity import MemberId, MemberIds
 from shardgrid.core.wire import Record
 
 
 class Membership(Record):
     """A configuration: the voters and the learners, each sorted (deterministic iteration)."""
 
-    voters: Replicas = ()
-    learners: Replicas = ()
+    voters: MemberIds = ()
+    learners: MemberIds = ()
 
     def __post_init__(self) -> None:
         invariant(not set(self.voters) & set(self.learners), lambda: f"a node is voter and learner: {self}")
@@ -34,23 +34,23 @@ class Membership(Record):
         return len(self.voters) // 2 + 1
 
     @property
-    def nodes(self) -> tuple[Replica, ...]:
+    def nodes(self) -> tuple[MemberId, ...]:
         return tuple(sorted((*self.voters, *self.learners)))
 
-    def is_voter(self, node: Replica) -> bool:
+    def is_voter(self, node: MemberId) -> bool:
         return node in self.voters
 
-    def contains(self, node: Replica) -> bool:
+    def contains(self, node: MemberId) -> bool:
         return node in self.voters or node in self.learners
 
 
 class ConfChange(Record):
     """Learners added or removed in any number; at most one voter added (promoted) or removed."""
 
-    add_learners: Replicas = ()
-    remove: Replicas = ()
-    promote: Replica | None = None  # a learner becomes a voter
-    demote: Replica | None = None  # a voter becomes a learner
+    add_learners: MemberIds = ()
+    remove: MemberIds = ()
+    promote: MemberId | None = None  # a learner becomes a voter
+    demote: MemberId | None = None  # a voter becomes a learner
 
     def voter_changes(self, current: Membership) -> int:
         removed_voters = sum(1 for node in self.remove if current.is_voter(node))

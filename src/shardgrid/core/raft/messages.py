@@ -13,7 +13,7 @@ from shardgrid.core.raft.log import C, Entry, S, Snapshot
 from shardgrid.core.wire import Counter, Message
 
 
-class VoteRequest(Message, tag=40):
+class VoteRequest(Message, tag=40, kw_only=True):
     """A (pre-)candidate asks for a vote; a pre-vote names the term it would start, not its own."""
 
     term: Counter
@@ -29,7 +29,7 @@ class VoteReply(Message, tag=41):
     pre_vote: bool
 
 
-class AppendEntries(Message, Generic[C], tag=42):
+class AppendEntries(Message, Generic[C], tag=42, kw_only=True):
     term: Counter
     prev_index: Counter
     prev_term: Counter
@@ -38,7 +38,7 @@ class AppendEntries(Message, Generic[C], tag=42):
     sent_ms: Counter
 
 
-class AppendReply(Message, tag=43):
+class AppendReply(Message, tag=43, kw_only=True):
     """On success ``index`` is the last entry the follower now holds from the leader. On a refusal
     of the append after ``rejected``, ``index`` is the newest entry that may still match, of term
     ``hint_term``. ``needs_snapshot``: the follower holds nothing yet."""

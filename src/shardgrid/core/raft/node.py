@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardgrid.core.errors import InvariantViolation, invariant, require
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
+from shardgrid.core.limits import NEVER_MS
 from shardgrid.core.raft.log import Entry, RaftLog, Snapshot
 from shardgrid.core.raft.membership import ConfChange, Membership
 from shardgrid.core.raft.messages import (
@@ -60,7 +61,7 @@ _TRANSITIONS: dict[Role, frozenset[Role]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RaftSettings:
     election_timeout_ms: int = 1_000  # each wait is drawn from [this, twice this)
     heartbeat_interval_ms: int = 200
@@ -80,7 +81,7 @@ class RaftSettings:
         require(0 <= self.clock_drift_margin_ms < self.election_timeout_ms, "clock_drift_margin_ms out of range")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Progress:
     """What the leader knows of one follower's log."""
 
@@ -90,7 +91,7 @@ class Progress:
     probe_sent: bool = False
     snapshot_sent_ms: int | None = None  # a snapshot is on its way: no appends until it is answered
     last_ack_ms: int = 0  # when it last answered (check-quorum)
-    acked_sent_ms: int = -(10**12)  # send time of the newest message it answered (leadership lease)
+    acked_sent_ms: int = NEVER_MS  # send time of the newest message it answered (leadership lease)
     last_progress_ms: int = 0  # when its match last moved (retransmission)
 
 
@@ -108,7 +109,7 @@ class RaftNode:
 
     def __init__(
         self,
-        identity: Replica,
+        identity: MemberId,
         settings: RaftSettings,
         rng: random.Random,
         snapshot: Snapshot | None,
@@ -120,23 +121,23 @@ class RaftNode:
         self.rng = rng
         self.log = RaftLog(snapshot)
         self.term = snapshot.term if snapshot is not None else 0
-        self.voted_for: Replica | None = None
+        self.voted_for: MemberId | None = None
         self.role = Role.FOLLOWER
-        self.leader: Replica | None = None
+        self.leader: MemberId | None = None
         self.commit_index = self.log.snapshot_index
         self.applied_index = self.log.snapshot_index
         self.now_ms = now_ms
         self._pending_snapshot: Snapshot | None = snapshot
         self._election_deadline_ms = 0
         self._last_leader_contact_ms: int | None = None
-        self._votes: dict[Replica, bool] = {}
-        self._progress: dict[Replica, Progress] = {}
+        self._votes: dict[MemberId, bool] = {}
+        self._progress: dict[MemberId, Progress] = {}
         self._pending_conf_index = 0
         self.term_start_index = 0  # a leader's first entry of its term: its state is current once applied
-        self._transfer_target: Replica | None = None
+        self._transfer_target: MemberId | None = None
         self._transfer_deadline_ms = 0
-        self._last_heartbeat_ms = -(10**12)
-        self._outbox: list[tuple[Replica, Any]] = []
+        self._last_heartbeat_ms = NEVER_MS
+        self._outbox: list[tuple[MemberId, Any]] = []
         self._reset_election_deadline()
 
     # --- queries ---------------------------------------------------------------------------------
@@ -199,24 +200,24 @@ class RaftNode:
         """How long since this server last heard from a leader (since it started, if never)."""
         return self.now_ms - (self._last_leader_contact_ms if self._last_leader_contact_ms is not None else 0)
 
-    def match_index(self, node: Replica) -> int:
+    def match_index(self, node: MemberId) -> int:
         """How far the leader knows ``node``'s log matches its own (the leader's own last index)."""
         if node == self.identity:
             return self.log.last_index
         progress = self._progress.get(node)
         return progress.match if progress is not None else 0
 
-    def last_heard_ms(self, node: Replica) -> int | None:
+    def last_heard_ms(self, node: MemberId) -> int | None:
         progress = self._progress.get(node)
         return progress.last_ack_ms if progress is not None else None
 
-    def answered_since_ms(self, node: Replica) -> int:
+    def answered_since_ms(self, node: MemberId) -> int:
         """The send time of the newest message of this leader that ``node`` answered: evidence
         that it is alive and follows this leader (no grace period, unlike ``last_heard_ms``)."""
         if node == self.identity:
             return self.now_ms
         progress = self._progress.get(node)
-        return progress.acked_sent_ms if progress is not None else -(10**12)
+        return progress.acked_sent_ms if progress is not None else NEVER_MS
 
     # --- inputs ----------------------------------------------------------------------------------
 
@@ -236,7 +237,7 @@ class RaftNode:
         elif self.leader is not None and self.leader_silent_ms() >= 2 * self.settings.election_timeout_ms:
             self.leader = None  # a learner never campaigns, but it must not believe in a dead leader
 
-    def step(self, now_ms: int, sender: Replica, message: Any) -> None:
+    def step(self, now_ms: int, sender: MemberId, message: Any) -> None:
         self._advance_clock(now_ms)
         if sender == self.identity:
             return
@@ -258,7 +259,10 @@ class RaftNode:
         elif term < self.term:
             if isinstance(message, (AppendEntries, Heartbeat, InstallSnapshot)):
                 # A leader from an older term: tell it ours, so that it steps down.
-                self._send(sender, AppendReply(self.term, False, self.log.last_index, message.sent_ms))
+                self._send(
+                    sender,
+                    AppendReply(term=self.term, success=False, index=self.log.last_index, sent_ms=message.sent_ms),
+                )
             elif isinstance(message, VoteRequest) and message.pre_vote:
                 self._send(sender, VoteReply(self.term, False, True))
             return
@@ -288,7 +292,7 @@ class RaftNode:
             return None
         if change is not None and self.change_problem(change):
             return None
-        entry = Entry(self.term, self.log.last_index + 1, command, change)
+        entry = Entry(term=self.term, index=self.log.last_index + 1, command=command, change=change)
         self.log.append(entry)
         if change is not None:
             self._pending_conf_index = entry.index
@@ -297,7 +301,7 @@ class RaftNode:
         self._maybe_commit()
         return entry.index
 
-    def transfer_leadership(self, target: Replica) -> bool:
+    def transfer_leadership(self, target: MemberId) -> bool:
         """Hand leadership to ``target`` once its log is complete; False when it cannot be done."""
         if self.role is not Role.LEADER or target == self.identity or not self.membership.is_voter(target):
             return False
@@ -309,7 +313,7 @@ class RaftNode:
             self._send_append(target, allow_empty=True)
         return True
 
-    def force_new_configuration(self, others: tuple[Replica, ...]) -> None:
+    def force_new_configuration(self, others: tuple[MemberId, ...]) -> None:
         """An operator's recovery after a majority of voters was lost for good: this server becomes
         the only voter (``others`` stay as learners) and leads at once, in a term above its own.
 
@@ -323,7 +327,7 @@ class RaftNode:
         self._set_role(Role.CANDIDATE)
         self.term += 1
         self.voted_for = self.identity
-        self.log.append(Entry(self.term, self.log.last_index + 1, forced=membership))
+        self.log.append(Entry(term=self.term, index=self.log.last_index + 1, forced=membership))
         self._become_leader()
 
     def compact(self, index: int, state: Any) -> None:
@@ -333,7 +337,7 @@ class RaftNode:
 
     # --- outputs ---------------------------------------------------------------------------------
 
-    def take_messages(self) -> list[tuple[Replica, Any]]:
+    def take_messages(self) -> list[tuple[MemberId, Any]]:
         out, self._outbox = self._outbox, []
         return out
 
@@ -384,13 +388,19 @@ class RaftNode:
         # Its own vote counts only where its latest configuration makes it a voter.
         self._votes = {self.identity: True} if self.membership.is_voter(self.identity) else {}
         self._reset_election_deadline()
-        request = VoteRequest(term, self.log.last_index, self.log.last_term, pre_vote, transfer)
+        request = VoteRequest(
+            term=term,
+            last_index=self.log.last_index,
+            last_term=self.log.last_term,
+            pre_vote=pre_vote,
+            transfer=transfer,
+        )
         for voter in self.membership.voters:
             if voter != self.identity:
                 self._send(voter, request)
         self._count_votes()
 
-    def _on_vote_request(self, sender: Replica, message: VoteRequest) -> None:
+    def _on_vote_request(self, sender: MemberId, message: VoteRequest) -> None:
         # Granted whatever this server's own configuration says of the candidate (as Raft and etcd
         # do): a server whose log lags may not know yet that the candidate became a voter, and
         # refusing it can leave no electable server. A disruptive one gets no answer while a
@@ -407,7 +417,7 @@ class RaftNode:
             self._reset_election_deadline()
         self._send(sender, VoteReply(self.term, granted, False))
 
-    def _on_vote_reply(self, sender: Replica, message: VoteReply) -> None:
+    def _on_vote_reply(self, sender: MemberId, message: VoteReply) -> None:
         if message.pre_vote:
             if self.role is not Role.PRE_CANDIDATE:
                 return
@@ -431,7 +441,7 @@ class RaftNode:
         elif refused >= quorum:
             self._become_follower(self.term, None)
 
-    def _become_follower(self, term: int, leader: Replica | None) -> None:
+    def _become_follower(self, term: int, leader: MemberId | None) -> None:
         invariant(term >= self.term, "terms never go back")
         if term > self.term:
             self.term = term
@@ -453,7 +463,7 @@ class RaftNode:
         self._sync_progress()
         for progress in self._progress.values():
             progress.last_ack_ms = self.now_ms  # a grace period of one election timeout
-        self.log.append(Entry(self.term, self.log.last_index + 1))
+        self.log.append(Entry(term=self.term, index=self.log.last_index + 1))
         self._pending_conf_index = self.log.last_index
         self.term_start_index = self.log.last_index
         self._broadcast_entries()
@@ -470,41 +480,51 @@ class RaftNode:
 
     # --- followers -------------------------------------------------------------------------------
 
-    def _heard_from_leader(self, sender: Replica) -> None:
+    def _heard_from_leader(self, sender: MemberId) -> None:
         if self.role is not Role.FOLLOWER:
             self._become_follower(self.term, sender)
         self.leader = sender
         self._last_leader_contact_ms = self.now_ms
         self._reset_election_deadline()
 
-    def _on_append(self, sender: Replica, message: AppendEntries) -> None:
+    def _on_append(self, sender: MemberId, message: AppendEntries) -> None:
         # A leader's entries are checked whole before any is taken: a malformed message is the
         # sender's fault and changes nothing here (it is not answered: no leader sends one).
         if self.log.shape_problem(message.prev_index, message.prev_term, message.entries, message.term):
             return
         self._heard_from_leader(sender)
         if self.log.snapshot is None:
-            self._send(sender, AppendReply(self.term, False, 0, message.sent_ms, needs_snapshot=True))
+            self._send(
+                sender,
+                AppendReply(term=self.term, success=False, index=0, sent_ms=message.sent_ms, needs_snapshot=True),
+            )
             return
         if message.prev_index < self.commit_index:
             # Part of it is committed here already: take what lies beyond our commit point.
             skip = self.commit_index - message.prev_index
             if skip >= len(message.entries):
-                self._send(sender, AppendReply(self.term, True, self.commit_index, message.sent_ms))
+                self._send(
+                    sender, AppendReply(term=self.term, success=True, index=self.commit_index, sent_ms=message.sent_ms)
+                )
                 return
             message = AppendEntries(
-                message.term,
-                self.commit_index,
-                message.entries[skip - 1].term,
-                message.entries[skip:],
-                message.commit,
-                message.sent_ms,
+                term=message.term,
+                prev_index=self.commit_index,
+                prev_term=message.entries[skip - 1].term,
+                entries=message.entries[skip:],
+                commit=message.commit,
+                sent_ms=message.sent_ms,
             )
         if not self.log.matches(message.prev_index, message.prev_term):
             hint = self._probe_hint(message)
             hint_term = self.log.term_at(hint) or 0
             refusal = AppendReply(
-                self.term, False, hint, message.sent_ms, rejected=message.prev_index, hint_term=hint_term
+                term=self.term,
+                success=False,
+                index=hint,
+                sent_ms=message.sent_ms,
+                rejected=message.prev_index,
+                hint_term=hint_term,
             )
             self._send(sender, refusal)
             return
@@ -512,7 +532,7 @@ class RaftNode:
             return
         last_new = self.log.append_after(message.prev_index, message.entries, self.commit_index)
         self._advance_commit(min(message.commit, last_new))
-        self._send(sender, AppendReply(self.term, True, last_new, message.sent_ms))
+        self._send(sender, AppendReply(term=self.term, success=True, index=last_new, sent_ms=message.sent_ms))
 
     def _probe_hint(self, message: AppendEntries) -> int:
         """Where the leader should probe next: skip every entry of a term newer than its own."""
@@ -524,23 +544,25 @@ class RaftNode:
             hint -= 1
         return hint
 
-    def _on_heartbeat(self, sender: Replica, message: Heartbeat) -> None:
+    def _on_heartbeat(self, sender: MemberId, message: Heartbeat) -> None:
         self._heard_from_leader(sender)
         if self.log.snapshot is not None:
             self._advance_commit(min(message.commit, self.log.last_index))
         self._send(sender, HeartbeatReply(self.term, message.sent_ms))
 
-    def _on_snapshot(self, sender: Replica, message: InstallSnapshot) -> None:
+    def _on_snapshot(self, sender: MemberId, message: InstallSnapshot) -> None:
         self._heard_from_leader(sender)
         snapshot = message.snapshot
         if self.log.snapshot is not None and snapshot.index <= self.commit_index:
-            self._send(sender, AppendReply(self.term, True, self.commit_index, message.sent_ms))
+            self._send(
+                sender, AppendReply(term=self.term, success=True, index=self.commit_index, sent_ms=message.sent_ms)
+            )
             return
         self.log.restore(snapshot)
         self.commit_index = snapshot.index
         self.applied_index = snapshot.index
         self._pending_snapshot = snapshot
-        self._send(sender, AppendReply(self.term, True, snapshot.index, message.sent_ms))
+        self._send(sender, AppendReply(term=self.term, success=True, index=snapshot.index, sent_ms=message.sent_ms))
 
     def _advance_commit(self, index: int) -> None:
         if index > self.commit_index:
@@ -590,7 +612,7 @@ class RaftNode:
         for node in self._progress:
             self._send_append(node, allow_empty=False)
 
-    def _send_append(self, node: Replica, allow_empty: bool) -> None:
+    def _send_append(self, node: MemberId, allow_empty: bool) -> None:
         progress = self._progress[node]
         if progress.snapshot_sent_ms is not None:
             if self.now_ms - progress.snapshot_sent_ms < self.settings.snapshot_resend_ms:
@@ -615,13 +637,23 @@ class RaftNode:
         entries = self.log.slice(progress.next, budget) if budget > 0 else ()
         if not entries and not allow_empty and not progress.probing:
             return
-        self._send(node, AppendEntries(self.term, prev, prev_term, entries, self.commit_index, self.now_ms))
+        self._send(
+            node,
+            AppendEntries(
+                term=self.term,
+                prev_index=prev,
+                prev_term=prev_term,
+                entries=entries,
+                commit=self.commit_index,
+                sent_ms=self.now_ms,
+            ),
+        )
         if progress.probing:
             progress.probe_sent = True
         elif entries:
             progress.next = entries[-1].index + 1
 
-    def _on_reply(self, sender: Replica, message: AppendReply | HeartbeatReply) -> None:
+    def _on_reply(self, sender: MemberId, message: AppendReply | HeartbeatReply) -> None:
         progress = self._progress.get(sender)
         if progress is None:
             return
@@ -712,5 +744,5 @@ class RaftNode:
         invariant(now_ms >= self.now_ms, lambda: f"raft time went backwards: {now_ms} < {self.now_ms}")
         self.now_ms = now_ms
 
-    def _send(self, target: Replica, message: Any) -> None:
+    def _send(self, target: MemberId, message: Any) -> None:
         self._outbox.append((target, message))

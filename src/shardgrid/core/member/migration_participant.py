@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardgrid.core.identity import Replica
+from shardgrid.core.identity import MemberId
+from shardgrid.core.limits import NEVER_MS
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.member.data import DataPath
@@ -35,7 +36,7 @@ from shardgrid.core.messages import (
     MigrationOutcomeReply,
     MigrationProgress,
 )
-from shardgrid.core.migration import MigrationRecord, MigrationStatus
+from shardgrid.core.migration import MigrationOutcome, MigrationRecord
 from shardgrid.core.store import Piece, columns_bytes
 from shardgrid.core.transfer import SendWindow, Staging, Throttle, window_chunks
 
@@ -46,12 +47,12 @@ MAX_FENCED_IDS = 10_000
 EARLY_CHUNKS_PER_SLOT = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Outgoing:
     """This member owns the partition and streams its data to the destination."""
 
     record: MigrationRecord
-    destination: Replica
+    destination: MemberId
     stream: SendWindow[MigrationChunk] | None = None  # opened once the partition's writes settled
     replica_sequence: int = 0
     lineage: str = ""
@@ -66,7 +67,7 @@ class Outgoing:
     reason: str = ""
     last_sent_ms: int = 0
     last_progress_ms: int = 0
-    last_report_ms: int = -(10**12)
+    last_report_ms: int = NEVER_MS
     last_progress_told_ms: int = 0  # when the leader last heard that this transfer goes on
 
 
@@ -80,7 +81,7 @@ class Incoming:
     fenced: bool = False  # told a newer leader it had not committed: never commits now
 
 
-class MigrationReplica:
+class MigrationParticipant:
     def __init__(self, ctx: Context, consensus: Consensus, data: DataPath, to_leader: Callable[[Any], None]) -> None:
         self.ctx = ctx
         self.consensus = consensus
@@ -90,7 +91,7 @@ class MigrationReplica:
         self.incoming: dict[int, Incoming] = {}
         self._fenced_ids: dict[str, int] = {}
         self._fence_term = 0
-        self._early: dict[str, tuple[Replica, dict[int, MigrationChunk]]] = {}
+        self._early: dict[str, tuple[MemberId, dict[int, MigrationChunk]]] = {}
         self._early_bytes = 0
         self.throttle = Throttle(ctx.config.max_migration_bytes_per_s, at_ms=ctx.now_ms)
         self._throttle_turn = 0
@@ -134,7 +135,11 @@ class MigrationReplica:
         elif owner == self.ctx.identity:
             now = self.ctx.now_ms
             self.outgoing[pid] = Outgoing(
-                record, destination, last_sent_ms=now, last_progress_ms=now, last_progress_told_ms=now
+                record=record,
+                destination=destination,
+                last_sent_ms=now,
+                last_progress_ms=now,
+                last_progress_told_ms=now,
             )
             self._start_sending(pid)
 
@@ -143,7 +148,7 @@ class MigrationReplica:
         incoming = self.incoming.get(pid)
         if incoming is not None and incoming.record.migration_id == record.migration_id:
             del self.incoming[pid]
-            if record.status is MigrationStatus.COMMITTED and incoming.staging.complete:
+            if record.outcome is MigrationOutcome.COMMITTED and incoming.staging.complete:
                 self.data.install(pid, incoming.staging.data(), incoming.record.migration.destination_new_index)
         outgoing = self.outgoing.get(pid)
         if outgoing is not None and outgoing.record.migration_id == record.migration_id:
@@ -210,16 +215,16 @@ class MigrationReplica:
             self.bytes_sent += size
             self.throttle.spend(size)
             return MigrationChunk(
-                outgoing.record,
-                index,
-                map_name,
-                keys,
-                values,
-                last,
-                outgoing.replica_sequence,
-                outgoing.lineage,
-                version,
-                outgoing.versions_from,
+                record=outgoing.record,
+                sequence=index,
+                map_name=map_name,
+                keys=keys,
+                values=values,
+                last=last,
+                replica_sequence=outgoing.replica_sequence,
+                lineage=outgoing.lineage,
+                map_version=version,
+                versions_from=outgoing.versions_from,
             )
 
         throttle = self.throttle
@@ -245,7 +250,7 @@ class MigrationReplica:
                 self.chunks_resent += 1
                 self.ctx.send(outgoing.destination, chunk)
 
-    def resend_to(self, peer: Replica) -> None:
+    def resend_to(self, peer: MemberId) -> None:
         """``peer``'s connection came back: the open windows of chunks to it go again now, and a
         finished transfer's report, when ``peer`` leads."""
         for pid in sorted(self.outgoing):
@@ -258,7 +263,7 @@ class MigrationReplica:
             elif outgoing.destination == peer:
                 self._resend_window(outgoing)
 
-    def on_chunk_ack(self, sender: Replica, message: MigrationChunkAck) -> None:
+    def on_chunk_ack(self, sender: MemberId, message: MigrationChunkAck) -> None:
         outgoing = self._outgoing_by_id(message.migration_id)
         if outgoing is None or sender != outgoing.destination or outgoing.complete:
             return
@@ -297,7 +302,7 @@ class MigrationReplica:
 
     # --- destination -------------------------------------------------------------------------------
 
-    def on_chunk(self, sender: Replica, message: MigrationChunk) -> None:
+    def on_chunk(self, sender: MemberId, message: MigrationChunk) -> None:
         pid = message.record.partition_id
         config = self.ctx.config
         window = window_chunks(config.migration_window_chunks, config.migration_fragments_enabled)
@@ -317,7 +322,7 @@ class MigrationReplica:
         ack = MigrationChunkAck(message.record.migration_id, incoming.staging.held_through, True)
         self.ctx.send(sender, ack)
 
-    def _hold_early(self, sender: Replica, message: MigrationChunk) -> None:
+    def _hold_early(self, sender: MemberId, message: MigrationChunk) -> None:
         """A chunk of a migration whose start is not applied here yet: keep the first window of
         chunks for when it is (the sender would send them again, but only a retry interval
         later). Only from the partition's owner, only the first window, bounded in bytes."""
@@ -357,13 +362,13 @@ class MigrationReplica:
     def _chunk_bytes(chunk: MigrationChunk) -> int:
         return columns_bytes(chunk.keys, chunk.values)
 
-    def _take_early(self, migration_id: str) -> tuple[Replica, dict[int, MigrationChunk]] | None:
+    def _take_early(self, migration_id: str) -> tuple[MemberId, dict[int, MigrationChunk]] | None:
         held = self._early.pop(migration_id, None)
         if held is not None:
             self._early_bytes -= sum(self._chunk_bytes(chunk) for chunk in held[1].values())
         return held
 
-    def on_commit(self, sender: Replica, message: MigrationCommit) -> None:
+    def on_commit(self, sender: MemberId, message: MigrationCommit) -> None:
         record = message.record
         if sender != self.consensus.leader or message.term != self.consensus.term or message.term < self._fence_term:
             return  # not from the leader we follow: a current leader asks again
@@ -382,7 +387,7 @@ class MigrationReplica:
             incoming.installed = True
             self.ctx.send(sender, MigrationCommitAck(record.migration_id, True))
 
-    def on_outcome_query(self, sender: Replica, message: MigrationOutcomeQuery) -> None:
+    def on_outcome_query(self, sender: MemberId, message: MigrationOutcomeQuery) -> None:
         record = message.record
         if message.term < self.consensus.term or not self.consensus.raft.membership.is_voter(sender):
             return  # only a voter can have become leader: nobody else fences this member

@@ -1,10 +1,11 @@
 """The leader's side of repartitioning: planning, the parallel schedule, and safe commits.
 
-The leader is the seeds' master. It plans from the metadata it applied (which every member will
-have applied too), proposes the migrations to start, and drives each one: the owner streams the
-data, the destination commits first (seed 000, 2.1), then the log records the outcome, then the
-source drops. A migration that fails is rolled back in the log, with the partition's version
-bumped by two. The outcomes that arrive during one event go into one entry.
+The leader (Hazelcast's master) does what the seeds give the master to do. It plans from the
+metadata it applied (which every member will have applied too), proposes the migrations to start,
+and drives each one: the owner streams the data, the destination commits first (seed 000, 2.1),
+then the log records the outcome, then the source drops. A migration that fails is rolled back in
+the log, with the partition's version bumped by two. The outcomes that arrive during one event
+go into one entry.
 
 Any change of membership, table or state throws the rest of the plan away, and the next drive
 plans again from the table as it is (seed 000, 3.2: the algorithm is stateless). A new leader
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardgrid.core import events
-from shardgrid.core.identity import MemberInfo, Replica
+from shardgrid.core.identity import MemberId, MemberInfo
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.messages import (
@@ -33,7 +34,7 @@ from shardgrid.core.messages import (
 )
 from shardgrid.core.metadata import Changes, MetadataState
 from shardgrid.core.metadata.commands import AssignPartitions, FinishMigrations, StartMigrations
-from shardgrid.core.migration import Migration, MigrationKind, MigrationRecord, MigrationStatus, migration_fits
+from shardgrid.core.migration import Migration, MigrationKind, MigrationOutcome, MigrationRecord, migration_fits
 from shardgrid.core.placement import arrange
 from shardgrid.core.planner import plan_migrations, prioritize_copies_and_shift_ups
 from shardgrid.core.rebalance import plan_rebalance
@@ -51,7 +52,7 @@ class Stage(enum.Enum):
     DECIDED = "decided"  # the outcome is proposed; the log will apply it
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Flight:
     record: MigrationRecord
     stage: Stage
@@ -60,7 +61,7 @@ class Flight:
     stage_since_ms: int
 
 
-class MigrationMaster:
+class MigrationLeader:
     def __init__(self, ctx: Context, consensus: Consensus, deliver_to_self: Callable[[Any], None]) -> None:
         self.ctx = ctx
         self.consensus = consensus
@@ -84,7 +85,7 @@ class MigrationMaster:
         self._outcomes = []
         self.needs_rebalance = leading
 
-    def in_flight_load(self) -> dict[Replica, int]:
+    def in_flight_load(self) -> dict[MemberId, int]:
         """How many running migrations each member takes part in, as this leader counts them."""
         state = self.consensus.state
         if not self._proposed_starts:
@@ -111,7 +112,7 @@ class MigrationMaster:
         own_entry = self.consensus.is_leader and term == self.consensus.term
         for record in changes.started:
             if own_entry:
-                self._emit(events.MigrationEventStatus.STARTED, record)
+                self._emit(events.MigrationPhase.STARTED, record)
             if not self.consensus.leader_ready:
                 continue
             self._proposed_starts.pop(record.partition_id, None)
@@ -123,14 +124,14 @@ class MigrationMaster:
             self.needs_rebalance = True
         for record in changes.finished:
             if own_entry:
-                outcome = events.MigrationEventStatus.FINISHED
-                if record.status is not MigrationStatus.COMMITTED:
-                    outcome = events.MigrationEventStatus.FAILED
+                outcome = events.MigrationPhase.FINISHED
+                if record.outcome is not MigrationOutcome.COMMITTED:
+                    outcome = events.MigrationPhase.FAILED
                 self._emit(outcome, record)
             flight = self.flights.get(record.partition_id)
             if flight is not None and flight.record.migration_id == record.migration_id:
                 del self.flights[record.partition_id]
-            if record.status is MigrationStatus.COMMITTED:
+            if record.outcome is MigrationOutcome.COMMITTED:
                 self._replan_partition(record.partition_id)
             else:
                 self.needs_rebalance = True
@@ -157,7 +158,7 @@ class MigrationMaster:
     def _begin(self, record: MigrationRecord) -> None:
         pid = record.partition_id
         now = self.ctx.now_ms
-        flight = Flight(record, Stage.TRANSFER, now, now, now)
+        flight = Flight(record=record, stage=Stage.TRANSFER, started_ms=now, last_sent_ms=now, stage_since_ms=now)
         self.flights[pid] = flight
         table = self.consensus.state.table
         if record.migration.destination is None:
@@ -215,7 +216,7 @@ class MigrationMaster:
     @staticmethod
     def _member_infos(state: MetadataState) -> list[MemberInfo]:
         # A leaving member owns nothing in the target (it only hands over): to arrange it is lite.
-        return [MemberInfo(r.replica, r.lite or r.leaving) for r in state.members]
+        return [MemberInfo(r.id, r.lite or r.leaving) for r in state.members]
 
     def _rebalance(self, state: MetadataState) -> None:
         table = state.table
@@ -265,15 +266,15 @@ class MigrationMaster:
                 continue
             self._counter += 1
             record = MigrationRecord(
-                f"{self.ctx.identity.uuid[:8]}-{self.consensus.term}-{self._counter}",
-                pid,
-                migration,
-                table.versions[pid],
+                migration_id=f"{self.ctx.identity.uuid[:8]}-{self.consensus.term}-{self._counter}",
+                partition_id=pid,
+                migration=migration,
+                version_before=table.versions[pid],
             )
             self._proposed_starts[pid] = record
             starts.append(record)
             if migration.kind is MigrationKind.CLEAR:
-                clears.append(record.with_status(MigrationStatus.COMMITTED))
+                clears.append(record.with_outcome(MigrationOutcome.COMMITTED))
         if starts:
             self.consensus.propose(StartMigrations(tuple(starts)))
         if clears:
@@ -307,7 +308,7 @@ class MigrationMaster:
 
     # --- the commit handshake -----------------------------------------------------------------------
 
-    def on_data_done(self, sender: Replica, message: MigrationDataDone) -> None:
+    def on_data_done(self, sender: MemberId, message: MigrationDataDone) -> None:
         flight = self._flight_by_id(message.migration_id)
         table = self.consensus.state.table
         if flight is None or flight.stage is not Stage.TRANSFER or table is None:
@@ -317,9 +318,9 @@ class MigrationMaster:
         if message.success:
             self._ask_commit(flight)
         else:
-            self._decide(flight, MigrationStatus.ROLLED_BACK)
+            self._decide(flight, MigrationOutcome.ROLLED_BACK)
 
-    def on_progress(self, sender: Replica, message: MigrationProgress) -> None:
+    def on_progress(self, sender: MemberId, message: MigrationProgress) -> None:
         flight = self._flight_by_id(message.migration_id)
         table = self.consensus.state.table
         if flight is None or flight.stage is not Stage.TRANSFER or table is None:
@@ -332,22 +333,22 @@ class MigrationMaster:
         flight.stage_since_ms = self.ctx.now_ms
         self._send_to_destination(flight, MigrationCommit(flight.record, self.consensus.term))
 
-    def on_commit_ack(self, sender: Replica, message: MigrationCommitAck) -> None:
+    def on_commit_ack(self, sender: MemberId, message: MigrationCommitAck) -> None:
         flight = self._flight_by_id(message.migration_id)
         if flight is None or flight.stage is not Stage.COMMIT or sender != flight.record.migration.destination:
             return
-        self._decide(flight, MigrationStatus.COMMITTED if message.success else MigrationStatus.ROLLED_BACK)
+        self._decide(flight, MigrationOutcome.COMMITTED if message.success else MigrationOutcome.ROLLED_BACK)
 
-    def on_outcome_reply(self, sender: Replica, message: MigrationOutcomeReply) -> None:
+    def on_outcome_reply(self, sender: MemberId, message: MigrationOutcomeReply) -> None:
         flight = self._flight_by_id(message.migration_id)
         if flight is None or flight.stage is not Stage.RECOVERING or sender != flight.record.migration.destination:
             return
-        self._decide(flight, MigrationStatus.COMMITTED if message.committed else MigrationStatus.ROLLED_BACK)
+        self._decide(flight, MigrationOutcome.COMMITTED if message.committed else MigrationOutcome.ROLLED_BACK)
 
-    def _decide(self, flight: Flight, status: MigrationStatus) -> None:
+    def _decide(self, flight: Flight, outcome: MigrationOutcome) -> None:
         flight.stage = Stage.DECIDED
         flight.stage_since_ms = self.ctx.now_ms
-        self._outcomes.append(flight.record.with_status(status))
+        self._outcomes.append(flight.record.with_outcome(outcome))
 
     def _adopt_inherited(self) -> None:
         """Migrations the log shows in flight that this leader did not start: ask how they ended."""
@@ -355,10 +356,10 @@ class MigrationMaster:
             if pid in self.flights:
                 continue
             now = self.ctx.now_ms
-            flight = Flight(record, Stage.RECOVERING, now, now, now)
+            flight = Flight(record=record, stage=Stage.RECOVERING, started_ms=now, last_sent_ms=now, stage_since_ms=now)
             self.flights[pid] = flight
             if record.migration.destination is None:
-                self._decide(flight, MigrationStatus.COMMITTED)
+                self._decide(flight, MigrationOutcome.COMMITTED)
             else:
                 self._send_to_destination(flight, MigrationOutcomeQuery(record, self.consensus.term))
 
@@ -370,7 +371,7 @@ class MigrationMaster:
                 continue
             if flight.stage is Stage.TRANSFER:
                 if self.ctx.now_ms - flight.started_ms > TRANSFER_BACKSTOP_TIMEOUTS * config.migration_timeout_ms:
-                    self._decide(flight, MigrationStatus.ROLLED_BACK)
+                    self._decide(flight, MigrationOutcome.ROLLED_BACK)
                 continue
             if self.ctx.now_ms - flight.last_sent_ms < config.retry_interval_ms:
                 continue
@@ -379,7 +380,7 @@ class MigrationMaster:
             else:
                 self._send_to_destination(flight, MigrationOutcomeQuery(flight.record, self.consensus.term))
 
-    def resend_to(self, peer: Replica) -> None:
+    def resend_to(self, peer: MemberId) -> None:
         """``peer``'s connection came back: the commit or outcome query it may have missed, now."""
         for pid in sorted(self.flights):
             flight = self.flights[pid]
@@ -400,7 +401,7 @@ class MigrationMaster:
         else:
             self.ctx.send(destination, message)
 
-    def removal_blocked(self, member: Replica) -> bool:
+    def removal_blocked(self, member: MemberId) -> bool:
         """A migration ``member`` takes part in awaits its destination's commit answer: the answer
         decides whether the destination or the survivors of ``member`` hold the partition."""
         state = self.consensus.state
@@ -418,19 +419,19 @@ class MigrationMaster:
                 return flight
         return None
 
-    def _emit(self, status: events.MigrationEventStatus, record: MigrationRecord) -> None:
+    def _emit(self, status: events.MigrationPhase, record: MigrationRecord) -> None:
         m = record.migration
         self.ctx.emit(
             events.MigrationEvent(
-                status,
-                record.migration_id,
-                record.partition_id,
-                m.kind.value,
-                m.source,
-                m.destination,
-                m.source_current_index,
-                m.source_new_index,
-                m.destination_current_index,
-                m.destination_new_index,
+                phase=status,
+                migration_id=record.migration_id,
+                partition_id=record.partition_id,
+                kind=m.kind.value,
+                source=m.source,
+                destination=m.destination,
+                source_current_index=m.source_current_index,
+                source_new_index=m.source_new_index,
+                destination_current_index=m.destination_current_index,
+                destination_new_index=m.destination_new_index,
             )
         )

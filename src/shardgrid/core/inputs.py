@@ -1,0 +1,60 @@
+"""What goes into a member: the inputs ``Member.handle(now_ms, incoming)`` takes.
+
+The runtime and the simulator turn what happens around a member (it started, a message arrived, a
+timer fired, a connection came back, its process was signalled) into these, and nothing else
+reaches it. What comes out is in ``effects.py``; what it tells listeners happened, in ``events.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shardgrid.core.identity import MemberId
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """The member process started: begin joining through the seed addresses."""
+
+
+@dataclass(frozen=True, slots=True)
+class Receive:
+    """A message arrived from ``sender_address``; ``target_uuid`` is who the sender meant."""
+
+    sender_address: str
+    sender: MemberId | None  # None for clients
+    target_uuid: str | None
+    message: Any
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRestored:
+    """A connection with ``peer`` is up again after one was lost or frames to it were dropped.
+
+    Whatever was on its way either way may be gone: the member sends again, at once, what ``peer``
+    has not acknowledged, and ``peer`` acknowledges again what it already holds. Over TCP this,
+    not a timer, is what resends; the timers stay as a backstop (``transfer_resend_ms``).
+    """
+
+    peer: MemberId
+
+
+@dataclass(frozen=True, slots=True)
+class StopSignalled:
+    """The member's own process was told to stop (SIGTERM): it leaves as ``shardgrid shutdown``
+    asks, but its leave is recorded even when no other data member stays, since a process told to
+    stop stops (``ShutdownMember.even_if_last`` on its way to the leader). Only the process raises
+    this: a client's ShutdownMember cannot carry that, so no client gets past the refusal of the
+    last data member's leave. The outcome goes to ``reply_to`` as an AdminReply to ``call_id``."""
+
+    reply_to: str
+    call_id: int
+
+
+Input = Start | Receive | TimerFired | LinkRestored | StopSignalled
