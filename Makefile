@@ -1,7 +1,7 @@
 # The two commands of the README's quick start: `make demo` and `make test`.
 BIN := .venv/bin
 
-.PHONY: demo test lint bench venv java clean
+.PHONY: demo test lint docs bench venv java clean
 
 venv:
 	@bash scripts/venv.sh
@@ -21,8 +21,13 @@ lint: venv
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
 
-# The whole suite: lint, then every test.
-test: lint java
+# The manual, built from docs/ into docs/_build/html; every warning is an error (a broken link, a
+# missing page, a generated table that fails), and -E regenerates the pages read off the code.
+docs: venv
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
+
+# The whole suite: lint, the manual, then every test.
+test: lint docs java
 	$(BIN)/python -m pytest
 
 bench: venv
@@ -31,4 +36,4 @@ bench: venv
 	$(BIN)/shardgrid bench member
 
 clean:
-	rm -rf .venv .pytest_cache .ruff_cache .hypothesis
+	rm -rf .venv .pytest_cache .ruff_cache .hypothesis docs/_build

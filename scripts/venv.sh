@@ -42,5 +42,5 @@ if ! "$python" -m venv "$venv" 2>/dev/null; then
 fi
 
 echo "installing shardgrid into $venv" >&2
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,fast,spark]'
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,fast,spark,docs]'
 touch "$stamp"

@@ -45,16 +45,34 @@ def client_options(function: Callable[..., Any]) -> Callable[..., Any]:
             show_default=True,
             help=f"host:port,... of members to ask (or ${MEMBERS_ENV}).",
         ),
-        click.option("--cluster-name", envvar="SHARDGRID_CLUSTER_NAME", default="shardgrid", show_default=True),
+        click.option(
+            "--cluster-name",
+            envvar="SHARDGRID_CLUSTER_NAME",
+            default="shardgrid",
+            show_default=True,
+            help="The cluster's name (or $SHARDGRID_CLUSTER_NAME).",
+        ),
         click.option(
             "--cluster-secret",
             envvar="SHARDGRID_CLUSTER_SECRET",
             default=None,
             help="The cluster's secret (better: $SHARDGRID_CLUSTER_SECRET, kept out of the process list).",
         ),
-        click.option("--tls-ca-file", type=click.Path(dir_okay=False), default=None),
-        click.option("--tls-cert-file", type=click.Path(dir_okay=False), default=None),
-        click.option("--tls-key-file", type=click.Path(dir_okay=False), default=None),
+        click.option(
+            "--tls-ca-file",
+            type=click.Path(dir_okay=False),
+            default=None,
+            help="Speak TLS, trusting members whose certificate this CA signed (PEM).",
+        ),
+        click.option(
+            "--tls-cert-file",
+            type=click.Path(dir_okay=False),
+            default=None,
+            help="This client's certificate (PEM), for members that require one.",
+        ),
+        click.option(
+            "--tls-key-file", type=click.Path(dir_okay=False), default=None, help="The private key of --tls-cert-file."
+        ),
         click.option(
             "--timeout", "timeout_s", type=float, default=30.0, show_default=True, help="Seconds for the whole command."
         ),
@@ -242,6 +260,7 @@ def state() -> None:
 @state.command("get")
 @client_options
 def state_get(**options: Any) -> None:
+    """Print the cluster state: active, no-migration, frozen or passive."""
     click.echo(_with_client(options, lambda client: client.get_cluster_state()).value)
 
 
@@ -292,6 +311,8 @@ def rebalance() -> None:
 @rebalance.command("pause")
 @client_options
 def rebalance_pause(**options: Any) -> None:
+    """Pause rebalancing (the no-migration state): data is served and a crashed owner's backup is
+    promoted, but nothing else moves until `rebalance resume`."""
     _with_client(options, lambda client: client.change_cluster_state("no-migration"))
     click.echo("rebalancing paused (cluster state no-migration)")
 
@@ -299,6 +320,8 @@ def rebalance_pause(**options: Any) -> None:
 @rebalance.command("resume")
 @client_options
 def rebalance_resume(**options: Any) -> None:
+    """Resume rebalancing (the active state): missing backups are refilled and the cluster
+    rebalanced."""
     _with_client(options, lambda client: client.change_cluster_state("active"))
     click.echo("rebalancing resumed (cluster state active)")
 
@@ -362,6 +385,7 @@ def map_get(map_name: str, key: str, **options: Any) -> None:
 @click.argument("map_name", callback=_map_name)
 @client_options
 def map_size(map_name: str, **options: Any) -> None:
+    """Print how many entries the map holds (each owner counts its partitions)."""
     click.echo(_with_client(options, lambda client: client.get_map(map_name).size()))
 
 

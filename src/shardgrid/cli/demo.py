@@ -318,7 +318,13 @@ def render_report(report: DemoReport, console: Console) -> None:
 
 
 @click.command()
-@click.option("--entries", type=click.IntRange(1, 10_000_000), default=200_000, show_default=True)
+@click.option(
+    "--entries",
+    type=click.IntRange(1, 10_000_000),
+    default=200_000,
+    show_default=True,
+    help="Rows Spark generates and loads.",
+)
 @click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the members' logs go (a new temporary directory by default).")  # fmt: skip
 def demo(entries: int, workdir: Path | None) -> None:

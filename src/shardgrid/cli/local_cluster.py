@@ -180,10 +180,31 @@ def local() -> None:
 
 
 @local.command("up")
-@click.option("--members", "count", type=click.IntRange(1, 32), default=3, show_default=True)
-@click.option("--base-port", type=click.IntRange(1024, 65000), default=5701, show_default=True)
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path(".shardgrid/local"))
-@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True)
+@click.option(
+    "--members", "count", type=click.IntRange(1, 32), default=3, show_default=True, help="Member processes to start."
+)
+@click.option(
+    "--base-port",
+    type=click.IntRange(1024, 65000),
+    default=5701,
+    show_default=True,
+    help="The first member's port; the others take the ports after it.",
+)
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".shardgrid/local"),
+    help="Where the members' logs, pids and settings go.  [default: .shardgrid/local]",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for the cluster to form.",
+)
 @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="A setting for every member.")
 def local_up(count: int, base_port: int, directory: Path, timeout_s: float, assignments: tuple[str, ...]) -> None:
     """Start COUNT members and wait until they formed the cluster; prints their addresses."""
@@ -257,8 +278,21 @@ def wait_until_formed(
 
 
 @local.command("down")
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path(".shardgrid/local"))
-@click.option("--timeout", "timeout_s", type=float, default=30.0, show_default=True)
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".shardgrid/local"),
+    help="The folder `local up` used.  [default: .shardgrid/local]",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for the members to stop.",
+)
 def local_down(directory: Path, timeout_s: float) -> None:
     """Shut the local cluster down and end its processes."""
     from shardgrid.client import Client

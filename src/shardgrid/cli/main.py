@@ -43,10 +43,18 @@ def cli() -> None:
 @click.option("--add", type=int, default=0, show_default=True, help="Members that join.")
 @click.option("--remove", type=int, default=0, show_default=True, help="Members that leave gracefully.")
 @click.option("--crash", type=int, default=0, show_default=True, help="Members that crash.")
-@click.option("--partitions", type=int, default=DEFAULT_PARTITION_COUNT, show_default=True)
+@click.option(
+    "--partitions", type=int, default=DEFAULT_PARTITION_COUNT, show_default=True, help="Partitions in the table."
+)
 @click.option("--backups", type=int, default=1, show_default=True, help="Backup replicas per partition.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for identities and placement.")
-@click.option("--max-parallel-migrations", type=int, default=DEFAULT_MAX_PARALLEL_MIGRATIONS, show_default=True)
+@click.option(
+    "--max-parallel-migrations",
+    type=int,
+    default=DEFAULT_MAX_PARALLEL_MIGRATIONS,
+    show_default=True,
+    help="Migrations one member takes part in at once, for the schedule.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def plan(
     members: int,
@@ -210,7 +218,9 @@ def bench() -> None:
 
 
 @bench.command("plan")
-@click.option("--repeats", type=click.IntRange(1, 20), default=3, show_default=True)
+@click.option(
+    "--repeats", type=click.IntRange(1, 20), default=3, show_default=True, help="Runs of each case; the best counts."
+)
 def bench_plan(repeats: int) -> None:
     """Time repartition + plan + schedule at 271/3, 20,000/10 and 20,000/200 (partitions/members)."""
     report = run_plan_bench(repeats)
@@ -221,8 +231,14 @@ def bench_plan(repeats: int) -> None:
 
 
 @bench.command("sim")
-@click.option("--partitions", type=click.IntRange(1, 100_000), default=20_000, show_default=True)
-@click.option("--members", type=click.IntRange(2, 50), default=10, show_default=True)
+@click.option(
+    "--partitions",
+    type=click.IntRange(1, 100_000),
+    default=20_000,
+    show_default=True,
+    help="Partitions of the crash-repair and leader-crash runs.",
+)
+@click.option("--members", type=click.IntRange(2, 50), default=10, show_default=True, help="Members of those runs.")
 @click.option("--parallel", default="1,5,10,20", show_default=True, help="max_parallel_migrations values.")
 def bench_sim(partitions: int, members: int, parallel: str) -> None:
     """Simulator events/s, and simulated time to safe after a crash at seed 003's scale."""
@@ -235,8 +251,20 @@ def bench_sim(partitions: int, members: int, parallel: str) -> None:
 
 
 @bench.command("member")
-@click.option("--migration-entries", type=click.IntRange(1_000, 1_000_000), default=100_000, show_default=True)
-@click.option("--handle-partitions", type=click.IntRange(271, 100_000), default=20_000, show_default=True)
+@click.option(
+    "--migration-entries",
+    type=click.IntRange(1_000, 1_000_000),
+    default=100_000,
+    show_default=True,
+    help="Entries of the partition the migration figure moves.",
+)
+@click.option(
+    "--handle-partitions",
+    type=click.IntRange(271, 100_000),
+    default=20_000,
+    show_default=True,
+    help="Partitions of the cluster whose slowest handle() is timed.",
+)
 def bench_member(migration_entries: int, handle_partitions: int) -> None:
     """The data path through the real codec: put_all, get_all, single put, migration, slowest handle()."""
     report = run_member_bench(migration_entries=migration_entries, handle_partitions=handle_partitions)
@@ -250,7 +278,13 @@ SCENARIOS = ("scale-up", "scale-up-backup-0", "scale-down", "crash")
 
 
 @bench.command("cluster")
-@click.option("--entries", type=click.IntRange(1_000, 10_000_000), default=1_000_000, show_default=True)
+@click.option(
+    "--entries",
+    type=click.IntRange(1_000, 10_000_000),
+    default=1_000_000,
+    show_default=True,
+    help="Entries of 100 bytes loaded before each scenario.",
+)
 @click.option(
     "--scenario",
     "scenarios",
@@ -283,7 +317,13 @@ def _print_with_targets(report: dict[str, Any]) -> None:
 
 
 @bench.command("pipeline")
-@click.option("--rows", type=click.IntRange(1_000, 100_000_000), default=1_000_000, show_default=True)
+@click.option(
+    "--rows",
+    type=click.IntRange(1_000, 100_000_000),
+    default=1_000_000,
+    show_default=True,
+    help="Rows written, loaded and exported per round.",
+)
 def bench_pipeline(rows: int) -> None:
     """Spark: load and export ROWS rows through the data source beside Parquet write and read and a
     sink that discards rows; JSON; exits 1 when a target is missed."""
@@ -366,7 +406,14 @@ def config() -> None:
 
 @config.command("show")
 @settings_options
-@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="A table, or one JSON object.",
+)
 def config_show(config_path: Path | None, output_format: str, **options: Any) -> None:
     """Print the effective settings (with the flags ``member start`` takes) and where each came
     from; exits 2 on a bad setting."""

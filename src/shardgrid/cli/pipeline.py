@@ -41,10 +41,32 @@ def checked_spark_master(_context: click.Context, _param: click.Parameter, value
 def _connection_options(function: Any) -> Any:
     for option in reversed(
         [
-            click.option("--members", envvar=MEMBERS_ENV, default="127.0.0.1:5701", show_default=True),
-            click.option("--cluster-name", envvar="SHARDGRID_CLUSTER_NAME", default="shardgrid", show_default=True),
-            click.option("--cluster-secret", envvar="SHARDGRID_CLUSTER_SECRET", default=None),
-            click.option("--tls-ca-file", type=click.Path(dir_okay=False), default=None),
+            click.option(
+                "--members",
+                envvar=MEMBERS_ENV,
+                default="127.0.0.1:5701",
+                show_default=True,
+                help=f"host:port,... of members to ask (or ${MEMBERS_ENV}).",
+            ),
+            click.option(
+                "--cluster-name",
+                envvar="SHARDGRID_CLUSTER_NAME",
+                default="shardgrid",
+                show_default=True,
+                help="The cluster's name (or $SHARDGRID_CLUSTER_NAME).",
+            ),
+            click.option(
+                "--cluster-secret",
+                envvar="SHARDGRID_CLUSTER_SECRET",
+                default=None,
+                help="The cluster's secret (better: $SHARDGRID_CLUSTER_SECRET, kept out of the process list).",
+            ),
+            click.option(
+                "--tls-ca-file",
+                type=click.Path(dir_okay=False),
+                default=None,
+                help="Speak TLS, trusting members whose certificate this CA signed (PEM).",
+            ),
             click.option(
                 "--spark-master",
                 default=None,
@@ -142,11 +164,29 @@ def pipeline() -> None:
 
 
 @pipeline.command("load")
-@click.option("--input", "input_path", type=click.Path(exists=True, path_type=Path), required=True)
-@click.option("--format", "input_format", type=click.Choice(INPUT_FORMATS), default=None)
-@click.option("--map", "map_name", required=True)
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(exists=True, path_type=Path),
+    required=True,
+    help="A file, or a folder of files, to load.",
+)
+@click.option(
+    "--format",
+    "input_format",
+    type=click.Choice(INPUT_FORMATS),
+    default=None,
+    help="The files' format (default: from the file's or the folder's extension).",
+)
+@click.option("--map", "map_name", required=True, help="The map to write into.")
 @click.option("--key", "key_column", required=True, help="The column holding the keys.")
-@click.option("--mode", type=click.Choice(["put", "put_if_absent"]), default="put", show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["put", "put_if_absent"]),
+    default="put",
+    show_default=True,
+    help="put replaces a key's value; put_if_absent keeps a value already there.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as one JSON object too.")
 @_connection_options
 def load(
@@ -240,15 +280,34 @@ def _stream_schema(spark: Any, stream: dict[str, str], checkpoint: Path, given: 
 @pipeline.command("stream")
 @click.option("--input", "input_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
               help="A folder that files arrive in; each file is written once.")  # fmt: skip
-@click.option("--format", "input_format", type=click.Choice(INPUT_FORMATS), default="json", show_default=True)
-@click.option("--map", "map_name", required=True)
+@click.option(
+    "--format",
+    "input_format",
+    type=click.Choice(INPUT_FORMATS),
+    default="json",
+    show_default=True,
+    help="The format of the files that arrive.",
+)
+@click.option("--map", "map_name", required=True, help="The map to write into.")
 @click.option("--key", "key_column", required=True, help="The column holding the keys.")
 @click.option("--checkpoint", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Where Spark notes the files written; the same folder again resumes after them.")  # fmt: skip
 @click.option("--schema", "schema_ddl", default=None, help="The files' schema as DDL (default: inferred).")
 @click.option("--once", is_flag=True, help="Write the files there now, in micro-batches, then stop.")
-@click.option("--interval-ms", type=click.IntRange(100, 3_600_000), default=1000, show_default=True)
-@click.option("--max-files-per-batch", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@click.option(
+    "--interval-ms",
+    type=click.IntRange(100, 3_600_000),
+    default=1000,
+    show_default=True,
+    help="Time between micro-batches.",
+)
+@click.option(
+    "--max-files-per-batch",
+    type=click.IntRange(1, 100_000),
+    default=100,
+    show_default=True,
+    help="New files one micro-batch takes, at most.",
+)
 @_connection_options
 def stream(
     input_dir: Path,
@@ -317,10 +376,18 @@ def stream(
 
 
 @pipeline.command("export")
-@click.option("--map", "map_name", required=True)
-@click.option("--output", "output_path", type=click.Path(path_type=Path), required=True)
+@click.option("--map", "map_name", required=True, help="The map to read.")
+@click.option(
+    "--output", "output_path", type=click.Path(path_type=Path), required=True, help="The Parquet folder to write."
+)
 @click.option("--key", "key_column", default="key", show_default=True, help="The key column's name.")
-@click.option("--key-type", type=click.Choice(["string", "long", "binary"]), default="string", show_default=True)
+@click.option(
+    "--key-type",
+    type=click.Choice(["string", "long", "binary"]),
+    default="string",
+    show_default=True,
+    help="The map's key type, as it was written (the stored form carries none).",
+)
 @click.option("--schema", "schema_ddl", default=None, help="The rows' schema as DDL (default: inferred).")
 @click.option("--overwrite", is_flag=True, help="Replace what is at --output (refused otherwise).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as one JSON object too.")

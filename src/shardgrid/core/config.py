@@ -28,8 +28,12 @@ class MapConfig:
     partition's replica slots 1..(backup_count + async_backup_count), sync first."""
 
     backup_count: int = DEFAULT_BACKUP_COUNT
+    """Sync backups: each holds every write before the owner answers it."""
     async_backup_count: int = 0
-    read_backup_data: bool = False  # a backup may answer reads of this map (monotonic, not strong)
+    """Async backups: they get every write in order, but nobody waits for them."""
+    read_backup_data: bool = False
+    """A backup holding a copy of the map answers reads of it itself: monotonic for a client that
+    keeps reading one replica, not strong (it may miss the newest writes)."""
 
     @property
     def total_backup_count(self) -> int:
@@ -46,65 +50,103 @@ class MapConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MemberConfig:
+    """Every timing and bound of a member, the pure core's configuration. The simulator runs with
+    these defaults; a member process takes them from its settings (``[cluster]``)."""
+
     partition_count: int = DEFAULT_PARTITION_COUNT
-    # Replication of every map not named in ``maps`` (seed 001's defaults: one sync backup).
+    """How many partitions the keys are spread over. Every member of a cluster must agree."""
     backup_count: int = DEFAULT_BACKUP_COUNT
+    """Sync backups of every map not listed in `[maps.NAME]`: each holds every write before the
+    owner answers it, so losing this many members at once loses no acknowledged write."""
     async_backup_count: int = 0
+    """Async backups of every map not listed: they get every write in order, but nobody waits for
+    them. Sync and async together at most 6."""
     read_backup_data: bool = False
-    maps: tuple[tuple[str, MapConfig], ...] = ()  # per-map replication, by map name
+    """Backups answer reads of the maps they keep a copy of (monotonic, not strong)."""
+    maps: tuple[tuple[str, MapConfig], ...] = ()
+    """Per-map replication, by map name (the `[maps.NAME]` tables)."""
     max_parallel_migrations: int = DEFAULT_MAX_PARALLEL_MIGRATIONS
-    tick_ms: int = 100  # the member's clock granularity: every retry and timeout is checked this often
-    # Forming a cluster: a brand-new cluster forms only once this many processes found each other
-    # (like Consul's bootstrap_expect), so one process that is cut off never starts a cluster of
-    # its own. 1 lets a single process start alone: set it only for a one-member cluster.
+    """Migrations one member takes part in at once, as source or destination."""
+    tick_ms: int = 100
+    """The member's clock granularity: every retry and timeout is checked this often."""
     initial_cluster_size: int = 3
-    bootstrap_after_ms: int = 2_000  # how long to look for an existing cluster before forming one
+    """A brand-new cluster forms only once this many processes found each other and none has heard
+    of a cluster (Consul's bootstrap_expect), so one process cut off never starts a cluster of its
+    own. Set 1 only for a one-member cluster."""
+    bootstrap_after_ms: int = 2_000
+    """How long a new process looks for an existing cluster before it helps to found one."""
     join_retry_ms: int = 500
-    # Consensus on the metadata (the Raft log): up to max_voters data members vote, the others
-    # follow as learners. Voter counts are kept odd.
+    """How often a process looking for its cluster asks the addresses it knows again."""
     max_voters: int = 5
+    """Data members that vote in the metadata log (kept odd); the others follow as learners."""
     election_timeout_ms: int = 1_000
+    """Silence from the leader after which a voter campaigns (randomized between one and two
+    times this); a leader that has not heard from a majority for this long steps down."""
     raft_heartbeat_interval_ms: int = 200
-    snapshot_every_entries: int = 1_000  # the log is compacted to a snapshot this often
-    # Leases: a member serves its partitions only while the leader's grant holds, renewed through a
-    # majority. The leader reassigns an unreachable member's partitions only after its lease has
-    # certainly expired (lease_ms plus clock_drift_margin_ms after the last grant).
+    """How often the leader sends each member the log (or an empty append)."""
+    snapshot_every_entries: int = 1_000
+    """The log is compacted into a snapshot this many applied entries after the last one."""
     lease_ms: int = 2_000
+    """How long a grant lets a member serve its partitions, counted from when it sent its request:
+    a member cut off from the leader stops serving within this."""
     lease_renew_interval_ms: int = 500
+    """How often a member asks the leader to renew its lease (under half of `lease_ms`)."""
     clock_drift_margin_ms: int = 200
-    failure_timeout_ms: int = 5_000  # silence after which the leader removes a member
-    retry_interval_ms: int = 300  # resend of an unacknowledged commit, backup run or query
-    # Resend of a window of migration or sync chunks nobody acknowledged. The simulator loses
-    # messages without a word, so it resends soon; a member process is told when a connection comes
-    # back (LinkRestored) and resends then, and keeps this only as a long backstop (its default is
-    # RUNTIME_CLUSTER_DEFAULTS' in runtime/settings.py).
+    """How much the leader allows members' clocks to run slow: it reassigns an unreachable member's
+    partitions only `lease_ms` plus this after that member's last grant."""
+    failure_timeout_ms: int = 5_000
+    """Silence after which the leader removes a member (once its lease has certainly ended)."""
+    retry_interval_ms: int = 300
+    """How often an unacknowledged migration commit, backup run or query is sent again."""
     transfer_resend_ms: int = 300
-    migration_timeout_ms: int = 30_000  # a migration making no progress this long is rolled back
-    backup_ack_timeout_ms: int = 5_000  # a write whose backups did not all ack is indeterminate
-    graceful_shutdown_timeout_ms: int = 600_000  # a graceful shutdown still handing over after this fails
-    admin_timeout_ms: int = 30_000  # an administrative request not done by then fails
+    """How long a window of migration or sync chunks waits for an acknowledgement before it is
+    sent again. A member process resends when a lost connection comes back, so it keeps this only
+    as a backstop."""
+    migration_timeout_ms: int = 30_000
+    """A migration that makes no progress this long is rolled back."""
+    backup_ack_timeout_ms: int = 5_000
+    """A write whose backups did not all acknowledge it within this is answered INDETERMINATE, and
+    the lagging backup is re-synced."""
+    graceful_shutdown_timeout_ms: int = 600_000
+    """A leave still handing replicas over after this is answered as failed (nothing is lost: the
+    member goes on serving)."""
+    admin_timeout_ms: int = 30_000
+    """An administrative request (a state change, a cluster shutdown) not done by then fails."""
     max_chunk_entries: int = 1_000
+    """Entries in one migration or sync chunk, at most."""
     max_chunk_bytes: int = 1024 * 1024
-    migration_window_chunks: int = 4  # chunks of one migration or sync in flight before the first is acknowledged
-    # What this member sends in migration chunks, at most, on average (keys and values); 0: no cap.
+    """Keys' and values' bytes in one migration or sync chunk, at most (below `max_frame_bytes`)."""
+    migration_window_chunks: int = 4
+    """Chunks of one migration or sync in flight before the first is acknowledged."""
     max_migration_bytes_per_s: int = 0
-    # Seed 002's fragmented migration: a partition moves map by map in bounded chunks, a window at a
-    # time, interleaved with other work. Off, a migration or sync sends everything at once.
+    """What this member sends in migration chunks, at most, on average over a second (keys and
+    values); 0: no cap."""
     migration_fragments_enabled: bool = True
-    max_pending_writes: int = 10_000  # writes waiting for backup acks; beyond it, OVERLOADED
-    max_pending_write_bytes: int = 256 * 1024 * 1024  # their keys and values; beyond it, OVERLOADED
-    client_retry_after_ms: int = 50  # what a reply asking a client to retry tells it to wait
-    max_backup_reorder: int = 1_024  # out-of-order backup writes held per partition
-    max_backup_reorder_bytes: int = 16 * 1024 * 1024  # and their keys and values, per partition
-    anti_entropy_interval_ms: int = 30_000  # how often an owner tells each backup where it stands
-    max_parallel_replications: int = 5  # syncs a backup asks for after one summary
-    max_pending_joins: int = 100  # joiners waiting for the leader's next configuration change
-    # Reads of a partition being migrated are served by its owner until the data is handed over
-    # (writes wait: the copy being sent must not change); true answers them MIGRATING as well.
+    """A partition moves map by map in bounded chunks, a window at a time, between other work.
+    Off, a migration or sync sends everything at once: fewer round trips, more memory."""
+    max_pending_writes: int = 10_000
+    """Writes waiting for their backups' acknowledgements; beyond it, new writes get OVERLOADED."""
+    max_pending_write_bytes: int = 256 * 1024 * 1024
+    """The keys' and values' bytes of those writes; beyond it, OVERLOADED."""
+    client_retry_after_ms: int = 50
+    """What a reply asking a client to retry tells it to wait."""
+    max_backup_reorder: int = 1_024
+    """Writes a backup holds per partition that arrived ahead of a gap; past it, it asks for a sync."""
+    max_backup_reorder_bytes: int = 16 * 1024 * 1024
+    """Their keys' and values' bytes, per partition."""
+    anti_entropy_interval_ms: int = 30_000
+    """How often an owner tells each backup where each settled partition stands, so that a backup
+    that lost something asks for a sync."""
+    max_parallel_replications: int = 5
+    """Replica syncs a backup asks for after one anti-entropy summary."""
+    max_pending_joins: int = 100
+    """Joiners the leader keeps waiting for its next configuration change."""
     stale_read_disabled: bool = False
-    # The leader assigns the partitions as soon as the cluster has a data member (the default), or,
-    # as Hazelcast does, when data is first asked for.
+    """Reads of a migrating partition are answered MIGRATING too, instead of by its owner until the
+    data is handed over."""
     assign_partitions_on_first_use: bool = False
+    """The leader assigns the partitions when data is first asked for (as Hazelcast does), not as
+    soon as the cluster has a data member."""
     _map_configs: dict[str, MapConfig] = field(init=False, repr=False, compare=False, hash=False)
     _default_map: MapConfig = field(init=False, repr=False, compare=False, hash=False)
 

@@ -11,6 +11,7 @@ only reads the registry, never the member.
 from __future__ import annotations
 
 import collections
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -21,82 +22,91 @@ LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.
 MAX_MAP_LABELS = 256  # maps beyond this many share the label "(other)": a label per map is a series each
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricSpec:
+    """What a metric is, as the manual lists it (``shardgrid.cli.reference``)."""
+
+    name: str
+    kind: str  # counter, gauge or histogram
+    documentation: str
+    labels: tuple[str, ...] = ()
+
+    @property
+    def exposed_name(self) -> str:
+        """The name a scraper sees: a counter's ends in ``_total``."""
+        return f"{self.name}_total" if self.kind == "counter" else self.name
+
+
 class MemberMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        registry = self.registry
-        self.operations = Counter(
+        self.specs: list[MetricSpec] = []
+        self.operations = self._counter(
             "shardgrid_map_operations",
             "Keys handled by map requests, by map, operation and reply code.",
-            ["map", "op", "code"],
-            registry=registry,
+            ("map", "op", "code"),
         )
-        self.latency = Histogram(
+        self.latency = self._histogram(
             "shardgrid_map_request_seconds",
             "Time from a map request's arrival to the member's reply (backup acknowledgements included).",
-            ["map", "op"],
-            buckets=LATENCY_BUCKETS_S,
-            registry=registry,
+            ("map", "op"),
         )
-        self.migrations_finished = Counter(
-            "shardgrid_migrations_finished", "Migrations this member saw finish.", registry=registry
+        self.migrations_finished = self._counter("shardgrid_migrations_finished", "Migrations this member saw finish.")
+        self.migrations_failed = self._counter("shardgrid_migrations_failed", "Migrations this member saw fail.")
+        self.migrations_in_flight = self._gauge(
+            "shardgrid_migrations_in_flight", "Partitions this member sends or receives now."
         )
-        self.migrations_failed = Counter(
-            "shardgrid_migrations_failed", "Migrations this member saw fail.", registry=registry
+        self.entries_moved = self._counter(
+            "shardgrid_migration_entries_sent", "Entries sent in migration and replica-sync chunks.", ("kind",)
         )
-        self.migrations_in_flight = Gauge(
-            "shardgrid_migrations_in_flight", "Partitions this member sends or receives now.", registry=registry
+        self.bytes_moved = self._counter(
+            "shardgrid_migration_bytes_sent", "Frame bytes of migration and replica-sync chunks sent.", ("kind",)
         )
-        self.entries_moved = Counter(
-            "shardgrid_migration_entries_sent",
-            "Entries sent in migration and replica-sync chunks.",
-            ["kind"],
-            registry=registry,
+        self.partitions_owned = self._gauge("shardgrid_partitions_owned", "Partitions this member owns.")
+        self.backup_replicas = self._gauge("shardgrid_backup_replicas", "Backup replicas this member holds.")
+        self.replicas_out_of_sync = self._gauge(
+            "shardgrid_replica_syncs_in_flight", "Replica syncs this member sends or receives."
         )
-        self.bytes_moved = Counter(
-            "shardgrid_migration_bytes_sent",
-            "Frame bytes of migration and replica-sync chunks sent.",
-            ["kind"],
-            registry=registry,
+        self.writes_awaiting_backups = self._gauge(
+            "shardgrid_writes_awaiting_backups", "Writes not yet acknowledged by every backup."
         )
-        self.partitions_owned = Gauge("shardgrid_partitions_owned", "Partitions this member owns.", registry=registry)
-        self.backup_replicas = Gauge(
-            "shardgrid_backup_replicas", "Backup replicas this member holds.", registry=registry
-        )
-        self.replicas_out_of_sync = Gauge(
-            "shardgrid_replica_syncs_in_flight", "MemberId syncs this member sends or receives.", registry=registry
-        )
-        self.writes_awaiting_backups = Gauge(
-            "shardgrid_writes_awaiting_backups", "Writes not yet acknowledged by every backup.", registry=registry
-        )
-        self.connections = Gauge("shardgrid_connections", "Open connections by kind.", ["kind"], registry=registry)
-        self.client_frame_bytes_claimed = Gauge(
+        self.connections = self._gauge("shardgrid_connections", "Open connections by kind.", ("kind",))
+        self.client_frame_bytes_claimed = self._gauge(
             "shardgrid_client_frame_bytes_claimed",
             "Bytes of part-read client frames claimed from client_frame_budget_bytes.",
-            registry=registry,
         )
-        self.client_frames_waiting = Gauge(
+        self.client_frames_waiting = self._gauge(
             "shardgrid_client_frames_waiting",
             "Client connections whose part-read frame waits for the frame budget (their reading paused).",
-            registry=registry,
         )
-        self.connections_refused = Counter(
-            "shardgrid_connections_refused", "Connections closed for bad input or a failed handshake.",
-            registry=registry,
-        )  # fmt: skip
-        self.frames_dropped = Counter(
-            "shardgrid_frames_dropped", "Frames to peers dropped (unreachable, stale incarnation).", ["reason"],
-            registry=registry,
-        )  # fmt: skip
-        self.links_restored = Counter(
-            "shardgrid_links_restored", "Connections to peers back after a loss: unacknowledged frames resent.",
-            registry=registry,
-        )  # fmt: skip
-        self.notices_dropped = Counter(
-            "shardgrid_event_notices_dropped", "Events not pushed to a listening client that did not keep up.",
-            registry=registry,
-        )  # fmt: skip
+        self.connections_refused = self._counter(
+            "shardgrid_connections_refused", "Connections closed for bad input or a failed handshake."
+        )
+        self.frames_dropped = self._counter(
+            "shardgrid_frames_dropped", "Frames to peers dropped (unreachable, stale incarnation).", ("reason",)
+        )
+        self.links_restored = self._counter(
+            "shardgrid_links_restored", "Connections to peers back after a loss: unacknowledged frames resent."
+        )
+        self.notices_dropped = self._counter(
+            "shardgrid_event_notices_dropped", "Events not pushed to a listening client that did not keep up."
+        )
         self._maps: set[str] = set()
+
+    def _spec(self, name: str, kind: str, documentation: str, labels: tuple[str, ...]) -> None:
+        self.specs.append(MetricSpec(name=name, kind=kind, documentation=documentation, labels=labels))
+
+    def _counter(self, name: str, documentation: str, labels: tuple[str, ...] = ()) -> Counter:
+        self._spec(name, "counter", documentation, labels)
+        return Counter(name, documentation, labels, registry=self.registry)
+
+    def _gauge(self, name: str, documentation: str, labels: tuple[str, ...] = ()) -> Gauge:
+        self._spec(name, "gauge", documentation, labels)
+        return Gauge(name, documentation, labels, registry=self.registry)
+
+    def _histogram(self, name: str, documentation: str, labels: tuple[str, ...] = ()) -> Histogram:
+        self._spec(name, "histogram", documentation, labels)
+        return Histogram(name, documentation, labels, buckets=LATENCY_BUCKETS_S, registry=self.registry)
 
     def serve(self, host: str, port: int) -> None:
         start_http_server(port, addr=host, registry=self.registry)

@@ -71,26 +71,51 @@ class ProcessSettings:
     """What a member process needs that the core never sees. None of it may change what the core
     decides, so two members with different values here still agree on every copy they keep."""
 
-    host: str = "127.0.0.1"  # loopback: a new member is never reachable from the network by accident
-    port: int = 5701  # 0 lets the system pick one
-    join: tuple[str, ...] = ()  # host:port of members to ask for the cluster
-    cluster_name: str = "shardgrid"  # a member of another cluster is turned away at the handshake
-    cluster_secret: str | None = field(default=None, repr=False)  # kept out of reprs and logs
-    lite: bool = False  # a lite member holds no partitions
+    host: str = "127.0.0.1"
+    """The address this member listens on and announces to the others: a name or address they can
+    reach it at. Loopback by default, so a new member is never reachable from the network by
+    accident."""
+    port: int = 5701
+    """The TCP port it listens on; 0 lets the system pick one (the log says which)."""
+    join: tuple[str, ...] = ()
+    """host:port of members to ask for the cluster (a comma-separated list in a variable or a
+    flag). Its own address may or may not be among them."""
+    cluster_name: str = "shardgrid"
+    """The cluster's name: a member or client of another cluster is turned away at the handshake."""
+    cluster_secret: str | None = field(default=None, repr=False)
+    """The secret every member and client proves at the handshake (HMAC-SHA256 over both nonces).
+    Never shown by `config show` or in logs; better set through the environment than a flag."""
+    lite: bool = False
+    """A lite member joins the cluster but holds no partitions; it can be promoted later."""
     tls_cert_file: Path | None = None
+    """This member's certificate (PEM): with `tls_key_file`, the member speaks TLS."""
     tls_key_file: Path | None = None
-    tls_ca_file: Path | None = None  # peers must present a certificate this CA signed
+    """The private key of `tls_cert_file` (PEM)."""
+    tls_ca_file: Path | None = None
+    """With TLS: members and clients must present a certificate this CA signed."""
     log_format: Literal["text", "json"] = "text"
-    metrics_port: int | None = None  # no metrics endpoint unless set
-    handshake_timeout_ms: int = 5_000  # a connection that has not said who it is by then is closed
+    """How log lines are written: `text` for people, `json` (one object per line) for collectors."""
+    metrics_port: int | None = None
+    """Serve Prometheus metrics over HTTP on this port (on `host`); unset, no metrics endpoint."""
+    handshake_timeout_ms: int = 5_000
+    """A connection that has not finished the handshake by then is closed."""
     max_connections_per_address: int = 4
-    max_frame_bytes: int = MAX_FRAME_BYTES  # a peer's frame over this closes its connection
-    write_high_water_bytes: int = 4 * 1024 * 1024  # unsent bytes to one peer before its sender waits
-    # Part-read frames all client connections may hold at once (runtime.frame_budget); a client's
-    # claimed frame must be whole frame_timeout_ms after its claim was granted, or its connection is closed ...
+    """Member connections kept per peer identity; more are refused."""
+    max_frame_bytes: int = MAX_FRAME_BYTES
+    """The largest frame a peer may send; a longer one closes its connection before it is read.
+    At least 8.25 MiB, so that every request a client sends fits in one frame."""
+    write_high_water_bytes: int = 4 * 1024 * 1024
+    """Unsent bytes to one peer before the member stops reading that peer's requests (a client) or,
+    at four times this, cuts the peer off (a member that does not read its frames)."""
     client_frame_budget_bytes: int = 128 * 1024 * 1024
+    """Part-read frames all client connections may hold at once: a client claims a large frame's
+    length before the rest is read, and waits, its reading paused, while the budget is spent."""
     frame_timeout_ms: int = 30_000
-    frame_stall_timeout_ms: int = 5_000  # ... nor after this long without a byte of it while it is read
+    """A client's claimed frame must be whole this long after its claim was granted, or its
+    connection is closed."""
+    frame_stall_timeout_ms: int = 5_000
+    """A client's claimed frame that gets no byte for this long while it is read closes its
+    connection."""
 
     def validate(self) -> None:
         _check(bool(self.host) and self.host == self.host.strip(), "host", "must be a non-empty name or address")

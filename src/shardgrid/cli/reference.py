@@ -1,0 +1,243 @@
+"""The manual's generated parts: every setting, command and metric read off the code that defines
+it, and the benchmark tables read off the results files, so that the reference cannot drift from
+what runs. ``docs/_ext/shardgrid_reference.py`` puts these into the pages; ``undocumented()`` is
+what a test asks, so a setting, option or metric added without a description fails the suite.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import itertools
+import json
+import textwrap
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from shardgrid.cli.main import cli
+from shardgrid.core.config import MapConfig, MemberConfig
+from shardgrid.runtime.metrics import MemberMetrics
+from shardgrid.runtime.settings import (
+    CLUSTER,
+    ENV_PREFIX,
+    FIELDS,
+    MAPS,
+    PROCESS,
+    RUNTIME_CLUSTER_DEFAULTS,
+    ProcessSettings,
+)
+
+SETTINGS_CLASSES: dict[str, type] = {PROCESS: ProcessSettings, CLUSTER: MemberConfig, MAPS: MapConfig}
+UNITS = (
+    ("_per_s", "bytes per second"),
+    ("_ms", "milliseconds"),
+    ("_bytes", "bytes"),
+    ("_s", "seconds"),
+    ("_chars", "characters"),
+)
+RESULTS_DIR = Path("benchmarks") / "results"
+
+
+# --- settings ------------------------------------------------------------------------------------
+
+
+def field_descriptions(cls: type) -> dict[str, str]:
+    """Each field's attribute docstring (the string literal right below it), as written."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    found: dict[str, str] = {}
+    for statement, after in itertools.pairwise(body):
+        if (
+            isinstance(statement, ast.AnnAssign)
+            and isinstance(statement.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            found[statement.target.id] = inspect.cleandoc(after.value.value)
+    return found
+
+
+def unit_of(key: str) -> str:
+    return next((unit for suffix, unit in UNITS if key.endswith(suffix)), "")
+
+
+def _default_of(section: str, key: str) -> object:
+    if section == CLUSTER and key in RUNTIME_CLUSTER_DEFAULTS:
+        return RUNTIME_CLUSTER_DEFAULTS[key]
+    defaults = {PROCESS: ProcessSettings(), CLUSTER: MemberConfig(), MAPS: MapConfig()}[section]
+    return getattr(defaults, key)
+
+
+def _shown_default(value: object) -> str:
+    if value is None:
+        return "(unset)"
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    if isinstance(value, tuple):
+        return "`[]`" if not value else "`" + ", ".join(map(str, value)) + "`"
+    if isinstance(value, int) and value >= 10_000:
+        return f"`{value:_}`"
+    return f"`{value}`"
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def settings_markdown(section: str) -> str:
+    """A table of one settings section: key, default, unit, environment variable, description."""
+    descriptions = field_descriptions(SETTINGS_CLASSES[section])
+    lines = ["| setting | default | environment variable | what it does |", "|---|---|---|---|"]
+    for key in FIELDS[section]:
+        unit = unit_of(key)
+        default = _shown_default(_default_of(section, key)) + (f" ({unit})" if unit else "")
+        env = "file only" if section == MAPS else f"`{ENV_PREFIX}{key.upper()}`"
+        lines.append(f"| `{key}` | {default} | {env} | {_cell(descriptions.get(key, ''))} |")
+    return "\n".join(lines) + "\n"
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+
+def commands(group: click.Group | None = None, path: tuple[str, ...] = ("shardgrid",)) -> Iterator[Any]:
+    """(path, command) for every command below ``group``, depth first, in the order --help lists."""
+    if group is None:
+        group = cli
+    ctx = click.Context(group, info_name=path[-1])
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if command is None or command.hidden:
+            continue
+        yield (*path, name), command
+        if isinstance(command, click.Group):
+            yield from commands(command, (*path, name))
+
+
+def _help_of(command: click.Command) -> str:
+    return inspect.cleandoc(command.help or "").split("\f")[0].strip()
+
+
+def commands_markdown() -> str:
+    """One section per command: what it does, its usage, and a table of its options."""
+    out: list[str] = []
+    for path, command in commands():
+        ctx = click.Context(command, info_name=" ".join(path))
+        depth = "#" * min(len(path), 4)
+        out.append(f"{depth} `{' '.join(path)}`\n")
+        help_text = _help_of(command)
+        if help_text:
+            out.append(help_text.replace("\b\n", "") + "\n")
+        usage = " ".join(command.collect_usage_pieces(ctx))
+        out.append(f"```text\n{' '.join(path)} {usage}\n```\n")
+        rows = [p.get_help_record(ctx) for p in command.get_params(ctx) if p.name != "help"]
+        rows = [row for row in rows if row is not None]
+        if rows:
+            out.append("| option | what it does |\n|---|---|")
+            out += [f"| `{_cell(opts)}` | {_cell(text)} |" for opts, text in rows]
+            out.append("")
+    return "\n".join(out)
+
+
+# --- metrics -------------------------------------------------------------------------------------
+
+
+def metrics_markdown() -> str:
+    lines = ["| metric | type | labels | what it counts |", "|---|---|---|---|"]
+    for spec in MemberMetrics().specs:
+        labels = ", ".join(f"`{label}`" for label in spec.labels) or "-"
+        lines.append(f"| `{spec.exposed_name}` | {spec.kind} | {labels} | {_cell(spec.documentation)} |")
+    return "\n".join(lines) + "\n"
+
+
+# --- what lacks a description --------------------------------------------------------------------
+
+
+def undocumented() -> list[str]:
+    """Every setting, command, option and metric that has no description, by name."""
+    missing: list[str] = []
+    for section, cls in SETTINGS_CLASSES.items():
+        described = field_descriptions(cls)
+        missing += [f"setting [{section}] {key}" for key in FIELDS[section] if not described.get(key)]
+    for path, command in commands():
+        name = " ".join(path)
+        if not _help_of(command):
+            missing.append(f"command {name}")
+        for param in command.params:
+            if isinstance(param, click.Option) and not (param.help or "").strip():
+                missing.append(f"option {name} {'/'.join(param.opts)}")
+    missing += [f"metric {spec.name}" for spec in MemberMetrics().specs if not spec.documentation.strip()]
+    return missing
+
+
+# --- benchmark results ---------------------------------------------------------------------------
+
+
+def result_files(root: Path) -> list[dict[str, Any]]:
+    """Every results file under ``root``, oldest first (their names begin with the UTC time)."""
+    directory = root / RESULTS_DIR
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in sorted(directory.glob("*.json")):
+        document = json.loads(path.read_text())
+        document["file"] = path.name
+        found.append(document)
+    return found
+
+
+def _figure(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return _cell(str(value))
+
+
+def benchmark_markdown(root: Path, bench: str) -> str:
+    """A benchmark's section: what it measures (its command's help), then its latest recorded run:
+    when, where, the targets met or missed, and its headline figures."""
+    command = next(c for path, c in commands() if path[1:] == ("bench", bench))
+    out = [f"## `shardgrid bench {bench}`\n", _help_of(command).replace("\b\n", "") + "\n"]
+    runs = [document for document in result_files(root) if document["bench"] == bench]
+    if not runs:
+        out.append(f"No run recorded yet: `shardgrid bench {bench} --record` records one.\n")
+        return "\n".join(out)
+    latest = runs[-1]
+    machine = latest["machine"]
+    dirty = " (with uncommitted changes)" if latest.get("dirty") else ""
+    out.append(
+        f"Latest recorded run ({len(runs)} kept): `{latest['file']}`, {latest['recorded_at']}, commit "
+        f"`{latest['commit'][:10]}`{dirty}, {machine['cpus']} CPUs, Python {machine['python']}; "
+        f"`{latest['command']}` exited {latest['exit_code']}.\n"
+    )
+    out.append("| target | measured | wanted | met |\n|---|---|---|---|")
+    for target in latest["targets"]:
+        met = "yes" if target["met"] else "**no**"
+        wanted = f"{target['comparison']} {_figure(target['target'])}"
+        out.append(f"| {_cell(target['figure'])} | {_figure(target['measured'])} | {wanted} | {met} |")
+    out.append("")
+    figures = latest.get("figures", {})
+    if figures:
+        out.append("| figure | value |\n|---|---|")
+        out += [f"| {_cell(name)} | {_figure(value)} |" for name, value in figures.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+# --- scenarios -----------------------------------------------------------------------------------
+
+
+def scenarios_markdown(root: Path) -> str:
+    """The named scenarios, one row each: the file and its description."""
+    lines = ["| scenario | what it does |", "|---|---|"]
+    for path in sorted((root / "scenarios").glob("*.toml")):
+        description = tomllib.loads(path.read_text()).get("description", "")
+        lines.append(f"| `{path.stem}` | {_cell(description)} |")
+    return "\n".join(lines) + "\n"
