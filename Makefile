@@ -30,10 +30,12 @@ docs: venv
 test: lint docs java
 	$(BIN)/python -m pytest
 
+# The planning, simulator and data-path benchmarks, each kept in benchmarks/results/ (the manual's
+# benchmarks page shows the latest); make stops at the first that misses a target.
 bench: venv
-	$(BIN)/shardgrid bench plan
-	$(BIN)/shardgrid bench sim
-	$(BIN)/shardgrid bench member
+	$(BIN)/shardgrid bench plan --record
+	$(BIN)/shardgrid bench sim --record
+	$(BIN)/shardgrid bench member --record
 
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache .hypothesis docs/_build

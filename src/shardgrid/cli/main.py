@@ -13,9 +13,14 @@ import click
 from rich.console import Console
 
 from shardgrid import __version__
+from shardgrid.cli.bench_cluster import headline as cluster_headline
 from shardgrid.cli.bench_cluster import run_cluster_bench
+from shardgrid.cli.bench_member import headline as member_headline
 from shardgrid.cli.bench_member import run_member_bench
+from shardgrid.cli.bench_plan import headline as plan_headline
 from shardgrid.cli.bench_plan import run_plan_bench
+from shardgrid.cli.bench_results import conclude
+from shardgrid.cli.bench_sim import headline as sim_headline
 from shardgrid.cli.bench_sim import run_sim_bench
 from shardgrid.cli.cluster_commands import COMMANDS as CLUSTER_COMMANDS
 from shardgrid.cli.config_report import render_json, render_text
@@ -212,6 +217,13 @@ def sim(
         sys.exit(1)
 
 
+record_option = click.option(
+    "--record",
+    is_flag=True,
+    help="Also keep the run in benchmarks/results/ (the manual's benchmarks page shows the latest).",
+)
+
+
 @cli.group()
 def bench() -> None:
     """Benchmarks that print JSON figures and exit non-zero when a target is missed."""
@@ -221,13 +233,11 @@ def bench() -> None:
 @click.option(
     "--repeats", type=click.IntRange(1, 20), default=3, show_default=True, help="Runs of each case; the best counts."
 )
-def bench_plan(repeats: int) -> None:
+@record_option
+def bench_plan(repeats: int, record: bool) -> None:
     """Time repartition + plan + schedule at 271/3, 20,000/10 and 20,000/200 (partitions/members)."""
     report = run_plan_bench(repeats)
-    click.echo(json.dumps(report, indent=2))
-    if not report["target"]["met"]:
-        click.echo(f"target missed: {report['target']['what']}", err=True)
-        sys.exit(1)
+    conclude("plan", report, plan_headline(report), record)
 
 
 @bench.command("sim")
@@ -240,14 +250,12 @@ def bench_plan(repeats: int) -> None:
 )
 @click.option("--members", type=click.IntRange(2, 50), default=10, show_default=True, help="Members of those runs.")
 @click.option("--parallel", default="1,5,10,20", show_default=True, help="max_parallel_migrations values.")
-def bench_sim(partitions: int, members: int, parallel: str) -> None:
+@record_option
+def bench_sim(partitions: int, members: int, parallel: str, record: bool) -> None:
     """Simulator events/s, and simulated time to safe after a crash at seed 003's scale."""
     values = tuple(int(v) for v in parallel.split(",") if v.strip())
     report = run_sim_bench(partitions, members, values)
-    click.echo(json.dumps(report, indent=2))
-    if not report["target"]["met"]:
-        click.echo(f"target missed: {report['target']['what']}", err=True)
-        sys.exit(1)
+    conclude("sim", report, sim_headline(report), record)
 
 
 @bench.command("member")
@@ -265,13 +273,11 @@ def bench_sim(partitions: int, members: int, parallel: str) -> None:
     show_default=True,
     help="Partitions of the cluster whose slowest handle() is timed.",
 )
-def bench_member(migration_entries: int, handle_partitions: int) -> None:
+@record_option
+def bench_member(migration_entries: int, handle_partitions: int, record: bool) -> None:
     """The data path through the real codec: put_all, get_all, single put, migration, slowest handle()."""
     report = run_member_bench(migration_entries=migration_entries, handle_partitions=handle_partitions)
-    click.echo(json.dumps(report, indent=2))
-    if not report["target"]["met"]:
-        click.echo(f"target missed: {report['target']['what']}", err=True)
-        sys.exit(1)
+    conclude("member", report, member_headline(report), record)
 
 
 SCENARIOS = ("scale-up", "scale-up-backup-0", "scale-down", "crash")
@@ -299,21 +305,13 @@ SCENARIOS = ("scale-up", "scale-up-backup-0", "scale-down", "crash")
     show_default=True,
     help="Every latency sample and migration event, as JSON lines (for bench report).",
 )
-def bench_cluster(entries: int, scenarios: tuple[str, ...], samples: Path) -> None:
+@record_option
+def bench_cluster(entries: int, scenarios: tuple[str, ...], samples: Path, record: bool) -> None:
     """Member processes on 127.0.0.1: client throughput and latency, then scale up 3->4 (backups 1
     and 0), scale down 4->3 and a crash of one of 4 with ENTRIES loaded; exits 1 when a target is
     missed."""
     report = run_cluster_bench(entries, list(scenarios or SCENARIOS), samples)
-    _print_with_targets(report)
-
-
-def _print_with_targets(report: dict[str, Any]) -> None:
-    """The report as JSON; exits 1, naming them, when targets were missed."""
-    click.echo(json.dumps(report, indent=2))
-    if not report["targets"]["all_met"]:
-        missed = [name for name, check in report["targets"].items() if isinstance(check, dict) and not check["met"]]
-        click.echo(f"targets missed: {', '.join(missed)}", err=True)
-        sys.exit(1)
+    conclude("cluster", report, cluster_headline(report), record)
 
 
 @bench.command("pipeline")
@@ -324,13 +322,14 @@ def _print_with_targets(report: dict[str, Any]) -> None:
     show_default=True,
     help="Rows written, loaded and exported per round.",
 )
-def bench_pipeline(rows: int) -> None:
+@record_option
+def bench_pipeline(rows: int, record: bool) -> None:
     """Spark: load and export ROWS rows through the data source beside Parquet write and read and a
     sink that discards rows; JSON; exits 1 when a target is missed."""
-    from shardgrid.cli.bench_pipeline import run_pipeline_bench
+    from shardgrid.cli.bench_pipeline import headline, run_pipeline_bench
 
     report = run_pipeline_bench(rows)
-    _print_with_targets(report)
+    conclude("pipeline", report, headline(report), record)
 
 
 @bench.command("report")
