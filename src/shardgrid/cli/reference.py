@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from shardgrid.cli.bench_results import RESULTS_DIR
 from shardgrid.cli.main import cli
 from shardgrid.core.config import MapConfig, MemberConfig
 from shardgrid.runtime.metrics import MemberMetrics
@@ -39,7 +40,6 @@ UNITS = (
     ("_s", "seconds"),
     ("_chars", "characters"),
 )
-RESULTS_DIR = Path("benchmarks") / "results"
 
 
 # --- settings ------------------------------------------------------------------------------------
