@@ -47,4 +47,13 @@ class Emit:
     event: Any
 
 
-Effect = Send | SendToAddress | ReplyToClient | SetTimer | Emit
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stop:
+    """The member stopped (it left, the cluster shut down, a signal stopped it): the process ends,
+    with ``exit_code``. The member decides both; the runtime only carries them out."""
+
+    reason: str
+    exit_code: int
+
+
+Effect = Send | SendToAddress | ReplyToClient | SetTimer | Emit | Stop

@@ -95,3 +95,13 @@ class MemberStopped:
 
     member: MemberId
     reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaveRefused:
+    """A leave this member's process asked for (a signal) will not happen now, and others stay to
+    serve: the member goes on serving (stopping would be a crash to the cluster); a second signal
+    stops it at once."""
+
+    member: MemberId
+    reason: str

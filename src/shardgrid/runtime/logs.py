@@ -80,6 +80,7 @@ _EVENT_NAMES: dict[type, str] = {
     events.PartitionLost: "partition-lost",
     events.RemovedFromCluster: "removed-from-cluster",
     events.MemberStopped: "member-stopped",
+    events.LeaveRefused: "member-cannot-leave-now",
 }
 
 
@@ -97,4 +98,7 @@ def log_member_event(logger: logging.Logger, event: Any) -> None:
             level = logging.DEBUG
     elif isinstance(event, events.PartitionLost):
         level = logging.WARNING
+    elif isinstance(event, events.LeaveRefused):
+        level = logging.WARNING
+        fields["note"] = "still serving; a second signal stops it at once, as a crash would"
     log(logger, name, level, **fields)

@@ -32,13 +32,11 @@ from typing import Any
 
 from shardgrid.core import codec
 from shardgrid.core import messages as m
-from shardgrid.core.effects import Emit, ReplyToClient, Send, SendToAddress, SetTimer
-from shardgrid.core.events import MemberStopped
+from shardgrid.core.effects import Emit, ReplyToClient, Send, SendToAddress, SetTimer, Stop
 from shardgrid.core.identity import MemberId
 from shardgrid.core.inputs import LinkRestored, Start, StopSignalled, TimerFired
 from shardgrid.core.inputs import Receive as ReceiveEvent
 from shardgrid.core.member import Member
-from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.session import NONCE_BYTES, PeerRole, Session, SessionSettings
 from shardgrid.runtime import logs, tls
 from shardgrid.runtime.frame_budget import FrameBudget
@@ -199,13 +197,11 @@ class MemberProcess:
                 loop.add_signal_handler(sig, self._on_signal, sig)
 
     def _on_signal(self, sig: signal.Signals) -> None:
-        self._signals += 1
-        member = self.member
-        if self._signals > 1 or member is None or not member.joined:
-            logs.log(self.logger, "member-stopping-now", logging.WARNING, signal=sig.name)
-            self._finish("stopped by a signal before leaving the cluster", 1 if member and member.joined else 0)
+        """The member decides what a signal does (the first leaves, a second stops at once)."""
+        logs.log(self.logger, "member-signalled", signal=sig.name)
+        if self.member is None:
+            self._finish("stopped by a signal before it started", 0)
             return
-        logs.log(self.logger, "member-leaving", signal=sig.name, note="a second signal stops at once")
         self._handle(StopSignalled(LOCAL_CLIENT, 0))
 
     def _finish(self, reason: str, exit_code: int) -> None:
@@ -266,8 +262,8 @@ class MemberProcess:
                 self._set_timer(effect.name, effect.at_ms)
             elif kind is Emit:
                 self._on_emit(effect.event)
-        if member.lifecycle is Lifecycle.STOPPED:
-            self._finish(member.stop_reason, 0)
+            elif kind is Stop:
+                self._finish(effect.reason, effect.exit_code)
 
     def _on_emit(self, event: Any) -> None:
         logs.log_member_event(self.logger, event)
@@ -283,8 +279,6 @@ class MemberProcess:
                 notice = notice_of(event, call_id)
                 if notice is not None:
                     stream.send(notice)
-        if isinstance(event, MemberStopped):
-            self._finish(event.reason, 0)
 
     def _forget_identity(self, old: MemberId, new: MemberId) -> None:
         """Removed and rejoining as ``new``: every member connection proved ``old``; close them, so
@@ -349,25 +343,6 @@ class MemberProcess:
             return
         self.metrics.on_sent(message, stream.send(message))
 
-    def _leave_refused(self, reason: str) -> None:
-        """The leave a signal asked for was refused or timed out. With nobody to hand its replicas
-        to (a signal's leave is recorded even then, ``ShutdownMember.even_if_last``, so this is a
-        leave that ran out of time), the signal asked the process to stop, so it stops, saying what
-        that leaves behind. Any other (rebalancing paused, say) goes on serving: stopping would be
-        a crash to the cluster; a second signal stops it at once."""
-        member = self.member
-        if member is None or not member.consensus.state.others_stay(member.identity):
-            logs.log(self.logger, "member-cannot-leave", logging.WARNING, reason=reason)
-            self._finish(f"stopped without handing replicas over: {reason}", 0)
-            return
-        logs.log(
-            self.logger,
-            "member-cannot-leave-now",
-            logging.WARNING,
-            reason=reason,
-            note="still serving; a second signal stops it at once, as a crash would",
-        )
-
     def _dropped(self, reason: str, count: int = 1, address: str | None = None) -> None:
         self.metrics.frames_dropped.labels(reason).inc(count)
         if address is not None and count > 0:
@@ -389,9 +364,7 @@ class MemberProcess:
 
     def _reply(self, client_id: str, message: Any) -> None:
         if client_id == LOCAL_CLIENT:
-            if isinstance(message, m.AdminReply) and message.result != m.ADMIN_OK:
-                self._leave_refused(message.reason)
-            return
+            return  # the answer to the leave a signal asked for: the member decides what follows
         link = self._clients.get(client_id)
         if link is None or link.stream is None:
             return

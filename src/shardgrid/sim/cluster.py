@@ -18,11 +18,10 @@ from typing import Any
 from shardgrid.core import codec
 from shardgrid.core.call_policy import CallSettings
 from shardgrid.core.config import MemberConfig
-from shardgrid.core.effects import Emit, ReplyToClient, Send, SendToAddress, SetTimer
+from shardgrid.core.effects import Emit, ReplyToClient, Send, SendToAddress, SetTimer, Stop
 from shardgrid.core.identity import MemberId
 from shardgrid.core.inputs import LinkRestored, Receive, Start, StopSignalled, TimerFired
 from shardgrid.core.member import Member
-from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.messages import AdminReply, AdminRequest, TableRequest
 from shardgrid.sim.network import Network, NetworkConfig
 from shardgrid.sim.workload import ASYNC_MAP_NAME, Ledger, SimClient
@@ -38,6 +37,7 @@ class Node:
     incarnation: int
     alive: bool = True  # False once crashed or stopped
     stopped: bool = False  # shut down gracefully (or with the cluster), not crashed
+    exit_code: int | None = None  # what its process would exit with, once its member stopped
     paused: bool = False
     held: list[tuple[str, Any]] = field(default_factory=list)  # events waiting for a resume
 
@@ -328,7 +328,9 @@ class Simulation:
                 self._schedule(max(effect.at_ms, self.now_ms), "timer", (node.address, node.incarnation, effect.name))
             elif isinstance(effect, Emit):
                 self._on_emit(node.address, effect.event)
-        if node.member.lifecycle is Lifecycle.STOPPED and node.alive:
+            elif isinstance(effect, Stop):
+                node.exit_code = effect.exit_code
+        if node.exit_code is not None and node.alive:
             node.alive = False
             node.stopped = True
             self.stats.stops += 1

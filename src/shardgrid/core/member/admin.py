@@ -43,7 +43,7 @@ from shardgrid.core.messages import (
     ShutdownMember,
 )
 from shardgrid.core.metadata import ClusterState
-from shardgrid.core.metadata.commands import MarkLeaving, PromoteToDataMember, SetClusterState, StopAllMembers
+from shardgrid.core.metadata.commands import PromoteToDataMember, SetClusterState, StopAllMembers
 
 Respond = Callable[[str, str], None]  # (result, reason)
 AdminCommand = ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster
@@ -95,11 +95,15 @@ class Admin:
         consensus: Consensus,
         leases: Leases,
         begin_leaving: Callable[[str, int], None],
+        execute_leave: Callable[[MemberId, ShutdownMember, Respond], None],
     ) -> None:
+        """A member's leave is ``Leaving``'s: ``begin_leaving`` starts this member's,
+        ``execute_leave`` decides, as leader, whether to record another's."""
         self.ctx = ctx
         self.consensus = consensus
         self.leases = leases
         self.begin_leaving = begin_leaving
+        self.execute_leave = execute_leave
         self._forwarded: dict[int, Forwarded] = {}
         self._state_changes: list[StateChange] = []
         self._counter = 0
@@ -208,55 +212,25 @@ class Admin:
         if isinstance(command, RecoverLostMajority):
             respond(ADMIN_FAILED, "a recovery is asked of a surviving member directly, not of a leader")
             return
+        if isinstance(command, ShutdownMember):
+            self.execute_leave(origin, command, respond)
+            return
         record = state.record_of(origin)
         if record is None:
             respond(ADMIN_FAILED, f"{origin} is not a known member")
-        elif isinstance(command, PromoteMember):
-            if not record.lite:
-                respond(ADMIN_FAILED, f"{origin} is already a data member")
-            elif record.leaving:
-                respond(ADMIN_FAILED, f"{origin} is leaving: a leaving member is not promoted")
-            else:
-                self._propose(
-                    PromoteToDataMember(origin),
-                    respond,
-                    "the leader changed during the promotion",
-                    refused=lambda: self._not_promoted(origin),
-                )
-        elif not isinstance(command, ShutdownMember):
+        elif not isinstance(command, PromoteMember):
             respond(ADMIN_FAILED, f"unknown command {type(command).__name__}")
+        elif not record.lite:
+            respond(ADMIN_FAILED, f"{origin} is already a data member")
         elif record.leaving:
-            respond(ADMIN_OK, "")
-        elif not record.lite and state.table is not None and not state.others_stay(origin) and command.even_if_last:
-            # It stops anyway: recorded as leaving, it tells the others leaving with it that nobody
-            # stays to take their replicas either.
-            self._propose_leave(MarkLeaving(origin, even_if_last=True), respond)
-        elif not record.lite and (problem := state.leave_problem(origin)):
-            # Found by an outside tester (the state case): the leave was taken, then waited for
-            # migrations the state forbids until graceful_shutdown_timeout_ms. Refused at once.
-            respond(ADMIN_FAILED, problem)
+            respond(ADMIN_FAILED, f"{origin} is leaving: a leaving member is not promoted")
         else:
-            self._propose_leave(MarkLeaving(origin), respond)
-
-    def _propose_leave(self, command: MarkLeaving, respond: Respond) -> None:
-        """The leave is answered ok only once the log records it. One refused when applied (a
-        pause, or the others' leaves, came first in the log) is answered 'ask again': the member
-        does, and this check decides on the state as it is now (a signalled member that became
-        the last one then leaves even_if_last; a pause is refused for good)."""
-
-        def done(applied: bool) -> None:
-            record = self.consensus.state.record_of(command.member)
-            if not applied:
-                respond(ADMIN_UNAVAILABLE, LEAVE_LOST)
-            elif record is None:  # removed (a crash suspected) first: it learns so and stops
-                respond(ADMIN_UNAVAILABLE, "the member was removed before its leave was recorded")
-            elif record.leaving:
-                respond(ADMIN_OK, "")
-            else:
-                respond(ADMIN_UNAVAILABLE, "another entry came first in the log and the leave was refused; ask again")
-
-        if not self.consensus.propose(command, done):
-            respond(ADMIN_UNAVAILABLE, NOT_LEADER)
+            self._propose(
+                PromoteToDataMember(origin),
+                respond,
+                "the leader changed during the promotion",
+                refused=lambda: self._not_promoted(origin),
+            )
 
     def _propose(self, command: object, respond: Respond, lost: str, refused: Callable[[], str] | None = None) -> None:
         """``refused``: why the log did not take the command when it applied it ('' when it did)."""

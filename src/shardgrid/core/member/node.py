@@ -27,12 +27,13 @@ from shardgrid.core.errors import invariant
 from shardgrid.core.identity import MemberId
 from shardgrid.core.inputs import Input, LinkRestored, Receive, Start, StopSignalled, TimerFired
 from shardgrid.core.limits import NEVER_MS
-from shardgrid.core.member.admin import Admin
+from shardgrid.core.member.admin import Admin, Respond
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.member.data import DataPath
 from shardgrid.core.member.discovery import Discovery
 from shardgrid.core.member.leases import Leases
+from shardgrid.core.member.leaving import NOT_IN_A_CLUSTER, Leaving
 from shardgrid.core.member.lifecycle import Lifecycle, check_transition
 from shardgrid.core.member.membership import MembershipLeader
 from shardgrid.core.member.migration_leader import MigrationLeader
@@ -43,7 +44,6 @@ from shardgrid.core.raft import Role
 from shardgrid.core.raft.messages import VoteRequest
 
 TICK = "tick"
-NOT_IN_A_CLUSTER = "this member is not in a cluster"
 
 # Messages from clients (no member identity): the data path and administration.
 _FROM_CLIENTS = (m.MapRequest, m.ScanRequest, m.TableRequest, m.MemberStatusRequest, m.AdminRequest)
@@ -77,21 +77,20 @@ class Member:
         config.validate()
         self.ctx = Context(identity, config, seed_addresses, rng, lite)
         self.lifecycle = Lifecycle.DISCOVERING
-        self.stop_reason = ""
         self._last_tick_ms = 0
         self._drive_requested = False
-        self._leaving_replies: list[tuple[str, int]] = []
-        self._leaving_since_ms = 0
-        self._leave_even_if_last = False  # ShutdownMember.even_if_last of any leave asked
-        self._last_leave_request_ms = NEVER_MS
         self._last_assignment_request_ms = NEVER_MS
         self._known_leader: MemberId | None = None
-        self._shutdown_index = 0  # the leader stops once every member holds the shutdown entry
-        self._shutdown_since_ms = 0
-        self._shutdown_reason = ""
-        self._shutdown_everyone_since_ms: int | None = None  # when the last member held the shutdown entry
         self._migrations_finished = 0
         self._build(known_addresses=(), cluster_seen=False)
+        self.leaving = Leaving(
+            self.ctx,
+            self.consensus,
+            lambda command, respond: self.admin.forward(command, respond),
+            lambda: self.lifecycle,
+            lambda: self._set_lifecycle(Lifecycle.LEAVING),
+            self._halt,
+        )
 
     def _build(self, known_addresses: tuple[str, ...], cluster_seen: bool) -> None:
         ctx = self.ctx
@@ -105,7 +104,7 @@ class Member:
         self.data.migrations = self.migrations
         self.migration_leader = MigrationLeader(ctx, self.consensus, self._deliver_to_self)
         self.membership = MembershipLeader(ctx, self.consensus, self.leases, self.migration_leader)
-        self.admin = Admin(ctx, self.consensus, self.leases, self._begin_leaving)
+        self.admin = Admin(ctx, self.consensus, self.leases, self._begin_leaving, self._execute_leave)
         self._handlers: dict[type, Callable[[MemberId, Any], None]] = {
             m.LeaseRequest: self.leases.on_request,
             m.LeaseGrant: self.leases.on_grant,
@@ -140,6 +139,10 @@ class Member:
     @property
     def is_leader(self) -> bool:
         return self.lifecycle in (Lifecycle.ACTIVE, Lifecycle.LEAVING) and self.consensus.is_leader
+
+    @property
+    def stop_reason(self) -> str:
+        return self.leaving.stop_reason
 
     @property
     def joined(self) -> bool:
@@ -237,7 +240,7 @@ class Member:
             self.discovery.started_ms = now_ms
             self._tick()
         elif isinstance(incoming, StopSignalled):
-            self._stop_signalled(incoming)
+            self.leaving.on_signal(incoming, self.joined)
         else:
             raise TypeError(f"unknown input {type(incoming).__name__}")
         if self.lifecycle is not Lifecycle.STOPPED:
@@ -379,16 +382,8 @@ class Member:
     def _on_not_a_member(self, message: m.NotAMember) -> None:
         if not self.joined or message.commit_index <= self.consensus.raft.commit_index:
             return  # the sender has not applied what we have: it lags, we were not removed
-        if self._asked_to_leave():
-            self._stop("left the cluster after handing its replicas over")
-        else:
+        if not self.leaving.on_removed():
             self._rejoin_as_new_member()
-
-    def _asked_to_leave(self) -> bool:
-        """Leaving by the log, or asked to and not yet told it is: a lite member is removed at
-        once, and news of its removal can come before its own leave entry does (found by an
-        outside tester: a lite member signalled to stop joined again under a new identity)."""
-        return self.lifecycle is Lifecycle.LEAVING or bool(self._leaving_replies)
 
     # --- time --------------------------------------------------------------------------------------
 
@@ -409,30 +404,9 @@ class Member:
             self.migrations.tick()
             self.data.tick()
             self.admin.tick()
-            if self._leaving_replies:
-                self._leaving_tick()
-            if self._shutdown_index:
-                self._shutdown_tick()
+            self.leaving.tick()
         if self.lifecycle is not Lifecycle.STOPPED:
             ctx.set_timer(TICK, ctx.now_ms + ctx.config.tick_ms)
-
-    def _shutdown_tick(self) -> None:
-        raft = self.consensus.raft
-        others = [r for r in self.consensus.state.member_ids if r != self.identity]
-        everyone_has_it = all(raft.match_index(r) >= self._shutdown_index for r in others)
-        now = self.ctx.now_ms
-        heartbeats_ms = 2 * self.ctx.config.raft_heartbeat_interval_ms
-        if everyone_has_it and self._shutdown_everyone_since_ms is None:
-            self._shutdown_everyone_since_ms = now
-        # A follower stops when it learns the entry committed, which the leader's next append
-        # tells it: the leader stays two heartbeats past the moment the last of them held the
-        # entry (found on real processes: one that matched late never heard it was committed, and
-        # ran on alone). One it cannot reach, it gives up on after the failure timeout.
-        everyone_knows = (
-            self._shutdown_everyone_since_ms is not None and now - self._shutdown_everyone_since_ms >= heartbeats_ms
-        )
-        if everyone_knows or now - self._shutdown_since_ms > self.ctx.config.failure_timeout_ms + heartbeats_ms:
-            self._stop(self._shutdown_reason)
 
     def _discovery_tick(self) -> None:
         # A process given a log that does not list it yet goes on asking everyone it knows: the
@@ -452,14 +426,14 @@ class Member:
         if self.lifecycle is Lifecycle.DISCOVERING and state.is_member(self.identity):
             self._become_active()
         record = state.record_of(self.identity)
-        if record is not None and record.leaving and self.lifecycle is Lifecycle.ACTIVE:
-            self._set_lifecycle(Lifecycle.LEAVING)
+        if record is not None and record.leaving:
+            self.leaving.on_marked_leaving()
         self.migrations.on_state_loaded()  # (it also starts the lineage of a promotion inside the snapshot)
         if state.table is not None:
             self.data.after_table_change(list(range(state.table.partition_count)))
             self.data.ask_for_missing_data()
         self.migration_leader.reset(self.consensus.is_leader)
-        self._part_if_nobody_stays(self.consensus.raft.commit_index)
+        self.leaving.after_applied(self.consensus.raft.commit_index)
         self._drive_requested = True
 
     def on_applied(self, index: int, term: int, changes: Changes) -> None:
@@ -478,9 +452,7 @@ class Member:
                 # reached nobody who could tell them, and ran on leaving for good.
                 self._not_a_member(member)
         if me in changes.members_removed:
-            if self._asked_to_leave():
-                self._stop("left the cluster after handing its replicas over")
-            elif self.joined:
+            if not self.leaving.on_removed() and self.joined:
                 self._rejoin_as_new_member()
             return
         for record in changes.started:
@@ -500,44 +472,17 @@ class Member:
         for member in changes.members_changed:
             record = state.record_of(member)
             if record is not None and record.leaving and member == me and self.lifecycle is Lifecycle.ACTIVE:
-                self._set_lifecycle(Lifecycle.LEAVING)
+                self.leaving.on_marked_leaving()
             elif record is not None and not record.lite and not record.leaving:
                 self.ctx.emit(events.MemberPromoted(member, index))
                 if member == me:
                     self.ctx.lite = False
         self.migration_leader.on_applied(term, changes)
         if changes.shut_down and self.joined:
-            self._stop_when_followers_know(index, "the cluster shut down")
+            self.leaving.on_cluster_shut_down(index)
             return
-        self._part_if_nobody_stays(index)
+        self.leaving.after_applied(index)
         self._drive_requested = True
-
-    def _stop_when_followers_know(self, index: int, reason: str) -> None:
-        """Stop for what the log entry at ``index`` says; a leader first stays until its followers
-        hold it (``_shutdown_tick``), or they might never learn that it committed."""
-        if self.consensus.is_leader:
-            if not self._shutdown_index:
-                self._shutdown_index = index
-                self._shutdown_since_ms = self.ctx.now_ms
-                self._shutdown_reason = reason
-        else:
-            self._stop(reason)
-
-    def _part_if_nobody_stays(self, index: int) -> None:
-        """Every data member asked to leave (``MetadataState.parting``): nobody is left to take
-        the replicas (Hazelcast lets all go once every data member asked to), so a leaving member
-        stops, and so does a lite member, which would otherwise run on without a leader and answer
-        processes looking for a cluster that one exists. Waiting would only keep each until
-        graceful_shutdown_timeout_ms; what they hold is dropped, as a shutdown of the whole
-        cluster drops it."""
-        state = self.consensus.state
-        if not state.parting or self.lifecycle is Lifecycle.STOPPED:
-            return
-        record = state.record_of(self.identity)
-        if self.lifecycle is Lifecycle.LEAVING:
-            self._stop_when_followers_know(index, "every data member is leaving: nobody is left to take its replicas")
-        elif record is not None and record.lite and self.joined:
-            self._stop("every data member left the cluster: a lite member has nothing to serve")
 
     def on_leadership(self, leader: MemberId | None, term: int, was_leader: bool) -> None:
         is_leader = self.consensus.raft.role is Role.LEADER
@@ -587,60 +532,15 @@ class Member:
             self._last_assignment_request_ms = self.ctx.now_ms
             self.ctx.send(leader, m.AssignmentRequest())
 
-    def _stop_signalled(self, event: StopSignalled) -> None:
-        if self.joined:
-            self._begin_leaving(event.reply_to, event.call_id, even_if_last=True)
-        else:
-            self.ctx.reply(event.reply_to, m.AdminReply(event.call_id, m.ADMIN_FAILED, NOT_IN_A_CLUSTER))
+    def _begin_leaving(self, client: str, call_id: int) -> None:
+        self.leaving.begin(client, call_id)
 
-    def _begin_leaving(self, client: str, call_id: int, even_if_last: bool = False) -> None:
-        """A graceful shutdown: the leader records this member as leaving, plans without it (its
-        replicas move to others), takes it out of the voters, and removes it once it holds nothing;
-        then it stops. It stays ACTIVE until the log says it is leaving: a refusal changes nothing."""
-        if not self._leaving_replies:
-            self._leaving_since_ms = self.ctx.now_ms
-        self._leaving_replies.append((client, call_id))
-        self._leave_even_if_last = self._leave_even_if_last or even_if_last
-        if self.lifecycle is Lifecycle.ACTIVE:
-            self._ask_to_leave()
+    def _execute_leave(self, origin: MemberId, command: m.ShutdownMember, respond: Respond) -> None:
+        self.leaving.execute(origin, command, respond)
 
-    def _ask_to_leave(self) -> None:
-        self._last_leave_request_ms = self.ctx.now_ms
-        self.admin.forward(m.ShutdownMember(self._leave_even_if_last), self._on_leave_answer)
-
-    def _on_leave_answer(self, status: m.AdminResult, reason: str) -> None:
-        if status == m.ADMIN_FAILED:  # refused for good (the last data member): it stays
-            replies, self._leaving_replies = self._leaving_replies, []
-            for client, call_id in replies:
-                self.ctx.reply(client, m.AdminReply(call_id, m.ADMIN_FAILED, reason))
-        # ok: the log now marks it leaving; unavailable: it asks again on a later tick
-
-    def _leaving_tick(self) -> None:
-        config = self.ctx.config
-        record = self.consensus.state.record_of(self.identity)
-        due = self.ctx.now_ms - self._last_leave_request_ms >= config.retry_interval_ms
-        if self.lifecycle is Lifecycle.ACTIVE and record is not None and not record.leaving and due:
-            self._ask_to_leave()
-        waited_ms = self.ctx.now_ms - self._leaving_since_ms
-        if record is not None and record.lite and waited_ms > config.failure_timeout_ms:
-            # It holds nothing to hand over: waiting for a leader to record its leave (there may be
-            # none left: every data member gone) only kept it running for good on a signal.
-            self._stop("a lite member holds no data: it stops without its leave recorded")
-            return
-        if waited_ms > config.graceful_shutdown_timeout_ms:
-            replies, self._leaving_replies = self._leaving_replies, []
-            for client, call_id in replies:
-                reason = "still handing replicas over after graceful_shutdown_timeout_ms; nothing was lost"
-                self.ctx.reply(client, m.AdminReply(call_id, m.ADMIN_FAILED, reason))
-
-    def _stop(self, reason: str) -> None:
+    def _halt(self) -> None:
         self._set_lifecycle(Lifecycle.STOPPED)
-        self.stop_reason = reason
         self.data.drop_everything()
-        self.ctx.emit(events.MemberStopped(self.identity, reason))
-        replies, self._leaving_replies = self._leaving_replies, []
-        for client, call_id in replies:
-            self.ctx.reply(client, m.AdminReply(call_id, m.ADMIN_OK, reason))
 
     def _rejoin_as_new_member(self) -> None:
         """Removed while away (paused, cut off): drop everything and join again with a new identity,
@@ -652,5 +552,6 @@ class Member:
         self._set_lifecycle(Lifecycle.DISCOVERING)
         self.ctx.identity = new
         self._build(known, cluster_seen=True)
+        self.leaving.attach(self.consensus)
         self.discovery.started_ms = self.ctx.now_ms
         self.ctx.emit(events.RemovedFromCluster(old, new))

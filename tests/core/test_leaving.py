@@ -1,0 +1,98 @@
+"""A member's way out has one owner, ``Leaving``: signals, a refused leave and every stop end in
+one ``Stop`` effect whose reason and exit code the process carries out without deciding."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from shardgrid.core import messages as m
+from shardgrid.core.effects import Stop
+from shardgrid.core.errors import InvariantViolation
+from shardgrid.core.events import LeaveRefused
+from shardgrid.core.inputs import Receive, Start, StopSignalled
+from shardgrid.core.member import Member
+from shardgrid.core.member.leaving import EXIT_ABANDONED, EXIT_STOPPED, TRANSITIONS, LeaveStage
+from shardgrid.core.member.lifecycle import Lifecycle
+from shardgrid.core.metadata import MemberRecord, MetadataState
+from shardgrid.core.raft import Membership, Snapshot
+from shardgrid.core.raft.messages import InstallSnapshot
+from tests.core.test_member import A_OWNS_B_BACKS as TABLE
+from tests.core.test_member import CONFIG, SEEDS, A, B, C, following, replies, run_ticks, sent
+
+
+def stops(effects: list) -> list[Stop]:
+    return [e for e in effects if isinstance(e, Stop)]
+
+
+def test_every_stage_but_stopped_may_stop_and_nothing_leaves_stopped():
+    assert all(LeaveStage.STOPPED in TRANSITIONS[stage] for stage in LeaveStage if stage is not LeaveStage.STOPPED)
+    assert TRANSITIONS[LeaveStage.STOPPED] == frozenset()
+    assert LeaveStage.STAYING not in TRANSITIONS[LeaveStage.HANDING_OVER]  # a recorded leave is not undone
+
+
+def test_a_signal_before_joining_stops_the_process_with_exit_0():
+    member = Member(A, CONFIG, SEEDS, random.Random(1))
+    member.handle(0, Start())
+    effects = member.handle(10, StopSignalled("local", 7))
+    assert [(r.call_id, r.result) for r in replies(effects)] == [(7, m.ADMIN_FAILED)]
+    assert stops(effects) == [Stop(reason="stopped by a signal before it joined a cluster", exit_code=EXIT_STOPPED)]
+    assert member.lifecycle is Lifecycle.STOPPED
+    assert member.handle(20, StopSignalled("local", 8)) == []  # stopped: it handles nothing more
+
+
+def test_the_first_signal_asks_the_leader_and_a_second_abandons_the_cluster_with_exit_1():
+    member, now = following(B, TABLE)
+    first = member.handle(now, StopSignalled("local", 0))
+    assert [r.command for r in sent(first, m.LeaderRequest)] == [m.ShutdownMember(even_if_last=True)]
+    assert stops(first) == []
+    assert member.leaving.stage is LeaveStage.ASKED
+    second = member.handle(now + 1, StopSignalled("local", 0))
+    assert stops(second) == [Stop(reason="stopped by a signal before leaving the cluster", exit_code=EXIT_ABANDONED)]
+    assert member.lifecycle is Lifecycle.STOPPED
+
+
+def test_a_signalled_leave_refused_while_others_stay_keeps_the_member_serving():
+    member, now = following(B, TABLE)
+    effects = member.handle(now, StopSignalled("local", 0))
+    (request,) = sent(effects, m.LeaderRequest)
+    refusal = m.LeaderReply(request_id=request.request_id, result=m.ADMIN_FAILED, reason="rebalancing is paused")
+    effects = member.handle(now + 1, Receive(A.address, A, B.uuid, refusal))
+    assert stops(effects) == []
+    assert [e.event for e in effects if isinstance(getattr(e, "event", None), LeaveRefused)] == [
+        LeaveRefused(member=B, reason="rebalancing is paused")
+    ]
+    assert member.leaving.stage is LeaveStage.STAYING
+    assert member.lifecycle is Lifecycle.ACTIVE
+
+
+def test_a_signalled_leave_refused_with_nobody_else_staying_stops_with_exit_0():
+    member = Member(B, CONFIG, SEEDS, random.Random(2))
+    member.handle(0, Start())
+    records = (MemberRecord(A, leaving=True), MemberRecord(B), MemberRecord(C, lite=True))
+    snapshot = Snapshot(7, 1, Membership.of([A], [B, C]), MetadataState(CONFIG.partition_count, records, TABLE))
+    member.handle(10, Receive(A.address, A, B.uuid, InstallSnapshot(1, snapshot, 10)))
+    (request,) = sent(member.handle(20, StopSignalled("local", 0)), m.LeaderRequest)
+    refusal = m.LeaderReply(request_id=request.request_id, result=m.ADMIN_FAILED, reason="no leader took it")
+    effects = member.handle(30, Receive(A.address, A, B.uuid, refusal))
+    assert stops(effects) == [
+        Stop(reason="stopped without handing replicas over: no leader took it", exit_code=EXIT_STOPPED)
+    ]
+
+
+def test_a_clients_leave_that_times_out_is_answered_failed_and_the_member_stays():
+    member, now = following(B, TABLE)
+    member.handle(now, Receive("client:1", None, None, m.AdminRequest(call_id=3, command=m.ShutdownMember())))
+    effects, now = run_ticks(member, now, now + CONFIG.graceful_shutdown_timeout_ms + 1_000)
+    answers = [r for r in replies(effects) if isinstance(r, m.AdminReply)]
+    assert [(r.call_id, r.result) for r in answers] == [(3, m.ADMIN_FAILED)]
+    assert stops(effects) == []
+    assert member.leaving.stage is LeaveStage.STAYING
+
+
+def test_a_stage_the_table_does_not_allow_is_an_invariant_violation():
+    member, _ = following(B, TABLE)
+    member.leaving.stop("test", EXIT_STOPPED)
+    with pytest.raises(InvariantViolation):
+        member.leaving._set_stage(LeaveStage.ASKED)
