@@ -48,7 +48,17 @@ def free_ports(count: int) -> list[int]:
 class LocalCluster:
     """``size`` founding members (more with ``start``); ``close()`` SIGKILLs whatever is left."""
 
-    def __init__(self, workdir: Path, size: int, *extra: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        size: int,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        joins: list[list[int]] | None = None,
+        started: int | None = None,
+    ) -> None:
+        """``joins``: each founder's --join as indexes of the founders (default: every founder);
+        ``started``: how many of the ``size`` founders start (default: all)."""
         self.workdir = workdir
         self.extra = extra
         self.env = {**os.environ, **(env or {})}
@@ -56,8 +66,9 @@ class LocalCluster:
         self.addresses = [f"127.0.0.1:{port}" for port in self.ports]
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, Path] = {}
-        for address in self.addresses:
-            self.start(address, join=self.addresses, initial=size)
+        for i, address in enumerate(self.addresses[:started]):
+            join = self.addresses if joins is None else [self.addresses[j] for j in joins[i]]
+            self.start(address, join=join, initial=size)
 
     def start(self, address: str | None = None, join: list[str] | None = None, initial: int = 3, *more: str) -> str:
         if address is None:

@@ -176,6 +176,13 @@ def test_a_member_paused_past_the_failure_timeout_is_removed_and_joins_again() -
     assert [e for _, _, e in emitted(run, events.RemovedFromCluster) if e.old_identity.address == victim]
 
 
+def test_members_that_list_only_the_others_form_a_cluster() -> None:
+    """Each founder's join list names only the two others (fails without a founding order every
+    process computes alike: each judged another one first and none proposed)."""
+    run = passed("members-that-list-only-the-others-form-a-cluster")
+    assert run.sim.ledger.counts()["acked"] > 100
+
+
 def test_scale_one_to_seven_to_one() -> None:
     run = passed("scale-one-to-seven-to-one")
     joined = {e.member.address for _, _, e in emitted(run, events.MemberAdded)}

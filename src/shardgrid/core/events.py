@@ -105,3 +105,21 @@ class LeaveRefused:
 
     member: MemberId
     reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterNotFormed:
+    """This process has neither formed nor joined a cluster yet, and why (at a bounded rate):
+    ``found`` processes of the ``initial_cluster_size`` it needs (``missing``), the seed addresses
+    that answered and those that did not (a founding needs ``seeds_needed`` of them), and whom it
+    waits for."""
+
+    reason: str
+    stance: str
+    found: int
+    initial_cluster_size: int
+    missing: int
+    seeds_answered: tuple[str, ...]
+    seeds_silent: tuple[str, ...]
+    seeds_needed: int
+    waiting_for: str

@@ -80,6 +80,7 @@ _EVENT_NAMES: dict[type, str] = {
     events.PartitionLost: "partition-lost",
     events.RemovedFromCluster: "removed-from-cluster",
     events.MemberStopped: "member-stopped",
+    events.ClusterNotFormed: "cluster-not-formed",
     events.LeaveRefused: "member-cannot-leave-now",
 }
 
@@ -96,7 +97,7 @@ def log_member_event(logger: logging.Logger, event: Any) -> None:
             level = logging.WARNING
         elif event.phase is events.MigrationPhase.STARTED:
             level = logging.DEBUG
-    elif isinstance(event, events.PartitionLost):
+    elif isinstance(event, events.PartitionLost | events.ClusterNotFormed):
         level = logging.WARNING
     elif isinstance(event, events.LeaveRefused):
         level = logging.WARNING

@@ -42,6 +42,7 @@ members than the backups cover) or say that the run ends with the cluster shut d
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -95,6 +96,7 @@ _RUN_FIELDS = {
     "encode_messages",
     "settle_ms",
     "snapshot_every_entries",
+    "join",
 }
 _STEP_FIELDS = {
     "action",
@@ -184,6 +186,8 @@ def parse_schedule(raw: dict[str, Any], name: str) -> Schedule:
     run = dict(raw.get("run", {}))
     bad = set(run) - _RUN_FIELDS
     require(not bad, f"schedule {name}: unknown [run] field(s) {sorted(bad)}; known: {sorted(_RUN_FIELDS)}")
+    if "join" in run:
+        _check_join_lists(run["join"], run.get("members"), name)
     steps = tuple(_parse_step(i + 1, s, name) for i, s in enumerate(raw.get("step", [])))
     expect = raw.get("expect", {})
     bad = set(expect) - {"partitions_lost", "cluster_stopped"}
@@ -195,6 +199,18 @@ def parse_schedule(raw: dict[str, Any], name: str) -> Schedule:
         partitions_lost=bool(expect.get("partitions_lost", False)),
         cluster_stopped=bool(expect.get("cluster_stopped", False)),
     )
+
+
+def _check_join_lists(join: object, members: object, name: str) -> None:
+    """``join``: one list per founding member (``members`` of them) of member references m1..mN."""
+    where = f"schedule {name}, [run] join"
+    require(isinstance(members, int), f"{where}: give members too")
+    require(isinstance(join, list) and len(join) == members, f"{where}: one list per member ({members})")
+    for refs in join:
+        require(isinstance(refs, list) and refs, f"{where}: each member's list names at least one member")
+        for ref in refs:
+            ok = isinstance(ref, str) and re.fullmatch(r"m[1-9][0-9]*", ref) is not None
+            require(ok and 1 <= int(ref[1:]) <= members, f"{where}: {ref!r} is not one of m1..m{members}")
 
 
 def _parse_step(number: int, raw: dict[str, Any], name: str) -> Step:

@@ -74,6 +74,9 @@ class SimParams:
     # One record per chunk and one chunk in flight, 64 bytes of runs held per partition (a lost
     # batch soon forces a sync) and anti-entropy every 2 s: many multi-chunk syncs of some maps.
     tight_transfers: bool = False
+    # Each founding member's join list, as member references ("m1", "m2", ...), as a member process
+    # builds its seeds from --join (its own address added); empty: every member lists every one.
+    join: tuple[tuple[str, ...], ...] = ()
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -151,6 +154,8 @@ def params_of(schedule: Schedule, base: SimParams | None = None) -> tuple[int, S
     seed = int(run.pop("seed", 1))
     if "faults" in run:
         run["faults"] = tuple(run["faults"])
+    if "join" in run:
+        run["join"] = tuple(tuple(refs) for refs in run["join"])
     try:
         return seed, replace(base or SimParams(faults=()), **run)
     except TypeError as error:
@@ -195,7 +200,16 @@ class Run:
         addresses = sim.reserve_addresses(self.params.members)
         lite_from = len(addresses) - self.params.lite_members
         for i, address in enumerate(addresses):
-            sim.at(300 * i, lambda address=address, lite=i >= lite_from: sim.start_member(address, lite=lite))
+            seeds = None
+            if self.params.join:
+                listed = (addresses[int(ref[1:]) - 1] for ref in self.params.join[i])
+                seeds = tuple(dict.fromkeys((*listed, address)))
+            sim.at(
+                300 * i,
+                lambda address=address, lite=i >= lite_from, seeds=seeds: sim.start_member(
+                    address, lite=lite, seeds=seeds
+                ),
+            )
 
     def wait_safe(self, limit_ms: int) -> bool:
         deadline = self.sim.now_ms + limit_ms

@@ -12,7 +12,11 @@ A brand-new cluster forms only when all of these hold for the process that propo
   hosts, cut off from their cluster, can never form a second one between them);
 - it has been in contact with them for ``bootstrap_after_ms`` (time spent cut off does not count:
   a process that regains the network first hears whether a cluster answers);
-- it is the first of them by seed order, then address, then identity.
+- it is the first of them by address, then identity (an order every process computes alike,
+  whatever its own seed list says: with each process's own seed order, three processes that each
+  listed only the two others each judged another one first, and none ever proposed), or it has
+  seen enough peers for another ``bootstrap_after_ms`` without a proposal binding it (the first
+  may not see enough peers itself: a process that only one other lists hears only that one).
 Such a process does not found the cluster at once: it proposes (``FoundingProposal``, a numbered
 round), and founds only with the peers that promised it that round, once they are enough for the
 rules above. A process promises one proposer at a time, and is freed only by the proposer giving
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import enum
 
+from shardgrid.core import events
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_COUNTER, NEVER_MS
@@ -51,6 +56,9 @@ from shardgrid.core.metadata import MemberRecord
 
 # A peer not heard from for this many join retries is no longer counted towards a bootstrap.
 PEER_FRESH_RETRIES = 3
+# While no cluster is formed or joined, why not is reported (``ClusterNotFormed``) at most once
+# every this many join retries (10 s by default).
+REPORT_EVERY_RETRIES = 20
 
 
 class FoundingStance(enum.Enum):
@@ -76,6 +84,9 @@ FOUNDING_TRANSITIONS: dict[FoundingStance, frozenset[FoundingStance]] = {
 class Discovery:
     def __init__(self, ctx: Context, known_addresses: tuple[str, ...], cluster_seen: bool) -> None:
         self.ctx = ctx
+        # The seed addresses with this process's own, whether or not its list names it: the
+        # majority rule must mean the same whichever way a process was configured.
+        self.seeds = frozenset((*ctx.seed_addresses, ctx.identity.address))
         self.known_addresses = tuple(dict.fromkeys((*ctx.seed_addresses, *known_addresses)))
         self.cluster_seen = cluster_seen
         self.started_ms = ctx.now_ms
@@ -94,6 +105,9 @@ class Discovery:
         # After giving its round up to an earlier proposer, it proposes again no sooner than this:
         # the earlier one's proposal is on its way.
         self._no_proposal_before_ms = 0
+        # Since when it has seen enough peers to found, bound to no proposer, without being first.
+        self._enough_since_ms: int | None = None
+        self._last_report_ms: int | None = None  # when it last said why no cluster formed
 
     def tick(self, asked: set[str]) -> Bootstrap | None:
         """Probe what is due; returns the founding message when this process should bootstrap
@@ -110,7 +124,10 @@ class Discovery:
                     asked.add(address)
                     self.ctx.send_to_address(address, request)
             self._repeat_founding_messages()
-        return self._founding()
+        founding = self._founding()
+        if founding is None:
+            self._report()
+        return founding
 
     def on_redirect(self, message: JoinRedirect, asked: set[str]) -> None:
         self._heard_of_cluster()  # a cluster exists: never form another one
@@ -281,6 +298,7 @@ class Discovery:
             new in FOUNDING_TRANSITIONS[self.stance], lambda: f"founding stance {self.stance.value} -> {new.value}"
         )
         self.stance = new
+        self._enough_since_ms = None  # bound, or free again: the first of us gets its turn first
 
     # --- forming a new cluster -------------------------------------------------------------------
 
@@ -292,7 +310,7 @@ class Discovery:
     def _founding(self) -> Bootstrap | None:
         if self.cluster_seen:
             return None
-        if self.stance is FoundingStance.LOOKING and self._first_of_enough_peers():
+        if self.stance is FoundingStance.LOOKING and self._may_propose():
             self._propose(self._fresh_peers())
         if self.stance is not FoundingStance.PROPOSING:
             return None
@@ -310,32 +328,99 @@ class Discovery:
         voters = tuple(sorted(data[: self.ctx.config.voter_target(len(data))]))
         return Bootstrap(members, voters, self.round)
 
-    def _first_of_enough_peers(self) -> bool:
+    def _may_propose(self) -> bool:
         """The conditions of the module's docstring for proposing a founding."""
         config = self.ctx.config
         now = self.ctx.now_ms
         if now - self.started_ms < config.bootstrap_after_ms or now < self._no_proposal_before_ms:
+            self._enough_since_ms = None
             return False
         if config.initial_cluster_size > 1 and (
             self.first_contact_ms is None or now - self.first_contact_ms < config.bootstrap_after_ms
         ):
+            self._enough_since_ms = None
             return False
         peers = {p: self.peers[p][0] for p in self._fresh_peers()}
         peers[self.ctx.identity] = self.ctx.lite
         if not self._may_found(peers):
+            self._enough_since_ms = None
             return False
-        return min(peers, key=self._order) == self.ctx.identity  # the first of us proposes
+        if min(peers, key=self._order) == self.ctx.identity:
+            return True  # the first of us proposes
+        # The first may not see enough peers to propose (it may hear only this process), or may
+        # not count enough of its own seeds: after another bootstrap_after_ms with no proposal
+        # binding this process, it proposes itself. Two proposers cannot both found (each process
+        # promises one); the later of them by the order gives its round up where they meet.
+        if self._enough_since_ms is None:
+            self._enough_since_ms = now
+        return now - self._enough_since_ms >= config.bootstrap_after_ms
 
     def _may_found(self, founders: dict[MemberId, bool]) -> bool:
         """Enough processes, a data member among them, and more than half of the seed addresses
         (fewer may be a cut-off part of a cluster)."""
         if len(founders) < self.ctx.config.initial_cluster_size or all(founders.values()):
             return False
-        seeds = set(self.ctx.seed_addresses) or {self.ctx.identity.address}
-        at_seeds = {p.address for p in founders} & seeds
-        return len(at_seeds) * 2 > len(seeds)
+        at_seeds = {p.address for p in founders} & self.seeds
+        return len(at_seeds) * 2 > len(self.seeds)
 
-    def _order(self, replica: MemberId) -> tuple[int, str, str]:
-        seeds = self.ctx.seed_addresses
-        position = seeds.index(replica.address) if replica.address in seeds else len(seeds)
-        return (position, replica.address, replica.uuid)
+    @staticmethod
+    def _order(replica: MemberId) -> tuple[str, str]:
+        """Who is first: the same on every process (a process's own seed order is not: each
+        process of three that listed only the two others judged another one first)."""
+        return (replica.address, replica.uuid)
+
+    # --- saying why no cluster formed ------------------------------------------------------------
+
+    def _report(self) -> None:
+        """At most once every REPORT_EVERY_RETRIES join retries while no cluster is formed or
+        joined: which seeds answered, how many processes are still missing, whom it waits for."""
+        config = self.ctx.config
+        now = self.ctx.now_ms
+        since = self.started_ms if self._last_report_ms is None else self._last_report_ms
+        if self.stance is FoundingStance.FOUNDED or now - since < REPORT_EVERY_RETRIES * config.join_retry_ms:
+            return
+        self._last_report_ms = now
+        own = self.ctx.identity.address
+        fresh = self._fresh_peers()
+        answered = {p.address for p in fresh} | {own}
+        found = len(fresh) + 1
+        missing = max(0, config.initial_cluster_size - found)
+        seeds_needed = len(self.seeds) // 2 + 1
+        waiting_for = ""
+        if self.cluster_seen:
+            if self.rejected_reason:
+                reason = f"a cluster exists and refused this process: {self.rejected_reason}"
+            else:
+                reason = "a cluster exists: waiting to be admitted by its leader"
+            waiting_for = self.leader_address or ""
+        elif self.stance is FoundingStance.PROMISED and self.promised_to is not None:
+            proposer, round_ = self.promised_to
+            reason = f"promised round {round_} of {proposer.address}: waiting for its founding"
+            waiting_for = proposer.address
+        elif self.stance is FoundingStance.PROPOSING:
+            waiting = [p.address for p in fresh if p not in self.promises]
+            reason = f"proposing round {self.round}: {len(self.promises)} peers promised"
+            waiting_for = ",".join(waiting)
+        elif missing:
+            reason = f"found {found} of the {config.initial_cluster_size} processes initial_cluster_size needs"
+        elif len(answered & self.seeds) < seeds_needed:
+            reason = f"{len(answered & self.seeds)} seed addresses answered, more than half of {len(self.seeds)} needed"
+        elif self.ctx.lite and all(self.peers[p][0] for p in fresh):
+            reason = "no data member among the processes found"
+        else:
+            first = min([*fresh, self.ctx.identity], key=self._order)
+            reason = "about to propose a founding" if first == self.ctx.identity else "waiting for a founding proposal"
+            waiting_for = first.address if first != self.ctx.identity else ""
+        self.ctx.emit(
+            events.ClusterNotFormed(
+                reason=reason,
+                stance=self.stance.value,
+                found=found,
+                initial_cluster_size=config.initial_cluster_size,
+                missing=missing,
+                seeds_answered=tuple(sorted(answered & self.seeds)),
+                seeds_silent=tuple(sorted(self.seeds - answered)),
+                seeds_needed=seeds_needed,
+                waiting_for=waiting_for,
+            )
+        )
