@@ -22,6 +22,7 @@ class FakeMember:
     def __init__(self, behave: Callable[[Any], list[Any]]) -> None:
         self.behave = behave
         self.received: list[Any] = []
+        self.endings: list[str] = []  # how each client connection ended: "reset" or "closed"
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
@@ -36,6 +37,7 @@ class FakeMember:
         settings = SessionSettings("shardgrid", codec.PROTOCOL_VERSION, b"")
         session = Session.accept(settings, self.identity, os.urandom(NONCE_BYTES), 0)
         decoder = codec.FrameDecoder()
+        ending = "closed"
         try:
             while data := await reader.read(1 << 20):
                 for message in decoder.feed(data):
@@ -48,9 +50,12 @@ class FakeMember:
                     for reply in replies:
                         writer.write(codec.encode(reply))
                 await writer.drain()
+        except ConnectionResetError:
+            ending = "reset"
         except (ConnectionError, codec.ProtocolError):
             pass
         finally:
+            self.endings.append(ending)
             writer.close()
 
     def table(self) -> m.TableReply:

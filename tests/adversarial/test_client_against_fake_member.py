@@ -27,6 +27,19 @@ def test_a_call_ends_within_operation_call_timeout_when_the_member_is_silent():
     assert took < 4, f"a call with operation_call_timeout_ms=2000 took {took:.1f} s"
 
 
+def test_the_client_resets_a_connection_it_gives_up_on():
+    """Found by an outside tester in network namespaces: the client closed a connection whose
+    request a cut-off member never acknowledged gracefully, so the kernel kept retransmitting it and
+    it was applied 12 to 53 s later, over newer writes. A reset drops it."""
+    with FakeMember(lambda message: []) as member:
+        with Client([member.address], operation_call_timeout_ms=500) as client, pytest.raises(OperationTimeoutError):
+            client.get_map("m").put("k", 1)
+        deadline = time.monotonic() + 5
+        while not member.endings and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert member.endings == ["reset"]
+
+
 def test_a_scan_of_a_partition_written_between_pages_ends_within_the_call_timeout():
     """``AsyncClient.scan_partition`` starts a partition over when the map's version changed
     between pages, with ``continue``, without asking the call policy: under steady writes to a

@@ -282,12 +282,19 @@ class MemberProcess:
 
     def _forget_identity(self, old: MemberId, new: MemberId) -> None:
         """Removed and rejoining as ``new``: every member connection proved ``old``; close them, so
-        that no peer goes on talking to an incarnation that no longer exists."""
+        that no peer goes on talking to an incarnation that no longer exists. Client connections
+        are reset too: a request still unread on one was sent to a member that no longer exists,
+        and must not be applied by its successor (found by an outside tester: a request a client
+        had given up on was applied after the member rejoined under a new identity)."""
         self.identity = new
         logs.log(self.logger, "member-new-identity", old=old, new=new)
         for link in list(self._links.values()):
-            if link.client_id == "" and link.stream is not None:
+            if link.stream is None:
+                continue
+            if link.client_id == "":
                 link.stream.close()
+            else:
+                link.stream.abort()
         for link in list(self._dialed.values()):
             self._drop_dialed(link)
 
