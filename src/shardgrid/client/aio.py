@@ -60,6 +60,7 @@ from shardgrid.runtime import tls
 DEFAULT_ATTEMPT_TIMEOUT_MS = 10_000  # an attempt unanswered this long: its member may be gone
 DEFAULT_CONNECT_TIMEOUT_MS = 5_000
 MAX_TABLE_PAGES = 16  # 100,000 partitions at 20,000 a page, with room to spare
+DEADLINE_MARGIN_MS = 20  # an attempt's deadline is this much before its call's, at least
 ADMIN_RETRY_S = 0.2  # an administrative command the cluster cannot take now is asked again this often
 LISTENER_CHECK_S = 0.5  # how often a listener checks that its connection still stands
 SHUTDOWN_CONFIRM_MS = 10_000  # how long a cluster shutting down may take to stop answering
@@ -477,9 +478,19 @@ class AsyncClient:
             return NOT_SENT
         try:
             async with asyncio.timeout(self._attempt_wait_s(progress)):
-                return await connection.call(request_of(connection.new_call_id()))
+                deadline = self._effect_deadline(progress)
+                return await connection.call(request_of(connection.new_call_id()), deadline)
         except (ConnectionLost, TimeoutError):
             return None
+
+    def _effect_deadline(self, progress: CallProgress) -> float:
+        """The loop's time after which an attempt of this call may no longer take effect: the
+        call's own deadline, less a margin for the member's clock running slower than ours (20 ms
+        and a thousandth of what is left: crystal clocks drift by a ten-thousandth at most). A call
+        that times out was then applied before it, or not at all."""
+        deadline_ms = progress.deadline_ms(self.call_settings)
+        left_ms = max(0, deadline_ms - self._now_ms())
+        return (deadline_ms - DEADLINE_MARGIN_MS - left_ms // 1000) / 1000
 
     def _attempt_wait_s(self, progress: CallProgress) -> float:
         """How long one attempt may wait: ``attempt_timeout_ms``, but never past the call's own

@@ -15,6 +15,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from shardgrid.client.errors import AuthenticationError, ClusterUnavailableError
 from shardgrid.core import messages as m
 from shardgrid.core.session import NONCE_BYTES, PeerRole, Session, SessionSettings
@@ -53,6 +55,7 @@ class MemberConnection:
         self._slots = asyncio.Semaphore(MAX_CALLS_IN_FLIGHT)
         self.closed = False
         self.close_reason = ""
+        self._epoch = 0.0  # the loop's time when the handshake ended: this connection's clock starts
 
     async def open(self, timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
@@ -89,15 +92,25 @@ class MemberConnection:
         self._next_call_id += 1
         return self._next_call_id
 
-    async def call(self, message: Any) -> Any:
+    async def call(self, message: Any, deadline: float | None = None) -> Any:
         """Send a message with a ``call_id`` and return its answer (a MapReply put back together, an
-        AdminReply, a MemberStatus). Raises ConnectionLost."""
+        AdminReply, a MemberStatus). Raises ConnectionLost. ``deadline``: the loop's time after
+        which a map request may no longer take effect; it is stamped on the request as it leaves
+        (``MapRequest.sent_ms`` on this connection's clock, ``deadline_ms`` from then on)."""
         async with self._slots:
             stream = self._live_stream()
-            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[Any] = loop.create_future()
             self._calls[message.call_id] = (future, [])
             try:
                 await self._writable.wait()
+                if deadline is not None and type(message) is m.MapRequest:
+                    now = loop.time()
+                    message = msgspec.structs.replace(
+                        message,
+                        sent_ms=int((now - self._epoch) * 1000),
+                        deadline_ms=max(1, int((deadline - now) * 1000)),
+                    )
                 stream.send(message)
                 return await future
             finally:
@@ -156,6 +169,7 @@ class MemberConnection:
                     self._refused(session.refusal)
                     return
                 if session.established:
+                    self._epoch = asyncio.get_running_loop().time()
                     stream.accept_only(None)
                     if self._established is not None and not self._established.done():
                         self._established.set_result(None)

@@ -76,6 +76,10 @@ def on_answer(
         return Decision(Verdict.REJECTED, outcome_unknown=call.mutating and call.maybe_applied)
     if status is ReplyCode.INDETERMINATE:
         return _after_uncertain_attempt(settings, call, now_ms)
+    if status is ReplyCode.EXPIRED:
+        # This attempt came after the call's deadline and was not applied; an earlier one may have
+        # been. Its time is up: sending again would only be refused the same way.
+        return Decision(Verdict.TIMED_OUT, outcome_unknown=call.mutating and call.maybe_applied)
     if status is ReplyCode.WRONG_OWNER:
         return _retry(settings, call, now_ms, now_ms, refresh_table=False)  # to the owner the answer names
     if status in RETRYABLE:

@@ -20,12 +20,15 @@ class Start:
 
 @dataclass(frozen=True, slots=True)
 class Receive:
-    """A message arrived from ``sender_address``; ``target_uuid`` is who the sender meant."""
+    """A message arrived from ``sender_address``; ``target_uuid`` is who the sender meant.
+    ``sent_ms``: for a client's message that says when it was sent, that moment on this member's
+    clock as the transport can tell it, never later than it was (None when unknown)."""
 
     sender_address: str
     sender: MemberId | None  # None for clients
     target_uuid: str | None
     message: Any
+    sent_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -380,6 +380,7 @@ class ReplyCode(enum.IntEnum):
     SHUTTING_DOWN = 5  # this member is leaving or left: ask another member for the table
     REJECTED = 6  # malformed, over a limit, or refused by the cluster state: retrying will not help
     INDETERMINATE = 7  # applied by the owner, but not confirmed by every backup under lease
+    EXPIRED = 8  # the attempt came after its deadline (MapRequest.deadline_ms): it was not applied
 
 
 RETRYABLE: frozenset[ReplyCode] = frozenset(
@@ -391,7 +392,13 @@ class MapRequest(Message, tag=122, kw_only=True):
     """One operation on many keys of one map, as columns: ``partition_ids[i]`` is ``keys[i]``'s
     partition (the member checks it), ``values[i]`` its value for a put. The keys may span
     partitions; the member answers for each. ``previous`` asks a put or remove for each key's
-    previous value (a column the member skips otherwise, like a putAll)."""
+    previous value (a column the member skips otherwise, like a putAll).
+
+    ``sent_ms`` is when the client sent this attempt, on its clock for the connection (ms since
+    the handshake ended: clocks need not agree, only run at the same rate), and ``deadline_ms``
+    how long after that it may still take effect: a member that gets it later refuses it whole
+    (EXPIRED) without applying any of it, so a call that timed out was applied before its
+    deadline or not at all. 0: no deadline."""
 
     call_id: Counter
     kind: OpKind
@@ -400,6 +407,8 @@ class MapRequest(Message, tag=122, kw_only=True):
     keys: KeyColumn
     values: ValueColumn = ()
     previous: bool = False
+    sent_ms: Counter = 0
+    deadline_ms: Counter = 0
 
 
 class PartitionRedirect(Record):

@@ -85,6 +85,7 @@ class Link:
     calls: dict[int, tuple[float, str, str]] = field(default_factory=dict)  # a client's: call id -> (start, map, op)
     deferred: list[Any] = field(default_factory=list)  # a client's messages read while its answers piled up
     listening: list[int] = field(default_factory=list)  # a client's ListenRequest call ids: each gets the events
+    clock_offset_ms: int = 0  # a client's: our clock less its clock for this connection, at most (_sent_at)
 
 
 class MemberProcess:
@@ -530,6 +531,7 @@ class MemberProcess:
             stream.accept_only(_CLIENT_CODES, budget=self._client_frames)
             self._client_counter += 1
             link.client_id = f"client-{self._client_counter}@{link.address}"
+            link.clock_offset_ms = self.now_ms()  # the client's clock for it starts at our Welcome
             self._clients[link.client_id] = link
             logs.log(self.logger, "client-connected", logging.DEBUG, client=link.client_id)
             return True
@@ -565,10 +567,14 @@ class MemberProcess:
                         m.EventNotice(call_id=message.call_id, kind="listening", member=self.identity.address)
                     )
                 return
-            if type(message) is m.MapRequest and len(link.calls) < MAX_TIMED_CALLS_PER_CLIENT:
-                now = self.loop.time()
-                link.calls[message.call_id] = (now, message.map_name, message.kind.value)
-            self._handle(ReceiveEvent(link.client_id, None, None, message))
+            sent_ms = None
+            if type(message) is m.MapRequest:
+                if len(link.calls) < MAX_TIMED_CALLS_PER_CLIENT:
+                    now = self.loop.time()
+                    link.calls[message.call_id] = (now, message.map_name, message.kind.value)
+                if message.deadline_ms:
+                    sent_ms = self._sent_at(link, message.sent_ms)
+            self._handle(ReceiveEvent(link.client_id, None, None, message, sent_ms))
             return
         peer = session.peer
         if peer is None:
@@ -578,6 +584,18 @@ class MemberProcess:
             self._refused(link, "a message names a member other than the one this connection proved to be")
             return
         self._handle(ReceiveEvent(peer.address, peer, None, message))
+
+    def _sent_at(self, link: Link, client_sent_ms: int) -> int:
+        """When a client sent a message stamped ``client_sent_ms`` on its clock for the connection
+        (ms since the handshake ended there), on this member's clock, never later than it was. The
+        client's clock started when our Welcome reached it, after we sent it (``clock_offset_ms``,
+        set then): adding that offset gives an instant no later than the true one. Each message
+        that is faster than that proves a smaller offset, which is kept, so a client clock running
+        fast is followed; one running slow only makes messages look older (refused sooner). A
+        message held up on its way never raises the offset: it just looks as old as it is."""
+        now = self.now_ms()
+        link.clock_offset_ms = min(link.clock_offset_ms, now - client_sent_ms)
+        return client_sent_ms + link.clock_offset_ms
 
     def _refused(self, link: Link, reason: str) -> None:
         self.metrics.connections_refused.inc()

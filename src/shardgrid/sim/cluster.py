@@ -268,9 +268,12 @@ class Simulation:
                 if node.paused:
                     node.held.append((kind, payload))
                     return
-                sender_address, sender, target_uuid, message = envelope
+                sender_address, sender, target_uuid, message, sent_ms = envelope
                 self._trace_line("d", address, type(message).__name__)
-                self._run_member(node, Receive(sender_address, sender, target_uuid, message))
+                # A client's message says when it was sent (a member process works it out from the
+                # connection's clock): the simulator knows exactly.
+                sent = sent_ms if sender is None else None
+                self._run_member(node, Receive(sender_address, sender, target_uuid, message, sent))
                 for hook in list(self.after_delivery):
                     hook(address, sender_address, message)
             elif address in self.clients:
@@ -350,7 +353,8 @@ class Simulation:
         if not latencies:
             self.stats.messages_dropped += 1
         for latency in latencies:
-            self._schedule(self.now_ms + latency, "deliver", (target, (source, sender, target_uuid, message)))
+            envelope = (source, sender, target_uuid, message, self.now_ms)
+            self._schedule(self.now_ms + latency, "deliver", (target, envelope))
 
     def _client_message(self, client: SimClient, message: Any) -> None:
         for address, reply in client.on_message(self.now_ms, message, self.member_addresses()):

@@ -43,6 +43,7 @@ MAP_NAME = "ledger"
 # With async backups configured, half of each client's keys live in this map: the same sync
 # backups as the ledger, and async backups in the slots after them.
 ASYNC_MAP_NAME = "ledger-async"
+DEADLINE_MARGIN_MS = 20  # the smart client's (client/aio.py)
 ACKED = "acked"
 MAYBE = "maybe"
 FAILED = "failed"
@@ -211,6 +212,9 @@ class SimClient:
         self.counter += 1
         call.call_id = self.counter
         values = (call.write.value,) if call.write is not None else ()
+        # As the smart client does: the attempt may take effect until the call's deadline, less a
+        # margin, and a member that gets it later refuses it (EXPIRED).
+        deadline_ms = call.progress.deadline_ms(self.settings) - DEADLINE_MARGIN_MS
         request = MapRequest(
             call_id=call.call_id,
             kind=call.kind,
@@ -218,6 +222,8 @@ class SimClient:
             partition_ids=(call.partition_id,),
             keys=(call.key,),
             values=values,
+            sent_ms=now_ms,
+            deadline_ms=max(1, deadline_ms - now_ms),
         )
         return [(target, request)]
 

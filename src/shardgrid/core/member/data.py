@@ -245,13 +245,22 @@ class DataPath:
 
     # --- client requests -------------------------------------------------------------------------
 
-    def on_map_request(self, client: str, message: MapRequest) -> None:
+    def on_map_request(self, client: str, message: MapRequest, sent_ms: int | None = None) -> None:
+        """``sent_ms``: when the client sent it, on this member's clock (no later than it was)."""
         count = len(message.keys) if isinstance(message.keys, tuple) else 0
         problem, lengths = self._request_problem(message)
         if problem:
             # Nothing of it is applied: every key refused, with the reason.
             codes = (ReplyCode.REJECTED,) * count
             self.ctx.reply(client, MapReply(call_id=message.call_id, codes=codes, reason=problem))
+            return
+        if message.deadline_ms and sent_ms is not None and self.ctx.now_ms - sent_ms > message.deadline_ms:
+            # Held up on its way (a partition, a kernel retransmitting it): its caller may have
+            # given up and written again since. Refused whole, never applied late.
+            late_ms = self.ctx.now_ms - sent_ms - message.deadline_ms
+            reason = f"the attempt came {late_ms} ms after its deadline of {message.deadline_ms} ms: not applied"
+            codes = (ReplyCode.EXPIRED,) * count
+            self.ctx.reply(client, MapReply(call_id=message.call_id, codes=codes, reason=reason))
             return
         wants_values = message.kind == GET or message.previous
         call = PendingCall(

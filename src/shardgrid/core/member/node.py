@@ -269,7 +269,7 @@ class Member:
         if event.target_uuid is not None and event.target_uuid != self.identity.uuid:
             return  # meant for an earlier incarnation at this address
         if kind in _FROM_CLIENTS:
-            self._client_message(event.sender_address, message)
+            self._client_message(event.sender_address, message, event.sent_ms)
             return
         if kind is m.JoinRequest:
             if event.sender == message.member:  # only a process asks for itself (not a client)
@@ -306,9 +306,9 @@ class Member:
         if handler is not None:
             handler(sender, message)
 
-    def _client_message(self, client: str, message: Any) -> None:
+    def _client_message(self, client: str, message: Any, sent_ms: int | None) -> None:
         if isinstance(message, m.MapRequest):
-            self.data.on_map_request(client, message)
+            self.data.on_map_request(client, message, sent_ms)
         elif isinstance(message, m.ScanRequest):
             self.data.on_scan_request(client, message)
         elif isinstance(message, m.TableRequest):
