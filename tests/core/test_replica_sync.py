@@ -222,7 +222,7 @@ def test_a_migration_destination_keeps_each_maps_version_from_its_chunks() -> No
     ]
     for chunk in chunks:
         destination.handle(now + 1, Receive(A.address, A, C.uuid, chunk))
-    staged = destination.migrations.incoming[0].staging.data()
+    staged = destination.migrations.incoming[0].staging.data(0)
     assert (staged.versions, staged.versions_from, staged.sequence) == ({"a": 4, "b": 9}, 2, 9)
 
 

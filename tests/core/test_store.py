@@ -72,6 +72,7 @@ def test_a_replica_at_any_sequence_from_versions_from_on_becomes_the_owner_by_ta
                 values=values,
             ),
             0,
+            0,
         )
         assert all(owner.maps.values())  # an emptied map is dropped
         assert set(owner.versions) == set(owner.maps)  # every map held has a version, and only those
@@ -88,15 +89,18 @@ def test_a_replica_at_any_sequence_from_versions_from_on_becomes_the_owner_by_ta
 def test_emptying_a_map_raises_versions_from_and_a_no_op_does_not() -> None:
     data = PartitionData()
     data.apply_run(
-        WriteRun(partition_id=0, lineage="", first_sequence=1, kind=PUT, map_name="m", keys=(b"a",), values=(b"1",)), 0
+        WriteRun(partition_id=0, lineage="", first_sequence=1, kind=PUT, map_name="m", keys=(b"a",), values=(b"1",)),
+        0,
+        0,
     )
     data.apply_run(
         WriteRun(partition_id=0, lineage="", first_sequence=2, kind=REMOVE, map_name="other", keys=(b"a",), values=()),
         0,
+        0,
     )  # nothing held: no change
     assert (data.versions, data.versions_from) == ({"m": 1}, 0)
     data.apply_run(
-        WriteRun(partition_id=0, lineage="", first_sequence=3, kind=REMOVE, map_name="m", keys=(b"a",), values=()), 0
+        WriteRun(partition_id=0, lineage="", first_sequence=3, kind=REMOVE, map_name="m", keys=(b"a",), values=()), 0, 0
     )
     assert (data.maps, data.versions, data.versions_from) == ({}, {}, 3)
 
@@ -112,13 +116,14 @@ def test_a_run_applies_from_where_the_replica_stands() -> None:
         keys=(b"a", b"b", b"c"),
         values=(b"1", b"2", b"3"),
     )
-    data.apply_run(run, 1)  # write 1 is already applied
+    data.apply_run(run, 1, 0)  # write 1 is already applied
     assert data.maps == {"m": {b"b": b"2", b"c": b"3"}}
     assert data.sequence == 3
     data.apply_run(
         WriteRun(
             partition_id=0, lineage="", first_sequence=4, kind=REMOVE, map_name="m", keys=(b"b", b"c", b"zz"), values=()
         ),
+        0,
         0,
     )
     assert data.maps == {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,6 +139,10 @@ class AsyncClient:
         self._refreshing: asyncio.Task[None] | None = None
         self._listeners: list[EventListener] = []
         self._closed = False
+        # This client's name for its writes (``core.write_records``): a member that applied one
+        # answers its retry as it answered the first attempt, and applies nothing again.
+        self.client_id = uuid.uuid4().hex
+        self._last_write_id = 0
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -341,6 +346,7 @@ class AsyncClient:
             return
         (owner,) = owners
         progress = CallProgress(self._now_ms(), True)
+        write_id = self._new_write_id()
 
         def request(call_id: int) -> m.MapRequest:
             # msgspec writes a Raw's bytes into the frame as they are: the columns' own arrays.
@@ -352,6 +358,8 @@ class AsyncClient:
                 keys=msgspec.Raw(columns.keys),  # type: ignore[arg-type]
                 values=msgspec.Raw(columns.values),  # type: ignore[arg-type]
                 previous=False,
+                client_id=self.client_id,
+                write_id=write_id,
             )
 
         reply = await self._attempt(owner, progress, request)
@@ -359,7 +367,10 @@ class AsyncClient:
         if len(codes) == columns.count and codes.count(m.ReplyCode.OK) == columns.count:
             return
         answered = [(list(range(columns.count)), reply)]
-        await self._map_rounds(kind, map_name, keys, values, pids, False, progress, [None] * len(keys), answered)
+        write_ids = [write_id] * columns.count
+        await self._map_rounds(
+            kind, map_name, keys, values, pids, False, progress, [None] * len(keys), answered, write_ids
+        )
 
     async def _map_rounds(
         self,
@@ -372,22 +383,29 @@ class AsyncClient:
         progress: CallProgress,
         results: list[bytes | None],
         answered: list[tuple[list[int], m.MapReply | _NotSent | None]] | None,
+        write_ids: list[int] | None = None,
     ) -> None:
         """Rounds of attempts, each key to its owner, until every key is answered or the policy
         ends the call; ``results`` gets the values answered. ``answered``: the answers of a
-        first round made already (``put_encoded``'s one request)."""
+        first round made already (``put_encoded``'s one request), ``write_ids`` its keys' write.
+
+        A write's keys are named by the request that first carried them (``write_records``):
+        every retry of a key names the same write, and goes with the other keys of that write
+        only, so that a partition that applied the write recognises the retry and answers it."""
         count = len(keys)
         remaining = list(range(count))
+        write_of = write_ids if write_ids is not None else [0] * count
         while remaining:
             if answered is not None:
                 answers, answered = answered, None
             else:
                 attempts = []
-                for owner, indexes in group_by_owner(remaining, pids, self.table).items():
-                    for batch in split_requests(indexes, keys, values, MAX_OPERATIONS_PER_REQUEST):
-                        attempts.append(
-                            self._map_attempt(owner, kind, map_name, batch, pids, keys, values, previous, progress)
+                for write_id, batch, owner in self._attempt_batches(kind, remaining, pids, keys, values, write_of):
+                    attempts.append(
+                        self._map_attempt(
+                            owner, kind, map_name, batch, pids, keys, values, previous, progress, write_id
                         )
+                    )
                 answers = await asyncio.gather(*attempts)
             remaining = []
             decisions: list[Decision] = []
@@ -432,6 +450,42 @@ class AsyncClient:
                 remaining.sort()
                 await self._carry_out(decisions, reasons, kind, len(remaining), count)
 
+    def _attempt_batches(
+        self,
+        kind: m.OpKind,
+        remaining: list[int],
+        pids: Sequence[int],
+        keys: Sequence[bytes],
+        values: Sequence[bytes] | None,
+        write_of: list[int],
+    ) -> list[tuple[int, list[int], str | None]]:
+        """The next round's requests: (write id, keys' indexes, owner). Keys not sent yet are
+        grouped per owner and split to fit a request, each request a new write of this client;
+        keys sent before go again with the write that first carried them (what fitted one
+        request then fits now)."""
+        batches: list[tuple[int, list[int], str | None]] = []
+        fresh: list[int] = []
+        again: dict[int, list[int]] = {}
+        for index in remaining:
+            if write_of[index]:
+                again.setdefault(write_of[index], []).append(index)
+            else:
+                fresh.append(index)
+        for write_id, indexes in again.items():
+            for owner, batch in group_by_owner(indexes, pids, self.table).items():
+                batches.append((write_id, batch, owner))
+        for owner, indexes in group_by_owner(fresh, pids, self.table).items():
+            for batch in split_requests(indexes, keys, values, MAX_OPERATIONS_PER_REQUEST):
+                write_id = self._new_write_id() if kind is not m.GET else 0
+                for index in batch:
+                    write_of[index] = write_id
+                batches.append((write_id, batch, owner))
+        return batches
+
+    def _new_write_id(self) -> int:
+        self._last_write_id += 1
+        return self._last_write_id
+
     async def _map_attempt(
         self,
         owner: str | None,
@@ -443,7 +497,10 @@ class AsyncClient:
         values: Sequence[bytes] | None,
         previous: bool,
         progress: CallProgress,
+        write_id: int,
     ) -> tuple[list[int], m.MapReply | _NotSent | None]:
+        client_id = self.client_id if write_id else ""
+
         def request(call_id: int) -> m.MapRequest:
             if len(batch) == len(keys):  # the whole call: indexes are unique and in call order
                 return m.MapRequest(
@@ -454,6 +511,8 @@ class AsyncClient:
                     keys=tuple(keys),
                     values=tuple(values or ()),
                     previous=previous,
+                    client_id=client_id,
+                    write_id=write_id,
                 )
             return m.MapRequest(
                 call_id=call_id,
@@ -463,6 +522,8 @@ class AsyncClient:
                 keys=tuple(map(keys.__getitem__, batch)),
                 values=tuple(map(values.__getitem__, batch)) if values is not None else (),
                 previous=previous,
+                client_id=client_id,
+                write_id=write_id,
             )
 
         return batch, await self._attempt(owner, progress, request)

@@ -37,6 +37,7 @@ from shardgrid.core.metadata.commands import Members
 from shardgrid.core.migration import MigrationRecord
 from shardgrid.core.table import MAX_PARTITION_VERSION
 from shardgrid.core.wire import Counter, Message, Record
+from shardgrid.core.write_records import AnswerValues, ClientId, WriterRecords
 
 # Bounds the codec enforces in C while it decodes, before a member sees the message: a collection
 # is refused from its length alone, before any of its items is built.
@@ -183,6 +184,7 @@ class MigrationChunk(Message, tag=88, kw_only=True):
     lineage: str
     map_version: Counter = 0  # the replica version of ``map_name`` (seed 002: a fragment's own)
     versions_from: Counter = 0  # the partition's: maps emptied at or before it have no version
+    writers: WriterRecords = ()  # in the last chunk: the writes the partition applied (write_records)
 
 
 class MigrationChunkAck(Message, tag=89):
@@ -269,6 +271,13 @@ class WriteRun(Record, kw_only=True):
     # writes' sequences without their keys and values, so that every backup of the partition
     # follows one sequence.
     skipped: Annotated[int, msgspec.Meta(ge=0, le=MAX_OPERATIONS_PER_REQUEST)] = 0
+    # The client's write these came from (``write_records``): a backup records it as applied, so
+    # that as owner it would answer a retry of it; ``record_ttl_ms`` is how long to remember it,
+    # and ``answer`` what the owner answered when that was values (the backup cannot work them out).
+    client_id: ClientId = ""
+    write_id: Counter = 0
+    record_ttl_ms: Counter = 0
+    answer: AnswerValues | None = None
 
     @property
     def last_sequence(self) -> int:
@@ -289,6 +298,9 @@ class WriteRun(Record, kw_only=True):
             keys=(),
             values=(),
             skipped=self.write_count,
+            client_id=self.client_id,
+            write_id=self.write_id,
+            record_ttl_ms=self.record_ttl_ms,
         )
 
 
@@ -327,6 +339,7 @@ class ReplicaSyncChunk(Message, tag=126, kw_only=True):
     base_sequence: AckedSequence
     map_version: Counter = 0
     versions_from: Counter = 0
+    writers: WriterRecords = ()  # in the last chunk: the writes the partition applied (write_records)
 
 
 class ReplicaSyncAck(Message, tag=103):
@@ -381,10 +394,11 @@ class ReplyCode(enum.IntEnum):
     REJECTED = 6  # malformed, over a limit, or refused by the cluster state: retrying will not help
     INDETERMINATE = 7  # applied by the owner, but not confirmed by every backup under lease
     EXPIRED = 8  # the attempt came after its deadline (MapRequest.deadline_ms): it was not applied
+    SETTLING = 9  # an earlier attempt of this write was applied and waits for its backups: retry after retry_after_ms
 
 
 RETRYABLE: frozenset[ReplyCode] = frozenset(
-    {ReplyCode.MIGRATING, ReplyCode.NOT_READY, ReplyCode.OVERLOADED, ReplyCode.SHUTTING_DOWN}
+    {ReplyCode.MIGRATING, ReplyCode.NOT_READY, ReplyCode.OVERLOADED, ReplyCode.SHUTTING_DOWN, ReplyCode.SETTLING}
 )
 
 
@@ -409,6 +423,10 @@ class MapRequest(Message, tag=122, kw_only=True):
     previous: bool = False
     sent_ms: Counter = 0
     deadline_ms: Counter = 0
+    # The write's name at its client, the same in every attempt (``write_records``): a partition
+    # that applied it answers a retry as it answered the first, applying nothing. "": unnamed.
+    client_id: ClientId = ""
+    write_id: Counter = 0
 
 
 class PartitionRedirect(Record):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from shardgrid.core.errors import invariant
 from shardgrid.core.messages import PUT, WriteRun
+from shardgrid.core.write_records import WriteRecords
 
 # One piece of a transfer: a map's name and replica version, and some of its keys and values.
 Piece = tuple[str, int, tuple[bytes, ...], tuple[bytes, ...]]
@@ -43,6 +44,9 @@ class PartitionData:
     # is listed (what a sync of just the maps changed since some sequence relies on).
     versions: dict[str, int] = field(default_factory=dict)
     versions_from: int = 0
+    # The clients' writes this copy applied, so that as owner it answers a retry instead of
+    # applying it again (``write_records``); not part of what makes two copies equal.
+    writes: WriteRecords = field(default_factory=WriteRecords)
 
     def changed(self, map_name: str, sequence: int) -> None:
         """Record that the write at ``sequence`` changed ``map_name`` (or tried to)."""
@@ -64,9 +68,12 @@ class PartitionData:
         from ``versions_from`` on (before it, an emptied map may be missing from the list)."""
         return [name for name in self.maps if self.version_of(name) > sequence]
 
-    def apply_run(self, run: WriteRun, start: int) -> None:
+    def apply_run(self, run: WriteRun, start: int, now_ms: int) -> None:
         """Apply the writes of ``run`` from position ``start`` on, and advance the sequence to the
         run's last. The backup checked the run whole (kind, lengths) before calling this."""
+        if run.client_id and run.write_id and self.writes.room_for(run.client_id, now_ms):
+            expires_ms = now_ms + run.record_ttl_ms
+            self.writes.record(run.client_id, run.write_id, run.last_sequence, run.answer, expires_ms)
         if run.skipped:
             self.sequence = run.last_sequence  # a map this replica keeps no copy of
             return

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from shardgrid.core.store import PartitionData, Piece, stream_pieces
+from shardgrid.core.write_records import WriterRecord
 
 # With fragments off, a transfer is not windowed: every chunk is sent at once, up to this many
 # (a partition of more than this many chunks still moves, this many at a time).
@@ -123,6 +124,8 @@ class Chunk(Protocol):
     def map_version(self) -> int: ...
     @property
     def versions_from(self) -> int: ...
+    @property
+    def writers(self) -> tuple[WriterRecord, ...]: ...
 
 
 C = TypeVar("C", bound=Chunk)
@@ -140,6 +143,7 @@ class Staging(Generic[C]):
     replica_sequence: int = 0
     lineage: str = ""
     versions_from: int = 0
+    writers: tuple[WriterRecord, ...] = ()  # the last chunk's
 
     def receive(self, chunk: C, window: int) -> None:
         if not self.complete and self.next_index < chunk.sequence < self.next_index + window:
@@ -151,6 +155,8 @@ class Staging(Generic[C]):
                 self.versions[current.map_name] = current.map_version
             self.next_index += 1
             self.complete = current.last
+            if current.last:
+                self.writers = current.writers
             self.replica_sequence = current.replica_sequence
             self.lineage = current.lineage
             self.versions_from = current.versions_from
@@ -163,12 +169,14 @@ class Staging(Generic[C]):
         """The cumulative acknowledgement: every chunk up to this one is staged (-1: none)."""
         return self.next_index - 1
 
-    def data(self) -> PartitionData:
-        """The staged maps as a whole copy of the partition."""
-        return PartitionData(
+    def data(self, now_ms: int) -> PartitionData:
+        """The staged maps as a whole copy of the partition, with the writes it applied."""
+        data = PartitionData(
             maps=self.maps,
             sequence=self.replica_sequence,
             lineage=self.lineage,
             versions=self.versions,
             versions_from=self.versions_from,
         )
+        data.writes.install(self.writers, now_ms)
+        return data

@@ -107,6 +107,7 @@ class Call:
     retry_at_ms: int = 0
     target: str | None = None
     first_sent_ms: int = 0
+    write_id: int = 0  # a write's name at its client, the same in every attempt (0: a read)
 
 
 class SimClient:
@@ -193,6 +194,7 @@ class SimClient:
             write=write,
             map_name=self.map_of[key],
             progress=CallProgress(now_ms, kind == PUT),
+            write_id=self.counter if write is not None else 0,
         )
 
     def _send(self, now_ms: int, members: list[str]) -> list[tuple[str, Any]]:
@@ -224,6 +226,8 @@ class SimClient:
             values=values,
             sent_ms=now_ms,
             deadline_ms=max(1, deadline_ms - now_ms),
+            client_id=self.address if call.write_id else "",
+            write_id=call.write_id,
         )
         return [(target, request)]
 

@@ -68,6 +68,7 @@ from shardgrid.core.messages import (
 )
 from shardgrid.core.store import PartitionData, Piece, columns_bytes, counted_bytes, packed_lengths
 from shardgrid.core.transfer import SendWindow, Staging, window_chunks
+from shardgrid.core.write_records import NO_DEADLINE_TTL_MS, RECORD_GRACE_MS, WINDOW_IDS, Seen, records_problem
 
 # What a run takes on the wire beyond its keys, values and map name (partition, lineage, sequences).
 RUN_HEADER_BYTES = 64
@@ -281,13 +282,21 @@ class DataPath:
                 call.reason = f"the cluster is {self.consensus.state.cluster_state.value}: it takes no writes"
         else:
             serving = self.leases.holds() and self.migrations is not None
+            expires_ms = self._record_expiry(message, sent_ms)
             for pid, indexes in groups.items():
-                self._execute(call, message, pid, indexes, serving, lengths)
+                self._execute(call, message, pid, indexes, serving, lengths, expires_ms)
             self._send_outbox()
             if message.kind == GET:
                 self._bound_answer(call)
         if call.open_writes == 0:
             self._reply(call)
+
+    def _record_expiry(self, message: MapRequest, sent_ms: int | None) -> int:
+        """Until when a partition remembers that it applied this request's write: no attempt of
+        it can arrive after its deadline (and a grace for the clocks); without one, long."""
+        if message.deadline_ms and sent_ms is not None:
+            return sent_ms + message.deadline_ms + RECORD_GRACE_MS
+        return self.ctx.now_ms + NO_DEADLINE_TTL_MS
 
     def _request_problem(self, message: MapRequest) -> tuple[str, ColumnLengths]:
         """What makes the request unfit to serve ('' when nothing), and its keys' and values'
@@ -339,7 +348,14 @@ class DataPath:
         return None
 
     def _execute(
-        self, call: PendingCall, message: MapRequest, pid: int, indexes: Indexes, serving: bool, lengths: ColumnLengths
+        self,
+        call: PendingCall,
+        message: MapRequest,
+        pid: int,
+        indexes: Indexes,
+        serving: bool,
+        lengths: ColumnLengths,
+        expires_ms: int,
     ) -> None:
         table = self.consensus.state.table
         migrations = self.migrations
@@ -365,10 +381,18 @@ class DataPath:
         if migrations.writes_blocked(pid) or (pid in self.outgoing_syncs and self._syncing(pid, message.map_name)):
             call.mark(indexes, ReplyCode.MIGRATING)
             return
+        named = bool(message.client_id and message.write_id)
+        if named and not self._first_time(call, message, pid, data, indexes):
+            return
+        unit = indexes  # the request's keys of this partition, answered as one
         if kind == PUT_IF_ABSENT:
             indexes = self._absent(data.maps.get(message.map_name, {}), keys, values, indexes, out)
             if not indexes:
-                return  # every key has a value: nothing is written, each answered OK
+                # Every key has a value: nothing is written, each answered OK (and remembered, so
+                # that a retry is answered the same whatever was written since).
+                if named:
+                    self._remember(data, message, unit, out, expires_ms)
+                return
             kind = PUT
         if isinstance(indexes, range):
             start, stop = indexes.start, indexes.stop
@@ -402,6 +426,7 @@ class DataPath:
                     out[index] = previous
         data.sequence += len(indexes)
         data.changed(message.map_name, data.sequence)
+        answer = self._remember(data, message, unit, out, expires_ms) if named else None
         targets = self._targets_of(pid, slots, message.map_name)
         if not targets.backups:
             return
@@ -413,6 +438,10 @@ class DataPath:
             map_name=message.map_name,
             keys=tuple(run_keys),
             values=tuple(run_values),
+            client_id=message.client_id if named else "",
+            write_id=message.write_id if named else 0,
+            record_ttl_ms=max(0, expires_ms - self.ctx.now_ms) if named else 0,
+            answer=answer,
         )
         self.outbox.append((run, size, targets.copies, targets.sequence_only))
         pending = self.pending.get(pid)
@@ -433,6 +462,57 @@ class DataPath:
         self.pending_count += len(indexes)
         self.pending_bytes += size
         call.open_writes += 1
+
+    def _first_time(self, call: PendingCall, message: MapRequest, pid: int, data: PartitionData, unit: Indexes) -> bool:
+        """Whether this partition has not applied the request's write yet (``write_records``).
+        When it has, the keys get the first answer again and nothing is applied: OK once the write
+        is on every sync backup (as the first answer waited for), SETTLING until then; a write too
+        old to tell is refused, as is a client this partition has no room to remember."""
+        now = self.ctx.now_ms
+        seen, writer = data.writes.seen(message.client_id, message.write_id, now)
+        if seen is Seen.NEW:
+            if data.writes.room_for(message.client_id, now):
+                return True
+            call.mark(unit, ReplyCode.OVERLOADED)  # every client it remembers may still retry
+            return False
+        if seen is Seen.TOO_OLD or writer is None:
+            call.mark(unit, ReplyCode.REJECTED)
+            call.reason = (
+                f"write {message.write_id} is older than the {WINDOW_IDS} latest writes of this client partition "
+                f"{pid} remembers: whether it was applied cannot be told, and it is not applied now"
+            )
+            return False
+        answer = writer.answers.get(message.write_id)
+        applied_through = answer.last_sequence if answer is not None else writer.forgotten_sequence
+        if not self._acknowledged_through(pid, data, applied_through):
+            call.mark(unit, ReplyCode.SETTLING)
+            return False
+        if call.values is not None:
+            kept = answer.values if answer is not None else None
+            if kept is None or len(kept) != len(unit):
+                call.mark(unit, ReplyCode.REJECTED)
+                call.reason = f"write {message.write_id} was applied already; its answer is no longer kept"
+                return False
+            for index, value in zip(unit, kept, strict=True):
+                call.values[index] = value
+        return False  # answered OK, as the codes already say
+
+    def _acknowledged_through(self, pid: int, data: PartitionData, sequence: int) -> bool:
+        """Whether every write of the partition up to ``sequence`` is on every sync backup: none
+        of them waits for an acknowledgement, and no sync is bringing a backup back."""
+        if pid in self.outgoing_syncs:
+            return False
+        pending = self.pending.get(pid)
+        return pending is None or not pending.writes or pending.writes[0].first_sequence > sequence
+
+    @staticmethod
+    def _remember(
+        data: PartitionData, message: MapRequest, unit: Indexes, out: list[bytes | None] | None, expires_ms: int
+    ) -> tuple[bytes | None, ...] | None:
+        """Record the request's write as applied to the partition; returns its answer's values."""
+        answer = tuple(out[i] for i in unit) if out is not None else None
+        data.writes.record(message.client_id, message.write_id, data.sequence, answer, expires_ms)
+        return answer
 
     @staticmethod
     def _absent(
@@ -869,7 +949,7 @@ class DataPath:
                 held[run.first_sequence] = run
             return
         if run.last_sequence > data.sequence:
-            data.apply_run(run, data.sequence + 1 - run.first_sequence)
+            data.apply_run(run, data.sequence + 1 - run.first_sequence, self.ctx.now_ms)
         self._drain_early_runs(pid, data)
 
     def _drain_early_runs(self, pid: int, data: PartitionData) -> None:
@@ -883,7 +963,7 @@ class DataPath:
             # Held under another lineage (the partition changed hands since): its sequences mean
             # nothing here, and applying it would acknowledge a write this backup does not hold.
             if early.lineage == data.lineage and early.last_sequence > data.sequence:
-                data.apply_run(early, data.sequence + 1 - early.first_sequence)
+                data.apply_run(early, data.sequence + 1 - early.first_sequence, self.ctx.now_ms)
         if held is not None and not held:
             del self.reorder[pid]
 
@@ -996,6 +1076,7 @@ class DataPath:
                 base_sequence=sync.base_sequence,
                 map_version=version,
                 versions_from=sync.versions_from,
+                writers=self.store(sync.partition_id).writes.snapshot(self.ctx.now_ms) if last else (),
             )
 
         limit = window_chunks(config.migration_window_chunks, config.migration_fragments_enabled)
@@ -1060,6 +1141,8 @@ class DataPath:
             return
         if len(message.keys) != len(message.values) or (message.keys and not message.map_name):
             return  # malformed: nothing taken, nothing acknowledged
+        if message.writers and records_problem(message.writers):
+            return
         incoming = self.incoming_syncs.get(pid)
         if incoming is None or incoming.sync_id != message.sync_id:
             held = self.stores.get(pid)
@@ -1087,10 +1170,11 @@ class DataPath:
         if staging.complete:
             del self.incoming_syncs[pid]
             if incoming.base_sequence < 0:
-                self.install(pid, staging.data(), index)
+                self.install(pid, staging.data(self.ctx.now_ms), index)
             elif self._holds_base(pid, message):
                 data = self.stores[pid]
                 data.replace_maps(staging.maps, staging.versions)
+                data.writes.install(staging.writers, self.ctx.now_ms)
                 data.sequence = staging.replica_sequence
                 self._drain_early_runs(pid, data)
             else:

@@ -39,6 +39,7 @@ from shardgrid.core.messages import (
 from shardgrid.core.migration import MigrationOutcome, MigrationRecord
 from shardgrid.core.store import Piece, columns_bytes
 from shardgrid.core.transfer import SendWindow, Staging, Throttle, window_chunks
+from shardgrid.core.write_records import records_problem
 
 # Migration ids a destination refused to commit before it even applied their start; bounded.
 MAX_FENCED_IDS = 10_000
@@ -149,7 +150,9 @@ class MigrationParticipant:
         if incoming is not None and incoming.record.migration_id == record.migration_id:
             del self.incoming[pid]
             if record.outcome is MigrationOutcome.COMMITTED and incoming.staging.complete:
-                self.data.install(pid, incoming.staging.data(), incoming.record.migration.destination_new_index)
+                self.data.install(
+                    pid, incoming.staging.data(self.ctx.now_ms), incoming.record.migration.destination_new_index
+                )
         outgoing = self.outgoing.get(pid)
         if outgoing is not None and outgoing.record.migration_id == record.migration_id:
             del self.outgoing[pid]
@@ -172,7 +175,9 @@ class MigrationParticipant:
             # and the table names it a replica: the staged data is then its copy of the partition.
             named = state.table is not None and self.ctx.identity in state.table.replicas[pid]
             if incoming.installed and incoming.staging.complete and named:
-                self.data.install(pid, incoming.staging.data(), incoming.record.migration.destination_new_index)
+                self.data.install(
+                    pid, incoming.staging.data(self.ctx.now_ms), incoming.record.migration.destination_new_index
+                )
         # A promotion inside the snapshot: its new lineage starts now, as from the log, once the
         # copies committed to this member are installed and before the snapshot's migrations
         # start (a source streams the new lineage, not the old). A partition this member is
@@ -225,6 +230,7 @@ class MigrationParticipant:
                 lineage=outgoing.lineage,
                 map_version=version,
                 versions_from=outgoing.versions_from,
+                writers=self.data.store(outgoing.record.partition_id).writes.snapshot(self.ctx.now_ms) if last else (),
             )
 
         throttle = self.throttle
@@ -317,6 +323,9 @@ class MigrationParticipant:
         if len(message.keys) != len(message.values) or (message.keys and not message.map_name):
             reason = "a chunk's keys and values differ in number, or its records name no map"
             self.ctx.send(sender, MigrationChunkAck(message.record.migration_id, message.sequence, False, reason))
+            return
+        if message.writers and (problem := records_problem(message.writers)):
+            self.ctx.send(sender, MigrationChunkAck(message.record.migration_id, message.sequence, False, problem))
             return
         incoming.staging.receive(message, window)
         ack = MigrationChunkAck(message.record.migration_id, incoming.staging.held_through, True)
