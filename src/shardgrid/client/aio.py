@@ -538,20 +538,21 @@ class AsyncClient:
         except (ClusterUnavailableError, TimeoutError):
             return NOT_SENT
         try:
-            async with asyncio.timeout(self._attempt_wait_s(progress)):
-                deadline = self._effect_deadline(progress)
+            wait_s = self._attempt_wait_s(progress)
+            async with asyncio.timeout(wait_s):
+                deadline = self._effect_deadline(wait_s)
                 return await connection.call(request_of(connection.new_call_id()), deadline)
         except (ConnectionLost, TimeoutError):
             return None
 
-    def _effect_deadline(self, progress: CallProgress) -> float:
-        """The loop's time after which an attempt of this call may no longer take effect: the
-        call's own deadline, less a margin for the member's clock running slower than ours (20 ms
-        and a thousandth of what is left: crystal clocks drift by a ten-thousandth at most). A call
-        that times out was then applied before it, or not at all."""
-        deadline_ms = progress.deadline_ms(self.call_settings)
-        left_ms = max(0, deadline_ms - self._now_ms())
-        return (deadline_ms - DEADLINE_MARGIN_MS - left_ms // 1000) / 1000
+    def _effect_deadline(self, wait_s: float) -> float:
+        """The loop's time after which this attempt may no longer take effect: when the client
+        stops waiting for its answer (``wait_s`` from now), less a margin for the member's clock
+        running slower than ours (20 ms and a thousandth: crystal clocks drift by a ten-thousandth
+        at most). An attempt given up on, and a call that ends unanswered (timed out, or
+        indeterminate), can then no longer be applied after the client moved on."""
+        now = asyncio.get_running_loop().time()
+        return now + wait_s - (DEADLINE_MARGIN_MS + wait_s) / 1000
 
     def _attempt_wait_s(self, progress: CallProgress) -> float:
         """How long one attempt may wait: ``attempt_timeout_ms``, but never past the call's own

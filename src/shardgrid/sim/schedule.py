@@ -23,7 +23,9 @@ A ``require`` entry is ``"<ref> != <ref>"``, ``"<ref> == <ref>"`` or ``"<ref> ex
 
 Actions: ``crash`` (``drop_in_flight``: what it sent and is still on the wire dies too, except
 to ``keep_to``), ``restart`` (at the same address; ``isolated`` keeps it cut off until a heal),
-``pause`` and ``resume``, ``split`` (``groups``), ``isolate``, ``heal``, ``drop`` (the next
+``pause`` and ``resume``, ``split`` (``groups``, which may name clients, ``client-1`` ...;
+``hold_ms``: what a client and a member send each other across it is held and arrives after the
+heal, up to that much later, instead of being lost), ``isolate``, ``heal``, ``drop`` (the next
 ``count`` messages of the listed ``messages`` types, each ``every``-th of them, optionally only
 ``from``/``to`` given members, or all of them for ``duration_ms``), ``join`` (``lite``; ``seeds``
 to start it with only those addresses), ``shutdown`` (graceful; ``signal``: as a process given
@@ -86,6 +88,7 @@ _RUN_FIELDS = {
     "operation_call_timeout_ms",
     "ops",
     "clients",
+    "keys_per_client",
     "faults",
     "max_parallel_migrations",
     "drop_rate",
@@ -109,6 +112,7 @@ _STEP_FIELDS = {
     "isolated",
     "duration_ms",
     "groups",
+    "hold_ms",
     "messages",
     "from",
     "to",
@@ -237,7 +241,7 @@ def _parse_step(number: int, raw: dict[str, Any], name: str) -> Step:
         trigger = Trigger(
             message=when["message"], at=when.get("at"), sender=when.get("from"), nth=nth, require=conditions
         )
-    for key in ("at_ms", "after_ms", "duration_ms", "count", "every", "ops", "clients"):
+    for key in ("at_ms", "after_ms", "duration_ms", "count", "every", "ops", "clients", "hold_ms"):
         if key in raw:
             require(isinstance(raw[key], int) and raw[key] >= 0, f"{where}: {key} must be a whole number >= 0")
     if "messages" in raw:
@@ -379,7 +383,9 @@ class ScheduleRunner:
             addresses = sim.started_addresses
             return addresses[number - 1] if 0 < number <= len(addresses) else None
         leader = sim.leader()
-        if ref in ("leader", "leader"):
+        if ref.startswith("client-") and ref in sim.clients:
+            return ref  # a client: a split may cut it off with some members
+        if ref == "leader":
             return leader.identity.address if leader is not None else None
         if ref in ("receiver", "sender"):
             return context.receiver if ref == "receiver" else context.sender
@@ -493,7 +499,7 @@ class ScheduleRunner:
             if rest_at >= 0:
                 taken = {a for g in named for a in g}
                 named[rest_at] = [a for a in sim.nodes if a not in taken]
-            sim.split(named)
+            sim.split(named, hold_ms=int(o.get("hold_ms", 0)))
             if duration is not None:
                 sim.at(sim.now_ms + duration, sim.heal)
             return f"split {named}"

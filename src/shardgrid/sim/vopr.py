@@ -58,6 +58,7 @@ class SimParams:
     ops: int = 2000
     faults: tuple[str, ...] = ("crash", "leader-crash", "join", "split")
     clients: int = 3
+    keys_per_client: int = 20  # few keys: each is written again soon (a late repeat lands on a newer write)
     max_parallel_migrations: int = 10
     drop_rate: float = 0.01
     duplicate_rate: float = 0.01
@@ -344,7 +345,7 @@ class Run:
 
     def _workload(self) -> None:
         sim, params = self.sim, self.params
-        clients = [sim.add_client() for _ in range(params.clients)] if params.ops else []
+        clients = [sim.add_client(params.keys_per_client) for _ in range(params.clients)] if params.ops else []
         for i, client in enumerate(clients):
             client.give(params.ops // params.clients + (1 if i < params.ops % params.clients else 0))
         next_fault = sim.now_ms + self.rng.randint(*params.fault_gap_ms)
@@ -437,10 +438,19 @@ class Run:
                 victim = self.rng.choice(victims)
                 self._count_loss(victim)
                 others = [a for a in alive if a != victim]
-                sim.split([others, [victim]])
+                cut_off = [victim]
+                hold_ms = 0
+                if sim.clients and self.rng.random() < 0.5:
+                    # A client on the cut-off side whose requests the network holds and delivers
+                    # after the heal, as a kernel retransmitting them would (found by an outside
+                    # tester: writes applied late, and twice, over newer acknowledged writes).
+                    cut_off.append(self.rng.choice(sorted(sim.clients)))
+                    hold_ms = self.rng.randint(1_000, 30_000)
+                sim.split([others, cut_off], hold_ms=hold_ms)
                 duration = sim.config.failure_timeout_ms + self.rng.randint(1_000, 4_000)
                 sim.at(sim.now_ms + duration, sim.heal)
-                self.faults.append(f"{sim.now_ms}: split {victim} off for {duration} ms")
+                held = f", holding {cut_off[1]}'s messages up to {hold_ms} ms past the heal" if hold_ms else ""
+                self.faults.append(f"{sim.now_ms}: split {victim} off for {duration} ms{held}")
         elif fault == "pause":
             victims = [a for a in alive if self._may_lose(a)]
             if victims:

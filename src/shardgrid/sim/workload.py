@@ -214,9 +214,11 @@ class SimClient:
         self.counter += 1
         call.call_id = self.counter
         values = (call.write.value,) if call.write is not None else ()
-        # As the smart client does: the attempt may take effect until the call's deadline, less a
-        # margin, and a member that gets it later refuses it (EXPIRED).
-        deadline_ms = call.progress.deadline_ms(self.settings) - DEADLINE_MARGIN_MS
+        # As the smart client does: the attempt may take effect until the client stops waiting for
+        # it (its timeout, within the call's), less a margin; a member that gets it later refuses
+        # it (EXPIRED), so a write given up on is never applied after the client moved on.
+        deadline_ms = min(call.progress.deadline_ms(self.settings), now_ms + self.ATTEMPT_TIMEOUT_MS)
+        deadline_ms -= DEADLINE_MARGIN_MS
         request = MapRequest(
             call_id=call.call_id,
             kind=call.kind,
@@ -230,6 +232,15 @@ class SimClient:
             write_id=call.write_id,
         )
         return [(target, request)]
+
+    def connection_lost(self, now_ms: int, lost: set[str], members: list[str]) -> list[tuple[str, Any]]:
+        """The connections to ``lost`` broke (a split): an attempt in flight to one of them gets no
+        answer, and the call goes on as the policy says at once, as the smart client's does on
+        ConnectionLost, while the attempt itself may still be on its way (a split may hold it)."""
+        call = self.call
+        if call is None or not call.sent_ms or call.retry_at_ms or call.target not in lost:
+            return []
+        return self._decide(now_ms, on_no_answer(self.settings, call.progress, now_ms), members)
 
     def on_message(self, now_ms: int, message: Any, members: list[str]) -> list[tuple[str, Any]]:
         if isinstance(message, TableReply):
