@@ -234,6 +234,9 @@ def test_an_entry_of_every_command_round_trips_through_the_mirrors() -> None:
         c.PromoteToDataMember(b),
         c.MarkLeaving(a),
         c.StopAllMembers(),
+        c.MarkUnreachable((a, b)),
+        c.MarkReachable((b,)),
+        c.ReviveUnavailable(),
     )
     assert {type(command) for command in commands} == set(codec.COMMAND_TYPES)
     entries = (

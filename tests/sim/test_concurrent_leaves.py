@@ -112,6 +112,10 @@ def _schedule_with_a_crash(seed: int) -> dict:
             "ops": 200,
             "drop_rate": 0.0,
             "max_parallel_migrations": rng.choice([1, 2, 10]),  # 1: leaves that last a while
+            # A crashed member that held the last replicas of some partitions is given up soon
+            # after the failure timeout, before the join, as it was before partitions were kept
+            # unavailable for it (tests/sim/test_partitions_beyond_the_backups.py covers that).
+            "partition_lost_timeout_ms": 6_000,
         },
         "step": steps,
         # One crash while replicas move off leaving members may lose partitions whose only other

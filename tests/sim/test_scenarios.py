@@ -197,6 +197,18 @@ def test_a_retried_write_is_not_applied_twice() -> None:
     assert run.sim.ledger.counts()["acked"] > 1000
 
 
+def test_a_split_off_pair_keeps_its_partitions() -> None:
+    """Two members of five cut off six times, one backup: the partitions they both held are
+    unavailable while they are away and served whole after (with partition_lost_timeout_ms 0,
+    as before, seven were reported lost and served empty)."""
+    run = passed("a-split-off-pair-keeps-its-partitions")
+    unavailable = {pid for _, _, e in emitted(run, events.PartitionsUnavailable) for pid in e.partition_ids}
+    available = {pid for _, _, e in emitted(run, events.PartitionsAvailable) for pid in e.partition_ids}
+    assert unavailable
+    assert unavailable == available
+    assert not emitted(run, events.PartitionLost)
+
+
 def test_scale_one_to_seven_to_one() -> None:
     run = passed("scale-one-to-seven-to-one")
     joined = {e.member.address for _, _, e in emitted(run, events.MemberAdded)}

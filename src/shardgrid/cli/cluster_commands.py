@@ -157,6 +157,8 @@ def status_document(status: ClusterStatus) -> dict[str, Any]:
         "migrations_running": leader.migrations_in_log if leader else None,
         "migrations_finished": leader.migrations_finished if leader else None,
         "missing_replicas": leader.missing_replicas if leader else None,
+        "unavailable_partitions": leader.unavailable_partitions if leader else None,
+        "unreachable_members": list(leader.unreachable_members) if leader else [],
         "safe": status.safe,
         "unsafe_reason": status.unsafe_reason or None,
         "members": members,
@@ -191,6 +193,11 @@ def render_status(document: dict[str, Any]) -> None:
         f"partitions {document['partition_count']}  migrations: {document['migrations_planned']} planned, "
         f"{document['migrations_running']} running  missing replicas {document['missing_replicas']}"
     )
+    if document["unavailable_partitions"]:
+        console.print(
+            f"[red]{document['unavailable_partitions']} partitions unavailable[/red]: every replica on members that "
+            f"stopped answering ({', '.join(document['unreachable_members'])})"
+        )
     if document["safe"]:
         console.print("[green]safe[/green]: every replica in sync, nothing migrating")
     else:
@@ -342,6 +349,35 @@ def recover(address: str, yes: bool, **options: Any) -> None:
     click.echo(answer)
 
 
+@click.command()
+@click.argument("address")
+@client_options
+def remove(address: str, **options: Any) -> None:
+    """Remove the member at ADDRESS for good, now: one that has been silent for the failure timeout
+    and holds the last replicas of some partitions is otherwise kept, unreachable, for
+    partition_lost_timeout_ms in case it comes back. Those partitions are reported lost and
+    restart empty. A member that answers is refused: ask it to leave with shutdown."""
+    click.echo(_with_client(options, lambda client: client.admin(m.RemoveMember(address))))
+
+
+@click.group()
+def partitions() -> None:
+    """Partitions the cluster cannot serve now."""
+
+
+@partitions.command("revive")
+@click.option("--yes", is_flag=True, help="Confirm that the data of the unavailable partitions is given up.")
+@client_options
+def partitions_revive(yes: bool, **options: Any) -> None:
+    """Accept the loss of every unavailable partition (each replica on members that stopped
+    answering): each is reported lost and given new, empty replicas, and the members holding it
+    drop it if they come back. Without this, an unavailable partition is served whole again when
+    one of its members answers."""
+    if not yes:
+        raise click.UsageError("reviving gives up the data of the unavailable partitions: run it again with --yes")
+    click.echo(_with_client(options, lambda client: client.admin(m.RevivePartitions())))
+
+
 @click.group("map")
 def map_group() -> None:
     """Read and write a map from the shell (str keys, JSON values)."""
@@ -389,4 +425,18 @@ def map_size(map_name: str, **options: Any) -> None:
     click.echo(_with_client(options, lambda client: client.get_map(map_name).size()))
 
 
-COMMANDS = (demo, status, safe, watch, state, rebalance, promote, shutdown, recover, map_group, local)
+COMMANDS = (
+    demo,
+    status,
+    safe,
+    watch,
+    state,
+    rebalance,
+    promote,
+    shutdown,
+    recover,
+    remove,
+    partitions,
+    map_group,
+    local,
+)

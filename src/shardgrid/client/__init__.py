@@ -10,6 +10,7 @@ from shardgrid.client.errors import (
     MemberProtocolError,
     OperationRejectedError,
     OperationTimeoutError,
+    PartitionUnavailableError,
     ShardgridClientError,
 )
 from shardgrid.client.serialization import BytesSerializer, KeySerializer, MsgpackSerializer, Serializer
@@ -31,6 +32,7 @@ __all__ = [
     "MsgpackSerializer",
     "OperationRejectedError",
     "OperationTimeoutError",
+    "PartitionUnavailableError",
     "Serializer",
     "ShardgridClientError",
 ]

@@ -29,6 +29,7 @@ from shardgrid.client.errors import (
     MemberProtocolError,
     OperationRejectedError,
     OperationTimeoutError,
+    PartitionUnavailableError,
 )
 from shardgrid.client.routing import TableView, group_by_owner, split_requests
 from shardgrid.client.serialization import KeySerializer, MsgpackSerializer, Serializer
@@ -441,7 +442,7 @@ class AsyncClient:
                     reasons.append(f"a member answered {len(reply.codes)} keys of {len(batch)}")
                 for status in sorted(seen):
                     decisions.append(on_answer(self.call_settings, progress, status, reply.retry_after_ms, now))
-                    if status is m.ReplyCode.REJECTED and reply.reason:
+                    if status in (m.ReplyCode.REJECTED, m.ReplyCode.UNAVAILABLE) and reply.reason:
                         reasons.append(reply.reason)
             if remaining:
                 # Back in call order (the answers came an owner at a time): a key named twice is
@@ -580,6 +581,9 @@ class AsyncClient:
                     f"{what}: applied by an owner but not confirmed by every backup, or the owner left before"
                     " answering; it may or may not last"
                 )
+            if verdict is Verdict.UNAVAILABLE:
+                reason = next((r for r in reasons if "unavailable" in r), "a partition is unavailable")
+                raise PartitionUnavailableError(f"{what}: {reason}", decision.outcome_unknown)
             if verdict is Verdict.REJECTED:
                 reason = reasons[0] if reasons else "refused by the cluster"
                 raise OperationRejectedError(f"{what}: {reason}", decision.outcome_unknown)
@@ -794,6 +798,17 @@ class AsyncClient:
         """The member at ``address`` hands every replica over, leaves and stops; returns once it
         has (or raises AdminError with the reason it cannot)."""
         await self.admin(m.ShutdownMember(), address)
+
+    async def remove_member(self, address: str) -> str:
+        """Remove the member at ``address`` for good now (it must have been silent for the failure
+        timeout): the partitions only it held are reported lost instead of waiting, unavailable,
+        for ``partition_lost_timeout_ms``. Returns the leader's answer; raises AdminError."""
+        return await self.admin(m.RemoveMember(address))
+
+    async def revive_partitions(self) -> str:
+        """Accept the loss of every unavailable partition: each restarts empty. Raises AdminError
+        when none is unavailable."""
+        return await self.admin(m.RevivePartitions())
 
     async def shutdown_cluster(self) -> None:
         """PASSIVE first, then every member stops. The member asked may stop before its answer

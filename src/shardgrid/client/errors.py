@@ -45,6 +45,19 @@ class OperationRejectedError(ShardgridClientError):
         self.outcome_unknown = outcome_unknown
 
 
+class PartitionUnavailableError(ShardgridClientError):
+    """Every replica of a partition the call needs is on members that stopped answering (a network
+    split, or members that may have crashed): the partition is neither served nor restarted empty
+    until one of them answers again (then it is served whole), an operator removes them or revives
+    it, or ``partition_lost_timeout_ms`` passes (then it is reported lost). The message names the
+    partition and its members. This attempt applied nothing; ``outcome_unknown`` is set when an
+    earlier attempt of the same write may have been."""
+
+    def __init__(self, message: str, outcome_unknown: bool = False) -> None:
+        super().__init__(message)
+        self.outcome_unknown = outcome_unknown
+
+
 class ClientClosedError(ShardgridClientError):
     """The client was closed while the call was in progress, or before it started."""
 

@@ -43,6 +43,9 @@ class TableView:
             owner = row[0] if row else -1
             self.owners[pid] = reply.addresses[owner] if 0 <= owner < len(reply.addresses) else None
             self.versions[pid] = version
+        for pid in reply.unavailable:
+            if 0 <= pid < self.partition_count:
+                self.owners[pid] = None  # its owner does not answer: any member says so at once
         if reply.more and reply.replicas:
             return reply.first_partition + len(reply.replicas)
         return None

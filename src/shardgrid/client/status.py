@@ -32,6 +32,14 @@ class ClusterStatus:
         """Why the cluster is not safe now, or '' when it is."""
         if not self.members:
             return "no member list yet (the cluster has not formed)"
+        unavailable = max((reply.unavailable_partitions for reply in self.replies.values()), default=0)
+        if unavailable:
+            away = sorted({a for reply in self.replies.values() for a in reply.unreachable_members})
+            return (
+                f"{unavailable} partitions are unavailable: every replica of theirs is on members that stopped "
+                f"answering ({', '.join(away)}); they come back when one answers (or: shardgrid remove / "
+                "partitions revive)"
+            )
         for address in self.members:
             if address not in self.replies:
                 return f"{address} did not answer ({self.unreachable.get(address, 'not asked')})"

@@ -119,6 +119,12 @@ class Client:
     def shutdown_member(self, address: str) -> None:
         self._run(self._async.shutdown_member(address))
 
+    def remove_member(self, address: str) -> str:
+        return self._run(self._async.remove_member(address))
+
+    def revive_partitions(self) -> str:
+        return self._run(self._async.revive_partitions())
+
     def shutdown_cluster(self) -> None:
         self._run(self._async.shutdown_cluster())
 

@@ -43,6 +43,7 @@ class Verdict(enum.Enum):
     REJECTED = "rejected"  # refused whole; not applied, and retrying will not help
     TIMED_OUT = "timed-out"  # OperationTimeoutError
     INDETERMINATE = "indeterminate"  # IndeterminateOperationStateError
+    UNAVAILABLE = "unavailable"  # PartitionUnavailableError: not applied by this attempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,10 @@ def on_answer(
         return Decision(Verdict.REJECTED, outcome_unknown=call.mutating and call.maybe_applied)
     if status is ReplyCode.INDETERMINATE:
         return _after_uncertain_attempt(settings, call, now_ms)
+    if status is ReplyCode.UNAVAILABLE:
+        # Every replica of the partition is on members that stopped answering: said at once, as
+        # Redis Cluster does for a slot it cannot serve, rather than after the call's whole time.
+        return Decision(Verdict.UNAVAILABLE, outcome_unknown=call.mutating and call.maybe_applied)
     if status is ReplyCode.EXPIRED:
         # This attempt came after the call's deadline and was not applied; an earlier one may have
         # been. Its time is up: sending again would only be refused the same way.

@@ -48,7 +48,7 @@ from shardgrid.core.raft.membership import ConfChange, Membership
 from shardgrid.core.table import PartitionTable
 from shardgrid.core.wire import Counter, Message, Record
 
-PROTOCOL_VERSION = 6  # 6: packed scan pages (ScanRequest.packed, ScanReply.packed_*)
+PROTOCOL_VERSION = 7  # 7: deadlines and write ids on map requests, unreachable members; 6: packed scan pages
 LENGTH_PREFIX = struct.Struct(">I")
 
 COMMAND_TYPES: tuple[type[Message], ...] = (
@@ -61,6 +61,9 @@ COMMAND_TYPES: tuple[type[Message], ...] = (
     c.PromoteToDataMember,
     c.MarkLeaving,
     c.StopAllMembers,
+    c.MarkUnreachable,
+    c.MarkReachable,
+    c.ReviveUnavailable,
 )
 
 
@@ -190,6 +193,9 @@ _WIRE_COMMAND_TYPES: tuple[type[Message], ...] = (
     c.PromoteToDataMember,
     c.MarkLeaving,
     c.StopAllMembers,
+    c.MarkUnreachable,
+    c.MarkReachable,
+    c.ReviveUnavailable,
 )
 _WireCommands = Annotated[
     tuple[Union[_WIRE_COMMAND_TYPES], ...],  # type: ignore[valid-type]  # noqa: UP007

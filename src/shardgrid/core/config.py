@@ -96,6 +96,12 @@ class MemberConfig:
     partitions only `lease_ms` plus this after that member's last grant."""
     failure_timeout_ms: int = 5_000
     """Silence after which the leader removes a member (once its lease has certainly ended)."""
+    partition_lost_timeout_ms: int = 600_000
+    """How long a silent member that holds every replica left of some partition is kept,
+    unreachable, before it is removed for good and that partition reported lost: a network split
+    is not a crash, and until then the partition is unavailable (neither served nor reassigned
+    empty), and comes back whole if the member answers. 0: removed at the failure timeout, as a
+    crash (the partition restarts empty at once)."""
     retry_interval_ms: int = 300
     """How often an unacknowledged migration commit, backup run or query is sent again."""
     transfer_resend_ms: int = 300
@@ -217,6 +223,10 @@ class MemberConfig:
         require(
             self.lease_ms + self.clock_drift_margin_ms < self.failure_timeout_ms,
             "failure_timeout_ms must exceed lease_ms plus clock_drift_margin_ms",
+        )
+        require(
+            self.partition_lost_timeout_ms == 0 or self.partition_lost_timeout_ms >= self.failure_timeout_ms,
+            "partition_lost_timeout_ms must be 0 or at least failure_timeout_ms",
         )
         require(self.max_chunk_bytes > 0, "max_chunk_bytes must be positive")
         require(

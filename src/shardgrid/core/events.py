@@ -82,6 +82,26 @@ class PartitionLost:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionsUnavailable:
+    """Every replica left of these partitions is on members that stopped answering (``members``),
+    not known to be dead: the partitions are neither served nor reassigned empty until a member of
+    theirs answers again (``PartitionsAvailable``), is removed for good after
+    ``partition_lost_timeout_ms`` or by an operator, or the operator revives them (lost)."""
+
+    partition_ids: tuple[int, ...]
+    members: tuple[MemberId, ...]
+    log_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionsAvailable:
+    """Partitions that were unavailable are served again: a member holding them answers."""
+
+    partition_ids: tuple[int, ...]
+    log_index: int
+
+
+@dataclass(frozen=True, slots=True)
 class RemovedFromCluster:
     """This member learned it was removed; it dropped its data and joins again as a new member."""
 

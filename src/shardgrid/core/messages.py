@@ -395,6 +395,7 @@ class ReplyCode(enum.IntEnum):
     INDETERMINATE = 7  # applied by the owner, but not confirmed by every backup under lease
     EXPIRED = 8  # the attempt came after its deadline (MapRequest.deadline_ms): it was not applied
     SETTLING = 9  # an earlier attempt of this write was applied and waits for its backups: retry after retry_after_ms
+    UNAVAILABLE = 10  # every replica of the partition is on members that stopped answering: nothing was applied
 
 
 RETRYABLE: frozenset[ReplyCode] = frozenset(
@@ -533,6 +534,9 @@ class MemberStatus(Message, tag=130, kw_only=True):
     syncs_in_flight: Counter  # replica syncs this member sends or receives
     leader_idle: bool  # leader only: nothing planned, proposed or running, nobody joining or leaving
     quiet: bool  # nothing of this member's is moving, syncing or waiting for a backup
+    # Members kept, though silent, for partitions only they hold, and those partitions (unavailable).
+    unreachable_members: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_MEMBER_COUNT)] = ()
+    unavailable_partitions: Counter = 0
     entries_migrated: Counter = 0  # records this member sent as a migration source since it started
     bytes_migrated: Counter = 0  # their keys' and values' bytes
     chunks_resent: Counter = 0  # migration chunks it sent again for want of a timely acknowledgement
@@ -595,6 +599,9 @@ class TableReply(Message, tag=124, kw_only=True):
     versions: Annotated[tuple[PartitionVersion, ...], msgspec.Meta(max_length=MAX_TABLE_REPLY_PARTITIONS)]
     replicas: Annotated[tuple[TableRow, ...], msgspec.Meta(max_length=MAX_TABLE_REPLY_PARTITIONS)]
     more: bool = False
+    # Partitions of this page whose every replica is on members that stopped answering: a client
+    # sends their keys to any member, which answers UNAVAILABLE, instead of waiting on the owner.
+    unavailable: Annotated[tuple[PartitionId, ...], msgspec.Meta(max_length=MAX_TABLE_REPLY_PARTITIONS)] = ()
 
 
 # --- administration ----------------------------------------------------------------------------------
@@ -628,9 +635,25 @@ class RecoverLostMajority(Message, tag=118):
     good: it becomes the only voter and leads (see ``RaftNode.force_new_configuration``)."""
 
 
+class RemoveMember(Message, tag=134):
+    """The operator's word that the member at ``address``, silent past the failure timeout, is gone
+    for good: it is removed now (its partitions repaired, those it alone held reported lost)
+    rather than after ``partition_lost_timeout_ms``."""
+
+    address: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ADDRESS_CHARS)]
+
+
+class RevivePartitions(Message, tag=135):
+    """The operator accepts the loss of every unavailable partition: each is reported lost and
+    given new, empty replicas (the unreachable members holding it drop it when they return)."""
+
+
+AdminCommand = ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster | RemoveMember | RevivePartitions
+
+
 class AdminRequest(Message, tag=114):
     call_id: Counter
-    command: ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster | RecoverLostMajority
+    command: AdminCommand | RecoverLostMajority
 
 
 class AdminResult(enum.StrEnum):
@@ -653,7 +676,7 @@ class LeaderRequest(Message, tag=116):
     or a member's own graceful shutdown)."""
 
     request_id: Counter
-    command: ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster
+    command: AdminCommand
 
 
 class LeaderReply(Message, tag=117):

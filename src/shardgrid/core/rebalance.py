@@ -39,13 +39,18 @@ def plan_rebalance(
     *,
     backup_count: int,
     keep: Collection[MemberId] = (),
+    frozen: Collection[int] = (),
 ) -> RebalancePlan:
     """Repartition ``current`` over ``members`` and plan the migrations, ascending partition id
-    (``keep``: leaving members whose copies a SHIFT UP parks instead of dropping)."""
+    (``keep``: leaving members whose copies a SHIFT UP parks instead of dropping; ``frozen``:
+    partitions that keep their slots, unavailable while every replica of theirs is unreachable)."""
     arranged = arrange(members, current, rng, groups, backup_count=backup_count)
     targets = list(arranged.replicas)
     migrations: dict[int, tuple[Migration, ...]] = {}
     for pid, (held, wanted) in enumerate(zip(current.replicas, arranged.replicas, strict=True)):
+        if pid in frozen:
+            targets[pid] = held
+            continue
         if held == wanted:
             continue
         targets[pid] = eliminate_cycles(held, wanted)

@@ -26,14 +26,19 @@ class Repair:
     lost_partitions: tuple[int, ...]
 
 
-def remove_members(table: PartitionTable, departed: Collection[MemberId]) -> Repair:
-    """Empty the departed members' slots and promote the hottest surviving backup of each lost owner."""
+def remove_members(table: PartitionTable, departed: Collection[MemberId], keep_unsurvived: bool = False) -> Repair:
+    """Empty the departed members' slots and promote the hottest surviving backup of each lost
+    owner. ``keep_unsurvived``: a partition with no surviving replica keeps its slots as they are
+    (unavailable, reported in ``lost_partitions``, not emptied)."""
     gone = frozenset(departed)
     updates: dict[int, tuple[ReplicaSlots, int]] = {}
     promotions: list[tuple[int, Migration]] = []
     lost: list[int] = []
     for pid, slots in enumerate(table.replicas):
         if not any(r in gone for r in slots if r is not None):
+            continue
+        if keep_unsurvived and all(r is None or r in gone for r in slots):
+            lost.append(pid)
             continue
         repaired = [None if r in gone else r for r in slots]
         if slots[0] is not None and repaired[0] is None:

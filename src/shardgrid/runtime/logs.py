@@ -79,6 +79,8 @@ _EVENT_NAMES: dict[type, str] = {
     events.MigrationEvent: "migration",
     events.PartitionLost: "partition-lost",
     events.RemovedFromCluster: "removed-from-cluster",
+    events.PartitionsUnavailable: "partitions-unavailable",
+    events.PartitionsAvailable: "partitions-available",
     events.MemberStopped: "member-stopped",
     events.ClusterNotFormed: "cluster-not-formed",
     events.LeaveRefused: "member-cannot-leave-now",
@@ -97,7 +99,7 @@ def log_member_event(logger: logging.Logger, event: Any) -> None:
             level = logging.WARNING
         elif event.phase is events.MigrationPhase.STARTED:
             level = logging.DEBUG
-    elif isinstance(event, events.PartitionLost | events.ClusterNotFormed):
+    elif isinstance(event, events.PartitionLost | events.ClusterNotFormed | events.PartitionsUnavailable):
         level = logging.WARNING
     elif isinstance(event, events.LeaveRefused):
         level = logging.WARNING

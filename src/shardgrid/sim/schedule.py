@@ -100,6 +100,7 @@ _RUN_FIELDS = {
     "settle_ms",
     "snapshot_every_entries",
     "join",
+    "partition_lost_timeout_ms",
 }
 _STEP_FIELDS = {
     "action",

@@ -59,6 +59,9 @@ class SimParams:
     faults: tuple[str, ...] = ("crash", "leader-crash", "join", "split")
     clients: int = 3
     keys_per_client: int = 20  # few keys: each is written again soon (a late repeat lands on a newer write)
+    # How long members holding every replica left of a partition are kept unreachable before they
+    # are removed for good (MemberConfig's); runs that lose more than the backups set it short.
+    partition_lost_timeout_ms: int = 600_000
     max_parallel_migrations: int = 10
     drop_rate: float = 0.01
     duplicate_rate: float = 0.01
@@ -102,6 +105,7 @@ class SimParams:
             max_voters=self.max_voters,
             snapshot_every_entries=self.snapshot_every_entries,
             migration_fragments_enabled=self.fragments,
+            partition_lost_timeout_ms=self.partition_lost_timeout_ms,
             **(TIGHT_TRANSFERS if self.tight_transfers else {}),
         )
 

@@ -31,6 +31,7 @@ from shardgrid.core.messages import (
     ADMIN_FAILED,
     ADMIN_OK,
     ADMIN_UNAVAILABLE,
+    AdminCommand,
     AdminReply,
     AdminRequest,
     AdminResult,
@@ -39,14 +40,15 @@ from shardgrid.core.messages import (
     LeaderRequest,
     PromoteMember,
     RecoverLostMajority,
+    RemoveMember,
+    RevivePartitions,
     ShutdownCluster,
     ShutdownMember,
 )
 from shardgrid.core.metadata import ClusterState
-from shardgrid.core.metadata.commands import PromoteToDataMember, SetClusterState, StopAllMembers
+from shardgrid.core.metadata.commands import PromoteToDataMember, ReviveUnavailable, SetClusterState, StopAllMembers
 
 Respond = Callable[[str, str], None]  # (result, reason)
-AdminCommand = ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster
 NO_LEADER = "there is no leader: an election is in progress or a majority of voters is unreachable"
 LEAVE_LOST = "the leader changed before the shutdown was recorded"
 NOT_LEADER = "not the leader, or an election is in progress"
@@ -60,7 +62,14 @@ def command_problem(command: object) -> str:
     """Why an administrative command cannot be taken ('' when it can): checked whole at the
     boundary, so that nothing malformed ever reaches the log."""
     if not isinstance(
-        command, ChangeClusterState | PromoteMember | ShutdownMember | ShutdownCluster | RecoverLostMajority
+        command,
+        ChangeClusterState
+        | PromoteMember
+        | ShutdownMember
+        | ShutdownCluster
+        | RemoveMember
+        | RevivePartitions
+        | RecoverLostMajority,
     ):
         return f"unknown command {type(command).__name__}"
     if isinstance(command, ChangeClusterState) and not isinstance(command.state, ClusterState):
@@ -96,6 +105,8 @@ class Admin:
         leases: Leases,
         begin_leaving: Callable[[str, int], None],
         execute_leave: Callable[[MemberId, ShutdownMember, Respond], None],
+        remove_member: Callable[[str, Respond], None],
+        give_up: Callable[[tuple[MemberId, ...]], None],
     ) -> None:
         """A member's leave is ``Leaving``'s: ``begin_leaving`` starts this member's,
         ``execute_leave`` decides, as leader, whether to record another's."""
@@ -104,6 +115,8 @@ class Admin:
         self.leases = leases
         self.begin_leaving = begin_leaving
         self.execute_leave = execute_leave
+        self.remove_member = remove_member
+        self.give_up = give_up
         self._forwarded: dict[int, Forwarded] = {}
         self._state_changes: list[StateChange] = []
         self._counter = 0
@@ -171,6 +184,7 @@ class Admin:
             return
         others = tuple(r for r in self.consensus.state.member_ids if r != self.ctx.identity)
         raft.force_new_configuration(others)
+        self.give_up(others)
         respond(
             ADMIN_OK,
             f"this member now leads alone from log entry {raft.log.last_index} (term {raft.term}); "
@@ -215,6 +229,12 @@ class Admin:
         if isinstance(command, ShutdownMember):
             self.execute_leave(origin, command, respond)
             return
+        if isinstance(command, RemoveMember):
+            self.remove_member(command.address, respond)
+            return
+        if isinstance(command, RevivePartitions):
+            self._revive(respond)
+            return
         record = state.record_of(origin)
         if record is None:
             respond(ADMIN_FAILED, f"{origin} is not a known member")
@@ -231,6 +251,22 @@ class Admin:
                 "the leader changed during the promotion",
                 refused=lambda: self._not_promoted(origin),
             )
+
+    def _revive(self, respond: Respond) -> None:
+        unavailable = self.consensus.state.unavailable_partitions()
+        if not unavailable:
+            respond(ADMIN_FAILED, "no partition is unavailable")
+            return
+
+        def done(applied: bool) -> None:
+            if not applied:
+                respond(ADMIN_UNAVAILABLE, "the leader changed before the partitions were revived")
+                return
+            shown = ", ".join(map(str, unavailable[:20])) + (" ..." if len(unavailable) > 20 else "")
+            respond(ADMIN_OK, f"{len(unavailable)} partitions reported lost and given new, empty replicas: {shown}")
+
+        if not self.consensus.propose(ReviveUnavailable(), done):
+            respond(ADMIN_UNAVAILABLE, NOT_LEADER)
 
     def _propose(self, command: object, respond: Respond, lost: str, refused: Callable[[], str] | None = None) -> None:
         """``refused``: why the log did not take the command when it applied it ('' when it did)."""

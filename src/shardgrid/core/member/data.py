@@ -371,6 +371,8 @@ class DataPath:
             call.mark(indexes, status)
             if redirect is not None:
                 call.redirects[pid] = redirect
+            if status is ReplyCode.UNAVAILABLE:
+                call.reason = self._unavailable_reason(pid)
             return
         invariant(migrations is not None, "an owner that serves has its migrations")
         data = self.store(pid)
@@ -620,9 +622,15 @@ class DataPath:
         for WRONG_OWNER; None when it does. The rules a get, a write and a scan share; a read also
         waits while the partition's migration allows no reads (``stale_read_disabled``, or the copy
         handed over)."""
-        table = self.consensus.state.table
+        state = self.consensus.state
+        table = state.table
         invariant(table is not None, "a request is served only with a table")
         owner = table.replicas[pid][0]
+        if state.unavailable(pid):
+            # Its owner is unreachable, and so is every other replica left: served by nobody,
+            # and not reassigned empty, until one of them answers again (or is removed for good).
+            # The owner itself, back but not yet marked so, serves it once it is.
+            return (ReplyCode.UNAVAILABLE if owner != self.ctx.identity else ReplyCode.NOT_READY), None
         if owner != self.ctx.identity:
             if owner is None:
                 return ReplyCode.NOT_READY, None
@@ -635,6 +643,16 @@ class DataPath:
             if moving or migrations.reads_blocked(pid):
                 return ReplyCode.MIGRATING, None
         return None
+
+    def _unavailable_reason(self, pid: int) -> str:
+        state = self.consensus.state
+        table = state.table
+        holders = sorted({r.address for r in table.replicas[pid] if r is not None}) if table is not None else []
+        return (
+            f"partition {pid} is unavailable: every replica of it is on members that stopped answering "
+            f"({', '.join(holders)}); it is served again when one answers, and reported lost after "
+            "partition_lost_timeout_ms, or when an operator removes them or revives it"
+        )
 
     def on_scan_request(self, client: str, message: ScanRequest) -> None:
         """A page of one partition's map, served by its owner under the same rules as a get (the
@@ -655,7 +673,9 @@ class DataPath:
         if refusal is not None:
             status, redirect = refusal
             wait_ms = retry_after if status in RETRYABLE else 0
-            self.ctx.reply(client, ScanReply(call_id=call_id, code=status, redirect=redirect, retry_after_ms=wait_ms))
+            reason = self._unavailable_reason(pid) if status is ReplyCode.UNAVAILABLE else ""
+            reply = ScanReply(call_id=call_id, code=status, redirect=redirect, retry_after_ms=wait_ms, reason=reason)
+            self.ctx.reply(client, reply)
             return
         data = self.store(pid)
         records = data.maps.get(message.map_name) or {}
@@ -742,6 +762,7 @@ class DataPath:
                 versions=versions,
                 replicas=tuple(rows),
                 more=end < count,
+                unavailable=tuple(pid for pid in range(start, end) if self.consensus.state.unavailable(pid)),
             ),
         )
 

@@ -21,13 +21,15 @@ from dataclasses import dataclass
 
 from shardgrid.core import limits
 from shardgrid.core.identity import MemberId
+from shardgrid.core.limits import NEVER_MS
+from shardgrid.core.member.admin import Respond
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.member.leases import Leases
 from shardgrid.core.member.migration_leader import MigrationLeader
-from shardgrid.core.messages import JoinRedirect, JoinRejected, JoinRequest
+from shardgrid.core.messages import ADMIN_FAILED, ADMIN_OK, ADMIN_UNAVAILABLE, JoinRedirect, JoinRejected, JoinRequest
 from shardgrid.core.metadata import MetadataState
-from shardgrid.core.metadata.commands import AddMembers, MemberRecord, RemoveMembers
+from shardgrid.core.metadata.commands import AddMembers, MarkReachable, MarkUnreachable, MemberRecord, RemoveMembers
 from shardgrid.core.raft import ConfChange
 
 SEED_PROBE_EVERY_JOIN_RETRIES = 10  # the leader tells seed addresses no member holds where it is
@@ -60,8 +62,23 @@ class MembershipLeader:
         self.distrust_until_ms = 0
         self.leader_since_ms = 0
         self._last_seed_probe_ms = 0  # a new leader waits one probe interval before its first
+        self._last_mark_ms = NEVER_MS  # when it last proposed members unreachable or reachable
+        # Members an operator said are gone for good (``RemoveMember``): removed now, even when they
+        # hold the last replicas of a partition; each answered once its removal is applied.
+        self._removals: dict[MemberId, tuple[Respond, int]] = {}
+        # Voters an operator's recovery (``shardgrid recover``) left behind as lost for good:
+        # removed once silent past the failure timeout, even when they hold the last replicas of a
+        # partition (kept across a change of leader: the recovery said they never come back).
+        self._given_up: set[MemberId] = set()
+
+    def give_up(self, members: tuple[MemberId, ...]) -> None:
+        """The operator recovered from a lost majority at this member: ``members`` never come back."""
+        self._given_up.update(members)
 
     def reset(self) -> None:
+        removals, self._removals = self._removals, {}
+        for respond, _ in removals.values():
+            respond(ADMIN_UNAVAILABLE, "the leader changed before the removal was applied; ask again")
         self.joiners = {}
         self.last_heard = {}
         self.leader_since_ms = self.ctx.now_ms
@@ -132,6 +149,8 @@ class MembershipLeader:
             self._probe_seeds(state)
         if self.consensus.raft.can_change_configuration() and not self._parting(state):
             self._change_configuration()
+        self._mark_reachability(state)
+        self._answer_removals()
 
     def _probe_seeds(self, state: MetadataState) -> None:
         """Tell whoever runs at a seed address that is no member's where this cluster is. A member
@@ -168,13 +187,17 @@ class MembershipLeader:
         me = self.ctx.identity
         removable: list[MemberId] = []
         if self.ctx.now_ms >= self.distrust_until_ms:
-            for member in state.member_ids:
-                silent = self.ctx.now_ms - self.last_heard.get(member, self.ctx.now_ms)
+            silent = self._silent_members()
+            kept = self._holding_the_last_replicas(state, silent)
+            lost_after_ms = self.ctx.config.partition_lost_timeout_ms
+            for member in silent:
+                # One that holds every replica left of a partition is kept, unreachable, until
+                # partition_lost_timeout_ms (a network split is not a crash); then removed for good.
                 if (
-                    member != me
-                    and silent > self.ctx.config.failure_timeout_ms
-                    and self.leases.certainly_expired(member)
-                    and not self.migration_leader.removal_blocked(member)
+                    member not in kept
+                    or self._silent_ms(member) > lost_after_ms
+                    or member in self._removals
+                    or member in self._given_up
                 ):
                     removable.append(member)
         for record in state.members:
@@ -196,6 +219,91 @@ class MembershipLeader:
             return False
         change = ConfChange(remove=tuple(chosen))
         return self.consensus.propose_change(change, (RemoveMembers(tuple(chosen)),))
+
+    def remove_now(self, address: str, respond: Respond) -> None:
+        """The operator says the member at ``address`` is gone for good: remove it now (answered once
+        applied). Only one silent past the failure timeout whose lease has certainly ended: one
+        that answers is asked to leave instead, and one that may still serve is waited for."""
+        state = self.consensus.state
+        member = next((m for m in state.member_ids if m.address == address), None)
+        config = self.ctx.config
+        if member is None:
+            respond(ADMIN_FAILED, f"no member of the cluster is at {address}")
+        elif member == self.ctx.identity:
+            respond(ADMIN_FAILED, f"{address} is the leader: it answers (ask it to leave with shutdown)")
+        elif self._silent_ms(member) <= config.failure_timeout_ms:
+            respond(
+                ADMIN_FAILED,
+                f"{address} answered {self._silent_ms(member)} ms ago: a member that answers is asked to "
+                f"leave (shutdown), not removed; one silent for failure_timeout_ms ({config.failure_timeout_ms} ms) "
+                "can be",
+            )
+        elif not self.leases.certainly_expired(member):
+            respond(ADMIN_UNAVAILABLE, f"{address} may still hold a lease: ask again in a moment")
+        else:
+            self._removals[member] = (respond, self.ctx.now_ms + config.admin_timeout_ms)
+
+    def _answer_removals(self) -> None:
+        state = self.consensus.state
+        self._given_up = {m for m in self._given_up if state.is_member(m)}
+        for member, (respond, deadline_ms) in sorted(self._removals.items()):
+            if not state.is_member(member):
+                del self._removals[member]
+                respond(ADMIN_OK, f"{member.address} removed; the partitions only it held are reported lost")
+            elif self.ctx.now_ms >= deadline_ms:
+                del self._removals[member]
+                respond(ADMIN_FAILED, f"{member.address} was not removed within admin_timeout_ms")
+
+    def _silent_ms(self, member: MemberId) -> int:
+        return self.ctx.now_ms - self.last_heard.get(member, self.ctx.now_ms)
+
+    def _silent_members(self) -> list[MemberId]:
+        """Members silent past the failure timeout whose leases have certainly ended: as good as
+        crashed to the cluster (a cut-off member among them keeps what it holds)."""
+        state = self.consensus.state
+        return [
+            member
+            for member in state.member_ids
+            if member != self.ctx.identity
+            and self._silent_ms(member) > self.ctx.config.failure_timeout_ms
+            and self.leases.certainly_expired(member)
+            and not self.migration_leader.removal_blocked(member)
+        ]
+
+    def _holding_the_last_replicas(self, state: MetadataState, silent: list[MemberId]) -> set[MemberId]:
+        """The silent members whose removal would leave a partition with no replica (all of its
+        replicas silent or unreachable): those partitions are kept unavailable instead of lost,
+        unless partition_lost_timeout_ms is 0 (lost at once, as a crash)."""
+        table = state.table
+        if table is None or not silent or not self.ctx.config.partition_lost_timeout_ms:
+            return set()
+        gone = set(silent) | set(state.unreachable_members)
+        kept: set[MemberId] = set()
+        for slots in table.replicas:
+            holders = [r for r in slots if r is not None]
+            if holders and all(r in gone for r in holders):
+                kept.update(r for r in holders if r in silent)
+        return kept
+
+    def _mark_reachability(self, state: MetadataState) -> None:
+        """As leader: mark unreachable the silent members that hold the last replicas of a
+        partition (repairing what else they held), and reachable again those that answer."""
+        if not self.consensus.leader_ready or self.ctx.now_ms < self.distrust_until_ms:
+            return
+        if self.ctx.now_ms - self._last_mark_ms < self.ctx.config.retry_interval_ms:
+            return  # the last proposal is on its way through the log
+        unreachable = set(state.unreachable_members)
+        answering = sorted(m for m in unreachable if self._silent_ms(m) <= self.ctx.config.failure_timeout_ms)
+        if answering:
+            self._last_mark_ms = self.ctx.now_ms
+            self.consensus.propose(MarkReachable(tuple(answering)))
+            return
+        silent = self._silent_members()
+        kept = self._holding_the_last_replicas(state, silent) - unreachable
+        newly = sorted(m for m in kept if self._silent_ms(m) <= self.ctx.config.partition_lost_timeout_ms)
+        if newly:
+            self._last_mark_ms = self.ctx.now_ms
+            self.consensus.propose(MarkUnreachable(tuple(newly)))
 
     def _presumed_alive(self, member: MemberId) -> bool:
         """Whether a voter may stay one: it answered this leader within a failure timeout, or this

@@ -148,6 +148,8 @@ class MigrationLeader:
             changes.members_added
             or changes.members_removed
             or changes.members_changed
+            or changes.members_unreachable
+            or changes.members_reachable
             or changes.promoted
             or changes.lost
             or changes.cluster_state is not None
@@ -215,8 +217,9 @@ class MigrationLeader:
 
     @staticmethod
     def _member_infos(state: MetadataState) -> list[MemberInfo]:
-        # A leaving member owns nothing in the target (it only hands over): to arrange it is lite.
-        return [MemberInfo(r.id, r.lite or r.leaving) for r in state.members]
+        # A leaving member owns nothing in the target (it only hands over), nor does one that
+        # stopped answering (it keeps only what is unavailable without it): to arrange, both are lite.
+        return [MemberInfo(r.id, r.lite or r.leaving or r.unreachable) for r in state.members]
 
     def _rebalance(self, state: MetadataState) -> None:
         table = state.table
@@ -228,7 +231,12 @@ class MigrationLeader:
             self.pending = {}
             return
         plan = plan_rebalance(
-            infos, table, self.ctx.rng, backup_count=self.ctx.config.table_backup_count, keep=state.leaving_data_members
+            infos,
+            table,
+            self.ctx.rng,
+            backup_count=self.ctx.config.table_backup_count,
+            keep=state.leaving_data_members,
+            frozen=frozenset(state.unavailable_partitions()),
         )
         self.target = plan.target
         busy = set(state.migrations) | set(self._proposed_starts)
@@ -237,7 +245,7 @@ class MigrationLeader:
     def _replan_partition(self, pid: int) -> None:
         """A partition whose migration ran while the plan was made gets its plan now."""
         state = self.consensus.state
-        if state.table is None or self.target is None or self.pending.get(pid):
+        if state.table is None or self.target is None or self.pending.get(pid) or state.unavailable(pid):
             return
         held, wanted = state.table.replicas[pid], self.target.replicas[pid]
         if held != wanted and all(r is None or state.is_member(r) for r in wanted):

@@ -104,7 +104,15 @@ class Member:
         self.data.migrations = self.migrations
         self.migration_leader = MigrationLeader(ctx, self.consensus, self._deliver_to_self)
         self.membership = MembershipLeader(ctx, self.consensus, self.leases, self.migration_leader)
-        self.admin = Admin(ctx, self.consensus, self.leases, self._begin_leaving, self._execute_leave)
+        self.admin = Admin(
+            ctx,
+            self.consensus,
+            self.leases,
+            self._begin_leaving,
+            self._execute_leave,
+            self.membership.remove_now,
+            self.membership.give_up,
+        )
         self._handlers: dict[type, Callable[[MemberId, Any], None]] = {
             m.LeaseRequest: self.leases.on_request,
             m.LeaseGrant: self.leases.on_grant,
@@ -215,6 +223,8 @@ class Member:
             syncs_in_flight=sum(len(syncs) for syncs in data.outgoing_syncs.values()) + len(data.incoming_syncs),
             leader_idle=leader_idle,
             quiet=quiet,
+            unreachable_members=tuple(m.address for m in state.unreachable_members),
+            unavailable_partitions=len(state.unavailable_partitions()),
             entries_migrated=self.migrations.entries_sent,
             bytes_migrated=self.migrations.bytes_sent,
             chunks_resent=self.migrations.chunks_resent,
@@ -463,6 +473,11 @@ class Member:
         if changes.table_assigned:
             self.data.on_table_assigned()
         self.data.after_table_change(sorted(changes.partitions))
+        if changes.unavailable:
+            members = tuple(sorted(changes.members_unreachable))
+            self.ctx.emit(events.PartitionsUnavailable(tuple(changes.unavailable), members, index))
+        if changes.available:
+            self.ctx.emit(events.PartitionsAvailable(tuple(changes.available), index))
         promoted_here = sorted(pid for pid, owner in changes.promoted if owner == me)
         if promoted_here:
             self.data.sync_after_promotion(promoted_here)

@@ -24,6 +24,9 @@ class MemberRecord(Record):
     id: MemberId
     lite: bool = False
     leaving: bool = False  # shutting down gracefully: it hands its replicas over, then leaves
+    # Silent past the failure timeout while holding every replica left of some partition: kept
+    # (that partition unavailable, not lost) until it answers again or is removed for good.
+    unreachable: bool = False
 
 
 # Length bounds the codec checks while it decodes, before it builds any item of an over-long list.
@@ -85,6 +88,26 @@ class StopAllMembers(Message, tag=69):
     """Every member stops (the cluster went PASSIVE first)."""
 
 
+class MarkUnreachable(Message, tag=70):
+    """Members silent past the failure timeout (their leases over) that hold every replica left of
+    some partition: each partition that keeps a replica elsewhere is repaired as for a removal;
+    the others keep their slots and are unavailable (neither served nor reassigned empty) until a
+    member of theirs answers again, is removed for good, or the operator revives them."""
+
+    members: MemberIds
+
+
+class MarkReachable(Message, tag=71):
+    """Members marked unreachable that answer again: they serve what they hold once they applied it."""
+
+    members: MemberIds
+
+
+class ReviveUnavailable(Message, tag=72):
+    """The operator accepts the loss of every unavailable partition: each is emptied (reported
+    lost) and given new, empty replicas; the unreachable members keep nothing of it."""
+
+
 Command = (
     AddMembers
     | RemoveMembers
@@ -95,4 +118,7 @@ Command = (
     | PromoteToDataMember
     | MarkLeaving
     | StopAllMembers
+    | MarkUnreachable
+    | MarkReachable
+    | ReviveUnavailable
 )

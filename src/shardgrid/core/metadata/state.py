@@ -25,14 +25,18 @@ from shardgrid.core.metadata.commands import (
     AssignPartitions,
     FinishMigrations,
     MarkLeaving,
+    MarkReachable,
+    MarkUnreachable,
     MemberRecord,
     PromoteToDataMember,
     RemoveMembers,
+    ReviveUnavailable,
     SetClusterState,
     StartMigrations,
     StopAllMembers,
 )
 from shardgrid.core.migration import MigrationOutcome, MigrationRecord, apply_migration, migration_fits
+from shardgrid.core.repair import Repair
 from shardgrid.core.repair import remove_members as repair_table
 from shardgrid.core.schedule import participants_of
 from shardgrid.core.table import PartitionTable, ReplicaSlots
@@ -135,9 +139,27 @@ class MetadataState:
         return tuple(r.id for r in self.members)
 
     @property
+    def unreachable_members(self) -> tuple[MemberId, ...]:
+        """Members kept, though silent, because they hold every replica left of a partition."""
+        return tuple(r.id for r in self.members if r.unreachable)
+
+    def unavailable(self, pid: int) -> bool:
+        """Whether every replica of ``pid`` is on unreachable members: neither served nor reassigned
+        (its owner is unreachable only then: a partition with a replica elsewhere was repaired)."""
+        table = self.table
+        owner = table.owner(pid) if table is not None else None
+        record = self.record_of(owner) if owner is not None else None
+        return record is not None and record.unreachable
+
+    def unavailable_partitions(self) -> list[int]:
+        if self.table is None or not any(r.unreachable for r in self.members):
+            return []
+        return [pid for pid in range(self.table.partition_count) if self.unavailable(pid)]
+
+    @property
     def data_members(self) -> tuple[MemberId, ...]:
-        """Members that may hold replicas in the target table: not lite, not leaving."""
-        return tuple(r.id for r in self.members if not r.lite and not r.leaving)
+        """Members that may hold replicas in the target table: not lite, not leaving, answering."""
+        return tuple(r.id for r in self.members if not r.lite and not r.leaving and not r.unreachable)
 
     @property
     def leaving_data_members(self) -> tuple[MemberId, ...]:
@@ -197,6 +219,10 @@ class Changes:
     members_added: list[MemberRecord] = field(default_factory=list)
     members_removed: list[MemberId] = field(default_factory=list)
     members_changed: list[MemberId] = field(default_factory=list)  # promoted to data, or leaving
+    members_unreachable: list[MemberId] = field(default_factory=list)
+    members_reachable: list[MemberId] = field(default_factory=list)
+    unavailable: list[int] = field(default_factory=list)  # partitions kept for unreachable members
+    available: list[int] = field(default_factory=list)  # partitions whose members answer again
     partitions: set[int] = field(default_factory=set)  # slots or version changed
     promoted: list[tuple[int, MemberId]] = field(default_factory=list)  # (partition, new owner) by repair
     lost: list[int] = field(default_factory=list)
@@ -291,8 +317,87 @@ def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataS
     if isinstance(command, StopAllMembers):
         changes.shut_down = True
         return state.evolve(shut_down=True)
+    if isinstance(command, MarkUnreachable):
+        return _mark_unreachable(state, command, changes)
+    if isinstance(command, MarkReachable):
+        return _mark_reachable(state, command, changes)
+    if isinstance(command, ReviveUnavailable):
+        return _revive(state, changes)
     changes.refused.append(f"unknown command {type(command).__name__}")
     return state
+
+
+def _mark_unreachable(state: MetadataState, command: MarkUnreachable, changes: Changes) -> MetadataState:
+    marked = sorted({m for m in command.members if (r := state.record_of(m)) is not None and not r.unreachable})
+    if not marked:
+        return state
+    changes.members_unreachable.extend(marked)
+    members = tuple(msgspec.structs.replace(r, unreachable=True) if r.id in marked else r for r in state.members)
+    state = _roll_back_migrations_of(state.evolve(members=members), set(marked), changes)
+    table = state.table
+    if table is None:
+        return state
+    repair = repair_table(table, [*state.unreachable_members], keep_unsurvived=True)
+    _record_repair(table, repair, changes)
+    changes.unavailable.extend(pid for pid in repair.lost_partitions if not _was_unavailable(table, pid, marked))
+    return state.evolve(table=repair.table)
+
+
+def _was_unavailable(table: PartitionTable, pid: int, marked: list[MemberId]) -> bool:
+    """Whether ``pid`` was unavailable before ``marked`` were (its replicas on other unreachable members only)."""
+    return not any(r in marked for r in table.replicas[pid] if r is not None)
+
+
+def _mark_reachable(state: MetadataState, command: MarkReachable, changes: Changes) -> MetadataState:
+    back = sorted({m for m in command.members if (r := state.record_of(m)) is not None and r.unreachable})
+    if not back:
+        return state
+    before = set(state.unavailable_partitions())
+    changes.members_reachable.extend(back)
+    members = tuple(msgspec.structs.replace(r, unreachable=False) if r.id in back else r for r in state.members)
+    after = state.evolve(members=members)
+    changes.available.extend(sorted(before - set(after.unavailable_partitions())))
+    return after
+
+
+def _revive(state: MetadataState, changes: Changes) -> MetadataState:
+    """Empty every unavailable partition: lost, and given new replicas by the rebalance."""
+    table = state.table
+    pids = state.unavailable_partitions()
+    if table is None or not pids:
+        return state
+    empty: tuple[MemberId | None, ...] = (None,) * len(table.replicas[0])
+    updates = {pid: (empty, table.versions[pid] + 1) for pid in pids}
+    changes.lost.extend(pids)
+    changes.partitions.update(pids)
+    return state.evolve(table=table.with_partitions(updates))
+
+
+def _roll_back_migrations_of(state: MetadataState, gone: set[MemberId], changes: Changes) -> MetadataState:
+    """A migration one of ``gone`` took part in cannot finish: roll it back."""
+    rolled_back = [
+        record for pid, record in sorted(state.migrations.items()) if gone.intersection(state.participants(record))
+    ]
+    if not rolled_back:
+        return state
+    state = _finish(
+        state,
+        FinishMigrations(tuple(r.with_outcome(MigrationOutcome.ROLLED_BACK) for r in rolled_back)),
+        changes,
+    )
+    if state.table is None:
+        raise InvariantViolation("a rollback removed the partition table")
+    return state
+
+
+def _record_repair(table: PartitionTable, repair: Repair, changes: Changes) -> None:
+    for pid, promotion in repair.promotions:
+        if promotion.destination is not None:
+            changes.promoted.append((pid, promotion.destination))
+            changes.promoted_from.append((pid, promotion.destination_current_index))
+    changes.partitions.update(
+        pid for pid in range(table.partition_count) if repair.table.versions[pid] != table.versions[pid]
+    )
 
 
 def _remove(state: MetadataState, command: RemoveMembers, changes: Changes) -> MetadataState:
@@ -302,31 +407,17 @@ def _remove(state: MetadataState, command: RemoveMembers, changes: Changes) -> M
     gone = set(departed)
     changes.members_removed.extend(departed)
     members = tuple(r for r in state.members if r.id not in gone)
-    table = state.table
-    if table is None:
+    if state.table is None:
         return state.evolve(members=members)
     # A migration one of them took part in cannot finish: roll it back before repairing the table.
-    rolled_back = [
-        record for pid, record in sorted(state.migrations.items()) if gone.intersection(state.participants(record))
-    ]
-    if rolled_back:
-        state = _finish(
-            state,
-            FinishMigrations(tuple(r.with_outcome(MigrationOutcome.ROLLED_BACK) for r in rolled_back)),
-            changes,
-        )
-        table = state.table
-        if table is None:
-            raise InvariantViolation("a rollback removed the partition table")
+    state = _roll_back_migrations_of(state, gone, changes)
+    table = state.table
+    invariant(table is not None, "a rollback keeps the partition table")
+    # A partition with a replica left on an unreachable member promotes it and stays unavailable
+    # (its owner unreachable), not lost.
     repair = repair_table(table, departed)
-    for pid, promotion in repair.promotions:
-        if promotion.destination is not None:
-            changes.promoted.append((pid, promotion.destination))
-            changes.promoted_from.append((pid, promotion.destination_current_index))
+    _record_repair(table, repair, changes)
     changes.lost.extend(repair.lost_partitions)
-    changes.partitions.update(
-        pid for pid in range(table.partition_count) if repair.table.versions[pid] != table.versions[pid]
-    )
     return state.evolve(members=members, table=repair.table)
 
 
