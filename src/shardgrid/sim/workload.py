@@ -8,8 +8,9 @@ timed out, or indeterminate).
 
 Values are unique and a key's writes and reads come from one client, one at a time, so both
 checks are exact: a read, and the final state, may show only the key's last acknowledged value (or
-nothing, before any) or the value of a later ``maybe`` write. Anything else is a lost
-acknowledged write, or a stale read from a member that should no longer have served it.
+nothing, before any) or the value of a later ``maybe`` write, and never one older than a value a
+read already returned. Anything else is a lost acknowledged write, a stale read (from a member that
+should no longer have served it), or a resurrected write (applied late, or twice, over a newer one).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class Ledger:
     writes: dict[bytes, list[Write]] = field(default_factory=dict)
     reads_checked: int = 0
     read_violations: list[tuple[bytes, str]] = field(default_factory=list)  # (key, what was wrong)
+    # Per key, the index of the latest of its writes a read returned: that write was applied, and
+    # an earlier one may not show again (it would have been applied late, or twice).
+    observed: dict[bytes, int] = field(default_factory=dict)
 
     def check_read(self, key: bytes, value: bytes | None, started_ms: int, now_ms: int, member: str) -> None:
         self.reads_checked += 1
@@ -74,13 +78,23 @@ class Ledger:
                     f"returned {value!r}; allowed {shown}",
                 )
             )
+            return
+        writes = self.writes.get(key, [])
+        index = next((i for i, w in enumerate(writes) if value is not None and w.value == value), -1)
+        if index > self.observed.get(key, -1):
+            self.observed[key] = index
 
     def allowed_final_values(self, key: bytes) -> set[bytes | None]:
+        """The last acknowledged write's value and those of the maybe writes after it, from the
+        latest a read already returned on (nothing before the first acknowledged or seen write).
+        Anything else is lost, stale (older than a newer acknowledged write) or resurrected (a
+        write applied after a later one had been read)."""
         writes = self.writes.get(key, [])
         last_acked = max((i for i, w in enumerate(writes) if w.outcome == ACKED), default=-1)
-        allowed: set[bytes | None] = {w.value for w in writes[last_acked + 1 :] if w.outcome == MAYBE}
-        if last_acked >= 0:
-            allowed.add(writes[last_acked].value)
+        floor = max(last_acked, self.observed.get(key, -1))
+        allowed: set[bytes | None] = {w.value for w in writes[floor + 1 :] if w.outcome == MAYBE}
+        if floor >= 0:
+            allowed.add(writes[floor].value)
         else:
             allowed.add(None)
         return allowed
