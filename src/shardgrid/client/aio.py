@@ -66,6 +66,7 @@ DEADLINE_MARGIN_MS = 20  # an attempt's deadline is this much before its call's,
 ADMIN_RETRY_S = 0.2  # an administrative command the cluster cannot take now is asked again this often
 LISTENER_CHECK_S = 0.5  # how often a listener checks that its connection still stands
 SHUTDOWN_CONFIRM_MS = 10_000  # how long a cluster shutting down may take to stop answering
+MAX_SILENT_MEMBERS = 1_000  # addresses remembered as silent (members and seeds are fewer)
 SCAN_PARALLEL_PARTITIONS = 16  # partitions a whole-map read has in flight at once
 
 
@@ -137,6 +138,13 @@ class AsyncClient:
         self.table = TableView()
         self._connections: dict[str, MemberConnection] = {}
         self._opening: dict[str, asyncio.Task[MemberConnection]] = {}
+        # Members that left an attempt unanswered, and when (the loop's ms), until one answers:
+        # asked last when any member will do. A stopped or cut-off process still accepts
+        # connections (its kernel does), so without this "any member" could name the same silent
+        # one on every call, each waiting its whole attempt timeout (found running two members
+        # SIGSTOPped: every key of their partitions timed out, for good). At most one per
+        # address the client knows.
+        self._silent: dict[str, int] = {}
         self._refreshing: asyncio.Task[None] | None = None
         self._listeners: list[EventListener] = []
         self._closed = False
@@ -210,9 +218,22 @@ class AsyncClient:
         return await (self._connection(address) if address is not None else self._any_connection())
 
     def _candidates(self) -> list[str]:
-        """Members to ask when any will do: those connected first, then the table's, then seeds."""
+        """Members to ask when any will do: those connected first, then the table's, then seeds;
+        those that last left an attempt unanswered after all, the longest silent first."""
         live = [a for a, c in self._connections.items() if not c.closed]
-        return list(dict.fromkeys([*live, *self.table.members, *self.seeds]))
+        ordered = list(dict.fromkeys([*live, *self.table.members, *self.seeds]))
+        silent = self._silent
+        return sorted(ordered, key=lambda address: silent.get(address, -1))
+
+    def _heard(self, address: str, answered: bool) -> None:
+        """Whether ``address`` answered the attempt it was sent (``_candidates`` asks it last if not)."""
+        if answered:
+            self._silent.pop(address, None)
+            return
+        self._silent.pop(address, None)  # re-inserted: the most recent last
+        self._silent[address] = self._now_ms()
+        while len(self._silent) > MAX_SILENT_MEMBERS:
+            del self._silent[next(iter(self._silent))]
 
     async def _any_connection(self) -> MemberConnection:
         errors = []
@@ -240,10 +261,12 @@ class AsyncClient:
             connection = await self._any_connection()
             try:
                 await self._read_table(connection)
+                self._heard(connection.address, answered=True)
                 if self.table.known:
                     return
             except (ConnectionLost, TimeoutError) as error:
                 last_error = f"{connection.address}: {error or 'no answer'}"
+                self._heard(connection.address, answered=False)
                 connection.close(last_error)
             if self._now_ms() >= deadline:
                 raise ClusterUnavailableError(f"no partition table within the call timeout ({last_error})")
@@ -542,9 +565,12 @@ class AsyncClient:
             wait_s = self._attempt_wait_s(progress)
             async with asyncio.timeout(wait_s):
                 deadline = self._effect_deadline(wait_s)
-                return await connection.call(request_of(connection.new_call_id()), deadline)
+                reply = await connection.call(request_of(connection.new_call_id()), deadline)
         except (ConnectionLost, TimeoutError):
+            self._heard(connection.address, answered=False)
             return None
+        self._heard(connection.address, answered=True)
+        return reply
 
     def _effect_deadline(self, wait_s: float) -> float:
         """The loop's time after which this attempt may no longer take effect: when the client

@@ -1,0 +1,103 @@
+"""Partitions whose every replica is on members that stopped answering, on real processes: two of
+five members (one backup) are stopped with SIGSTOP, as a network split looks to the others. Their
+partitions are unavailable (PartitionUnavailableError naming the members, the status says so)
+and come back whole when the members do; an operator's ``remove`` and ``partitions revive``
+accept the loss instead."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from shardgrid.client import Client, OperationTimeoutError, PartitionUnavailableError
+
+from .local_cluster import LocalCluster, leader_of
+
+KEYS = [f"k{i}" for i in range(150)]
+
+
+def _shardgrid(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shardgrid", *args], capture_output=True, text=True, timeout=120)
+
+
+def _held_keys(client: Client, leader: str, away: list[str], timeout_s: float = 90) -> tuple[set[str], list[str]]:
+    """The keys whose partitions are unavailable once the leader marked members of ``away``
+    unreachable (those that hold the last replicas of some partition: the other is removed, as
+    a crashed member), and those members; every other key reads its value meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = _status(leader)
+        unreachable = sorted(status.get("unreachable_members", []))
+        removed = [a for a in away if a not in unreachable and a not in [m["address"] for m in status["members"]]]
+        if status.get("unavailable_partitions") and unreachable and sorted(unreachable + removed) == sorted(away):
+            break
+        assert time.monotonic() < deadline, f"{away} not marked unreachable or removed within {timeout_s} s: {status}"
+        time.sleep(0.5)
+    away = unreachable
+    data = client.get_map("m")
+    while True:
+        held: set[str] = set()
+        waiting = []
+        for key in KEYS:
+            unnamed: list[str] = []
+            try:
+                value = data.get(key)
+            except PartitionUnavailableError as error:
+                unnamed = [address for address in away if address not in str(error)]
+                held.add(key)
+            except OperationTimeoutError:
+                waiting.append(key)  # its new owner may still be taking its replicas over
+            else:
+                assert value == f"value-of-{key}", key
+            assert not unnamed, f"{key}: the error does not name {unnamed}"
+        if held and not waiting:
+            return held, unreachable
+        assert time.monotonic() < deadline, f"{len(held)} keys unavailable, {len(waiting)} timed out: {waiting[:5]}"
+        time.sleep(0.5)
+
+
+def _status(address: str) -> dict:
+    return json.loads(_shardgrid("status", "--members", address, "--json").stdout)
+
+
+@pytest.mark.parametrize("ending", ["they-come-back", "the-operator-gives-them-up"])
+def test_partitions_of_stopped_members_wait_for_them_or_for_the_operator(tmp_path, ending):
+    with LocalCluster(tmp_path, 5, "--partition-count", "31", "--set", "failure_timeout_ms=3000") as running:
+        running.wait_formed()
+        with Client(running.addresses, operation_call_timeout_ms=5_000) as client:
+            client.wait_until_safe(90)
+            data = client.get_map("m")
+            data.put_all({key: f"value-of-{key}" for key in KEYS})
+            leader = leader_of(client)
+            away = [a for a in running.addresses if a != leader][:2]
+            for address in away:
+                running.processes[address].send_signal(signal.SIGSTOP)
+            try:
+                held, unreachable = _held_keys(client, leader, away)
+                assert not client.cluster_status().safe
+                if ending == "they-come-back":
+                    for address in away:
+                        running.processes[address].send_signal(signal.SIGCONT)
+                    client.wait_until_safe(90)
+                    assert data.get_all(KEYS) == {key: f"value-of-{key}" for key in KEYS}
+                    return
+                refused = _shardgrid("partitions", "revive")
+                assert refused.returncode != 0
+                assert "--yes" in refused.stderr
+                removed = _shardgrid("remove", unreachable[0], "--members", leader)
+                assert removed.returncode == 0, removed.stderr
+                revived = _shardgrid("partitions", "revive", "--yes", "--members", leader)
+                assert revived.returncode == 0, revived.stderr
+                client.wait_until_safe(90)
+                got = data.get_all(KEYS)
+                assert {key for key in KEYS if key not in got} == held  # those were given up
+                assert all(got[key] == f"value-of-{key}" for key in got)
+                assert "partition-lost" in running.log_text(leader)
+            finally:
+                for address in away:
+                    running.processes[address].send_signal(signal.SIGCONT)
