@@ -1,7 +1,7 @@
 # The two commands of the README's quick start: `make demo` and `make test`.
 BIN := .venv/bin
 
-.PHONY: demo test lint docs bench venv java clean
+.PHONY: demo test lint docs bench venv java netlab clean
 
 venv:
 	@bash scripts/venv.sh
@@ -9,6 +9,11 @@ venv:
 # Spark 4 needs Java 17+: installed (Debian's headless JRE) when missing.
 java:
 	@bash scripts/java.sh
+
+# The network-namespace tests (tests/netns) cut members off as Jepsen does: iproute2 and nftables,
+# installed when missing and the user is root; otherwise those tests are skipped, saying why.
+netlab:
+	@bash scripts/netlab.sh
 
 # The main job: a 3-member cluster of real processes on 127.0.0.1 and local Spark; Spark loads
 # 200,000 rows from Parquet through the data source while a member is SIGKILLed, an export is
@@ -27,7 +32,7 @@ docs: venv
 	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 
 # The whole suite: lint, the manual, then every test.
-test: lint docs java
+test: lint docs java netlab
 	$(BIN)/python -m pytest
 
 # The planning, simulator and data-path benchmarks, each kept in benchmarks/results/ (the manual's
