@@ -91,6 +91,30 @@ def test_a_clients_leave_that_times_out_is_answered_failed_and_the_member_stays(
     assert member.leaving.stage is LeaveStage.STAYING
 
 
+def test_a_clients_leave_is_answered_failed_when_a_second_signal_stops_the_member():
+    """Found by an outside tester: ``shardgrid shutdown HOST`` printed 'left the cluster' and
+    exited 0 while a second SIGTERM had stopped the member before it left (exit 1)."""
+    member, now = following(B, TABLE)
+    member.handle(now, Receive("client:1", None, None, m.AdminRequest(call_id=3, command=m.ShutdownMember())))
+    member.handle(now + 1, StopSignalled("local", 0))
+    effects = member.handle(now + 2, StopSignalled("local", 0))
+    assert stops(effects) == [Stop(reason="stopped by a signal before leaving the cluster", exit_code=EXIT_ABANDONED)]
+    answers = {r.call_id: r for r in replies(effects) if isinstance(r, m.AdminReply)}
+    assert answers[3].result == m.ADMIN_FAILED
+    assert answers[3].reason == "stopped by a signal before leaving the cluster"
+
+
+def test_a_leave_still_asked_when_the_cluster_shuts_down_is_answered_failed():
+    member, now = following(B, TABLE)
+    member.handle(now, Receive("client:1", None, None, m.AdminRequest(call_id=3, command=m.ShutdownMember())))
+    member.leaving.on_cluster_shut_down(99)  # a follower stops at once
+    (answer,) = [r for r in member.leaving.ctx.out if isinstance(getattr(r, "message", None), m.AdminReply)][-1:]
+    assert (answer.message.result, answer.message.reason) == (
+        m.ADMIN_FAILED,
+        "stopped before leaving the cluster: the cluster shut down",
+    )
+
+
 def test_a_stage_the_table_does_not_allow_is_an_invariant_violation():
     member, _ = following(B, TABLE)
     member.leaving.stop("test", EXIT_STOPPED)

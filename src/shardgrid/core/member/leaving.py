@@ -39,6 +39,8 @@ EXIT_ABANDONED = 1  # a second signal stopped it while it was a member: to the c
 
 NOT_IN_A_CLUSTER = "this member is not in a cluster"
 LEFT = "left the cluster after handing its replicas over"
+SIGNAL_BEFORE_LEAVING = "stopped by a signal before leaving the cluster"
+STOPPED_BEFORE_LEAVING = "stopped before leaving the cluster"  # how a leave it asked and did not finish is answered
 
 
 class LeaveStage(enum.Enum):
@@ -122,7 +124,7 @@ class Leaving:
         the cluster is a crash. Before it has joined a cluster, a member has nothing to hand over."""
         self._signals += 1
         if self._signals > 1:
-            self.stop("stopped by a signal before leaving the cluster", EXIT_ABANDONED if joined else EXIT_STOPPED)
+            self.stop(SIGNAL_BEFORE_LEAVING, EXIT_ABANDONED if joined else EXIT_STOPPED)
         elif not joined:
             refusal = AdminReply(call_id=signal.call_id, result=ADMIN_FAILED, reason=NOT_IN_A_CLUSTER)
             self.ctx.reply(signal.reply_to, refusal)
@@ -184,7 +186,7 @@ class Leaving:
     def on_removed(self) -> bool:
         """This member was removed from the cluster: when it asked to leave, it has left (True)."""
         if self.asked:
-            self.stop(LEFT, EXIT_STOPPED)
+            self.stop(LEFT, EXIT_STOPPED, left=True)
             return True
         return False
 
@@ -301,9 +303,14 @@ class Leaving:
 
     # --- stopping ----------------------------------------------------------------------------------
 
-    def stop(self, reason: str, exit_code: int) -> None:
+    def stop(self, reason: str, exit_code: int, *, left: bool = False) -> None:
         """The one way a member stops: it drops what it holds, says so to listeners and to those
-        who asked it to leave, and tells its process how to exit."""
+        who asked it to leave, and tells its process how to exit. A leave asked and not answered
+        yet is answered ok only when the member ``left`` (removed once it held nothing); stopped
+        any other way (a second signal, the cluster shut down, nobody left to take its replicas),
+        it failed: ``shardgrid shutdown HOST`` must not report a leave that handed nothing over
+        (found by an outside tester: it printed 'left the cluster' and exited 0 while the member
+        was stopped by a second signal and exited 1)."""
         if self.stage is LeaveStage.STOPPED:
             return
         self._set_stage(LeaveStage.STOPPED)
@@ -311,6 +318,10 @@ class Leaving:
         self._halt()
         self.ctx.emit(MemberStopped(self.ctx.identity, reason))
         answers, self._answers = self._answers, []
+        result, answer = ADMIN_OK, reason
+        if not left:
+            result = ADMIN_FAILED
+            answer = reason if reason.startswith(SIGNAL_BEFORE_LEAVING) else f"{STOPPED_BEFORE_LEAVING}: {reason}"
         for client, call_id in answers:
-            self.ctx.reply(client, AdminReply(call_id=call_id, result=ADMIN_OK, reason=reason))
+            self.ctx.reply(client, AdminReply(call_id=call_id, result=result, reason=answer))
         self.ctx.out.append(Stop(reason=reason, exit_code=exit_code))
