@@ -4,6 +4,7 @@ one ``Stop`` effect whose reason and exit code the process carries out without d
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -11,13 +12,13 @@ from shardgrid.core import messages as m
 from shardgrid.core.effects import Stop
 from shardgrid.core.errors import InvariantViolation
 from shardgrid.core.events import LeaveRefused
-from shardgrid.core.inputs import Receive, Start, StopSignalled
+from shardgrid.core.inputs import Receive, Start, StopSignalled, TimerFired
 from shardgrid.core.member import Member
-from shardgrid.core.member.leaving import EXIT_ABANDONED, EXIT_STOPPED, TRANSITIONS, LeaveStage
+from shardgrid.core.member.leaving import EXIT_ABANDONED, EXIT_STOPPED, NO_LEADER_TO_LEAVE, TRANSITIONS, LeaveStage
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.metadata import MemberRecord, MetadataState
 from shardgrid.core.raft import Membership, Snapshot
-from shardgrid.core.raft.messages import InstallSnapshot
+from shardgrid.core.raft.messages import Heartbeat, InstallSnapshot
 from tests.core.test_member import A_OWNS_B_BACKS as TABLE
 from tests.core.test_member import CONFIG, SEEDS, A, B, C, following, replies, run_ticks, sent
 
@@ -113,6 +114,44 @@ def test_a_leave_still_asked_when_the_cluster_shuts_down_is_answered_failed():
         m.ADMIN_FAILED,
         "stopped before leaving the cluster: the cluster shut down",
     )
+
+
+GRACEFUL_MS = 5_000
+QUICK = replace(CONFIG, graceful_shutdown_timeout_ms=GRACEFUL_MS)
+
+
+def test_a_signalled_member_no_leader_can_take_stops_after_the_graceful_timeout_with_exit_1():
+    """Found by an outside tester: SIGTERM one member of three and SIGKILL the other two; after
+    graceful_shutdown_timeout_ms it said it could not leave now and then ran, leaving, for good."""
+    member, now = following(B, TABLE, config=QUICK)
+    member.handle(now, StopSignalled("local", 0))  # asked; A, the leader, never answers again
+    effects, now = run_ticks(member, now, now + GRACEFUL_MS + 100)
+    assert stops(effects) == [Stop(reason=NO_LEADER_TO_LEAVE, exit_code=EXIT_ABANDONED)]
+    assert "no leader has answered" in NO_LEADER_TO_LEAVE
+    assert member.lifecycle is Lifecycle.STOPPED
+
+
+def test_a_signalled_member_waits_past_the_graceful_timeout_while_a_leader_answers():
+    """A leader that still answers may yet take the leave (or finish it): the member goes on, says
+    so, and stops only once no leader has been heard for the failure timeout."""
+    member, now = following(B, TABLE, config=QUICK)
+    member.handle(now, StopSignalled("local", 0))
+    effects: list = []
+    while now < 10 + GRACEFUL_MS + 3_000:
+        now += QUICK.tick_ms
+        if now % 500 == 10:  # A heartbeats every half second
+            effects += member.handle(now, Receive(A.address, A, B.uuid, Heartbeat(term=1, commit=7, sent_ms=now)))
+        effects += member.handle(now, TimerFired("tick"))
+    assert stops(effects) == []
+    assert [e.event.reason for e in effects if isinstance(getattr(e, "event", None), LeaveRefused)] == [
+        "still handing replicas over after graceful_shutdown_timeout_ms; nothing was lost"
+    ]
+    silent_from = now
+    effects, now = run_ticks(member, now, now + QUICK.failure_timeout_ms + 200)
+    (stop,) = stops(effects)
+    assert stop == Stop(reason=NO_LEADER_TO_LEAVE, exit_code=EXIT_ABANDONED)
+    assert member.consensus.raft.leader_silent_ms() >= QUICK.failure_timeout_ms
+    assert now - silent_from >= QUICK.failure_timeout_ms
 
 
 def test_a_stage_the_table_does_not_allow_is_an_invariant_violation():

@@ -115,7 +115,8 @@ class MemberConfig:
     the lagging backup is re-synced."""
     graceful_shutdown_timeout_ms: int = 600_000
     """A leave still handing replicas over after this is answered as failed (nothing is lost: the
-    member goes on serving)."""
+    member goes on serving). A member a signal asked to leave stops once this has passed and no
+    leader has answered it for failure_timeout_ms (exit 1: nobody is left to take its leave)."""
     admin_timeout_ms: int = 30_000
     """An administrative request (a state change, a cluster shutdown) not done by then fails."""
     max_chunk_entries: int = 1_000

@@ -35,12 +35,16 @@ from shardgrid.core.metadata.commands import MarkLeaving
 
 # The process's exit code for each way a member stops.
 EXIT_STOPPED = 0  # it left, the cluster shut down, or a signal stopped it before it joined one
-EXIT_ABANDONED = 1  # a second signal stopped it while it was a member: to the cluster, a crash
+EXIT_ABANDONED = 1  # a signal stopped it before it left (a second one, or no leader to take the leave): a crash
 
 NOT_IN_A_CLUSTER = "this member is not in a cluster"
 LEFT = "left the cluster after handing its replicas over"
 SIGNAL_BEFORE_LEAVING = "stopped by a signal before leaving the cluster"
 STOPPED_BEFORE_LEAVING = "stopped before leaving the cluster"  # how a leave it asked and did not finish is answered
+NO_LEADER_TO_LEAVE = (
+    f"{SIGNAL_BEFORE_LEAVING}: graceful_shutdown_timeout_ms passed and no leader has answered for "
+    "failure_timeout_ms (no majority of voters is left to take its leave); what only it held is lost"
+)
 
 
 class LeaveStage(enum.Enum):
@@ -58,7 +62,8 @@ TRANSITIONS: dict[LeaveStage, frozenset[LeaveStage]] = {
         {LeaveStage.ASKED, LeaveStage.HANDING_OVER, LeaveStage.AWAITING_FOLLOWERS, LeaveStage.STOPPED}
     ),
     # Back to STAYING: refused for good (the last data member), or still unrecorded after
-    # graceful_shutdown_timeout_ms.
+    # graceful_shutdown_timeout_ms. Any stage but STOPPED may stop: a second signal, or a signal's
+    # leave that no leader can take (``_signal_tick``).
     LeaveStage.ASKED: frozenset(
         {LeaveStage.STAYING, LeaveStage.HANDING_OVER, LeaveStage.AWAITING_FOLLOWERS, LeaveStage.STOPPED}
     ),
@@ -96,6 +101,7 @@ class Leaving:
         self._even_if_last = False  # a signal asked: recorded even when no other data member stays
         self._signals = 0
         self._signal_answers: list[tuple[str, int]] = []  # the answers of the leaves signals asked
+        self._signalled_since_ms: int | None = None  # the first signal, once joined: the process is to stop
         self._last_request_ms = NEVER_MS
         self._final_index = 0  # AWAITING_FOLLOWERS: the log entry that ended the cluster
         self._final_since_ms = 0
@@ -130,6 +136,7 @@ class Leaving:
             self.ctx.reply(signal.reply_to, refusal)
             self.stop("stopped by a signal before it joined a cluster", EXIT_STOPPED)
         else:
+            self._signalled_since_ms = self.ctx.now_ms
             self._signal_answers.append((signal.reply_to, signal.call_id))
             self.begin(signal.reply_to, signal.call_id, even_if_last=True)
 
@@ -269,6 +276,27 @@ class Leaving:
             self._asked_tick()
         if self.stage is LeaveStage.AWAITING_FOLLOWERS:
             self._final_tick()
+        if self._signalled_since_ms is not None and self.stage is not LeaveStage.STOPPED:
+            self._signal_tick()
+
+    def _no_leader_can_take_it(self) -> bool:
+        """No leader has been heard for the failure timeout (this member leads none either): no
+        majority of voters is left to record a leave or to move a replica, so a leave cannot go on
+        (found by an outside tester: a signalled member whose staying members were killed stayed
+        leaving for good). A leader elected since resets it: an election is not a lost majority."""
+        consensus = self.consensus
+        return not consensus.is_leader and consensus.raft.leader_silent_ms() >= self.ctx.config.failure_timeout_ms
+
+    def _signal_tick(self) -> None:
+        """A signal is the operator's wish that the process stop. While a leader can take the
+        member's leave it waits for it, past graceful_shutdown_timeout_ms too (a leave under way
+        may still finish and lose nothing); once that has passed with no leader to take it, the
+        member stops, as a crash would to the cluster."""
+        since_ms = self._signalled_since_ms
+        if since_ms is None or self.ctx.now_ms - since_ms <= self.ctx.config.graceful_shutdown_timeout_ms:
+            return
+        if self._no_leader_can_take_it():
+            self.stop(NO_LEADER_TO_LEAVE, EXIT_ABANDONED)
 
     def _asked_tick(self) -> None:
         config = self.ctx.config
@@ -283,6 +311,9 @@ class Leaving:
             self.stop("a lite member holds no data: it stops without its leave recorded", EXIT_STOPPED)
             return
         if waited_ms > config.graceful_shutdown_timeout_ms:
+            if self._signal_answers and self._no_leader_can_take_it():
+                self.stop(NO_LEADER_TO_LEAVE, EXIT_ABANDONED)  # what _signal_tick would do a tick later
+                return
             self._refused("still handing replicas over after graceful_shutdown_timeout_ms; nothing was lost")
 
     def _final_tick(self) -> None:
