@@ -110,8 +110,11 @@ async def _run(settings: Settings, logger: logging.Logger) -> int:
     _tune_garbage_collector()
     keep_freed_memory()
     process = MemberProcess(settings, logger)
-    await process.start()
+    # Before start(), which logs member-listening and sets the member going: a signal from then on
+    # is the member's to decide (found by an outside tester: a SIGTERM just after member-listening
+    # killed the process with no member-exit line, as Python's default handler does).
     process.install_signal_handlers()
+    await process.start()
     return await process.run()
 
 
