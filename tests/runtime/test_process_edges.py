@@ -86,3 +86,23 @@ def test_a_signal_as_the_process_starts_is_the_members_to_decide(how: str, reaso
     assert code == 0, log
     assert [(line["reason"], line["exit_code"]) for line in exits] == [(reason, 0)], log
     assert any(line["event"] == "member-signalled" for line in lines)
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_an_internal_error_exits_70_with_its_traceback_in_the_log(log_format: str) -> None:
+    """Found by an outside tester: the member-failed line had no traceback in either format,
+    though the docs promised one."""
+    code, log = _run_member("bug", "--log-format", log_format, "--set", "bootstrap_after_ms=300")
+    assert code == 70, log
+    if log_format == "json":
+        (failed,) = [json.loads(line) for line in log.splitlines() if '"member-failed"' in line]
+        assert failed["error"] == "RuntimeError('stand-in bug')"
+        assert "Traceback (most recent call last)" in failed["traceback"]
+        assert "failing_handle" in failed["traceback"]
+        assert failed["traceback"].rstrip().endswith("RuntimeError: stand-in bug")
+    else:
+        after = log.split(" member-failed ", 1)[1].splitlines()
+        assert after[0] == "error=\"RuntimeError('stand-in bug')\""
+        assert after[1] == "Traceback (most recent call last):"
+        assert "RuntimeError: stand-in bug" in after
+        assert "member-exit" in log.split("RuntimeError: stand-in bug", 1)[1]
