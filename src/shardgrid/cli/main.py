@@ -33,7 +33,7 @@ from shardgrid.cli.sim_report import seeds_summary
 from shardgrid.core.errors import ConfigError
 from shardgrid.core.limits import DEFAULT_MAX_PARALLEL_MIGRATIONS, DEFAULT_PARTITION_COUNT
 from shardgrid.runtime.settings import SettingsError, load_settings
-from shardgrid.sim.schedule import load_schedule
+from shardgrid.sim.schedule import check_schedule, load_schedule
 from shardgrid.sim.vopr import FAULTS, SimParams, params_of, run_seed
 
 
@@ -198,6 +198,16 @@ def sim(
         "duplicate_rate": duplicate_rate,
     }
     params = replace(base, faults=chosen, **{k: v for k, v in overrides.items() if v is not None})
+    if schedule is not None:
+        # The schedule against the run as given here (--members may differ from the file's):
+        # a bad one is a usage error (exit 2) before anything runs, not a traceback.
+        try:
+            check_schedule(
+                schedule, members=params.members, partitions=params.partitions, random_joins="join" in params.faults
+            )
+        except ConfigError as error:
+            given = f" (--members {members} given)" if members is not None else ""
+            raise click.UsageError(f"{error}{given}") from error
     first = seed if seed is not None else 1
     results = []
     console = Console(soft_wrap=True)
