@@ -16,7 +16,7 @@ from rich.table import Table
 
 from shardgrid.cli.demo import demo
 from shardgrid.cli.local_cluster import local
-from shardgrid.cli.watch import watch_until_safe
+from shardgrid.cli.watch import WatchResult, watch_until_safe
 from shardgrid.client import Client
 from shardgrid.client.errors import (
     AuthenticationError,
@@ -26,6 +26,7 @@ from shardgrid.client.errors import (
 )
 from shardgrid.client.status import ClusterStatus
 from shardgrid.core import messages as m
+from shardgrid.core.limits import MAX_MEMBER_COUNT
 from shardgrid.runtime.settings import is_address
 
 T = TypeVar("T")
@@ -246,11 +247,23 @@ def safe(wait_s: float, **options: Any) -> None:
 @click.command()
 @client_options
 @click.option("--until-safe", "limit_s", type=float, default=600.0, show_default=True, help="Give up after this long.")
-def watch(limit_s: float, **options: Any) -> None:
+@click.option(
+    "--until-members",
+    "until_members",
+    type=click.IntRange(1, MAX_MEMBER_COUNT),
+    default=None,
+    help="Also wait until the cluster has this many members (a count): watch a member that is still joining.",
+)
+def watch(limit_s: float, until_members: int | None, **options: Any) -> None:
     """Show migration progress live (planned, finished, entries and bytes moved, rate, ETA) until
-    the cluster is safe; exits 1 if it is not within --until-safe seconds."""
+    the cluster is safe, and with --until-members has that many members; exits 1 if it is not
+    within --until-safe seconds."""
     options["timeout_s"] = max(options["timeout_s"], limit_s + 10)
-    result = _with_client(options, lambda client: watch_until_safe(client, limit_s, Console(), "migrations"))
+
+    def follow(client: Client) -> WatchResult:
+        return watch_until_safe(client, limit_s, Console(), "migrations", until_members=until_members or 0)
+
+    result = _with_client(options, follow)
     if not result.safe:
         click.echo(f"not safe after {result.seconds:.0f} s: {result.reason}")
         sys.exit(EXIT_REFUSED)
