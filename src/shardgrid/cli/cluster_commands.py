@@ -44,7 +44,7 @@ def client_options(function: Callable[..., Any]) -> Callable[..., Any]:
             envvar=MEMBERS_ENV,
             default="127.0.0.1:5701",
             show_default=True,
-            help=f"host:port,... of members to ask (or ${MEMBERS_ENV}).",
+            help=f"Addresses of members to ask, host:port,... (or ${MEMBERS_ENV}).",
         ),
         click.option(
             "--cluster-name",
@@ -166,34 +166,54 @@ def status_document(status: ClusterStatus) -> dict[str, Any]:
     }
 
 
+STATUS_COLUMNS = (
+    "member",
+    "role",
+    "lifecycle",
+    "owned partitions",
+    "backup replicas",
+    "migrating",
+    "syncing",
+    "awaiting acks",
+)
+
+
 def render_status(document: dict[str, Any]) -> None:
     console = Console()
     if not console.is_terminal:
         console = Console(width=140)  # piped or captured: no terminal width to fit
     table = Table(title=None, show_edge=False)
-    for column in ("member", "role", "state", "primaries", "backups", "migrating", "syncing", "awaiting acks"):
-        table.add_column(column, justify="right" if column not in ("member", "role", "state") else "left")
+    # The words of the JSON and the glossary: owned partitions (an owner's), lifecycle (a text
+    # said "primaries" and "state" for them: found by an outside tester).
+    for column in STATUS_COLUMNS:
+        table.add_column(column, justify="right" if column not in ("member", "role", "lifecycle") else "left")
     for member in document["members"]:
         if not member["reachable"]:
             table.add_row(member["address"], "?", f"unreachable: {member['error'][:60]}", "", "", "", "", "")
             continue
-        state = member["lifecycle"] + (" (leaving)" if member["leaving"] else "")
+        lifecycle = member["lifecycle"] + (" (leaving)" if member["leaving"] else "")
         table.add_row(
             member["address"],
             member["role"],
-            state,
+            lifecycle,
             str(member["owned_partitions"]),
             str(member["backup_replicas"]),
             str(member["migrations_here"]),
             str(member["syncs_in_flight"]),
             str(member["writes_awaiting_backups"]),
         )
-    console.print(table)
-    console.print(
-        f"leader {document['leader'] or '(none)'}  state {document['cluster_state']}  "
-        f"partitions {document['partition_count']}  migrations: {document['migrations_planned']} planned, "
-        f"{document['migrations_running']} running  missing replicas {document['missing_replicas']}"
-    )
+    if document["members"]:
+        console.print(table)
+    if document["leader"] is None:
+        # Nothing to say of the cluster state or the partitions without a leader ("state None
+        # partitions None" was printed for a cluster that had not formed).
+        console.print("no leader: the cluster has not formed yet, or is electing one")
+    else:
+        console.print(
+            f"leader {document['leader']}  cluster state {document['cluster_state']}  "
+            f"partitions {document['partition_count']}  migrations: {document['migrations_planned']} planned, "
+            f"{document['migrations_running']} running  missing replicas {document['missing_replicas']}"
+        )
     if document["unavailable_partitions"]:
         console.print(
             f"[red]{document['unavailable_partitions']} partitions unavailable[/red]: every replica on members that "

@@ -24,7 +24,7 @@ from shardgrid.cli.bench_sim import headline as sim_headline
 from shardgrid.cli.bench_sim import run_sim_bench
 from shardgrid.cli.cluster_commands import COMMANDS as CLUSTER_COMMANDS
 from shardgrid.cli.config_report import render_json, render_text
-from shardgrid.cli.member_command import flags_of, member, settings_options
+from shardgrid.cli.member_command import assigned_keys, flags_of, member, settings_options
 from shardgrid.cli.pipeline import checked_spark_master, pipeline
 from shardgrid.cli.plan_report import render, summarize
 from shardgrid.cli.scenario import ScenarioSpec, run_scenario
@@ -44,7 +44,9 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--members", type=int, default=3, show_default=True, help="Data members before the change.")
+@click.option(
+    "--members", type=int, default=3, show_default=True, help="How many data members before the change (a count)."
+)
 @click.option("--add", type=int, default=0, show_default=True, help="Members that join.")
 @click.option("--remove", type=int, default=0, show_default=True, help="Members that leave gracefully.")
 @click.option("--crash", type=int, default=0, show_default=True, help="Members that crash.")
@@ -102,7 +104,9 @@ def plan(
     show_default=True,
     help="Run this many seeds, from --seed on, and summarize.",
 )
-@click.option("--members", type=click.IntRange(1, 50), default=None, help="Members at the start.  [default: 5]")
+@click.option(
+    "--members", type=click.IntRange(1, 50), default=None, help="How many members at the start (a count).  [default: 5]"
+)
 @click.option(
     "--partitions", type=click.IntRange(1, 100_000), default=None, help=f"[default: {DEFAULT_PARTITION_COUNT}]"
 )
@@ -258,7 +262,13 @@ def bench_plan(repeats: int, record: bool) -> None:
     show_default=True,
     help="Partitions of the crash-repair and leader-crash runs.",
 )
-@click.option("--members", type=click.IntRange(2, 50), default=10, show_default=True, help="Members of those runs.")
+@click.option(
+    "--members",
+    type=click.IntRange(2, 50),
+    default=10,
+    show_default=True,
+    help="How many members those runs have (a count).",
+)
 @click.option("--parallel", default="1,5,10,20", show_default=True, help="max_parallel_migrations values.")
 @record_option
 def bench_sim(partitions: int, members: int, parallel: str, record: bool) -> None:
@@ -427,7 +437,7 @@ def config_show(config_path: Path | None, output_format: str, **options: Any) ->
     """Print the effective settings (with the flags ``member start`` takes) and where each came
     from; exits 2 on a bad setting."""
     try:
-        settings = load_settings(config_path, os.environ, flags_of(options))
+        settings = load_settings(config_path, os.environ, flags_of(options), assigned_keys(options))
     except SettingsError as error:
         click.echo(str(error), err=True)
         sys.exit(2)

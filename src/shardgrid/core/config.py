@@ -248,6 +248,13 @@ class MemberConfig:
         require(self.anti_entropy_interval_ms > 0, "anti_entropy_interval_ms must be positive")
         require(1 <= self.max_parallel_replications <= 1_000, "max_parallel_replications must be 1..1000")
         require(self.snapshot_every_entries >= 10, "snapshot_every_entries must be at least 10")
+        # Raft's own checks, said first in this config's names (RaftSettings calls the heartbeat
+        # heartbeat_interval_ms, which is not a setting: found by an outside tester).
+        require(self.raft_heartbeat_interval_ms > 0, "raft_heartbeat_interval_ms must be positive")
+        require(
+            self.election_timeout_ms >= 3 * self.raft_heartbeat_interval_ms,
+            "election_timeout_ms must be at least three times raft_heartbeat_interval_ms",
+        )
         self.raft_settings().validate()
 
     def raft_settings(self) -> RaftSettings:
