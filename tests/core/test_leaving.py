@@ -116,6 +116,18 @@ def test_a_leave_still_asked_when_the_cluster_shuts_down_is_answered_failed():
     )
 
 
+def test_a_removed_leaver_answers_its_leave_ok_and_a_lite_one_says_it_held_nothing():
+    """Found by an outside tester: a lite member exited saying it 'left the cluster after handing
+    its replicas over'; it holds none."""
+    lite_left = "left the cluster (a lite member holds no replicas to hand over)"
+    for lite, reason in ((False, "left the cluster after handing its replicas over"), (True, lite_left)):
+        member, now = following(C, TABLE, lite=lite)
+        member.handle(now, Receive("client:1", None, None, m.AdminRequest(call_id=3, command=m.ShutdownMember())))
+        effects = member.handle(now + 1, Receive(A.address, A, C.uuid, m.NotAMember(commit_index=1_000)))
+        assert stops(effects) == [Stop(reason=reason, exit_code=EXIT_STOPPED)]
+        assert [(r.result, r.reason) for r in replies(effects) if isinstance(r, m.AdminReply)] == [(m.ADMIN_OK, reason)]
+
+
 GRACEFUL_MS = 5_000
 QUICK = replace(CONFIG, graceful_shutdown_timeout_ms=GRACEFUL_MS)
 

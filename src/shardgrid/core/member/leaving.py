@@ -39,6 +39,7 @@ EXIT_ABANDONED = 1  # a signal stopped it before it left (a second one, or no le
 
 NOT_IN_A_CLUSTER = "this member is not in a cluster"
 LEFT = "left the cluster after handing its replicas over"
+LITE_LEFT = "left the cluster (a lite member holds no replicas to hand over)"
 SIGNAL_BEFORE_LEAVING = "stopped by a signal before leaving the cluster"
 STOPPED_BEFORE_LEAVING = "stopped before leaving the cluster"  # how a leave it asked and did not finish is answered
 NO_LEADER_TO_LEAVE = (
@@ -193,7 +194,7 @@ class Leaving:
     def on_removed(self) -> bool:
         """This member was removed from the cluster: when it asked to leave, it has left (True)."""
         if self.asked:
-            self.stop(LEFT, EXIT_STOPPED, left=True)
+            self.stop(LITE_LEFT if self.ctx.lite else LEFT, EXIT_STOPPED, left=True)
             return True
         return False
 
