@@ -324,11 +324,19 @@ def promote(address: str, **options: Any) -> None:
 
 @click.command()
 @click.argument("address", required=False)
-@click.option("--cluster", "whole_cluster", is_flag=True, help="Shut the whole cluster down.")
+@click.option(
+    "--cluster",
+    "whole_cluster",
+    is_flag=True,
+    help="Shut the whole cluster down: PASSIVE first, then every member stops; the data is dropped.",
+)
 @client_options
 def shutdown(address: str | None, whole_cluster: bool, **options: Any) -> None:
-    """Shut down the member at ADDRESS gracefully (it hands its replicas over first), or with
-    --cluster every member."""
+    """Shut down the member at ADDRESS gracefully: it hands its replicas over, is removed and stops;
+    the command waits up to 600 s for that unless --timeout says otherwise. Refused for the last
+    data member, and while the cluster shuts down. With --cluster every member stops instead, once
+    the leader has seen each hold the PASSIVE state; one that cannot be reached keeps the cluster
+    PASSIVE and the command fails."""
     if address is None:
         if not whole_cluster:
             raise click.UsageError("give either a member's ADDRESS or --cluster")
