@@ -40,3 +40,30 @@ def test_the_settings_table_names_each_variable_and_default():
     table = reference.settings_markdown("cluster")
     assert "| `lease_ms` | `2000` (milliseconds) | `SHARDGRID_LEASE_MS` |" in table
     assert "`transfer_resend_ms` | `5000` (milliseconds)" in table  # a member process's own default
+
+
+def test_a_metric_registered_without_the_helpers_is_reported(monkeypatch):
+    """Found by an outside tester: a metric registered directly on the registry got no row in the
+    manual, and this test passed."""
+    from prometheus_client import Counter
+
+    from shardgrid.runtime import metrics
+
+    helpers_only = metrics.MemberMetrics.__init__
+
+    def with_a_direct_one(self: metrics.MemberMetrics) -> None:
+        helpers_only(self)
+        self.sneaky = Counter("shardgrid_sneaky", "Registered directly.", registry=self.registry)
+
+    monkeypatch.setattr(metrics.MemberMetrics, "__init__", with_a_direct_one)
+    assert reference.undocumented() == [
+        "metric shardgrid_sneaky (registered without MemberMetrics' helpers: not described)"
+    ]
+    assert "| `shardgrid_sneaky_total` | counter | ? | Registered directly. |" in reference.metrics_markdown()
+
+
+def test_the_metrics_table_has_a_row_for_every_registered_metric():
+    table = reference.metrics_markdown()
+    collected = [family.name for family in reference.MemberMetrics().registry.collect()]
+    assert len(collected) == len(reference.MemberMetrics().specs)
+    assert all(f"`{name}" in table for name in collected)

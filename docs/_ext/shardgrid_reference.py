@@ -9,11 +9,13 @@ from pathlib import Path
 from docutils import nodes
 from docutils.statemachine import StringList
 from sphinx.application import Sphinx
+from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from shardgrid.cli import reference
 
 ROOT = Path(__file__).resolve().parents[2]
+logger = logging.getLogger(__name__)
 
 
 class _Generated(SphinxDirective):
@@ -61,7 +63,15 @@ class Scenarios(_Generated):
         return reference.scenarios_markdown(ROOT)
 
 
+def warn_about_bad_results(app: Sphinx) -> None:
+    """A results file the benchmarks page cannot show is left out of it, and named here: a warning,
+    which fails the build under -W, with the file and what is wrong (not a KeyError traceback)."""
+    for problem in reference.result_files(ROOT).problems:
+        logger.warning("benchmark results: %s (left out of the benchmarks page)", problem)
+
+
 def setup(app: Sphinx) -> dict[str, object]:
+    app.connect("builder-inited", warn_about_bad_results)
     app.add_directive("shardgrid-settings", Settings)
     app.add_directive("shardgrid-commands", Commands)
     app.add_directive("shardgrid-metrics", Metrics)

@@ -34,11 +34,16 @@ def test_a_local_cluster_from_up_to_down(tmp_path):
     assert up.returncode == 0, up.stderr
     pids = [member["pid"] for member in json.loads((directory / "cluster.json").read_text())["members"]]
     members = ",".join(f"127.0.0.1:{port}" for port in range(base, base + 3))
+    joiner: subprocess.Popen[bytes] | None = None
     try:
         assert _shardgrid("safe", "--members", members, "--wait", "60").returncode == 0
         watched = _shardgrid("watch", "--members", members, "--until-safe", "30")
         assert watched.returncode == 0
         assert "safe after" in watched.stdout
+        assert "no migrations" in watched.stdout  # not "1/1 migrations" (found by an outside tester)
+        waited = _shardgrid("watch", "--members", members, "--until-members", "4", "--until-safe", "2")
+        assert waited.returncode == 1
+        assert "not safe after 2 s: 3 members, not 4 yet" in waited.stdout
         status = json.loads(_shardgrid("status", "--members", members, "--json").stdout)
         assert len(status["members"]) == 3
         assert status["safe"] is True
@@ -58,9 +63,23 @@ def test_a_local_cluster_from_up_to_down(tmp_path):
         status = json.loads(_shardgrid("status", "--members", members, "--json").stdout)
         assert [member["address"] for member in status["members"]] == members.split(",")[:2]
         assert json.loads(_shardgrid("map", "get", "users", "ada", "--members", members).stdout) == {"born": 1815}
+        # The README's tour: a member started in the background, then watched until it is in and its
+        # rebalance is done (without --until-members the watch ended at once: "0 migrations").
+        joiner = subprocess.Popen(
+            [sys.executable, "-m", "shardgrid", "member", "start", "--port", str(base + 3), "--join", members],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        watched = _shardgrid("watch", "--members", members, "--until-members", "3", "--until-safe", "60")
+        assert watched.returncode == 0, watched.stdout
+        moved = int(watched.stdout.split("safe after ", 1)[1].split(": ", 1)[1].split(" migrations", 1)[0])
+        assert moved > 0, watched.stdout
         unreachable = _shardgrid("status", "--members", "127.0.0.1:1", "--timeout", "2")
         assert unreachable.returncode == 3
     finally:
+        if joiner is not None:
+            joiner.kill()
+            joiner.wait(timeout=30)
         down = _shardgrid("local", "down", "--dir", str(directory))
     assert down.returncode == 0, down.stderr
     assert not any(alive(pid) for pid in pids)

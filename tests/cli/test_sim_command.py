@@ -68,6 +68,47 @@ def test_a_bad_schedule_is_refused_with_what_is_wrong(tmp_path) -> None:
     assert "unknown message type" in out
 
 
+def test_join_lists_that_do_not_fit_the_member_count_given_are_a_usage_error(tmp_path) -> None:
+    """Found by an outside tester: a file's three join lists run with --members 4 (or 2) crashed
+    with an IndexError traceback and exit 1."""
+    schedule = tmp_path / "joins.toml"
+    schedule.write_text('[run]\nmembers = 3\nops = 50\njoin = [["m2", "m2", "m3"], ["m3", "m1"], ["m2"]]\n')
+    for members in ("4", "2"):
+        code, out = run("sim", "--schedule", str(schedule), "--members", members)
+        assert code == 2, out
+        assert f"one list per member: {members} members, 3 lists (--members {members} given)" in out
+        assert "Traceback" not in out
+
+
+def test_a_reference_to_no_member_is_a_usage_error_before_the_run(tmp_path) -> None:
+    """Found by an outside tester: a target "master", or a split naming "leadr", ran until the step
+    fired and crashed with a ConfigError traceback (exit 1)."""
+    schedule = tmp_path / "refs.toml"
+    for step, expected in (
+        (
+            'action = "crash"\ntarget = "master"',
+            "step 1: unknown member reference 'master'",
+        ),
+        (
+            'action = "split"\ngroups = [["leadr"], ["rest"]]',
+            "step 1: unknown member reference 'leadr'",
+        ),
+        (
+            'action = "crash"\ntarget = "m9"',
+            "step 1: m9 is never started (3 members and 0 join step(s): m1..m3)",
+        ),
+        (
+            'action = "crash"\ntarget = "owner:500"',
+            "step 1: owner:500: there are 271 partitions",
+        ),
+    ):
+        schedule.write_text(f"[run]\nmembers = 3\nops = 10\n[[step]]\n{step}\n")
+        code, out = run("sim", "--schedule", str(schedule))
+        assert code == 2, out
+        assert expected in " ".join(out.split()), out
+        assert "Traceback" not in out
+
+
 def test_sim_json_is_the_run_summary_and_replays() -> None:
     args = ("sim", "--seed", "6", "--ops", "150", "--faults", "crash,leader-crash", "--json")
     first, second = json.loads(run(*args)[1]), json.loads(run(*args)[1])

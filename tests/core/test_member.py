@@ -1130,7 +1130,14 @@ def test_a_stop_signal_makes_even_the_last_data_member_leave_and_stop() -> None:
     effects = member.handle(now, StopSignalled("local", 0))
     effects += run_ticks(member, now, now + 5_000)[0]
     assert member.lifecycle is Lifecycle.STOPPED
-    assert not [reply for reply in replies(effects) if reply.result == m.ADMIN_FAILED]
+    # Recorded leaving, not refused as the last data member; it stopped without handing anything
+    # over, so its leave is answered failed, saying why.
+    assert [(r.result, r.reason) for r in replies(effects)] == [
+        (
+            m.ADMIN_FAILED,
+            "stopped before leaving the cluster: every data member is leaving: nobody is left to take its replicas",
+        )
+    ]
 
 
 def test_a_stop_signal_before_joining_is_answered_not_in_a_cluster() -> None:
@@ -1158,7 +1165,7 @@ def test_a_member_asked_to_leave_stops_when_told_of_its_removal_before_its_leave
     assert member.lifecycle is Lifecycle.ACTIVE  # its leave is not in its log yet
     member.handle(now + 10, Receive(A.address, A, C.uuid, m.NotAMember(9)))
     assert member.lifecycle is Lifecycle.STOPPED
-    assert member.stop_reason == "left the cluster after handing its replicas over"
+    assert member.stop_reason == "left the cluster (a lite member holds no replicas to hand over)"
 
 
 def test_a_lite_member_whose_leave_nobody_records_stops_after_a_failure_timeout() -> None:

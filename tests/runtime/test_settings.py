@@ -262,6 +262,28 @@ def test_a_bad_flag_is_named(flags: dict[str, object], message: str) -> None:
     assert message in error_of(**flags)
 
 
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        # Found by an outside tester: each was named "flag --bogus", a flag that does not exist.
+        ("bogus=1", "--set bogus: not a setting"),
+        ("max_parallel_migrations=x", '--set max_parallel_migrations: expected an integer, got "x"'),
+        # ... and the heartbeat was called heartbeat_interval_ms, which is not a setting.
+        (
+            "election_timeout_ms=100",
+            "--set election_timeout_ms: election_timeout_ms must be at least three times "
+            "raft_heartbeat_interval_ms; with election_timeout_ms = 100 (flag), raft_heartbeat_interval_ms = 200",
+        ),
+    ],
+)
+def test_a_bad_set_is_named_as_the_set_it_was(assignment: str, message: str) -> None:
+    code, out, err = run_cli("config", "show", "--set", assignment)
+    assert (code, out) == (2, "")
+    assert message in err
+    assert "flag --" not in err
+    assert "heartbeat_interval_ms" not in err.replace("raft_heartbeat_interval_ms", "")
+
+
 def test_a_file_that_is_not_toml_missing_or_unreadable_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, "[member\nport = = 1\n")
     assert error_of(path).startswith(f"{path}: not a valid TOML file (")

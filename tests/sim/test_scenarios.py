@@ -20,7 +20,7 @@ from shardgrid.core.limits import MAX_REPLICA_COUNT
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.metadata import ClusterState
 from shardgrid.core.store import PartitionData
-from shardgrid.sim.schedule import load_schedule
+from shardgrid.sim.schedule import load_schedule, parse_schedule
 from shardgrid.sim.vopr import Run, SimResult, params_of
 from shardgrid.sim.workload import ASYNC_MAP_NAME
 
@@ -339,6 +339,30 @@ def test_the_cluster_shuts_down_passive_first() -> None:
     assert all(n.member.lifecycle is Lifecycle.STOPPED for n in run.sim.nodes.values())
 
 
+def test_a_member_signalled_during_a_cluster_shutdown_is_told_it_stops_with_the_others() -> None:
+    """Found by an outside tester: a member given SIGTERM during shutdown --cluster logged that it
+    could not leave now and advised 'rebalance resume', which would undo the shutdown."""
+    schedule = parse_schedule(
+        {
+            "run": {"seed": 27, "members": 3, "ops": 100, "drop_rate": 0.0, "duplicate_rate": 0.0},
+            "step": [
+                {"action": "shutdown-cluster", "after_ms": 3000, "target": "m2"},
+                {"action": "shutdown", "after_ms": 150, "target": "m3", "signal": True},  # once PASSIVE
+            ],
+            "expect": {"cluster_stopped": True},
+        },
+        "signal-during-cluster-shutdown",
+    )
+    seed, params = params_of(schedule)
+    run = Run(seed, params, schedule)
+    result = run.run()
+    assert result.passed, result.problems[:5]
+    refusals = [e.reason for _, _, e in emitted(run, events.LeaveRefused)]
+    assert refusals == ["the cluster is shutting down: this member stops with the others, nothing to do"]
+    assert not any("rebalance resume" in r.reason for r in run.sim.admin_replies.values())
+    assert all(n.member.lifecycle is Lifecycle.STOPPED for n in run.sim.nodes.values())
+
+
 def test_no_migration_promotes_a_backup_but_refills_nothing_until_active() -> None:
     run = passed("no-migration-promotes-but-does-not-refill")
     crashed_at, active_at = step_time(run, 2), step_time(run, 3)
@@ -508,7 +532,10 @@ def test_every_member_signalled_stops_within_seconds() -> None:
     assert len(stops) == 3
     assert all("every data member is leaving" in e.reason for _, _, e in stops)
     assert max(t for t, _, _ in stops) - last_signal_ms < 2_000
-    assert all(run.sim.admin_replies[i].result == m.ADMIN_OK for i in (1, 2, 3))
+    # Each was recorded leaving (no "last data member" refusal), and none handed anything over: a
+    # leave that stops without doing so is answered failed, whatever stopped it.
+    answers = [run.sim.admin_replies[i] for i in (1, 2, 3)]
+    assert all(r.result == m.ADMIN_FAILED and "nobody is left to take its replicas" in r.reason for r in answers)
 
 
 def test_members_removed_just_before_everyone_stops_are_told_and_stop() -> None:

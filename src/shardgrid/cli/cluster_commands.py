@@ -16,7 +16,7 @@ from rich.table import Table
 
 from shardgrid.cli.demo import demo
 from shardgrid.cli.local_cluster import local
-from shardgrid.cli.watch import watch_until_safe
+from shardgrid.cli.watch import WatchResult, watch_until_safe
 from shardgrid.client import Client
 from shardgrid.client.errors import (
     AuthenticationError,
@@ -26,6 +26,7 @@ from shardgrid.client.errors import (
 )
 from shardgrid.client.status import ClusterStatus
 from shardgrid.core import messages as m
+from shardgrid.core.limits import MAX_MEMBER_COUNT
 from shardgrid.runtime.settings import is_address
 
 T = TypeVar("T")
@@ -43,7 +44,7 @@ def client_options(function: Callable[..., Any]) -> Callable[..., Any]:
             envvar=MEMBERS_ENV,
             default="127.0.0.1:5701",
             show_default=True,
-            help=f"host:port,... of members to ask (or ${MEMBERS_ENV}).",
+            help=f"Addresses of members to ask, host:port,... (or ${MEMBERS_ENV}).",
         ),
         click.option(
             "--cluster-name",
@@ -165,34 +166,54 @@ def status_document(status: ClusterStatus) -> dict[str, Any]:
     }
 
 
+STATUS_COLUMNS = (
+    "member",
+    "role",
+    "lifecycle",
+    "owned partitions",
+    "backup replicas",
+    "migrating",
+    "syncing",
+    "awaiting acks",
+)
+
+
 def render_status(document: dict[str, Any]) -> None:
     console = Console()
     if not console.is_terminal:
         console = Console(width=140)  # piped or captured: no terminal width to fit
     table = Table(title=None, show_edge=False)
-    for column in ("member", "role", "state", "primaries", "backups", "migrating", "syncing", "awaiting acks"):
-        table.add_column(column, justify="right" if column not in ("member", "role", "state") else "left")
+    # The words of the JSON and the glossary: owned partitions (an owner's), lifecycle (a text
+    # said "primaries" and "state" for them: found by an outside tester).
+    for column in STATUS_COLUMNS:
+        table.add_column(column, justify="right" if column not in ("member", "role", "lifecycle") else "left")
     for member in document["members"]:
         if not member["reachable"]:
             table.add_row(member["address"], "?", f"unreachable: {member['error'][:60]}", "", "", "", "", "")
             continue
-        state = member["lifecycle"] + (" (leaving)" if member["leaving"] else "")
+        lifecycle = member["lifecycle"] + (" (leaving)" if member["leaving"] else "")
         table.add_row(
             member["address"],
             member["role"],
-            state,
+            lifecycle,
             str(member["owned_partitions"]),
             str(member["backup_replicas"]),
             str(member["migrations_here"]),
             str(member["syncs_in_flight"]),
             str(member["writes_awaiting_backups"]),
         )
-    console.print(table)
-    console.print(
-        f"leader {document['leader'] or '(none)'}  state {document['cluster_state']}  "
-        f"partitions {document['partition_count']}  migrations: {document['migrations_planned']} planned, "
-        f"{document['migrations_running']} running  missing replicas {document['missing_replicas']}"
-    )
+    if document["members"]:
+        console.print(table)
+    if document["leader"] is None:
+        # Nothing to say of the cluster state or the partitions without a leader ("state None
+        # partitions None" was printed for a cluster that had not formed).
+        console.print("no leader: the cluster has not formed yet, or is electing one")
+    else:
+        console.print(
+            f"leader {document['leader']}  cluster state {document['cluster_state']}  "
+            f"partitions {document['partition_count']}  migrations: {document['migrations_planned']} planned, "
+            f"{document['migrations_running']} running  missing replicas {document['missing_replicas']}"
+        )
     if document["unavailable_partitions"]:
         console.print(
             f"[red]{document['unavailable_partitions']} partitions unavailable[/red]: every replica on members that "
@@ -246,11 +267,23 @@ def safe(wait_s: float, **options: Any) -> None:
 @click.command()
 @client_options
 @click.option("--until-safe", "limit_s", type=float, default=600.0, show_default=True, help="Give up after this long.")
-def watch(limit_s: float, **options: Any) -> None:
+@click.option(
+    "--until-members",
+    "until_members",
+    type=click.IntRange(1, MAX_MEMBER_COUNT),
+    default=None,
+    help="Also wait until the cluster has this many members (a count): watch a member that is still joining.",
+)
+def watch(limit_s: float, until_members: int | None, **options: Any) -> None:
     """Show migration progress live (planned, finished, entries and bytes moved, rate, ETA) until
-    the cluster is safe; exits 1 if it is not within --until-safe seconds."""
+    the cluster is safe, and with --until-members has that many members; exits 1 if it is not
+    within --until-safe seconds."""
     options["timeout_s"] = max(options["timeout_s"], limit_s + 10)
-    result = _with_client(options, lambda client: watch_until_safe(client, limit_s, Console(), "migrations"))
+
+    def follow(client: Client) -> WatchResult:
+        return watch_until_safe(client, limit_s, Console(), "migrations", until_members=until_members or 0)
+
+    result = _with_client(options, follow)
     if not result.safe:
         click.echo(f"not safe after {result.seconds:.0f} s: {result.reason}")
         sys.exit(EXIT_REFUSED)
@@ -291,11 +324,19 @@ def promote(address: str, **options: Any) -> None:
 
 @click.command()
 @click.argument("address", required=False)
-@click.option("--cluster", "whole_cluster", is_flag=True, help="Shut the whole cluster down.")
+@click.option(
+    "--cluster",
+    "whole_cluster",
+    is_flag=True,
+    help="Shut the whole cluster down: PASSIVE first, then every member stops; the data is dropped.",
+)
 @client_options
 def shutdown(address: str | None, whole_cluster: bool, **options: Any) -> None:
-    """Shut down the member at ADDRESS gracefully (it hands its replicas over first), or with
-    --cluster every member."""
+    """Shut down the member at ADDRESS gracefully: it hands its replicas over, is removed and stops;
+    the command waits up to 600 s for that unless --timeout says otherwise. Refused for the last
+    data member, and while the cluster shuts down. With --cluster every member stops instead, once
+    the leader has seen each hold the PASSIVE state; one that cannot be reached keeps the cluster
+    PASSIVE and the command fails."""
     if address is None:
         if not whole_cluster:
             raise click.UsageError("give either a member's ADDRESS or --cluster")

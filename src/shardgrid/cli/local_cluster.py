@@ -164,11 +164,12 @@ class Access:
     @classmethod
     def of(cls, assignments: tuple[str, ...]) -> Access:
         """From the same sources the members read (``--set`` and ``SHARDGRID_*``); exits 2 on a bad one."""
-        from shardgrid.cli.member_command import flags_of
+        from shardgrid.cli.member_command import assigned_keys, flags_of
         from shardgrid.runtime.settings import SettingsError, load_settings
 
+        options = {"assignments": assignments}
         try:
-            settings = load_settings(None, os.environ, flags_of({"assignments": assignments}))
+            settings = load_settings(None, os.environ, flags_of(options), assigned_keys(options))
         except SettingsError as error:
             raise click.UsageError(str(error)) from None
         return cls(settings.process.cluster_name, settings.process.cluster_secret)
@@ -181,7 +182,12 @@ def local() -> None:
 
 @local.command("up")
 @click.option(
-    "--members", "count", type=click.IntRange(1, 32), default=3, show_default=True, help="Member processes to start."
+    "--members",
+    "count",
+    type=click.IntRange(1, 32),
+    default=3,
+    show_default=True,
+    help="How many member processes to start (a count).",
 )
 @click.option(
     "--base-port",

@@ -24,7 +24,7 @@ from shardgrid.cli.bench_sim import headline as sim_headline
 from shardgrid.cli.bench_sim import run_sim_bench
 from shardgrid.cli.cluster_commands import COMMANDS as CLUSTER_COMMANDS
 from shardgrid.cli.config_report import render_json, render_text
-from shardgrid.cli.member_command import flags_of, member, settings_options
+from shardgrid.cli.member_command import assigned_keys, flags_of, member, settings_options
 from shardgrid.cli.pipeline import checked_spark_master, pipeline
 from shardgrid.cli.plan_report import render, summarize
 from shardgrid.cli.scenario import ScenarioSpec, run_scenario
@@ -33,7 +33,7 @@ from shardgrid.cli.sim_report import seeds_summary
 from shardgrid.core.errors import ConfigError
 from shardgrid.core.limits import DEFAULT_MAX_PARALLEL_MIGRATIONS, DEFAULT_PARTITION_COUNT
 from shardgrid.runtime.settings import SettingsError, load_settings
-from shardgrid.sim.schedule import load_schedule
+from shardgrid.sim.schedule import check_schedule, load_schedule
 from shardgrid.sim.vopr import FAULTS, SimParams, params_of, run_seed
 
 
@@ -44,7 +44,9 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--members", type=int, default=3, show_default=True, help="Data members before the change.")
+@click.option(
+    "--members", type=int, default=3, show_default=True, help="How many data members before the change (a count)."
+)
 @click.option("--add", type=int, default=0, show_default=True, help="Members that join.")
 @click.option("--remove", type=int, default=0, show_default=True, help="Members that leave gracefully.")
 @click.option("--crash", type=int, default=0, show_default=True, help="Members that crash.")
@@ -102,7 +104,9 @@ def plan(
     show_default=True,
     help="Run this many seeds, from --seed on, and summarize.",
 )
-@click.option("--members", type=click.IntRange(1, 50), default=None, help="Members at the start.  [default: 5]")
+@click.option(
+    "--members", type=click.IntRange(1, 50), default=None, help="How many members at the start (a count).  [default: 5]"
+)
 @click.option(
     "--partitions", type=click.IntRange(1, 100_000), default=None, help=f"[default: {DEFAULT_PARTITION_COUNT}]"
 )
@@ -198,6 +202,16 @@ def sim(
         "duplicate_rate": duplicate_rate,
     }
     params = replace(base, faults=chosen, **{k: v for k, v in overrides.items() if v is not None})
+    if schedule is not None:
+        # The schedule against the run as given here (--members may differ from the file's):
+        # a bad one is a usage error (exit 2) before anything runs, not a traceback.
+        try:
+            check_schedule(
+                schedule, members=params.members, partitions=params.partitions, random_joins="join" in params.faults
+            )
+        except ConfigError as error:
+            given = f" (--members {members} given)" if members is not None else ""
+            raise click.UsageError(f"{error}{given}") from error
     first = seed if seed is not None else 1
     results = []
     console = Console(soft_wrap=True)
@@ -248,7 +262,13 @@ def bench_plan(repeats: int, record: bool) -> None:
     show_default=True,
     help="Partitions of the crash-repair and leader-crash runs.",
 )
-@click.option("--members", type=click.IntRange(2, 50), default=10, show_default=True, help="Members of those runs.")
+@click.option(
+    "--members",
+    type=click.IntRange(2, 50),
+    default=10,
+    show_default=True,
+    help="How many members those runs have (a count).",
+)
 @click.option("--parallel", default="1,5,10,20", show_default=True, help="max_parallel_migrations values.")
 @record_option
 def bench_sim(partitions: int, members: int, parallel: str, record: bool) -> None:
@@ -417,7 +437,7 @@ def config_show(config_path: Path | None, output_format: str, **options: Any) ->
     """Print the effective settings (with the flags ``member start`` takes) and where each came
     from; exits 2 on a bad setting."""
     try:
-        settings = load_settings(config_path, os.environ, flags_of(options))
+        settings = load_settings(config_path, os.environ, flags_of(options), assigned_keys(options))
     except SettingsError as error:
         click.echo(str(error), err=True)
         sys.exit(2)

@@ -60,6 +60,11 @@ def settings_options(function: Callable[..., Any]) -> Callable[..., Any]:
     )(function)
 
 
+def assigned_keys(options: dict[str, Any]) -> set[str]:
+    """The settings given as ``--set KEY=VALUE``: an error about one says ``--set KEY``."""
+    return {assignment.partition("=")[0].strip().replace("-", "_") for assignment in options.get("assignments") or ()}
+
+
 def flags_of(options: dict[str, Any]) -> dict[str, object]:
     """The loader's flags from the parsed options: by setting name, None where not given."""
     flags: dict[str, object] = {}
@@ -89,7 +94,7 @@ def member_start(config_path: Path | None, **options: Any) -> None:
     """Start a member in the foreground; SIGTERM or Ctrl-C leaves the cluster gracefully (the
     member hands its replicas over first), a second one stops at once. Exits 2 on a bad setting."""
     try:
-        settings = load_settings(config_path, os.environ, flags_of(options))
+        settings = load_settings(config_path, os.environ, flags_of(options), assigned_keys(options))
     except SettingsError as error:
         click.echo(f"shardgrid member start: {error}", err=True)
         sys.exit(2)
@@ -110,8 +115,11 @@ async def _run(settings: Settings, logger: logging.Logger) -> int:
     _tune_garbage_collector()
     keep_freed_memory()
     process = MemberProcess(settings, logger)
-    await process.start()
+    # Before start(), which logs member-listening and sets the member going: a signal from then on
+    # is the member's to decide (found by an outside tester: a SIGTERM just after member-listening
+    # killed the process with no member-exit line, as Python's default handler does).
     process.install_signal_handlers()
+    await process.start()
     return await process.run()
 
 

@@ -46,7 +46,7 @@ def _connection_options(function: Any) -> Any:
                 envvar=MEMBERS_ENV,
                 default="127.0.0.1:5701",
                 show_default=True,
-                help=f"host:port,... of members to ask (or ${MEMBERS_ENV}).",
+                help=f"Addresses of members to ask, host:port,... (or ${MEMBERS_ENV}).",
             ),
             click.option(
                 "--cluster-name",

@@ -13,6 +13,8 @@ import json
 import textwrap
 import tomllib
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ import click
 from shardgrid.cli.bench_results import RESULTS_DIR
 from shardgrid.cli.main import cli
 from shardgrid.core.config import MapConfig, MemberConfig
-from shardgrid.runtime.metrics import MemberMetrics
+from shardgrid.runtime.metrics import MemberMetrics, MetricSpec
 from shardgrid.runtime.settings import (
     CLUSTER,
     ENV_PREFIX,
@@ -146,10 +148,28 @@ def commands_markdown() -> str:
 # --- metrics -------------------------------------------------------------------------------------
 
 
+def metric_specs() -> tuple[list[MetricSpec], list[str]]:
+    """Every metric a member process registers, read off its registry, not off the list its
+    helpers keep (a metric registered directly, ``Counter(..., registry=self.registry)``, got no
+    row in the manual and passed the test: found by an outside tester); and the names of those
+    the helpers did not describe (their labels unknown to the manual)."""
+    metrics = MemberMetrics()
+    described = {spec.name: spec for spec in metrics.specs}
+    specs, unlisted = [], []
+    for family in metrics.registry.collect():
+        spec = described.get(family.name)
+        if spec is None:
+            unlisted.append(family.name)
+            spec = MetricSpec(name=family.name, kind=family.type, documentation=family.documentation)
+        specs.append(spec)
+    return specs, unlisted
+
+
 def metrics_markdown() -> str:
     lines = ["| metric | type | labels | what it counts |", "|---|---|---|---|"]
-    for spec in MemberMetrics().specs:
-        labels = ", ".join(f"`{label}`" for label in spec.labels) or "-"
+    specs, unlisted = metric_specs()
+    for spec in specs:
+        labels = "?" if spec.name in unlisted else ", ".join(f"`{label}`" for label in spec.labels) or "-"
         lines.append(f"| `{spec.exposed_name}` | {spec.kind} | {labels} | {_cell(spec.documentation)} |")
     return "\n".join(lines) + "\n"
 
@@ -170,24 +190,104 @@ def undocumented() -> list[str]:
         for param in command.params:
             if isinstance(param, click.Option) and not (param.help or "").strip():
                 missing.append(f"option {name} {'/'.join(param.opts)}")
-    missing += [f"metric {spec.name}" for spec in MemberMetrics().specs if not spec.documentation.strip()]
+    specs, unlisted = metric_specs()
+    missing += [f"metric {spec.name}" for spec in specs if not spec.documentation.strip()]
+    missing += [f"metric {name} (registered without MemberMetrics' helpers: not described)" for name in unlisted]
     return missing
 
 
 # --- benchmark results ---------------------------------------------------------------------------
 
 
-def result_files(root: Path) -> list[dict[str, Any]]:
-    """Every results file under ``root``, oldest first (their names begin with the UTC time)."""
+# What a results file must hold for the page to show it (``bench_results.record`` writes them).
+_RUN_FIELDS: dict[str, type] = {
+    "bench": str,
+    "recorded_at": str,
+    "commit": str,
+    "machine": dict,
+    "command": str,
+    "exit_code": int,
+    "targets": list,
+}
+_MACHINE_FIELDS: dict[str, type] = {"cpus": int, "python": str}
+_TARGET_FIELDS: dict[str, type] = {"figure": str, "comparison": str, "met": bool}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchmarkResults:
+    runs: list[dict[str, Any]]  # the readable runs, oldest first by when they were recorded
+    problems: list[str]  # one per file that is not a readable run, naming it and why
+
+
+def _missing(document: dict[str, Any], fields: dict[str, type], what: str) -> str:
+    wrong = [
+        f"{name} ({'missing' if name not in document else type(document[name]).__name__})"
+        for name, kind in fields.items()
+        if not isinstance(document.get(name), kind)
+    ]
+    return f"{what} lacks {', '.join(wrong)}" if wrong else ""
+
+
+def _run_problem(document: object, benches: set[str]) -> str:
+    """Why ``document`` is not a run the page can show ('' when it is)."""
+    if not isinstance(document, dict):
+        return f"not a JSON object but a {type(document).__name__}"
+    problem = _missing(document, _RUN_FIELDS, "the run")
+    if problem:
+        return problem
+    problem = _missing(document["machine"], _MACHINE_FIELDS, "its machine")
+    if problem:
+        return problem
+    for number, target in enumerate(document["targets"], start=1):
+        if not isinstance(target, dict):
+            return f"target {number} is not an object"
+        problem = _missing(target, _TARGET_FIELDS, f"target {number}")
+        if problem or not {"measured", "target"} <= set(target):
+            return problem or f"target {number} lacks measured or target"
+    if document["bench"] not in benches:
+        return f"bench {document['bench']!r} is none of shardgrid bench {', '.join(sorted(benches))}"
+    if _recorded_time(document) is None:
+        return f"recorded_at {document.get('recorded_at_utc', document['recorded_at'])!r} is not a time"
+    return ""
+
+
+def _recorded_time(document: dict[str, Any]) -> datetime | None:
+    """When the run was recorded: ``recorded_at_utc`` (to the microsecond), or, in a file written
+    before it existed, ``recorded_at`` (to the minute)."""
+    try:
+        if isinstance(document.get("recorded_at_utc"), str):
+            return datetime.fromisoformat(document["recorded_at_utc"]).astimezone(UTC)
+        return datetime.strptime(document["recorded_at"], "%Y-%m-%d %H:%M UTC").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def result_files(root: Path) -> BenchmarkResults:
+    """Every run recorded under ``root``, oldest first by the time each file says it was recorded
+    (a file renamed to something that is not a time sorted last and was shown as the latest), and
+    what is wrong with each file that is not a readable run: it is left out, and the manual's build
+    warns naming it (a truncated file, or one without ``bench`` or ``machine``, failed the build
+    with a KeyError; all found by an outside tester)."""
     directory = root / RESULTS_DIR
     if not directory.is_dir():
-        return []
-    found = []
+        return BenchmarkResults(runs=[], problems=[])
+    benches = {path[2] for path, _ in commands() if len(path) == 3 and path[1] == "bench"}
+    runs, problems = [], []
     for path in sorted(directory.glob("*.json")):
-        document = json.loads(path.read_text())
+        where = path.relative_to(root)
+        try:
+            document = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            problems.append(f"{where}: not a readable JSON file: {error}")
+            continue
+        problem = _run_problem(document, benches)
+        if problem:
+            problems.append(f"{where}: {problem}")
+            continue
         document["file"] = path.name
-        found.append(document)
-    return found
+        runs.append(document)
+    runs.sort(key=lambda document: (_recorded_time(document), document["file"]))
+    return BenchmarkResults(runs=runs, problems=problems)
 
 
 def _figure(value: object) -> str:
@@ -205,7 +305,7 @@ def benchmark_markdown(root: Path, bench: str) -> str:
     when, where, the targets met or missed, and its headline figures."""
     command = next(c for path, c in commands() if path[1:] == ("bench", bench))
     out = [f"## `shardgrid bench {bench}`\n", _help_of(command).replace("\b\n", "") + "\n"]
-    runs = [document for document in result_files(root) if document["bench"] == bench]
+    runs = [document for document in result_files(root).runs if document["bench"] == bench]
     if not runs:
         out.append(f"No run recorded yet: `shardgrid bench {bench} --record` records one.\n")
         return "\n".join(out)
@@ -217,11 +317,14 @@ def benchmark_markdown(root: Path, bench: str) -> str:
         f"`{latest['commit'][:10]}`{dirty}, {machine['cpus']} CPUs, Python {machine['python']}; "
         f"`{latest['command']}` exited {latest['exit_code']}.\n"
     )
-    out.append("| target | measured | wanted | met |\n|---|---|---|---|")
-    for target in latest["targets"]:
-        met = "yes" if target["met"] else "**no**"
-        wanted = f"{target['comparison']} {_figure(target['target'])}"
-        out.append(f"| {_cell(target['figure'])} | {_figure(target['measured'])} | {wanted} | {met} |")
+    if latest["targets"]:
+        out.append("| target | measured | wanted | met |\n|---|---|---|---|")
+        for target in latest["targets"]:
+            met = "yes" if target["met"] else "**no**"
+            wanted = f"{target['comparison']} {_figure(target['target'])}"
+            out.append(f"| {_cell(target['figure'])} | {_figure(target['measured'])} | {wanted} | {met} |")
+    else:
+        out.append("No targets: this run was checked against none, so it says nothing about meeting them.")
     out.append("")
     figures = latest.get("figures", {})
     if figures:

@@ -1,4 +1,5 @@
-"""``shardgrid watch``: a rebalance's progress, live, until the cluster is safe.
+"""``shardgrid watch``: a rebalance's progress, live, until the cluster is safe (and, if asked,
+has a given number of members).
 
 Read from the members' status twice a second: migrations planned and running (the leader's),
 finished (since the watch began), entries and bytes the sources sent, the rate and an ETA from
@@ -56,28 +57,38 @@ class ProgressBaseline:
         return sum(reply.chunks_resent - self.first[a][3] for a, reply in status.replies.items() if a in self.first)
 
 
+def migrations_text(finished: int, total: int) -> str:
+    """The progress bar's count: 'no migrations' rather than a made-up '1/1' when there were none
+    (found by an outside tester)."""
+    return f"{finished}/{total} migrations" if total else "no migrations"
+
+
 def watch_until_safe(
     client: Client,
     timeout_s: float,
     console: Console,
     title: str = "rebalancing",
     since: tuple[ProgressBaseline, float] | None = None,
+    until_members: int = 0,
 ) -> WatchResult:
     """Until the cluster is safe or ``timeout_s`` passed. ``since``: counters taken and the
     monotonic time noted when what is watched began (a crash during a load), when that was before
-    the watch: the result then counts from there."""
+    the watch: the result then counts from there. ``until_members``: not done before the member
+    list has that many members, so that a watch started with a member that is still joining waits
+    for its rebalance instead of finding the cluster safe without it (found by an outside tester:
+    the README's 'add a member and watch' said 'safe after 0.0 s: 0 migrations')."""
     baseline, started = since or (ProgressBaseline(), time.monotonic())
     deadline = time.monotonic() + timeout_s
     reason = "not asked yet"
     columns = (
         TextColumn(f"[bold]{title}[/bold]"),
         BarColumn(),
-        TextColumn("{task.completed:.0f}/{task.total:.0f} migrations"),
+        TextColumn("{task.fields[count]}"),
         TextColumn("{task.fields[detail]}"),
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task(title, total=1, detail="")
+        task = progress.add_task(title, total=1, detail="", count=migrations_text(0, 0))
         while True:
             try:
                 status = client.cluster_status()
@@ -89,8 +100,13 @@ def watch_until_safe(
                 rate = finished / elapsed
                 eta = f"ETA {remaining / rate:.0f} s" if rate > 0 and remaining else ""
                 detail = f"{entries:,} entries, {moved / 1e6:.1f} MB, {entries / elapsed:,.0f} entries/s {eta}"
-                progress.update(task, total=max(finished + remaining, 1), completed=finished, detail=detail)
-                if status.safe:
+                members = len(status.members)
+                if members < until_members:
+                    detail = f"waiting for {until_members} members ({members} so far)"
+                total = finished + remaining
+                count = migrations_text(finished, total)
+                progress.update(task, total=max(total, 1), completed=finished, detail=detail, count=count)
+                if members >= until_members and status.safe:
                     progress.update(task, total=max(finished, 1), completed=max(finished, 1))
                     resent = baseline.resent(status)
                     return WatchResult(
@@ -102,7 +118,7 @@ def watch_until_safe(
                         reason="",
                         chunks_resent=resent,
                     )
-                reason = status.unsafe_reason
+                reason = status.unsafe_reason or f"{members} members, not {until_members} yet"
             if time.monotonic() > deadline:
                 return WatchResult(
                     safe=False,

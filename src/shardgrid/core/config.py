@@ -115,7 +115,8 @@ class MemberConfig:
     the lagging backup is re-synced."""
     graceful_shutdown_timeout_ms: int = 600_000
     """A leave still handing replicas over after this is answered as failed (nothing is lost: the
-    member goes on serving)."""
+    member goes on serving). A member a signal asked to leave stops once this has passed and no
+    leader has answered it for failure_timeout_ms (exit 1: nobody is left to take its leave)."""
     admin_timeout_ms: int = 30_000
     """An administrative request (a state change, a cluster shutdown) not done by then fails."""
     max_chunk_entries: int = 1_000
@@ -247,6 +248,13 @@ class MemberConfig:
         require(self.anti_entropy_interval_ms > 0, "anti_entropy_interval_ms must be positive")
         require(1 <= self.max_parallel_replications <= 1_000, "max_parallel_replications must be 1..1000")
         require(self.snapshot_every_entries >= 10, "snapshot_every_entries must be at least 10")
+        # Raft's own checks, said first in this config's names (RaftSettings calls the heartbeat
+        # heartbeat_interval_ms, which is not a setting: found by an outside tester).
+        require(self.raft_heartbeat_interval_ms > 0, "raft_heartbeat_interval_ms must be positive")
+        require(
+            self.election_timeout_ms >= 3 * self.raft_heartbeat_interval_ms,
+            "election_timeout_ms must be at least three times raft_heartbeat_interval_ms",
+        )
         self.raft_settings().validate()
 
     def raft_settings(self) -> RaftSettings:

@@ -148,7 +148,9 @@ class MemberProcess:
     # --- starting and stopping -------------------------------------------------------------------
 
     async def start(self) -> MemberId:
-        """Listen, then start the member; returns its identity (with the port actually bound)."""
+        """Listen, then start the member; returns its identity (with the port actually bound).
+        A signal that came while it began listening (``install_signal_handlers`` goes first)
+        stopped the process before it had a member: none is started, and ``run`` returns at once."""
         loop = self._loop = asyncio.get_running_loop()
         self._t0 = loop.time()
         process = self.process
@@ -162,6 +164,8 @@ class MemberProcess:
         port = self._server.sockets[0].getsockname()[1]
         address = f"{process.host}:{port}"
         self.identity = MemberId(str(uuid.uuid4()), address)
+        if self._stopped.is_set():
+            return self.identity
         seeds = tuple(dict.fromkeys((*process.join, address)))
         rng = random.Random(int.from_bytes(os.urandom(16), "big"))
         self.member = Member(self.identity, self.settings.member_config, seeds, rng, lite=process.lite)
@@ -191,7 +195,8 @@ class MemberProcess:
 
     def install_signal_handlers(self) -> None:
         """SIGTERM or SIGINT: leave gracefully (the member hands its replicas over first); a second
-        one stops at once, as a crash would."""
+        one stops at once, as a crash would. Installed before ``start``: one that comes before the
+        member exists stops the process (exit 0), with its member-exit line like any other stop."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from difflib import get_close_matches
 from os import PathLike
@@ -318,9 +318,11 @@ class _Loader:
             key = known[var]
             self.set(_SECTION_OF[key], key, raw, "env", f"environment variable {var}", text=True)
 
-    def read_flags(self, flags: Mapping[str, object]) -> None:
+    def read_flags(self, flags: Mapping[str, object], assigned: Collection[str] = ()) -> None:
+        """``assigned``: the keys given as ``--set KEY=VALUE``, named so in an error (a bad one was
+        called 'flag --bogus', a flag that does not exist: found by an outside tester)."""
         for key, raw in flags.items():
-            where = f"flag --{key.replace('_', '-')}"
+            where = f"--set {key}" if key in assigned else f"flag --{key.replace('_', '-')}"
             if key not in _SECTION_OF:
                 raise SettingsError(f"{where}: not a setting{_suggestion(key, _SECTION_OF)}", key)
             if raw is not None:  # an option not given
@@ -393,14 +395,17 @@ class _Loader:
         return Settings(process, member_config, sources, self.path)
 
 
-def load_settings(config_path: Path | None, env: Mapping[str, str], flags: Mapping[str, object]) -> Settings:
-    """The effective settings: ``flags`` (by field name, None for an option not given) over
-    ``env`` over the TOML file at ``config_path`` over the defaults; checked whole."""
+def load_settings(
+    config_path: Path | None, env: Mapping[str, str], flags: Mapping[str, object], assigned: Collection[str] = ()
+) -> Settings:
+    """The effective settings: ``flags`` (by field name, None for an option not given; those in
+    ``assigned`` came from ``--set``) over ``env`` over the TOML file at ``config_path`` over the
+    defaults; checked whole."""
     loader = _Loader(config_path)
     if config_path is not None:
         loader.read_file(config_path)
     loader.read_env(env)
-    loader.read_flags(flags)
+    loader.read_flags(flags, assigned)
     return loader.build()
 
 

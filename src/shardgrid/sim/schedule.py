@@ -206,11 +206,90 @@ def parse_schedule(raw: dict[str, Any], name: str) -> Schedule:
     )
 
 
+# Member references that name no started member by number (see the module's docstring).
+_NAMED_REFERENCES = (
+    "leader",
+    "other",
+    "owner-of-most",
+    "most-complete-log",
+    "receiver",
+    "sender",
+    "source",
+    "destination",
+    "owner",
+)
+_REFERENCE_PATTERN = re.compile(r"m[1-9][0-9]*|owner:[0-9]+|client-[1-9][0-9]*")
+# Step fields whose values are member references (one, or a list of them).
+_REFERENCE_FIELDS = ("target", "keep_to", "seeds", "from", "to")
+
+
+def reference_problem(ref: object) -> str:
+    """Why ``ref`` can never name a member ('' when it may): a typo such as ``leadr`` or a
+    name this simulator does not know (``master``) is a bad schedule, said before it runs, not a
+    traceback halfway through (found by an outside tester)."""
+    if not isinstance(ref, str):
+        return f"{ref!r} is not a member reference"
+    ref = ref.strip()
+    if ref in _NAMED_REFERENCES or _REFERENCE_PATTERN.fullmatch(ref):
+        return ""
+    return (
+        f"unknown member reference {ref!r}; use m1, m2, ... (in start order), "
+        f"{', '.join(_NAMED_REFERENCES)}, owner:<partition> or client-<n>"
+    )
+
+
+def _references_of(step: Step) -> list[object]:
+    """Every member reference a step names, in its fields and its trigger."""
+    refs: list[object] = []
+    for key in _REFERENCE_FIELDS:
+        value = step.options.get(key)
+        if value is not None:
+            refs.extend(value if isinstance(value, list) else [value])
+    for group in step.options.get("groups", []):
+        if group != "rest" and group != ["rest"]:
+            refs.extend(group if isinstance(group, list) else [group])
+    if step.when is not None:
+        refs.extend(ref for ref in (step.when.at, step.when.sender) if ref is not None)
+        for condition in step.when.require:
+            parts = _condition_parts(condition)
+            if parts is not None:
+                refs.extend(ref for ref in (parts[0], parts[2]) if ref)
+    return refs
+
+
+def check_schedule(schedule: Schedule, *, members: int, partitions: int, random_joins: bool) -> None:
+    """Check ``schedule`` against the run it is given to (``shardgrid sim`` may override the
+    file's member count): one join list per founding member, and no reference to a member that
+    is never started (``m9`` of three members and no join step) or to a partition that does not
+    exist. A ``ConfigError`` says which; found by an outside tester (an IndexError traceback for
+    join lists given ``--members 4``)."""
+    if "join" in schedule.run:
+        _check_join_lists(schedule.run["join"], members, schedule.name)
+    joins = sum(1 for step in schedule.steps if step.action == "join")
+    highest = None if random_joins else members + joins  # random joins start members of their own
+    for number, step in enumerate(schedule.steps, start=1):
+        for ref in _references_of(step):
+            text = str(ref).strip()
+            if highest is not None and re.fullmatch(r"m[1-9][0-9]*", text) and int(text[1:]) > highest:
+                raise ConfigError(
+                    f"schedule {schedule.name}, step {number}: {text} is never started "
+                    f"({members} members and {joins} join step(s): m1..m{highest})"
+                )
+            if text.startswith("owner:") and int(text[len("owner:") :]) >= partitions:
+                raise ConfigError(
+                    f"schedule {schedule.name}, step {number}: {text}: there are {partitions} partitions, "
+                    f"0..{partitions - 1}"
+                )
+
+
 def _check_join_lists(join: object, members: object, name: str) -> None:
     """``join``: one list per founding member (``members`` of them) of member references m1..mN."""
     where = f"schedule {name}, [run] join"
     require(isinstance(members, int), f"{where}: give members too")
-    require(isinstance(join, list) and len(join) == members, f"{where}: one list per member ({members})")
+    lists = f"{len(join)} lists" if isinstance(join, list) else "not a list of lists"
+    require(
+        isinstance(join, list) and len(join) == members, f"{where}: one list per member: {members} members, {lists}"
+    )
     for refs in join:
         require(isinstance(refs, list) and refs, f"{where}: each member's list names at least one member")
         for ref in refs:
@@ -259,7 +338,11 @@ def _parse_step(number: int, raw: dict[str, Any], name: str) -> Step:
     if action in ("crash", "restart", "pause", "resume", "isolate", "shutdown", "promote", "recover"):
         require("target" in raw, f"{where}: {action} needs a target")
     options = {k: v for k, v in raw.items() if k not in ("action", "at_ms", "after_ms", "when")}
-    return Step(action=action, at_ms=raw.get("at_ms"), after_ms=raw.get("after_ms"), when=trigger, options=options)
+    step = Step(action=action, at_ms=raw.get("at_ms"), after_ms=raw.get("after_ms"), when=trigger, options=options)
+    for ref in _references_of(step):
+        problem = reference_problem(ref)
+        require(not problem, f"{where}: {problem}")
+    return step
 
 
 def _condition_parts(condition: str) -> tuple[str, str, str] | None:
@@ -384,8 +467,8 @@ class ScheduleRunner:
             addresses = sim.started_addresses
             return addresses[number - 1] if 0 < number <= len(addresses) else None
         leader = sim.leader()
-        if ref.startswith("client-") and ref in sim.clients:
-            return ref  # a client: a split may cut it off with some members
+        if ref.startswith("client-"):
+            return ref if ref in sim.clients else None  # a client: a split may cut it off with some members
         if ref == "leader":
             return leader.identity.address if leader is not None else None
         if ref in ("receiver", "sender"):

@@ -23,7 +23,7 @@ from shardgrid.core.metadata import ClusterState
 from shardgrid.sim.checkers import SimulationFailure, final_violations, install_checks, unsafe_reason
 from shardgrid.sim.cluster import Simulation
 from shardgrid.sim.network import NetworkConfig
-from shardgrid.sim.schedule import Schedule, ScheduleRunner
+from shardgrid.sim.schedule import Schedule, ScheduleRunner, check_schedule
 from shardgrid.sim.workload import ASYNC_MAP_NAME
 
 FAULTS = (
@@ -172,6 +172,10 @@ class Run:
         for fault in params.faults:
             if fault not in FAULTS:
                 raise ValueError(f"unknown fault {fault!r}; choose from {', '.join(FAULTS)}")
+        if schedule is not None:
+            check_schedule(
+                schedule, members=params.members, partitions=params.partitions, random_joins="join" in params.faults
+            )
         self.params = params
         self.schedule = schedule
         self.sim = params.simulation(seed)

@@ -51,6 +51,8 @@ from shardgrid.core.metadata.commands import PromoteToDataMember, ReviveUnavaila
 Respond = Callable[[str, str], None]  # (result, reason)
 NO_LEADER = "there is no leader: an election is in progress or a majority of voters is unreachable"
 LEAVE_LOST = "the leader changed before the shutdown was recorded"
+# A leave asked while the cluster shuts down: the state is PASSIVE, but not for a pause to end.
+CLUSTER_SHUTTING_DOWN = "the cluster is shutting down: this member stops with the others, nothing to do"
 NOT_LEADER = "not the leader, or an election is in progress"
 CLIENT_EVEN_IF_LAST = (
     "even_if_last is the member process's own stop signal (SIGTERM), not a client's: ask without it, "
@@ -227,6 +229,12 @@ class Admin:
             respond(ADMIN_FAILED, "a recovery is asked of a surviving member directly, not of a leader")
             return
         if isinstance(command, ShutdownMember):
+            if state.shut_down or any(change.then_shutdown for change in self._state_changes):
+                # Not "set the state to active (rebalance resume) first", the refusal PASSIVE gets
+                # otherwise, which would undo the shutdown (found by an outside tester: a member
+                # given SIGTERM during shutdown --cluster was told so).
+                respond(ADMIN_FAILED, CLUSTER_SHUTTING_DOWN)
+                return
             self.execute_leave(origin, command, respond)
             return
         if isinstance(command, RemoveMember):

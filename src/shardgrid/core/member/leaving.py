@@ -35,10 +35,17 @@ from shardgrid.core.metadata.commands import MarkLeaving
 
 # The process's exit code for each way a member stops.
 EXIT_STOPPED = 0  # it left, the cluster shut down, or a signal stopped it before it joined one
-EXIT_ABANDONED = 1  # a second signal stopped it while it was a member: to the cluster, a crash
+EXIT_ABANDONED = 1  # a signal stopped it before it left (a second one, or no leader to take the leave): a crash
 
 NOT_IN_A_CLUSTER = "this member is not in a cluster"
 LEFT = "left the cluster after handing its replicas over"
+LITE_LEFT = "left the cluster (a lite member holds no replicas to hand over)"
+SIGNAL_BEFORE_LEAVING = "stopped by a signal before leaving the cluster"
+STOPPED_BEFORE_LEAVING = "stopped before leaving the cluster"  # how a leave it asked and did not finish is answered
+NO_LEADER_TO_LEAVE = (
+    f"{SIGNAL_BEFORE_LEAVING}: graceful_shutdown_timeout_ms passed and no leader has answered for "
+    "failure_timeout_ms (no majority of voters is left to take its leave); what only it held is lost"
+)
 
 
 class LeaveStage(enum.Enum):
@@ -56,7 +63,8 @@ TRANSITIONS: dict[LeaveStage, frozenset[LeaveStage]] = {
         {LeaveStage.ASKED, LeaveStage.HANDING_OVER, LeaveStage.AWAITING_FOLLOWERS, LeaveStage.STOPPED}
     ),
     # Back to STAYING: refused for good (the last data member), or still unrecorded after
-    # graceful_shutdown_timeout_ms.
+    # graceful_shutdown_timeout_ms. Any stage but STOPPED may stop: a second signal, or a signal's
+    # leave that no leader can take (``_signal_tick``).
     LeaveStage.ASKED: frozenset(
         {LeaveStage.STAYING, LeaveStage.HANDING_OVER, LeaveStage.AWAITING_FOLLOWERS, LeaveStage.STOPPED}
     ),
@@ -94,6 +102,7 @@ class Leaving:
         self._even_if_last = False  # a signal asked: recorded even when no other data member stays
         self._signals = 0
         self._signal_answers: list[tuple[str, int]] = []  # the answers of the leaves signals asked
+        self._signalled_since_ms: int | None = None  # the first signal, once joined: the process is to stop
         self._last_request_ms = NEVER_MS
         self._final_index = 0  # AWAITING_FOLLOWERS: the log entry that ended the cluster
         self._final_since_ms = 0
@@ -122,12 +131,13 @@ class Leaving:
         the cluster is a crash. Before it has joined a cluster, a member has nothing to hand over."""
         self._signals += 1
         if self._signals > 1:
-            self.stop("stopped by a signal before leaving the cluster", EXIT_ABANDONED if joined else EXIT_STOPPED)
+            self.stop(SIGNAL_BEFORE_LEAVING, EXIT_ABANDONED if joined else EXIT_STOPPED)
         elif not joined:
             refusal = AdminReply(call_id=signal.call_id, result=ADMIN_FAILED, reason=NOT_IN_A_CLUSTER)
             self.ctx.reply(signal.reply_to, refusal)
             self.stop("stopped by a signal before it joined a cluster", EXIT_STOPPED)
         else:
+            self._signalled_since_ms = self.ctx.now_ms
             self._signal_answers.append((signal.reply_to, signal.call_id))
             self.begin(signal.reply_to, signal.call_id, even_if_last=True)
 
@@ -184,7 +194,7 @@ class Leaving:
     def on_removed(self) -> bool:
         """This member was removed from the cluster: when it asked to leave, it has left (True)."""
         if self.asked:
-            self.stop(LEFT, EXIT_STOPPED)
+            self.stop(LITE_LEFT if self.ctx.lite else LEFT, EXIT_STOPPED, left=True)
             return True
         return False
 
@@ -267,6 +277,27 @@ class Leaving:
             self._asked_tick()
         if self.stage is LeaveStage.AWAITING_FOLLOWERS:
             self._final_tick()
+        if self._signalled_since_ms is not None and self.stage is not LeaveStage.STOPPED:
+            self._signal_tick()
+
+    def _no_leader_can_take_it(self) -> bool:
+        """No leader has been heard for the failure timeout (this member leads none either): no
+        majority of voters is left to record a leave or to move a replica, so a leave cannot go on
+        (found by an outside tester: a signalled member whose staying members were killed stayed
+        leaving for good). A leader elected since resets it: an election is not a lost majority."""
+        consensus = self.consensus
+        return not consensus.is_leader and consensus.raft.leader_silent_ms() >= self.ctx.config.failure_timeout_ms
+
+    def _signal_tick(self) -> None:
+        """A signal is the operator's wish that the process stop. While a leader can take the
+        member's leave it waits for it, past graceful_shutdown_timeout_ms too (a leave under way
+        may still finish and lose nothing); once that has passed with no leader to take it, the
+        member stops, as a crash would to the cluster."""
+        since_ms = self._signalled_since_ms
+        if since_ms is None or self.ctx.now_ms - since_ms <= self.ctx.config.graceful_shutdown_timeout_ms:
+            return
+        if self._no_leader_can_take_it():
+            self.stop(NO_LEADER_TO_LEAVE, EXIT_ABANDONED)
 
     def _asked_tick(self) -> None:
         config = self.ctx.config
@@ -281,6 +312,9 @@ class Leaving:
             self.stop("a lite member holds no data: it stops without its leave recorded", EXIT_STOPPED)
             return
         if waited_ms > config.graceful_shutdown_timeout_ms:
+            if self._signal_answers and self._no_leader_can_take_it():
+                self.stop(NO_LEADER_TO_LEAVE, EXIT_ABANDONED)  # what _signal_tick would do a tick later
+                return
             self._refused("still handing replicas over after graceful_shutdown_timeout_ms; nothing was lost")
 
     def _final_tick(self) -> None:
@@ -301,9 +335,14 @@ class Leaving:
 
     # --- stopping ----------------------------------------------------------------------------------
 
-    def stop(self, reason: str, exit_code: int) -> None:
+    def stop(self, reason: str, exit_code: int, *, left: bool = False) -> None:
         """The one way a member stops: it drops what it holds, says so to listeners and to those
-        who asked it to leave, and tells its process how to exit."""
+        who asked it to leave, and tells its process how to exit. A leave asked and not answered
+        yet is answered ok only when the member ``left`` (removed once it held nothing); stopped
+        any other way (a second signal, the cluster shut down, nobody left to take its replicas),
+        it failed: ``shardgrid shutdown HOST`` must not report a leave that handed nothing over
+        (found by an outside tester: it printed 'left the cluster' and exited 0 while the member
+        was stopped by a second signal and exited 1)."""
         if self.stage is LeaveStage.STOPPED:
             return
         self._set_stage(LeaveStage.STOPPED)
@@ -311,6 +350,10 @@ class Leaving:
         self._halt()
         self.ctx.emit(MemberStopped(self.ctx.identity, reason))
         answers, self._answers = self._answers, []
+        result, answer = ADMIN_OK, reason
+        if not left:
+            result = ADMIN_FAILED
+            answer = reason if reason.startswith(SIGNAL_BEFORE_LEAVING) else f"{STOPPED_BEFORE_LEAVING}: {reason}"
         for client, call_id in answers:
-            self.ctx.reply(client, AdminReply(call_id=call_id, result=ADMIN_OK, reason=reason))
+            self.ctx.reply(client, AdminReply(call_id=call_id, result=result, reason=answer))
         self.ctx.out.append(Stop(reason=reason, exit_code=exit_code))

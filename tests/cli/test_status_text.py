@@ -1,0 +1,33 @@
+"""``shardgrid status`` as text says what its JSON says, in the glossary's words."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardgrid.cli.cluster_commands import render_status, status_document
+from shardgrid.client.status import ClusterStatus
+
+
+def test_an_unformed_cluster_says_it_has_no_leader(capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by an outside tester: it printed 'state None partitions None ...'."""
+    render_status(status_document(ClusterStatus(members=())))
+    out = capsys.readouterr().out
+    assert "None" not in out
+    assert "no leader: the cluster has not formed yet, or is electing one" in out
+    assert "not safe" in out
+
+
+def test_the_columns_use_the_words_of_the_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by an outside tester: the text said 'primaries' and 'state' where the JSON says
+    owned_partitions and lifecycle (and the glossary, owner)."""
+    render_status(
+        {
+            **status_document(ClusterStatus(members=())),
+            "members": [{"address": "127.0.0.1:1", "reachable": False, "error": "refused"}],
+        }
+    )
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "lifecycle" in header
+    assert "owned partitions" in header
+    assert "primaries" not in header
+    assert " state " not in header
