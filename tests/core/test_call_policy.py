@@ -54,6 +54,8 @@ def test_retries_wait_what_the_member_asks_within_bounds_and_a_wrong_owner_goes_
     assert on_answer(AT_LEAST_ONCE, call, ReplyCode.OVERLOADED, 60_000, 1_000).at_ms == 2_000
     assert on_answer(AT_LEAST_ONCE, call, ReplyCode.WRONG_OWNER, 0, 1_000).at_ms == 1_000
     assert on_answer(AT_LEAST_ONCE, call, ReplyCode.SHUTTING_DOWN, 0, 1_000).refresh_table
+    assert on_answer(AT_LEAST_ONCE, call, ReplyCode.NOT_READY, 0, 1_000).refresh_table  # it may be cut off
+    assert not on_answer(AT_LEAST_ONCE, call, ReplyCode.MIGRATING, 0, 1_000).refresh_table
 
 
 def test_a_call_times_out_as_a_whole_saying_whether_its_outcome_is_unknown() -> None:

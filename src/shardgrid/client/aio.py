@@ -145,6 +145,7 @@ class AsyncClient:
         # SIGSTOPped: every key of their partitions timed out, for good). At most one per
         # address the client knows.
         self._silent: dict[str, int] = {}
+        self._rotation = 0  # how many times any member would do (``_candidates``)
         self._refreshing: asyncio.Task[None] | None = None
         self._listeners: list[EventListener] = []
         self._closed = False
@@ -222,6 +223,11 @@ class AsyncClient:
         those that last left an attempt unanswered after all, the longest silent first."""
         live = [a for a, c in self._connections.items() if not c.closed]
         ordered = list(dict.fromkeys([*live, *self.table.members, *self.seeds]))
+        # Each time a different one first: a member that answers but cannot help (one cut off
+        # from the others answers NOT_READY, and its stale table) is not the only one asked.
+        self._rotation += 1
+        turn = self._rotation % len(live) if live else 0
+        ordered = [*live[turn:], *live[:turn], *ordered[len(live) :]]
         silent = self._silent
         return sorted(ordered, key=lambda address: silent.get(address, -1))
 

@@ -89,7 +89,13 @@ def on_answer(
         return _retry(settings, call, now_ms, now_ms, refresh_table=False)  # to the owner the answer names
     if status in RETRYABLE:
         backoff = min(max(retry_after_ms, settings.min_retry_backoff_ms), settings.max_retry_backoff_ms)
-        return _retry(settings, call, now_ms, now_ms + backoff, refresh_table=status is ReplyCode.SHUTTING_DOWN)
+        # A member not ready may be an owner cut off from the leader, whose partitions the others
+        # have given to another member since: the client, which may still reach it, asks for the
+        # table again rather than wait on it for the call's whole time (found by the simulator's
+        # search of splits with a cache map: a client that reached both sides was told NOT_READY
+        # by the cut-off owner for 25 s, until the split healed).
+        refresh = status in (ReplyCode.SHUTTING_DOWN, ReplyCode.NOT_READY)
+        return _retry(settings, call, now_ms, now_ms + backoff, refresh_table=refresh)
     return Decision(Verdict.REJECTED, outcome_unknown=call.mutating and call.maybe_applied)
 
 
