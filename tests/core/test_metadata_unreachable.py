@@ -13,7 +13,13 @@ from shardgrid.core.identity import MemberId
 from shardgrid.core.inputs import Receive, Start
 from shardgrid.core.member import Member
 from shardgrid.core.metadata import MemberRecord, MetadataState, apply_commands
-from shardgrid.core.metadata.commands import MarkReachable, MarkUnreachable, RemoveMembers, ReviveUnavailable
+from shardgrid.core.metadata.commands import (
+    AddMembers,
+    MarkReachable,
+    MarkUnreachable,
+    RemoveMembers,
+    ReviveUnavailable,
+)
 from shardgrid.core.raft import Membership, Snapshot
 from shardgrid.core.raft.messages import InstallSnapshot
 from shardgrid.core.table import PartitionTable
@@ -98,3 +104,40 @@ def test_a_request_for_an_unavailable_partition_is_refused_naming_it_and_its_mem
     assert c.address in reply.reason
     (table_reply,) = replies(member.handle(now + 1, Receive("client", None, None, m.TableRequest())))
     assert table_reply.unavailable == (0,)
+
+
+def test_a_stand_in_is_named_only_for_an_unavailable_partition_by_every_member_alike():
+    """The member that serves the maps choosing availability (``serve_when_unavailable``) of an
+    unavailable partition: one that answers and keeps data, the same for every state that
+    applied the same log, and none once the partition is available again."""
+    state, _ = apply_commands(_state(), (MarkUnreachable((C, D)),))
+    again, _ = apply_commands(_state(), (MarkUnreachable((C, D)),))
+    assert [state.stand_in(pid) for pid in range(4)] == [again.stand_in(pid) for pid in range(4)]
+    assert state.stand_in(1) is None  # repaired: served by its owner
+    assert state.stand_in(0) in (A, B)
+    assert state.stand_in(3) in (A, B)
+    state, _ = apply_commands(state, (MarkReachable((D,)),))
+    assert state.stand_in(0) is None
+
+
+def test_a_lite_member_never_stands_in_and_none_is_named_without_a_data_member_answering():
+    lite_b = (MemberRecord(A, lite=True), MemberRecord(B, lite=True), MemberRecord(C), MemberRecord(D))
+    state, _ = apply_commands(MetadataState(4, lite_b, TABLE), (MarkUnreachable((C, D)),))
+    assert state.unavailable(0)
+    assert state.stand_in(0) is None
+
+
+def test_a_joiner_takes_over_only_the_partitions_it_wins():
+    """Rendezvous hashing: a member joining moves a stand-in only to itself, never between others."""
+    members = tuple(MemberRecord(MemberId(f"{i:08d}", f"127.0.0.1:{6000 + i}")) for i in range(6))
+    cut = members[:2]
+    rows = [[cut[0].id, cut[1].id] for _ in range(64)]
+    state = MetadataState(64, members, PartitionTable.from_lists(rows, [1] * 64))
+    state, _ = apply_commands(state, (MarkUnreachable(tuple(r.id for r in cut)),))
+    before = [state.stand_in(pid) for pid in range(64)]
+    joiner = MemberRecord(MemberId("joiner00", "127.0.0.1:7000"))
+    grown, _ = apply_commands(state, (AddMembers((joiner,)),))
+    after = [grown.stand_in(pid) for pid in range(64)]
+    assert all(b == a or a == joiner.id for b, a in zip(before, after, strict=True))
+    assert len(set(before)) == 4  # spread over the members that answer
+    assert joiner.id in after

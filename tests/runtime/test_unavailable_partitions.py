@@ -65,14 +65,27 @@ def _status(address: str) -> dict:
     return json.loads(_shardgrid("status", "--members", address, "--json").stdout)
 
 
+CACHE_SETTINGS = """
+[maps.cache]
+serve_when_unavailable = true
+"""
+
+
 @pytest.mark.parametrize("ending", ["they-come-back", "the-operator-gives-them-up"])
 def test_partitions_of_stopped_members_wait_for_them_or_for_the_operator(tmp_path, ending):
-    with LocalCluster(tmp_path, 5, "--partition-count", "31", "--set", "failure_timeout_ms=3000") as running:
+    """A map configured ``serve_when_unavailable`` (a cache) is served meanwhile, from empty, and
+    restarts empty there when the members come back."""
+    settings = tmp_path / "shardgrid.toml"
+    settings.write_text(CACHE_SETTINGS)
+    options = ("--partition-count", "31", "--set", "failure_timeout_ms=3000", "--config", str(settings))
+    with LocalCluster(tmp_path, 5, *options) as running:
         running.wait_formed()
         with Client(running.addresses, operation_call_timeout_ms=5_000) as client:
             client.wait_until_safe(90)
             data = client.get_map("m")
             data.put_all({key: f"value-of-{key}" for key in KEYS})
+            cache = client.get_map("cache")
+            cache.put_all({key: "before" for key in KEYS})
             leader = leader_of(client)
             away = [a for a in running.addresses if a != leader][:2]
             for address in away:
@@ -81,10 +94,18 @@ def test_partitions_of_stopped_members_wait_for_them_or_for_the_operator(tmp_pat
                 held, unreachable = _held_keys(client, leader, away)
                 assert not client.cluster_status().safe
                 if ending == "they-come-back":
+                    # The cache map is served by stand-ins meanwhile, from empty, in those partitions.
+                    assert set(cache.get_all(sorted(held))) == set()
+                    cache.put_all({key: "during" for key in held})
+                    assert cache.get_all(sorted(held)) == dict.fromkeys(held, "during")
                     for address in away:
                         running.processes[address].send_signal(signal.SIGCONT)
                     client.wait_until_safe(90)
                     assert data.get_all(KEYS) == {key: f"value-of-{key}" for key in KEYS}
+                    # Neither side's entries of the cache map there are kept; the others are.
+                    after = cache.get_all(KEYS)
+                    assert set(after) == set(KEYS) - held
+                    assert set(after.values()) == {"before"}
                     return
                 refused = _shardgrid("partitions", "revive")
                 assert refused.returncode != 0

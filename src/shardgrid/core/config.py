@@ -34,6 +34,14 @@ class MapConfig:
     read_backup_data: bool = False
     """A backup holding a copy of the map answers reads of it itself: monotonic for a client that
     keeps reading one replica, not strong (it may miss the newest writes)."""
+    serve_when_unavailable: bool = False
+    """A cache's choice of availability over keeping its data: where every replica of a partition
+    is on members that stopped answering, the map is served there anyway, by a stand-in member,
+    starting empty and with no backups. What either side wrote to it in that partition meanwhile
+    is dropped when the partition is available again or lost (and by an owner that catches up
+    from a snapshot of the log): the map restarts empty there, as a cache refills, and never
+    shows a value older than one acknowledged. Off (the default), the partition waits for its
+    replicas."""
 
     @property
     def total_backup_count(self) -> int:
@@ -158,6 +166,7 @@ class MemberConfig:
     _default_map: MapConfig = field(init=False, repr=False, compare=False, hash=False)
 
     _settings_digest: str = field(init=False, repr=False, compare=False, hash=False)
+    _serving_maps: frozenset[str] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         # Looked up on every write: built once, here.
@@ -173,7 +182,12 @@ class MemberConfig:
             for name, m in self.maps
             if (int(m.backup_count), int(m.async_backup_count)) != counts
         )
-        shared = (int(self.partition_count), counts, maps)
+        shared: tuple[object, ...] = (int(self.partition_count), counts, maps)
+        # Which maps a stand-in serves: a member that disagreed would serve or clear them alone.
+        serving = sorted(name for name, m in self.maps if m.serve_when_unavailable)
+        object.__setattr__(self, "_serving_maps", frozenset(serving))
+        if serving:
+            shared = (*shared, serving)
         digest = hashlib.sha256(json.dumps(shared).encode()).hexdigest()[:32]
         object.__setattr__(self, "_settings_digest", digest)
 
@@ -186,6 +200,11 @@ class MemberConfig:
 
     def map_config(self, map_name: str) -> MapConfig:
         return self._map_configs.get(map_name, self._default_map)
+
+    @property
+    def serving_maps(self) -> frozenset[str]:
+        """The maps served by a stand-in while their partition is unavailable (``serve_when_unavailable``)."""
+        return self._serving_maps
 
     def keeps_copy(self, map_name: str, index: int) -> bool:
         """Whether the replica at slot ``index`` of a partition holds a copy of the map."""

@@ -24,7 +24,9 @@ from shardgrid.core.member import Member
 from shardgrid.core.messages import MapReply, ReplyCode
 from shardgrid.core.placement import replica_count_for
 from shardgrid.sim.cluster import Simulation
-from shardgrid.sim.workload import ASYNC_MAP_NAME, MAP_NAME
+from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, MAP_NAME
+
+WORKLOAD_MAPS = (MAP_NAME, ASYNC_MAP_NAME, CACHE_MAP_NAME)
 
 
 class SimulationFailure(AssertionError):
@@ -127,7 +129,11 @@ def check_single_writer(sim: Simulation, address: str, client_address: str, repl
     if reply.codes[:1] != (ReplyCode.OK,):
         return
     for other_address, node in sim.nodes.items():
-        if other_address != address and node.alive and node.member.serves_writes(call.partition_id, sim.now_ms):
+        if (
+            other_address != address
+            and node.alive
+            and node.member.serves_writes(call.partition_id, sim.now_ms, call.map_name)
+        ):
             raise SimulationFailure(
                 f"t={sim.now_ms}: {address} acknowledged a write to partition {call.partition_id} "
                 f"while {node.member.identity} also takes writes to it"
@@ -209,9 +215,9 @@ def final_violations(sim: Simulation) -> list[str]:
             continue  # lost with every replica: reported by a PartitionLost event, checked elsewhere
         owner = table.owner(pid)
         data = by_identity[owner].data.stores.get(pid) if owner in by_identity else None
-        # A key is written in one map only (the workload's ledger or its async twin).
+        # A key is written in one map only (the workload's ledger, its async twin or the cache).
         maps = data.maps if data else {}
-        value = maps.get(MAP_NAME, {}).get(key, maps.get(ASYNC_MAP_NAME, {}).get(key))
+        value = next((maps[name][key] for name in WORKLOAD_MAPS if key in maps.get(name, {})), None)
         allowed = sim.ledger.allowed_final_values(key)
         if value not in allowed:
             problems.append(f"key {key!r} in partition {pid} holds {value!r}; allowed {sorted(map(repr, allowed))}")

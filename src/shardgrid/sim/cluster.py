@@ -24,7 +24,7 @@ from shardgrid.core.inputs import LinkRestored, Receive, Start, StopSignalled, T
 from shardgrid.core.member import Member
 from shardgrid.core.messages import AdminReply, AdminRequest, TableRequest
 from shardgrid.sim.network import Network, NetworkConfig
-from shardgrid.sim.workload import ASYNC_MAP_NAME, Ledger, SimClient
+from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, Ledger, SimClient
 
 FIRST_PORT = 5701
 ADMIN_ADDRESS = "admin"
@@ -149,6 +149,7 @@ class Simulation:
             key_count,
             use_async_map=self.config.map_config(ASYNC_MAP_NAME).async_backup_count > 0,
             settings=self.call_settings,
+            use_cache_map=CACHE_MAP_NAME in self.config.serving_maps,
         )
         self.clients[name] = client
         self._schedule(self.now_ms + 1, "client", name)

@@ -12,7 +12,8 @@ started. A step fires
 and then does its ``action`` to members named by reference:
 
 - ``m1``, ``m2``, ...: the members in the order they were started (joins take the next numbers);
-- ``leader``: the current leader; ``owner:17``: the owner of partition 17; ``owner-of-most``;
+- ``leader``: the current leader; ``owner:17``: the owner of partition 17; ``backup:17``: its
+  first backup; ``owner-of-most``;
   ``other``: a member other than the leader, drawn from the run's seed; ``most-complete-log``:
   the live member whose log is the most up to date (whom an operator recovers from);
 - ``receiver`` and ``sender``: the members that handled and sent the triggering message;
@@ -84,6 +85,7 @@ _RUN_FIELDS = {
     "partitions",
     "backups",
     "async_backups",
+    "cache_map",
     "fail_on_indeterminate",
     "operation_call_timeout_ms",
     "ops",
@@ -218,7 +220,7 @@ _NAMED_REFERENCES = (
     "destination",
     "owner",
 )
-_REFERENCE_PATTERN = re.compile(r"m[1-9][0-9]*|owner:[0-9]+|client-[1-9][0-9]*")
+_REFERENCE_PATTERN = re.compile(r"m[1-9][0-9]*|(?:owner|backup):[0-9]+|client-[1-9][0-9]*")
 # Step fields whose values are member references (one, or a list of them).
 _REFERENCE_FIELDS = ("target", "keep_to", "seeds", "from", "to")
 
@@ -234,7 +236,7 @@ def reference_problem(ref: object) -> str:
         return ""
     return (
         f"unknown member reference {ref!r}; use m1, m2, ... (in start order), "
-        f"{', '.join(_NAMED_REFERENCES)}, owner:<partition> or client-<n>"
+        f"{', '.join(_NAMED_REFERENCES)}, owner:<partition>, backup:<partition> or client-<n>"
     )
 
 
@@ -275,7 +277,7 @@ def check_schedule(schedule: Schedule, *, members: int, partitions: int, random_
                     f"schedule {schedule.name}, step {number}: {text} is never started "
                     f"({members} members and {joins} join step(s): m1..m{highest})"
                 )
-            if text.startswith("owner:") and int(text[len("owner:") :]) >= partitions:
+            if text.startswith(("owner:", "backup:")) and int(text.split(":", 1)[1]) >= partitions:
                 raise ConfigError(
                     f"schedule {schedule.name}, step {number}: {text}: there are {partitions} partitions, "
                     f"0..{partitions - 1}"
@@ -477,6 +479,9 @@ class ScheduleRunner:
         if ref.startswith("owner:"):
             owner = table.owner(int(ref.split(":", 1)[1])) if table is not None else None
             return owner.address if owner is not None else None
+        if ref.startswith("backup:"):
+            slots = table.replicas[int(ref.split(":", 1)[1])] if table is not None else ()
+            return slots[1].address if len(slots) > 1 and slots[1] is not None else None
         if ref == "owner-of-most":
             if table is None:
                 return None

@@ -24,7 +24,7 @@ from shardgrid.sim.checkers import SimulationFailure, final_violations, install_
 from shardgrid.sim.cluster import Simulation
 from shardgrid.sim.network import NetworkConfig
 from shardgrid.sim.schedule import Schedule, ScheduleRunner, check_schedule
-from shardgrid.sim.workload import ASYNC_MAP_NAME
+from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME
 
 FAULTS = (
     "crash",
@@ -51,6 +51,7 @@ class SimParams:
     partitions: int = 271
     backups: int = 1
     async_backups: int = 0  # > 0: half the keys go to a map with these async backups after the sync ones
+    cache_map: bool = False  # a third of the keys go to a map that a stand-in serves while unavailable
     # The clients' call semantics: False retries a write whose outcome is unknown (at-least-once),
     # True ends it as indeterminate; a call ends after operation_call_timeout_ms either way.
     fail_on_indeterminate: bool = True
@@ -94,11 +95,17 @@ class SimParams:
         install_checks(sim)
         return sim
 
+    def _maps(self) -> tuple[tuple[str, MapConfig], ...]:
+        maps = ((ASYNC_MAP_NAME, MapConfig(self.backups, self.async_backups)),) if self.async_backups else ()
+        if self.cache_map:
+            maps = (*maps, (CACHE_MAP_NAME, MapConfig(self.backups, serve_when_unavailable=True)))
+        return maps
+
     def member_config(self) -> MemberConfig:
         return MemberConfig(
             partition_count=self.partitions,
             backup_count=self.backups,
-            maps=((ASYNC_MAP_NAME, MapConfig(self.backups, self.async_backups)),) if self.async_backups else (),
+            maps=self._maps(),
             max_parallel_migrations=self.max_parallel_migrations,
             assign_partitions_on_first_use=self.assign_on_first_use,
             initial_cluster_size=self.initial_cluster_size or min(3, self.members),

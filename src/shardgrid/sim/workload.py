@@ -44,6 +44,10 @@ MAP_NAME = "ledger"
 # With async backups configured, half of each client's keys live in this map: the same sync
 # backups as the ledger, and async backups in the slots after them.
 ASYNC_MAP_NAME = "ledger-async"
+# With a cache map configured, a third of each client's keys live in this map, which a stand-in
+# serves from empty while its partition is unavailable (``serve_when_unavailable``): a read of one
+# may come back empty, but never older than a value acknowledged or read before.
+CACHE_MAP_NAME = "ledger-cache"
 DEADLINE_MARGIN_MS = 20  # the smart client's (client/aio.py)
 ACKED = "acked"
 MAYBE = "maybe"
@@ -65,6 +69,7 @@ class Ledger:
     # Per key, the index of the latest of its writes a read returned: that write was applied, and
     # an earlier one may not show again (it would have been applied late, or twice).
     observed: dict[bytes, int] = field(default_factory=dict)
+    cache_keys: set[bytes] = field(default_factory=set)  # in the cache map: may come back empty
 
     def check_read(self, key: bytes, value: bytes | None, started_ms: int, now_ms: int, member: str) -> None:
         self.reads_checked += 1
@@ -95,7 +100,7 @@ class Ledger:
         allowed: set[bytes | None] = {w.value for w in writes[floor + 1 :] if w.outcome == MAYBE}
         if floor >= 0:
             allowed.add(writes[floor].value)
-        else:
+        if floor < 0 or key in self.cache_keys:
             allowed.add(None)
         return allowed
 
@@ -140,6 +145,7 @@ class SimClient:
         key_count: int,
         use_async_map: bool = False,
         settings: CallSettings | None = None,
+        use_cache_map: bool = False,
     ) -> None:
         self.address = name
         self.settings = settings or CallSettings()
@@ -148,6 +154,10 @@ class SimClient:
         self.partition_count = partition_count
         self.keys = [serialize_key(f"{name}-key-{i}") for i in range(key_count)]
         self.map_of = {key: ASYNC_MAP_NAME if use_async_map and i % 2 else MAP_NAME for i, key in enumerate(self.keys)}
+        if use_cache_map:
+            for key in self.keys[2::3]:
+                self.map_of[key] = CACHE_MAP_NAME
+                ledger.cache_keys.add(key)
         self.owners: list[str | None] = [None] * partition_count
         self.budget = 0
         self.call: Call | None = None
@@ -263,6 +273,9 @@ class SimClient:
             for offset, row in enumerate(message.replicas):
                 owner = row[0] if row else -1
                 self.owners[message.first_partition + offset] = message.addresses[owner] if owner >= 0 else None
+            for pid in message.unavailable:
+                if 0 <= pid < self.partition_count:
+                    self.owners[pid] = None  # its owner does not answer: any member says where it is served
             if message.more:
                 next_part = TableRequest(message.first_partition + len(message.replicas))
                 return [(self.rng.choice(members), next_part)]

@@ -44,6 +44,7 @@ from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.member.leases import Leases
 from shardgrid.core.member.replication import Indexes, PendingCall, PendingPartition, PendingWrite
+from shardgrid.core.member.stand_in import StandIns
 from shardgrid.core.messages import (
     GET,
     PUT,
@@ -66,7 +67,14 @@ from shardgrid.core.messages import (
     TableRequest,
     WriteRun,
 )
-from shardgrid.core.store import PartitionData, Piece, columns_bytes, counted_bytes, packed_lengths
+from shardgrid.core.store import (
+    ITEM_OVERHEAD_BYTES,
+    PartitionData,
+    Piece,
+    columns_bytes,
+    counted_bytes,
+    packed_lengths,
+)
 from shardgrid.core.transfer import SendWindow, Staging, window_chunks
 from shardgrid.core.write_records import NO_DEADLINE_TTL_MS, RECORD_GRACE_MS, WINDOW_IDS, Seen, records_problem
 
@@ -142,6 +150,7 @@ class DataPath:
         self.request_assignment = request_assignment
         self.migrations: MigrationView | None = None  # wired by the member (they ask each other)
         self.stores: dict[int, PartitionData] = {}
+        self.stand_ins = StandIns(ctx, consensus)
         self.pending: dict[int, PendingPartition] = {}  # owner: writes waiting for backups
         self.pending_count = 0
         self.pending_bytes = 0
@@ -360,19 +369,19 @@ class DataPath:
         table = self.consensus.state.table
         migrations = self.migrations
         invariant(table is not None, "a request is served only with a table")
+        if self.stand_ins.serves(pid, message.map_name):
+            self._execute_standing_in(call, message, pid, indexes, serving, expires_ms)
+            return
         kind = message.kind
         slots = table.replicas[pid]
         backup_read = slots[0] != self.ctx.identity and kind == GET and serving
         if backup_read and self._read_from_backup(call, message, pid, indexes, slots):
             return
         refusal = self._owner_refusal(pid, serving, reading=kind == GET)
+        if refusal is None and self.stand_ins.owner_waits(pid, message.map_name, self.ctx.now_ms):
+            refusal = ReplyCode.NOT_READY, None  # a stand-in may still serve the map: see stand_in
         if refusal is not None:
-            status, redirect = refusal
-            call.mark(indexes, status)
-            if redirect is not None:
-                call.redirects[pid] = redirect
-            if status is ReplyCode.UNAVAILABLE:
-                call.reason = self._unavailable_reason(pid)
+            self._mark_refused(call, pid, indexes, refusal)
             return
         invariant(migrations is not None, "an owner that serves has its migrations")
         data = self.store(pid)
@@ -412,22 +421,7 @@ class DataPath:
             call.mark(indexes, ReplyCode.OVERLOADED)
             return
         first = data.sequence + 1
-        if kind == PUT:
-            records = data.maps.setdefault(message.map_name, {})
-            if out is not None:
-                for index in indexes:
-                    out[index] = records.get(keys[index])
-                    records[keys[index]] = values[index]
-            else:
-                records.update(zip(run_keys, run_values, strict=True))
-        else:
-            records = data.maps.get(message.map_name, {})
-            for index in indexes:
-                previous = records.pop(keys[index], None)
-                if out is not None:
-                    out[index] = previous
-        data.sequence += len(indexes)
-        data.changed(message.map_name, data.sequence)
+        self._apply(data, message, kind, indexes, out, run_keys, run_values)
         answer = self._remember(data, message, unit, out, expires_ms) if named else None
         targets = self._targets_of(pid, slots, message.map_name)
         if not targets.backups:
@@ -464,6 +458,73 @@ class DataPath:
         self.pending_count += len(indexes)
         self.pending_bytes += size
         call.open_writes += 1
+
+    @staticmethod
+    def _apply(
+        data: PartitionData,
+        message: MapRequest,
+        kind: str,
+        indexes: Indexes,
+        out: list[bytes | None] | None,
+        run_keys: Sequence[bytes],
+        run_values: Sequence[bytes],
+    ) -> None:
+        """A put or remove of the keys at ``indexes`` (``run_keys``, ``run_values`` at them), into
+        ``data``, the previous values into ``out`` when the caller asked for them."""
+        keys, values = message.keys, message.values
+        if kind == PUT:
+            records = data.maps.setdefault(message.map_name, {})
+            if out is not None:
+                for index in indexes:
+                    out[index] = records.get(keys[index])
+                    records[keys[index]] = values[index]
+            else:
+                records.update(zip(run_keys, run_values, strict=True))
+        else:
+            records = data.maps.get(message.map_name, {})
+            for index in indexes:
+                previous = records.pop(keys[index], None)
+                if out is not None:
+                    out[index] = previous
+        data.sequence += len(indexes)
+        data.changed(message.map_name, data.sequence)
+
+    def _execute_standing_in(
+        self, call: PendingCall, message: MapRequest, pid: int, indexes: Indexes, serving: bool, expires_ms: int
+    ) -> None:
+        """A request of a map that chose availability, in an unavailable partition: served by its
+        stand-in (``stand_in``) from the entries written there since, with no backups."""
+        refusal = self.stand_ins.refusal(pid, serving)
+        if refusal is not None:
+            self._mark_refused(call, pid, indexes, refusal)
+            return
+        data = self.stand_ins.store(pid)
+        if message.kind == GET:
+            self._read_into(call, message, data, indexes)
+            return
+        named = bool(message.client_id and message.write_id)
+        if named and not self._first_time(call, message, pid, data, indexes):
+            return
+        unit, kind, out = indexes, message.kind, call.values
+        if kind == PUT_IF_ABSENT:
+            indexes = self._absent(data.maps.get(message.map_name, {}), message.keys, message.values, indexes, out)
+            kind = PUT
+        if indexes:
+            run_keys = [message.keys[i] for i in indexes]
+            run_values = [message.values[i] for i in indexes] if kind == PUT else []
+            self._apply(data, message, kind, indexes, out, run_keys, run_values)
+        if named:
+            self._remember(data, message, unit, out, expires_ms)
+
+    def _mark_refused(
+        self, call: PendingCall, pid: int, indexes: Indexes, refusal: tuple[ReplyCode, PartitionRedirect | None]
+    ) -> None:
+        status, redirect = refusal
+        call.mark(indexes, status)
+        if redirect is not None:
+            call.redirects[pid] = redirect
+        if status is ReplyCode.UNAVAILABLE:
+            call.reason = self._unavailable_reason(pid)
 
     def _first_time(self, call: PendingCall, message: MapRequest, pid: int, data: PartitionData, unit: Indexes) -> bool:
         """Whether this partition has not applied the request's write yet (``write_records``).
@@ -669,7 +730,14 @@ class DataPath:
         if refused is not None:
             self.ctx.reply(client, ScanReply(call_id=call_id, code=refused, retry_after_ms=retry_after))
             return
-        refusal = self._owner_refusal(pid, self.leases.holds(), reading=True)
+        standing_in = self.stand_ins.serves(pid, message.map_name)
+        holds_lease = self.leases.holds()
+        if standing_in:
+            refusal = self.stand_ins.refusal(pid, holds_lease and self.migrations is not None)
+        else:
+            refusal = self._owner_refusal(pid, holds_lease, reading=True)
+            if refusal is None and self.stand_ins.owner_waits(pid, message.map_name, self.ctx.now_ms):
+                refusal = ReplyCode.NOT_READY, None
         if refusal is not None:
             status, redirect = refusal
             wait_ms = retry_after if status in RETRYABLE else 0
@@ -677,7 +745,7 @@ class DataPath:
             reply = ScanReply(call_id=call_id, code=status, redirect=redirect, retry_after_ms=wait_ms, reason=reason)
             self.ctx.reply(client, reply)
             return
-        data = self.store(pid)
+        data = self.stand_ins.store(pid) if standing_in else self.store(pid)
         records = data.maps.get(message.map_name) or {}
         total = len(records)
         # Dict order is the order of first insertion, the same from one page to the next while the
@@ -1334,6 +1402,59 @@ class DataPath:
             if data.copy_index >= 1 and pid not in skip and table.owner(pid) == me
         ]
 
+    def clear_serving_maps(self, partition_ids: Sequence[int]) -> None:
+        """The partitions came back from unavailable (or this owner took a snapshot that may hide
+        that they did): the maps served by a stand-in meanwhile (``serve_when_unavailable``) are
+        emptied in those this member owns, through its backups as any remove is, so that no
+        replica serves the entries from before while a stand-in took newer writes (dropped with
+        it). Nothing to do for a map that chose to wait."""
+        serving_maps = self.ctx.config.serving_maps
+        table = self.consensus.state.table
+        if not serving_maps or table is None:
+            return
+        for pid in partition_ids:
+            data = self.stores.get(pid)
+            if data is None or table.owner(pid) != self.ctx.identity:
+                continue
+            for map_name in sorted(serving_maps.intersection(data.maps)):
+                self._remove_all(pid, data, map_name, table.replicas[pid])
+        self._send_outbox()
+
+    def _remove_all(self, pid: int, data: PartitionData, map_name: str, slots: Sequence[MemberId | None]) -> None:
+        """Every entry of the map in the partition, removed as runs of writes, each no larger than
+        a request (so that each fits a backup batch)."""
+        keys = list(data.maps.get(map_name, {}))
+        targets = self._targets_of(pid, slots, map_name)
+        start = 0
+        while start < len(keys):
+            end, size = start, 0
+            while end < len(keys) and end - start < MAX_OPERATIONS_PER_REQUEST:
+                size += len(keys[end]) + ITEM_OVERHEAD_BYTES
+                if size > MAX_REQUEST_DATA_BYTES and end > start:
+                    break
+                end += 1
+            chunk = keys[start:end]
+            first = data.sequence + 1
+            records = data.maps[map_name]
+            for key in chunk:
+                del records[key]
+            data.sequence += len(chunk)
+            data.changed(map_name, data.sequence)
+            if targets.backups:
+                run = WriteRun(
+                    partition_id=pid,
+                    lineage=data.lineage,
+                    first_sequence=first,
+                    kind=REMOVE,
+                    map_name=map_name,
+                    keys=tuple(chunk),
+                    values=(),
+                )
+                self.outbox.append((run, columns_bytes(chunk, ()), targets.copies, targets.sequence_only))
+                if pid not in self.pending:
+                    self.pending[pid] = PendingPartition(required=set(targets.backups), last_sent_ms=self.ctx.now_ms)
+            start = end
+
     def drop_everything(self) -> None:
         """This member left (or was removed): its data is no longer any replica's."""
         for pid in sorted(self.pending):
@@ -1343,6 +1464,7 @@ class DataPath:
         self.outgoing_syncs.clear()
         self._syncs_by_id.clear()
         self.incoming_syncs.clear()
+        self.stand_ins.drop_everything()
 
 
 def _by_partition(partition_ids: Sequence[int]) -> dict[int, Indexes]:

@@ -156,16 +156,23 @@ class Member:
     def joined(self) -> bool:
         return self.lifecycle in (Lifecycle.ACTIVE, Lifecycle.LEAVING)
 
-    def serves_writes(self, pid: int, now_ms: int) -> bool:
-        """Whether this member would take a write to ``pid`` at ``now_ms`` (for checkers)."""
-        table = self.consensus.state.table
+    def serves_writes(self, pid: int, now_ms: int, map_name: str = "") -> bool:
+        """Whether this member would take a write to ``map_name`` in ``pid`` at ``now_ms`` (for
+        checkers): as its owner, or as its stand-in for a map that chose availability."""
+        state = self.consensus.state
+        table = state.table
+        stand_ins = self.data.stand_ins
+        if not (self.joined and table is not None and self.leases.holds_at(now_ms)):
+            return False
+        if not state.cluster_state.writes_allowed:
+            return False
+        if map_name in self.config.serving_maps and state.unavailable(pid):
+            return state.stand_in(pid) == self.identity and stand_ins.standing_in(pid, now_ms)
         return (
-            self.joined
-            and table is not None
-            and table.owner(pid) == self.identity
-            and self.leases.holds_at(now_ms)
+            table.owner(pid) == self.identity
+            and not state.unavailable(pid)
+            and not stand_ins.owner_waits(pid, map_name, now_ms)
             and not self.migrations.writes_blocked(pid)
-            and self.consensus.state.cluster_state.writes_allowed
         )
 
     def status(self, call_id: int) -> m.MemberStatus:
@@ -442,6 +449,11 @@ class Member:
         if state.table is not None:
             self.data.after_table_change(list(range(state.table.partition_count)))
             self.data.ask_for_missing_data()
+            # Partitions the snapshot made available again are not told apart from the others:
+            # the maps a stand-in may have served are emptied in all this owner holds (a cache's
+            # entries may go; one older than a write the stand-in took may not come back).
+            self.data.clear_serving_maps(range(state.table.partition_count))
+        self.data.stand_ins.after_applied()
         self.migration_leader.reset(self.consensus.is_leader)
         self.leaving.after_applied(self.consensus.raft.commit_index)
         self._drive_requested = True
@@ -478,6 +490,9 @@ class Member:
             self.ctx.emit(events.PartitionsUnavailable(tuple(changes.unavailable), members, index))
         if changes.available:
             self.ctx.emit(events.PartitionsAvailable(tuple(changes.available), index))
+            self.data.clear_serving_maps(changes.available)
+            self.data.stand_ins.on_available(changes.available)
+        self.data.stand_ins.after_applied()
         promoted_here = sorted(pid for pid, owner in changes.promoted if owner == me)
         if promoted_here:
             self.data.sync_after_promotion(promoted_here)

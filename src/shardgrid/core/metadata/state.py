@@ -11,6 +11,7 @@ gone) changes nothing and is reported in ``Changes.refused``: every member skips
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -58,7 +59,7 @@ class MetadataState:
     the same only if they are the same object (a snapshot is a reference to one). A plain class,
     so that its derived views can be cached on it and the codec writes only what defines it."""
 
-    __slots__ = (*_STATE_FIELDS, "_by_replica", "_load", "_committed_ids")
+    __slots__ = (*_STATE_FIELDS, "_by_replica", "_load", "_committed_ids", "_stand_ins")
 
     def __init__(
         self,
@@ -88,6 +89,7 @@ class MetadataState:
         self._by_replica: dict[MemberId, MemberRecord] | None = None
         self._load: dict[MemberId, int] | None = None
         self._committed_ids: frozenset[str] | None = None
+        self._stand_ins: dict[int, MemberId | None] | None = None
 
     def evolve(self, **changes: object) -> MetadataState:
         """A new state with some fields replaced (the derived views are computed afresh)."""
@@ -151,6 +153,22 @@ class MetadataState:
         record = self.record_of(owner) if owner is not None else None
         return record is not None and record.unreachable
 
+    def stand_in(self, pid: int) -> MemberId | None:
+        """Who serves an unavailable partition's maps that choose availability
+        (``serve_when_unavailable``): None while ``pid`` is available. A member that answers and
+        keeps data (a leaving one too: it still serves until it is removed), picked by rendezvous
+        hashing on the partition and the member's identity, so that every member names the same
+        one and a member joining or going takes over, or hands over, few partitions."""
+        if not self.unavailable(pid):
+            return None
+        cache = self._stand_ins
+        if cache is None:
+            cache = self._stand_ins = {}
+        if pid not in cache:
+            candidates = [r.id for r in self.members if not r.lite and not r.unreachable]
+            cache[pid] = max(candidates, key=lambda m: _rendezvous(pid, m), default=None)
+        return cache[pid]
+
     def unavailable_partitions(self) -> list[int]:
         if self.table is None or not any(r.unreachable for r in self.members):
             return []
@@ -210,6 +228,10 @@ class MetadataState:
         CLEAR sends none: it keeps only its source busy), as the schedule counts them."""
         owner = self.table.owner(record.partition_id) if self.table is not None else None
         return participants_of(record.migration, owner)
+
+
+def _rendezvous(pid: int, member: MemberId) -> int:
+    return zlib.crc32(f"{pid}/{member.uuid}".encode())
 
 
 @dataclass(slots=True, kw_only=True)
