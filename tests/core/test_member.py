@@ -194,16 +194,39 @@ def test_a_promised_process_founds_only_the_cluster_of_the_proposer_it_promised(
     effects = member.handle(3, Receive(A.address, A, C.uuid, m.FoundingProposal(1, digest)))
     assert sent(effects, m.FoundingAnswer) == [m.FoundingAnswer(1, False, B)]
     everyone = (MemberRecord(A), MemberRecord(B), MemberRecord(C))
-    member.handle(4, Receive(A.address, A, C.uuid, m.Bootstrap(everyone, (A, B, C), 1)))
-    member.handle(5, Receive(B.address, B, C.uuid, m.Bootstrap(everyone, (A, B, C), 2)))  # not the round promised
+    member.handle(4, Receive(A.address, A, C.uuid, m.Bootstrap(everyone, (A, B, C), 1, A)))
+    member.handle(5, Receive(B.address, B, C.uuid, m.Bootstrap(everyone, (A, B, C), 2, B)))  # not the round promised
     assert not member.consensus.has_state
     # B gives its round up: C is free, promises A, and founds A's cluster.
     member.handle(6, Receive(B.address, B, C.uuid, m.FoundingWithdrawn(1)))
     effects = member.handle(7, Receive(A.address, A, C.uuid, m.FoundingProposal(1, digest)))
     assert sent(effects, m.FoundingAnswer) == [m.FoundingAnswer(1, True)]
-    member.handle(8, Receive(A.address, A, C.uuid, m.Bootstrap(everyone, (A, B, C), 1)))
+    member.handle(8, Receive(A.address, A, C.uuid, m.Bootstrap(everyone, (A, B, C), 1, A)))
     assert member.consensus.has_state
     assert member.consensus.state.members == everyone
+
+
+def test_a_promised_process_takes_its_founding_from_any_founder_even_after_hearing_of_the_cluster() -> None:
+    """Found by an outside tester: a founder that missed its proposer's Bootstrap refused it from
+    the other founders, and from anyone once it had heard of the cluster: it never joined."""
+    member = Member(C, CONFIG, SEEDS, random.Random(3))
+    member.handle(0, Start())
+    _heard_from(member, 1, A, B)
+    member.handle(2, Receive(A.address, A, C.uuid, m.FoundingProposal(1, CONFIG.settings_digest)))
+    member.handle(3, Receive(B.address, B, None, m.JoinRedirect(A.address)))  # the cluster it promised
+    everyone = (MemberRecord(A), MemberRecord(B), MemberRecord(C))
+    stranger = MemberId("dddddddd-0000-4000-8000-000000000004", "127.0.0.1:5704")
+    for sender, founding in [
+        (B, m.Bootstrap(everyone, (A, B, C), 1, B)),  # not the proposer it promised
+        (B, m.Bootstrap(everyone, (A, B, C), 2, A)),  # not the round it promised
+        (stranger, m.Bootstrap(everyone, (A, B, C), 1, A)),  # not a founder
+        (B, m.Bootstrap(everyone, (A, B, C), 1)),  # no proposer
+    ]:
+        member.handle(4, Receive(sender.address, sender, C.uuid, founding))
+        assert not member.consensus.has_state
+    member.handle(5, Receive(B.address, B, C.uuid, m.Bootstrap(everyone, (A, B, C), 1, A)))
+    assert member.consensus.has_state
+    assert member.consensus.founding == m.Bootstrap(everyone, (A, B, C), 1, A)
 
 
 def test_a_founder_founds_only_with_the_peers_that_promised_its_round() -> None:
@@ -225,7 +248,7 @@ def test_a_founder_founds_only_with_the_peers_that_promised_its_round() -> None:
     for peer in (B, C):
         member.handle(now, Receive(peer.address, peer, A.uuid, m.FoundingAnswer(1, True)))
     effects, now = run_ticks(member, now, now + 200)
-    founding = m.Bootstrap((MemberRecord(A), MemberRecord(B), MemberRecord(C)), tuple(sorted((A, B, C))), 1)
+    founding = m.Bootstrap((MemberRecord(A), MemberRecord(B), MemberRecord(C)), tuple(sorted((A, B, C))), 1, A)
     assert [e.target for e in effects if isinstance(e, Send) and e.message == founding] == [B, C]
     assert member.consensus.founding == founding
 

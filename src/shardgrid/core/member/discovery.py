@@ -29,8 +29,12 @@ into one Raft log whose first snapshot differed between members: their member li
 A process promised to a proposer that dies before founding stays bound to it: it cannot tell a dead
 proposer from a slow one whose ``Bootstrap`` is on its way, and taking another promise then could
 found a second cluster. It still joins any cluster it hears of.
-Every founder starts the same log from the founding message; a process that has heard of a
-cluster refuses one.
+Every founder starts the same log from the founding message (``Bootstrap``, naming its proposer and
+round). A founder that missed it takes it from any founder: the proposer answers its repeated
+promise with it, and any founder answers its join requests with it, while the cluster still lists it
+(one the cluster removed since is answered as any joiner is, and joins so). A process takes only the
+founding of the proposer and round it promised, even once it heard of a cluster (that may be this
+one); it refuses any other.
 """
 
 from __future__ import annotations
@@ -182,16 +186,27 @@ class Discovery:
             self._withdraw()
 
     def accepts(self, sender: MemberId | None, message: Bootstrap) -> bool:
-        """Whether to found the cluster ``message`` describes: one that names this process, sent
-        by the proposer this process promised, for the round it promised, with voters among its
-        members, as long as it never heard of another cluster (founders send it again to a
-        founder that missed it)."""
-        if self.cluster_seen or sender is None or self.stance is not FoundingStance.PROMISED:
+        """Whether to found the cluster ``message`` describes: the founding of the proposer and
+        round this process promised, naming this process, with voters among its members, sent by
+        any of its founders (the proposer, or a founder answering this process's join requests:
+        the proposer may have died since). It is taken even once this process heard of a cluster
+        (that may be this very one: a founder that missed the founding hears of the cluster it
+        promised to found): a promise binds a process to that founding and no other, so taking it
+        founds no second cluster. (Found by an outside tester: a founder that missed the founding
+        message refused it from any founder but its proposer, and from anyone once it had heard of
+        the cluster; the others removed it, and it never joined.)"""
+        if sender is None or message.proposer is None or self.stance is not FoundingStance.PROMISED:
             return False
-        if self.promised_to != (sender, message.round) or sender not in self.peers:
+        if self.promised_to != (message.proposer, message.round):
             return False
         members = {m.id for m in message.members}
-        return self.ctx.identity in members and bool(message.voters) and set(message.voters) <= members
+        return (
+            self.ctx.identity in members
+            and message.proposer in members
+            and sender in members
+            and bool(message.voters)
+            and set(message.voters) <= members
+        )
 
     def founded(self) -> None:
         """This process started the log of a founding: it takes part in no other."""
@@ -326,7 +341,7 @@ class Discovery:
         members = tuple(MemberRecord(p, founders[p]) for p in ordered)
         data = [p for p in ordered if not founders[p]]
         voters = tuple(sorted(data[: self.ctx.config.voter_target(len(data))]))
-        return Bootstrap(members, voters, self.round)
+        return Bootstrap(members, voters, self.round, self.ctx.identity)
 
     def _may_propose(self) -> bool:
         """The conditions of the module's docstring for proposing a founding."""
