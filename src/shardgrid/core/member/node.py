@@ -397,9 +397,14 @@ class Member:
             self.consensus.bootstrap(message)
 
     def _answer_as_member(self, sender: MemberId, message: Any) -> None:
-        """A process promised to a founding tells a member of a cluster: it is told what this
-        member knows (its founding, or where the cluster is)."""
-        if isinstance(message, m.FoundingAnswer) and message.promised:
+        """A process still founding, or promised to a founding, asks a member of a cluster: it is
+        told what this member knows (that a cluster exists, its founding, where its leader is), so
+        it founds no second cluster. (Found by an outside tester: members that had just founded
+        ignored a proposal that reached them; their proposer never heard of their cluster and
+        founded a second one with other processes.)"""
+        if isinstance(message, m.FoundingProposal):
+            self.ctx.send(sender, m.FoundingAnswer(message.round, False, None, heard_of_cluster=True))
+        elif isinstance(message, m.FoundingAnswer) and message.promised:
             founding = self.consensus.founding
             if (
                 founding is not None
