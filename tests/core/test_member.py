@@ -229,6 +229,66 @@ def test_a_promised_process_takes_its_founding_from_any_founder_even_after_heari
     assert member.consensus.founding == m.Bootstrap(everyone, (A, B, C), 1, A)
 
 
+A_AGAIN = MemberId("aaaaaaaa-0000-4000-8000-00000000000a", A.address)  # A restarted: a new process
+
+
+def _promised_to_a(member: Member) -> None:
+    member.handle(0, Start())
+    _heard_from(member, 1, A, B)
+    effects = member.handle(2, Receive(A.address, A, C.uuid, m.FoundingProposal(1, CONFIG.settings_digest)))
+    assert sent(effects, m.FoundingAnswer) == [m.FoundingAnswer(1, True)]
+
+
+def test_a_promise_to_a_proposer_restarted_at_its_address_is_released_and_its_founding_still_taken() -> None:
+    """Found by an outside tester: the proposer was killed after its peers promised it and restarted
+    at its address; the peers stayed bound for good to the dead one, the new one proposed for good."""
+    member = Member(C, CONFIG, SEEDS, random.Random(3))
+    _promised_to_a(member)
+    now = 3
+    while member.discovery.stance is FoundingStance.PROMISED:  # A's address answers with another process
+        _heard_from(member, now, B, A_AGAIN)
+        _, now = run_ticks(member, now, now + 100)
+        assert now < 3 + CONFIG.bootstrap_after_ms + 200
+    assert now >= 3 + CONFIG.bootstrap_after_ms
+    assert member.discovery.stance is FoundingStance.LOOKING
+    # A may have founded just before it died: its founding, sent late by another founder, is taken.
+    everyone = (MemberRecord(A), MemberRecord(B), MemberRecord(C))
+    member.handle(now, Receive(B.address, B, C.uuid, m.Bootstrap(everyone, (A, B, C), 1, A)))
+    assert member.consensus.founding == m.Bootstrap(everyone, (A, B, C), 1, A)
+
+
+def test_a_released_process_promises_the_new_process_and_ignores_the_dead_one() -> None:
+    member = Member(C, CONFIG, SEEDS, random.Random(3))
+    _promised_to_a(member)
+    _heard_from(member, 3, A_AGAIN)
+    _, now = run_ticks(member, 3, 3 + CONFIG.bootstrap_after_ms + 100)
+    assert member.discovery.stance is FoundingStance.LOOKING
+    _heard_from(member, now, B, A_AGAIN)
+    # The dead process's messages still on their way count for nothing.
+    effects = member.handle(now, Receive(A.address, A, C.uuid, m.FoundingProposal(2, CONFIG.settings_digest)))
+    assert sent(effects, m.FoundingAnswer) == []
+    effects = member.handle(now, Receive(A.address, A_AGAIN, C.uuid, m.FoundingProposal(1, CONFIG.settings_digest)))
+    assert sent(effects, m.FoundingAnswer) == [m.FoundingAnswer(1, True)]
+    assert member.discovery.promised_to == (A_AGAIN, 1)
+    assert [p.address for p in member.discovery.peers].count(A.address) == 1
+
+
+def test_a_proposer_still_heard_keeps_its_promise_whatever_an_earlier_process_at_its_address_sent_late() -> None:
+    """A message of an earlier process at the proposer's address, arriving late, replaces the
+    proposer for a while; it still speaks, so the promise holds (releasing a live proposer's
+    promise could found a second cluster)."""
+    member = Member(C, CONFIG, SEEDS, random.Random(3))
+    _promised_to_a(member)
+    earlier = MemberId("aaaaaaaa-0000-4000-8000-000000000000", A.address)
+    _heard_from(member, 3, earlier)
+    now = 3
+    while now < 5 * CONFIG.bootstrap_after_ms:
+        _heard_from(member, now, A, B)
+        _, now = run_ticks(member, now, now + CONFIG.join_retry_ms)
+        assert member.discovery.promised_to == (A, 1)
+    assert [p.address for p in member.discovery.peers].count(A.address) == 1
+
+
 def test_a_founder_founds_only_with_the_peers_that_promised_its_round() -> None:
     member = Member(A, CONFIG, SEEDS, random.Random(1))
     member.handle(0, Start())

@@ -28,7 +28,17 @@ happened to hear lately, two of them founded, with different member lists, and b
 into one Raft log whose first snapshot differed between members: their member lists never agreed.)
 A process promised to a proposer that dies before founding stays bound to it: it cannot tell a dead
 proposer from a slow one whose ``Bootstrap`` is on its way, and taking another promise then could
-found a second cluster. It still joins any cluster it hears of.
+found a second cluster. It still joins any cluster it hears of. One exception: two processes never
+listen at one address at once, so a process heard at an address replaces the one heard there before
+(restarted, it is a new identity that remembers nothing). A replaced process counts for nothing: a
+founding lists one process per address, with the promises of the processes heard last. A promise to
+a replaced proposer is released once the proposer has been replaced and silent for
+``bootstrap_after_ms``: by then every founder of its round (had it founded just before it died)
+answered this process's join requests with the founding, unless they are all cut off from it; that
+founding is still taken, late, while this process is bound to no other. (Found by an outside tester:
+a proposer killed once its peers promised and restarted at its address proposed for good with no
+promise, its peers bound for good to the dead one; and a peer that promised and was restarted was
+listed twice in a founding, once with each identity.)
 Every founder starts the same log from the founding message (``Bootstrap``, naming its proposer and
 round). A founder that missed it takes it from any founder: the proposer answers its repeated
 promise with it, and any founder answers its join requests with it, while the cluster still lists it
@@ -44,7 +54,7 @@ import enum
 from shardgrid.core import events
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import MemberId
-from shardgrid.core.limits import MAX_COUNTER, NEVER_MS
+from shardgrid.core.limits import MAX_COUNTER, MAX_MEMBER_COUNT, NEVER_MS
 from shardgrid.core.member.context import Context
 from shardgrid.core.messages import (
     Bootstrap,
@@ -60,6 +70,16 @@ from shardgrid.core.metadata import MemberRecord
 
 # A peer not heard from for this many join retries is no longer counted towards a bootstrap.
 PEER_FRESH_RETRIES = 3
+# Two processes never listen at one address at once: one heard where another was heard before
+# replaced it (the older one is dead, and a process restarted at an address is a new identity that
+# remembers nothing). The replaced one's messages still on their way are not taken for this many
+# join retries after; one still heard after that was the newer one after all (a message of the
+# other came late), and takes its address back.
+REPLACED_FOR_RETRIES = 2 * PEER_FRESH_RETRIES
+# Peers, and processes known to be replaced, remembered at most (the least recently heard, and the
+# longest replaced, go first): a process hears of no more than that many others while founding.
+MAX_PEERS = MAX_MEMBER_COUNT
+MAX_REPLACED = MAX_MEMBER_COUNT
 # While no cluster is formed or joined, why not is reported (``ClusterNotFormed``) at most once
 # every this many join retries (10 s by default).
 REPORT_EVERY_RETRIES = 20
@@ -75,7 +95,8 @@ class FoundingStance(enum.Enum):
 
 
 FOUNDING_TRANSITIONS: dict[FoundingStance, frozenset[FoundingStance]] = {
-    FoundingStance.LOOKING: frozenset({FoundingStance.PROPOSING, FoundingStance.PROMISED}),
+    # Or it takes, late, the founding of a promise it was released from (its proposer was replaced).
+    FoundingStance.LOOKING: frozenset({FoundingStance.PROPOSING, FoundingStance.PROMISED, FoundingStance.FOUNDED}),
     # A proposer gives its round up (it heard of a cluster or of an earlier proposer), maybe to
     # promise that earlier proposer at once; or it founds.
     FoundingStance.PROPOSING: frozenset({FoundingStance.LOOKING, FoundingStance.PROMISED, FoundingStance.FOUNDED}),
@@ -106,6 +127,14 @@ class Discovery:
         self.proposing_since_ms = 0
         self.promises: set[MemberId] = set()
         self.promised_to: tuple[MemberId, int] | None = None
+        # PROMISED: since when its proposer has been replaced at its address by another process
+        # (it was restarted) and not heard from itself; the promise is released bootstrap_after_ms
+        # after, unless a founder of that round sends its founding first.
+        self._proposer_replaced_ms: int | None = None
+        # The promise last released so: its founding, should a founder send it late, is still taken
+        # whenever this process is bound to no other (the founding may need it as a voter).
+        self._released_from: tuple[MemberId, int] | None = None
+        self._replaced: dict[MemberId, int] = {}  # a process replaced at its address -> since when
         # After giving its round up to an earlier proposer, it proposes again no sooner than this:
         # the earlier one's proposal is on its way.
         self._no_proposal_before_ms = 0
@@ -117,6 +146,7 @@ class Discovery:
         """Probe what is due; returns the founding message when this process should bootstrap
         (the caller ignores it once it holds a log)."""
         config = self.ctx.config
+        self._release_a_replaced_proposer()
         if self.ctx.now_ms - self._last_probe_ms >= config.join_retry_ms:
             self._last_probe_ms = self.ctx.now_ms
             request = JoinRequest(self.ctx.identity, self.ctx.lite, self.cluster_seen, self._digest)
@@ -150,6 +180,8 @@ class Discovery:
         return self.ctx.config.settings_digest
 
     def on_unjoined(self, message: Unjoined) -> None:
+        if not self._current(message.member):
+            return
         if message.settings_digest == self._digest:  # never found a cluster with other settings
             self._heard_peer(message.member, message.lite, message.heard_of_cluster)
         elif message.heard_of_cluster:
@@ -157,7 +189,7 @@ class Discovery:
 
     def on_join_request(self, message: JoinRequest) -> None:
         """Another process looking for a cluster: it is a peer, and it should know we are one."""
-        if message.member == self.ctx.identity:
+        if message.member == self.ctx.identity or not self._current(message.member):
             return
         if message.settings_digest != self._digest:
             # Not a peer: a cluster formed with it would disagree on what every member keeps. Its
@@ -177,7 +209,75 @@ class Discovery:
         if heard_of_cluster:
             self._heard_of_cluster()  # a cluster exists: we join it, we do not found another
         else:
+            if peer not in self.peers and len(self.peers) >= MAX_PEERS:
+                # The stalest peer that did not promise goes (a promise is kept while its round runs).
+                unbound = [p for p in self.peers if p not in self.promises]
+                if not unbound:
+                    return
+                del self.peers[min(unbound, key=lambda p: self.peers[p][1])]
             self.peers[peer] = (lite, self.ctx.now_ms)
+
+    def _current(self, member: MemberId) -> bool:
+        """Whether ``member``'s founding messages are taken: it is the process heard last at its
+        address (an earlier one there is dead), so a founding lists one process per address and
+        counts no promise of a dead one. (Found by an outside tester: a peer that promised and was
+        restarted at once was listed twice in the founding, with each of its identities; and a
+        proposer killed after its peers promised and restarted at its address found them bound for
+        good to the dead one.)"""
+        me = self.ctx.identity
+        if member.address == me.address:
+            return member == me  # another process at this address was an earlier one of us: dead
+        now = self.ctx.now_ms
+        proposer = self.promised_to[0] if self.promised_to is not None else None
+        replaced_ms = self._replaced.get(member)
+        if replaced_ms is not None:
+            if member == proposer and self._proposer_replaced_ms is not None:
+                # The proposer itself still speaks: it may be alive after all (the message that
+                # replaced it was another's, late); its promise is released only once it is silent.
+                self._proposer_replaced_ms = now
+            if now - replaced_ms <= REPLACED_FOR_RETRIES * self.ctx.config.join_retry_ms:
+                return False  # a message of a dead process, late
+            del self._replaced[member]
+        if member == proposer:
+            self._proposer_replaced_ms = None  # heard at its address again: not replaced
+        for older in [p for p in self.peers if p.address == member.address and p != member]:
+            self._replace(older)
+        if proposer is not None and proposer.address == member.address and proposer != member:
+            self._replace(proposer)
+        return True
+
+    def _replace(self, older: MemberId) -> None:
+        """``older`` was replaced at its address by a newer process: it counts for nothing now."""
+        self.peers.pop(older, None)
+        self.promises.discard(older)
+        self._replaced.pop(older, None)
+        self._replaced[older] = self.ctx.now_ms
+        while len(self._replaced) > MAX_REPLACED:
+            del self._replaced[next(iter(self._replaced))]
+        if (
+            self.stance is FoundingStance.PROMISED
+            and self.promised_to is not None
+            and self.promised_to[0] == older
+            and self._proposer_replaced_ms is None
+        ):
+            self._proposer_replaced_ms = self.ctx.now_ms
+
+    def _release_a_replaced_proposer(self) -> None:
+        """A promise to a proposer since replaced at its address (restarted: the new process
+        remembers nothing, and drops what is sent to the old one) is released once the proposer
+        has been replaced and silent for bootstrap_after_ms. Until then a founder of its round may
+        still send the founding (the proposer may have founded just before it died: every founder
+        answers this process's join requests with it); after, this process is free again, and
+        still takes that founding should it come late while bound to no other. (Found by an
+        outside tester: a proposer killed after its peers promised and restarted at its port
+        proposed for good with no promise, the others waiting for good for the founding of the
+        dead one.)"""
+        since_ms = self._proposer_replaced_ms
+        if self.stance is not FoundingStance.PROMISED or since_ms is None:
+            return
+        if self.ctx.now_ms - since_ms >= self.ctx.config.bootstrap_after_ms:
+            self._released_from, self.promised_to = self.promised_to, None
+            self._set_stance(FoundingStance.LOOKING)
 
     def _heard_of_cluster(self) -> None:
         """A cluster exists: this process joins it and founds none; a round it proposes is given up."""
@@ -195,9 +295,17 @@ class Discovery:
         founds no second cluster. (Found by an outside tester: a founder that missed the founding
         message refused it from any founder but its proposer, and from anyone once it had heard of
         the cluster; the others removed it, and it never joined.)"""
-        if sender is None or message.proposer is None or self.stance is not FoundingStance.PROMISED:
+        if sender is None or message.proposer is None:
             return False
-        if self.promised_to != (message.proposer, message.round):
+        if self.stance is FoundingStance.PROMISED:
+            promised = self.promised_to
+        elif self.stance is FoundingStance.FOUNDED:
+            promised = None
+        else:
+            # Bound to no round another could found with (a proposer that founded never withdraws):
+            # the founding of a promise it was released from binds nothing else.
+            promised = self._released_from
+        if promised != (message.proposer, message.round):
             return False
         members = {m.id for m in message.members}
         return (
@@ -208,8 +316,12 @@ class Discovery:
             and set(message.voters) <= members
         )
 
-    def founded(self) -> None:
-        """This process started the log of a founding: it takes part in no other."""
+    def founded(self, own: bool) -> None:
+        """This process started the log of a founding (``own``: of its own round): it takes part
+        in no other. A round of its own it was proposing when it took another's founding (one it
+        had been released from) is given up: the peers that promised it are free."""
+        if self.stance is FoundingStance.PROPOSING and not own:
+            self._withdraw()
         self._set_stance(FoundingStance.FOUNDED)
 
     # --- promising -------------------------------------------------------------------------------
@@ -219,6 +331,8 @@ class Discovery:
         a proposer after this one, which it gives up: the first by order founds)."""
         if message.settings_digest != self._digest or sender == self.ctx.identity:
             return  # not a peer: it could never found a cluster with us
+        if not self._current(sender):
+            return  # a process since replaced at its address: dead
         if self.cluster_seen:
             self.ctx.send(sender, FoundingAnswer(message.round, False, None, heard_of_cluster=True))
             return
@@ -257,6 +371,8 @@ class Discovery:
         if message.heard_of_cluster:
             self._heard_of_cluster()
             return
+        if not self._current(sender):
+            return  # a process since replaced at its address: its promise died with it
         current = self.stance is FoundingStance.PROPOSING and message.round == self.round
         if message.promised:
             if current and sender in self.peers:
@@ -266,7 +382,8 @@ class Discovery:
                 self.ctx.send(sender, FoundingWithdrawn(message.round))
             return
         rival = message.promised_to
-        if not current or rival is None or rival == self.ctx.identity:
+        if not current or rival is None or rival.address == self.ctx.identity.address:
+            # Bound to us, or to an earlier process at our address (dead: it released it in time).
             return
         if self._order(rival) < self._order(self.ctx.identity):
             # An earlier proposer exists: give our round up; its proposal reaches us in turn.
@@ -314,6 +431,7 @@ class Discovery:
         )
         self.stance = new
         self._enough_since_ms = None  # bound, or free again: the first of us gets its turn first
+        self._proposer_replaced_ms = None
 
     # --- forming a new cluster -------------------------------------------------------------------
 
@@ -337,6 +455,7 @@ class Discovery:
         if not set(self._fresh_peers()) <= self.promises and waited_ms < self.ctx.config.bootstrap_after_ms:
             return None  # the other peers may still promise: a founding with all of them needs no joins
         invariant(self.promises <= set(self.peers), "a founding lists only peers that promised its round")
+        invariant(len({p.address for p in founders}) == len(founders), "a founding lists one process per address")
         ordered = sorted(founders, key=self._order)
         members = tuple(MemberRecord(p, founders[p]) for p in ordered)
         data = [p for p in ordered if not founders[p]]
@@ -410,8 +529,17 @@ class Discovery:
             waiting_for = self.leader_address or ""
         elif self.stance is FoundingStance.PROMISED and self.promised_to is not None:
             proposer, round_ = self.promised_to
-            reason = f"promised round {round_} of {proposer.address}: waiting for its founding"
-            waiting_for = proposer.address
+            if self._proposer_replaced_ms is not None:
+                left_ms = max(0, self._proposer_replaced_ms + config.bootstrap_after_ms - now)
+                reason = (
+                    f"promised round {round_} of {proposer.address}, where another process answers now (it "
+                    f"was restarted): free in {left_ms} ms unless a founder of that round sends its founding"
+                )
+            else:
+                heard = self.peers.get(proposer)
+                last = f" (it last answered {now - heard[1]} ms ago)" if heard is not None else ""
+                reason = f"promised round {round_} of {proposer.address}: waiting for its founding{last}"
+                waiting_for = proposer.address
         elif self.stance is FoundingStance.PROPOSING:
             waiting = [p.address for p in fresh if p not in self.promises]
             reason = f"proposing round {self.round}: {len(self.promises)} peers promised"

@@ -393,7 +393,7 @@ class Member:
         elif (
             isinstance(message, m.Bootstrap) and discovery.accepts(sender, message) and self.consensus.founding is None
         ):
-            discovery.founded()
+            discovery.founded(own=False)
             self.consensus.bootstrap(message)
 
     def _answer_as_member(self, sender: MemberId, message: Any) -> None:
@@ -464,7 +464,7 @@ class Member:
             for record in founding.members:
                 if record.id != self.identity:
                     self.ctx.send(record.id, founding)
-            self.discovery.founded()
+            self.discovery.founded(own=True)
             self.consensus.bootstrap(founding)
 
     # --- the log ---------------------------------------------------------------------------------
