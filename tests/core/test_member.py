@@ -289,6 +289,80 @@ def test_a_proposer_still_heard_keeps_its_promise_whatever_an_earlier_process_at
     assert [p.address for p in member.discovery.peers].count(A.address) == 1
 
 
+def _reports(effects: list) -> list[events.ClusterNotFormed]:
+    return [e.event for e in effects if isinstance(e, Emit) and isinstance(e.event, events.ClusterNotFormed)]
+
+
+def _report_after(
+    member: Member, now: int, until: int, *peers: MemberId, other_settings: tuple = (), redirect: tuple = ()
+) -> tuple[events.ClusterNotFormed | None, int]:
+    """Run ``member`` to ``until``, ``peers`` asking it every join retry (``other_settings`` with
+    other settings; ``redirect``: members that answer (sender, leader address)); its last report,
+    and the time it ran to."""
+    effects: list = []
+    while now < until:
+        _heard_from(member, now, *peers)
+        for other in other_settings:
+            member.handle(now, Receive(other.address, other, None, m.JoinRequest(other, settings_digest="other")))
+        for sender, leader in redirect:
+            member.handle(now, Receive(sender.address, sender, None, m.JoinRedirect(leader)))
+        more, now = run_ticks(member, now, now + CONFIG.join_retry_ms)
+        effects += more
+    return (_reports(effects) or [None])[-1], now
+
+
+def test_a_process_not_in_a_cluster_reports_a_seed_with_other_settings_as_answering_with_them() -> None:
+    """A seed that answers with other settings is not silent: the report says so (it said only
+    "found 1 of the 3 processes", the seed among the silent ones)."""
+    member = Member(A, CONFIG, SEEDS, random.Random(1))
+    member.handle(0, Start())
+    report, _ = _report_after(member, 0, 10_500, other_settings=(B,))
+    assert report is not None
+    assert report.seeds_answered == (A.address, B.address)
+    assert report.seeds_silent == (C.address,)
+    assert report.reason.startswith("found 1 of the 3 processes")
+    assert f"{B.address} answered with other settings" in report.reason
+
+
+def test_a_process_that_heard_of_a_cluster_reports_the_members_that_answered_and_its_leader() -> None:
+    member = Member(A, CONFIG, SEEDS, random.Random(1))
+    member.handle(0, Start())
+    report, now = _report_after(member, 0, 10_500, redirect=((B, None),))
+    assert report is not None
+    assert report.seeds_answered == (A.address, B.address)  # it said (A,): B was "silent"
+    assert "no member that answered knows its leader" in report.reason
+    assert report.waiting_for == B.address
+    report, _ = _report_after(member, now, 21_000, redirect=((B, C.address),))
+    assert report is not None
+    assert report.reason == f"a cluster exists: waiting to be admitted by its leader {C.address}"
+    assert report.waiting_for == C.address
+
+
+def test_a_process_promised_to_a_restarted_proposer_reports_whom_it_waits_for_and_until_when() -> None:
+    member = Member(C, CONFIG, SEEDS, random.Random(3))
+    _promised_to_a(member)
+    report, now = _report_after(member, 3, 10_500, A, B)
+    assert report is not None
+    assert report.reason.startswith(f"promised round 1 of {A.address}: waiting for its founding (it last answered")
+    assert report.waiting_for == A.address
+    report, now = _report_after(member, now, 19_000, A, B)
+    assert report is None
+    report, _ = _report_after(member, now, 20_500, B, A_AGAIN)  # A's address answers with another process
+    assert report is not None
+    assert "another process answers now" in report.reason
+    assert report.waiting_for == A.address  # it was ''
+
+
+def test_a_proposer_reports_what_its_founding_still_needs() -> None:
+    member = Member(A, CONFIG, SEEDS, random.Random(1))
+    member.handle(0, Start())
+    report, _ = _report_after(member, 0, 10_500, B, C)
+    assert report is not None
+    assert member.discovery.stance is FoundingStance.PROPOSING
+    assert report.reason.startswith("proposing round 1: 0 peers promised; a founding needs 3 processes")
+    assert report.waiting_for == f"{B.address},{C.address}"
+
+
 def test_a_founder_founds_only_with_the_peers_that_promised_its_round() -> None:
     member = Member(A, CONFIG, SEEDS, random.Random(1))
     member.handle(0, Start())

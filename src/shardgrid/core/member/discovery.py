@@ -83,6 +83,11 @@ MAX_REPLACED = MAX_MEMBER_COUNT
 # While no cluster is formed or joined, why not is reported (``ClusterNotFormed``) at most once
 # every this many join retries (10 s by default).
 REPORT_EVERY_RETRIES = 20
+# What a seed address answered as, for that report: a peer (a process that could found a cluster
+# with this one), a process with other settings, or a member of a cluster.
+_AS_PEER = "peer"
+_WITH_OTHER_SETTINGS = "other settings"
+_AS_MEMBER = "member"
 
 
 class FoundingStance(enum.Enum):
@@ -141,6 +146,8 @@ class Discovery:
         # Since when it has seen enough peers to found, bound to no proposer, without being first.
         self._enough_since_ms: int | None = None
         self._last_report_ms: int | None = None  # when it last said why no cluster formed
+        # Seed addresses (no others: bounded by the seed list) -> what answered there last, and when.
+        self._seeds_heard: dict[str, tuple[str, int]] = {}
 
     def tick(self, asked: set[str]) -> Bootstrap | None:
         """Probe what is due; returns the founding message when this process should bootstrap
@@ -163,7 +170,8 @@ class Discovery:
             self._report()
         return founding
 
-    def on_redirect(self, message: JoinRedirect, asked: set[str]) -> None:
+    def on_redirect(self, sender: str, message: JoinRedirect, asked: set[str]) -> None:
+        self._heard_at(sender, _AS_MEMBER)
         self._heard_of_cluster()  # a cluster exists: never form another one
         if message.leader_address is not None and message.leader_address != self.ctx.identity.address:
             self.leader_address = message.leader_address
@@ -171,7 +179,8 @@ class Discovery:
             request = JoinRequest(self.ctx.identity, self.ctx.lite, True, self._digest)
             self.ctx.send_to_address(message.leader_address, request)
 
-    def on_rejected(self, message: JoinRejected) -> None:
+    def on_rejected(self, sender: str, message: JoinRejected) -> None:
+        self._heard_at(sender, _AS_MEMBER)
         self._heard_of_cluster()
         self.rejected_reason = message.reason
 
@@ -182,7 +191,9 @@ class Discovery:
     def on_unjoined(self, message: Unjoined) -> None:
         if not self._current(message.member):
             return
-        if message.settings_digest == self._digest:  # never found a cluster with other settings
+        same = message.settings_digest == self._digest
+        self._heard_at(message.member.address, _AS_PEER if same else _WITH_OTHER_SETTINGS)
+        if same:  # never found a cluster with other settings
             self._heard_peer(message.member, message.lite, message.heard_of_cluster)
         elif message.heard_of_cluster:
             self._heard_of_cluster()  # its news that a cluster exists holds whatever its settings
@@ -191,7 +202,9 @@ class Discovery:
         """Another process looking for a cluster: it is a peer, and it should know we are one."""
         if message.member == self.ctx.identity or not self._current(message.member):
             return
-        if message.settings_digest != self._digest:
+        same = message.settings_digest == self._digest
+        self._heard_at(message.member.address, _AS_PEER if same else _WITH_OTHER_SETTINGS)
+        if not same:
             # Not a peer: a cluster formed with it would disagree on what every member keeps. Its
             # news that a cluster exists still holds.
             if message.heard_of_cluster:
@@ -216,6 +229,10 @@ class Discovery:
                     return
                 del self.peers[min(unbound, key=lambda p: self.peers[p][1])]
             self.peers[peer] = (lite, self.ctx.now_ms)
+
+    def _heard_at(self, address: str, what: str) -> None:
+        if address in self.seeds and address != self.ctx.identity.address:
+            self._seeds_heard[address] = (what, self.ctx.now_ms)
 
     def _current(self, member: MemberId) -> bool:
         """Whether ``member``'s founding messages are taken: it is the process heard last at its
@@ -369,6 +386,7 @@ class Discovery:
 
     def on_answer(self, sender: MemberId, message: FoundingAnswer) -> None:
         if message.heard_of_cluster:
+            self._heard_at(sender.address, _AS_MEMBER)  # (or a peer that heard of one: it answered)
             self._heard_of_cluster()
             return
         if not self._current(sender):
@@ -507,7 +525,13 @@ class Discovery:
 
     def _report(self) -> None:
         """At most once every REPORT_EVERY_RETRIES join retries while no cluster is formed or
-        joined: which seeds answered, how many processes are still missing, whom it waits for."""
+        joined: which seeds answered (as what), how many processes are still missing, what it
+        waits for and whom. Each reason says what this process knows, no more, and a seed that
+        answered as a member of a cluster, or with other settings, is not silent. (An outside
+        tester asked for a truthful report; checking it found a seed that answered with other
+        settings reported silent, with "found 1 of the 3 processes" as the only reason; a process
+        waiting to be admitted reporting silent every member that had answered it; and a process
+        promised to a restarted proposer naming nobody it waited for.)"""
         config = self.ctx.config
         now = self.ctx.now_ms
         since = self.started_ms if self._last_report_ms is None else self._last_report_ms
@@ -516,44 +540,13 @@ class Discovery:
         self._last_report_ms = now
         own = self.ctx.identity.address
         fresh = self._fresh_peers()
-        answered = {p.address for p in fresh} | {own}
+        fresh_ms = PEER_FRESH_RETRIES * config.join_retry_ms
+        heard = {a: what for a, (what, at) in self._seeds_heard.items() if now - at <= fresh_ms}
+        answered = (set(heard) | {p.address for p in fresh} | {own}) & self.seeds
         found = len(fresh) + 1
         missing = max(0, config.initial_cluster_size - found)
         seeds_needed = len(self.seeds) // 2 + 1
-        waiting_for = ""
-        if self.cluster_seen:
-            if self.rejected_reason:
-                reason = f"a cluster exists and refused this process: {self.rejected_reason}"
-            else:
-                reason = "a cluster exists: waiting to be admitted by its leader"
-            waiting_for = self.leader_address or ""
-        elif self.stance is FoundingStance.PROMISED and self.promised_to is not None:
-            proposer, round_ = self.promised_to
-            if self._proposer_replaced_ms is not None:
-                left_ms = max(0, self._proposer_replaced_ms + config.bootstrap_after_ms - now)
-                reason = (
-                    f"promised round {round_} of {proposer.address}, where another process answers now (it "
-                    f"was restarted): free in {left_ms} ms unless a founder of that round sends its founding"
-                )
-            else:
-                heard = self.peers.get(proposer)
-                last = f" (it last answered {now - heard[1]} ms ago)" if heard is not None else ""
-                reason = f"promised round {round_} of {proposer.address}: waiting for its founding{last}"
-                waiting_for = proposer.address
-        elif self.stance is FoundingStance.PROPOSING:
-            waiting = [p.address for p in fresh if p not in self.promises]
-            reason = f"proposing round {self.round}: {len(self.promises)} peers promised"
-            waiting_for = ",".join(waiting)
-        elif missing:
-            reason = f"found {found} of the {config.initial_cluster_size} processes initial_cluster_size needs"
-        elif len(answered & self.seeds) < seeds_needed:
-            reason = f"{len(answered & self.seeds)} seed addresses answered, more than half of {len(self.seeds)} needed"
-        elif self.ctx.lite and all(self.peers[p][0] for p in fresh):
-            reason = "no data member among the processes found"
-        else:
-            first = min([*fresh, self.ctx.identity], key=self._order)
-            reason = "about to propose a founding" if first == self.ctx.identity else "waiting for a founding proposal"
-            waiting_for = first.address if first != self.ctx.identity else ""
+        reason, waiting_for = self._why_not_formed(fresh, heard, found, missing, seeds_needed)
         self.ctx.emit(
             events.ClusterNotFormed(
                 reason=reason,
@@ -561,9 +554,81 @@ class Discovery:
                 found=found,
                 initial_cluster_size=config.initial_cluster_size,
                 missing=missing,
-                seeds_answered=tuple(sorted(answered & self.seeds)),
+                seeds_answered=tuple(sorted(answered)),
                 seeds_silent=tuple(sorted(self.seeds - answered)),
                 seeds_needed=seeds_needed,
                 waiting_for=waiting_for,
             )
         )
+
+    def _why_not_formed(
+        self, fresh: list[MemberId], heard: dict[str, str], found: int, missing: int, seeds_needed: int
+    ) -> tuple[str, str]:
+        """The report's reason, and the addresses it waits for (comma-separated, '' for none)."""
+        config = self.ctx.config
+        now = self.ctx.now_ms
+        bootstrap_ms = config.bootstrap_after_ms
+        if self.cluster_seen:
+            if self.rejected_reason:
+                return f"a cluster exists and refused this process: {self.rejected_reason}", self.leader_address or ""
+            if self.stance is FoundingStance.PROMISED and self.promised_to is not None:
+                proposer, round_ = self.promised_to
+                return (
+                    f"a cluster exists (it may be the one this process promised to found: round {round_} of "
+                    f"{proposer.address}): waiting for that founding from any of its founders, or to be "
+                    "admitted by its leader"
+                ), ",".join(dict.fromkeys(a for a in (proposer.address, self.leader_address) if a))
+            leader = self.leader_address
+            if leader is not None:
+                return f"a cluster exists: waiting to be admitted by its leader {leader}", leader
+            members = ",".join(sorted(a for a, what in heard.items() if what == _AS_MEMBER))
+            return "a cluster exists, but no member that answered knows its leader yet: asking again", members
+        if self.stance is FoundingStance.PROMISED and self.promised_to is not None:
+            proposer, round_ = self.promised_to
+            if self._proposer_replaced_ms is not None:
+                left_ms = max(0, self._proposer_replaced_ms + bootstrap_ms - now)
+                return (
+                    f"promised round {round_} of {proposer.address}, where another process answers now (it "
+                    f"was restarted): released in {left_ms} ms unless a founder of that round sends its founding"
+                ), proposer.address
+            peer = self.peers.get(proposer)
+            last = f"it last answered {now - peer[1]} ms ago" if peer is not None else "nothing heard from it lately"
+            return f"promised round {round_} of {proposer.address}: waiting for its founding ({last})", proposer.address
+        others = sorted(a for a, what in heard.items() if what == _WITH_OTHER_SETTINGS)
+        also = f"; {', '.join(others)} answered with other settings: no cluster is founded with them" if others else ""
+        if self.stance is FoundingStance.PROPOSING:
+            waiting = ",".join(p.address for p in fresh if p not in self.promises)
+            founders = {p: self.peers[p][0] for p in self.promises}
+            founders[self.ctx.identity] = self.ctx.lite
+            if self._may_found(founders):
+                left_ms = max(0, self.proposing_since_ms + bootstrap_ms - now)
+                return (
+                    f"proposing round {self.round}: {len(self.promises)} peers promised, enough to found; founding "
+                    f"when the other peers found promise too, or in {left_ms} ms"
+                ), waiting
+            return (
+                f"proposing round {self.round}: {len(self.promises)} peers promised; a founding needs "
+                f"{config.initial_cluster_size} processes with a data member among them, at more than half of "
+                f"the {len(self.seeds)} seed addresses{also}"
+            ), waiting
+        if missing:
+            return f"found {found} of the {config.initial_cluster_size} processes initial_cluster_size needs{also}", ""
+        at_seeds = len(({p.address for p in fresh} | {self.ctx.identity.address}) & self.seeds)
+        if at_seeds < seeds_needed:
+            return (
+                f"{at_seeds} seed addresses answered as peers, more than half of {len(self.seeds)} needed{also}"
+            ), ""
+        if self.ctx.lite and all(self.peers[p][0] for p in fresh):
+            return "no data member among the processes found", ""
+        first = min([*fresh, self.ctx.identity], key=self._order)
+        contact_ms = self.first_contact_ms if self.first_contact_ms is not None else now
+        may_at = max(self.started_ms + bootstrap_ms, contact_ms + bootstrap_ms, self._no_proposal_before_ms)
+        if first == self.ctx.identity:
+            return f"about to propose a founding (in {max(0, may_at - now)} ms at most)", ""
+        # Not first, it waits bootstrap_after_ms more from when it may propose (or did reach that).
+        enough_ms = self._enough_since_ms if self._enough_since_ms is not None else may_at
+        may_at = max(may_at, enough_ms + bootstrap_ms)
+        return (
+            f"waiting for a founding proposal from {first.address}, the first of the processes found (proposing "
+            f"itself in {max(0, may_at - now)} ms if none comes)"
+        ), first.address

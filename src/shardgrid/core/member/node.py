@@ -379,9 +379,9 @@ class Member:
             return
         discovery = self.discovery
         if isinstance(message, m.JoinRedirect):
-            discovery.on_redirect(message, self.consensus.admitted_by)
+            discovery.on_redirect(sender.address, message, self.consensus.admitted_by)
         elif isinstance(message, m.JoinRejected):
-            discovery.on_rejected(message)
+            discovery.on_rejected(sender.address, message)
         elif isinstance(message, m.Unjoined):
             discovery.on_unjoined(message)
         elif isinstance(message, m.FoundingProposal):
