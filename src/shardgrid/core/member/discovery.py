@@ -33,18 +33,18 @@ listen at one address at once, so a process heard at an address replaces the one
 (restarted, it is a new identity that remembers nothing). A replaced process counts for nothing: a
 founding lists one process per address, with the promises of the processes heard last. A promise to
 a replaced proposer is released once the proposer has been replaced and silent for
-``bootstrap_after_ms``: by then every founder of its round (had it founded just before it died)
-answered this process's join requests with the founding, unless they are all cut off from it; that
-founding is still taken, late, while this process is bound to no other. (Found by an outside tester:
-a proposer killed once its peers promised and restarted at its address proposed for good with no
-promise, its peers bound for good to the dead one; and a peer that promised and was restarted was
+``bootstrap_after_ms``: by then the founders of its round this process asks (had it founded just
+before it died) answered its join requests with the founding, unless they are all cut off from it;
+that founding is still taken, late, while this process is bound to no other. (Found by an outside
+tester: a proposer killed once its peers promised and restarted at its address proposed for good with
+no promise, its peers bound for good to the dead one; and a peer that promised and was restarted was
 listed twice in a founding, once with each identity.)
 Every founder starts the same log from the founding message (``Bootstrap``, naming its proposer and
 round). A founder that missed it takes it from any founder: the proposer answers its repeated
 promise with it, and any founder answers its join requests with it, while the cluster still lists it
 (one the cluster removed since is answered as any joiner is, and joins so). A process takes only the
-founding of the proposer and round it promised, even once it heard of a cluster (that may be this
-one); it refuses any other.
+founding of the proposer and round it promised (or, bound to no other, of the promise it was
+released from), even once it heard of a cluster (that may be this one); it refuses any other.
 """
 
 from __future__ import annotations
