@@ -194,16 +194,173 @@ def test_a_promised_process_founds_only_the_cluster_of_the_proposer_it_promised(
     effects = member.handle(3, Receive(A.address, A, C.uuid, m.FoundingProposal(1, digest)))
     assert sent(effects, m.FoundingAnswer) == [m.FoundingAnswer(1, False, B)]
     everyone = (MemberRecord(A), MemberRecord(B), MemberRecord(C))
-    member.handle(4, Receive(A.address, A, C.uuid, m.Bootstrap(everyone, (A, B, C), 1)))
-    member.handle(5, Receive(B.address, B, C.uuid, m.Bootstrap(everyone, (A, B, C), 2)))  # not the round promised
+    member.handle(4, Receive(A.address, A, C.uuid, m.Bootstrap(everyone, (A, B, C), 1, A)))
+    member.handle(5, Receive(B.address, B, C.uuid, m.Bootstrap(everyone, (A, B, C), 2, B)))  # not the round promised
     assert not member.consensus.has_state
     # B gives its round up: C is free, promises A, and founds A's cluster.
     member.handle(6, Receive(B.address, B, C.uuid, m.FoundingWithdrawn(1)))
     effects = member.handle(7, Receive(A.address, A, C.uuid, m.FoundingProposal(1, digest)))
     assert sent(effects, m.FoundingAnswer) == [m.FoundingAnswer(1, True)]
-    member.handle(8, Receive(A.address, A, C.uuid, m.Bootstrap(everyone, (A, B, C), 1)))
+    member.handle(8, Receive(A.address, A, C.uuid, m.Bootstrap(everyone, (A, B, C), 1, A)))
     assert member.consensus.has_state
     assert member.consensus.state.members == everyone
+
+
+def test_a_promised_process_takes_its_founding_from_any_founder_even_after_hearing_of_the_cluster() -> None:
+    """Found by an outside tester: a founder that missed its proposer's Bootstrap refused it from
+    the other founders, and from anyone once it had heard of the cluster: it never joined."""
+    member = Member(C, CONFIG, SEEDS, random.Random(3))
+    member.handle(0, Start())
+    _heard_from(member, 1, A, B)
+    member.handle(2, Receive(A.address, A, C.uuid, m.FoundingProposal(1, CONFIG.settings_digest)))
+    member.handle(3, Receive(B.address, B, None, m.JoinRedirect(A.address)))  # the cluster it promised
+    everyone = (MemberRecord(A), MemberRecord(B), MemberRecord(C))
+    stranger = MemberId("dddddddd-0000-4000-8000-000000000004", "127.0.0.1:5704")
+    for sender, founding in [
+        (B, m.Bootstrap(everyone, (A, B, C), 1, B)),  # not the proposer it promised
+        (B, m.Bootstrap(everyone, (A, B, C), 2, A)),  # not the round it promised
+        (stranger, m.Bootstrap(everyone, (A, B, C), 1, A)),  # not a founder
+        (B, m.Bootstrap(everyone, (A, B, C), 1)),  # no proposer
+    ]:
+        member.handle(4, Receive(sender.address, sender, C.uuid, founding))
+        assert not member.consensus.has_state
+    member.handle(5, Receive(B.address, B, C.uuid, m.Bootstrap(everyone, (A, B, C), 1, A)))
+    assert member.consensus.has_state
+    assert member.consensus.founding == m.Bootstrap(everyone, (A, B, C), 1, A)
+
+
+A_AGAIN = MemberId("aaaaaaaa-0000-4000-8000-00000000000a", A.address)  # A restarted: a new process
+
+
+def _promised_to_a(member: Member) -> None:
+    member.handle(0, Start())
+    _heard_from(member, 1, A, B)
+    effects = member.handle(2, Receive(A.address, A, C.uuid, m.FoundingProposal(1, CONFIG.settings_digest)))
+    assert sent(effects, m.FoundingAnswer) == [m.FoundingAnswer(1, True)]
+
+
+def test_a_promise_to_a_proposer_restarted_at_its_address_is_released_and_its_founding_still_taken() -> None:
+    """Found by an outside tester: the proposer was killed after its peers promised it and restarted
+    at its address; the peers stayed bound for good to the dead one, the new one proposed for good."""
+    member = Member(C, CONFIG, SEEDS, random.Random(3))
+    _promised_to_a(member)
+    now = 3
+    while member.discovery.stance is FoundingStance.PROMISED:  # A's address answers with another process
+        _heard_from(member, now, B, A_AGAIN)
+        _, now = run_ticks(member, now, now + 100)
+        assert now < 3 + CONFIG.bootstrap_after_ms + 200
+    assert now >= 3 + CONFIG.bootstrap_after_ms
+    assert member.discovery.stance is FoundingStance.LOOKING
+    # A may have founded just before it died: its founding, sent late by another founder, is taken.
+    everyone = (MemberRecord(A), MemberRecord(B), MemberRecord(C))
+    member.handle(now, Receive(B.address, B, C.uuid, m.Bootstrap(everyone, (A, B, C), 1, A)))
+    assert member.consensus.founding == m.Bootstrap(everyone, (A, B, C), 1, A)
+
+
+def test_a_released_process_promises_the_new_process_and_ignores_the_dead_one() -> None:
+    member = Member(C, CONFIG, SEEDS, random.Random(3))
+    _promised_to_a(member)
+    _heard_from(member, 3, A_AGAIN)
+    _, now = run_ticks(member, 3, 3 + CONFIG.bootstrap_after_ms + 100)
+    assert member.discovery.stance is FoundingStance.LOOKING
+    _heard_from(member, now, B, A_AGAIN)
+    # The dead process's messages still on their way count for nothing.
+    effects = member.handle(now, Receive(A.address, A, C.uuid, m.FoundingProposal(2, CONFIG.settings_digest)))
+    assert sent(effects, m.FoundingAnswer) == []
+    effects = member.handle(now, Receive(A.address, A_AGAIN, C.uuid, m.FoundingProposal(1, CONFIG.settings_digest)))
+    assert sent(effects, m.FoundingAnswer) == [m.FoundingAnswer(1, True)]
+    assert member.discovery.promised_to == (A_AGAIN, 1)
+    assert [p.address for p in member.discovery.peers].count(A.address) == 1
+
+
+def test_a_proposer_still_heard_keeps_its_promise_whatever_an_earlier_process_at_its_address_sent_late() -> None:
+    """A message of an earlier process at the proposer's address, arriving late, replaces the
+    proposer for a while; it still speaks, so the promise holds (releasing a live proposer's
+    promise could found a second cluster)."""
+    member = Member(C, CONFIG, SEEDS, random.Random(3))
+    _promised_to_a(member)
+    earlier = MemberId("aaaaaaaa-0000-4000-8000-000000000000", A.address)
+    _heard_from(member, 3, earlier)
+    now = 3
+    while now < 5 * CONFIG.bootstrap_after_ms:
+        _heard_from(member, now, A, B)
+        _, now = run_ticks(member, now, now + CONFIG.join_retry_ms)
+        assert member.discovery.promised_to == (A, 1)
+    assert [p.address for p in member.discovery.peers].count(A.address) == 1
+
+
+def _reports(effects: list) -> list[events.ClusterNotFormed]:
+    return [e.event for e in effects if isinstance(e, Emit) and isinstance(e.event, events.ClusterNotFormed)]
+
+
+def _report_after(
+    member: Member, now: int, until: int, *peers: MemberId, other_settings: tuple = (), redirect: tuple = ()
+) -> tuple[events.ClusterNotFormed | None, int]:
+    """Run ``member`` to ``until``, ``peers`` asking it every join retry (``other_settings`` with
+    other settings; ``redirect``: members that answer (sender, leader address)); its last report,
+    and the time it ran to."""
+    effects: list = []
+    while now < until:
+        _heard_from(member, now, *peers)
+        for other in other_settings:
+            member.handle(now, Receive(other.address, other, None, m.JoinRequest(other, settings_digest="other")))
+        for sender, leader in redirect:
+            member.handle(now, Receive(sender.address, sender, None, m.JoinRedirect(leader)))
+        more, now = run_ticks(member, now, now + CONFIG.join_retry_ms)
+        effects += more
+    return (_reports(effects) or [None])[-1], now
+
+
+def test_a_process_not_in_a_cluster_reports_a_seed_with_other_settings_as_answering_with_them() -> None:
+    """A seed that answers with other settings is not silent: the report says so (it said only
+    "found 1 of the 3 processes", the seed among the silent ones)."""
+    member = Member(A, CONFIG, SEEDS, random.Random(1))
+    member.handle(0, Start())
+    report, _ = _report_after(member, 0, 10_500, other_settings=(B,))
+    assert report is not None
+    assert report.seeds_answered == (A.address, B.address)
+    assert report.seeds_silent == (C.address,)
+    assert report.reason.startswith("found 1 of the 3 processes")
+    assert f"{B.address} answered with other settings" in report.reason
+
+
+def test_a_process_that_heard_of_a_cluster_reports_the_members_that_answered_and_its_leader() -> None:
+    member = Member(A, CONFIG, SEEDS, random.Random(1))
+    member.handle(0, Start())
+    report, now = _report_after(member, 0, 10_500, redirect=((B, None),))
+    assert report is not None
+    assert report.seeds_answered == (A.address, B.address)  # it said (A,): B was "silent"
+    assert "no member that answered knows its leader" in report.reason
+    assert report.waiting_for == B.address
+    report, _ = _report_after(member, now, 21_000, redirect=((B, C.address),))
+    assert report is not None
+    assert report.reason == f"a cluster exists: waiting to be admitted by its leader {C.address}"
+    assert report.waiting_for == C.address
+
+
+def test_a_process_promised_to_a_restarted_proposer_reports_whom_it_waits_for_and_until_when() -> None:
+    member = Member(C, CONFIG, SEEDS, random.Random(3))
+    _promised_to_a(member)
+    report, now = _report_after(member, 3, 10_500, A, B)
+    assert report is not None
+    assert report.reason.startswith(f"promised round 1 of {A.address}: waiting for its founding (it last answered")
+    assert report.waiting_for == A.address
+    report, now = _report_after(member, now, 19_000, A, B)
+    assert report is None
+    report, _ = _report_after(member, now, 20_500, B, A_AGAIN)  # A's address answers with another process
+    assert report is not None
+    assert "another process answers now" in report.reason
+    assert report.waiting_for == A.address  # it was ''
+
+
+def test_a_proposer_reports_what_its_founding_still_needs() -> None:
+    member = Member(A, CONFIG, SEEDS, random.Random(1))
+    member.handle(0, Start())
+    report, _ = _report_after(member, 0, 10_500, B, C)
+    assert report is not None
+    assert member.discovery.stance is FoundingStance.PROPOSING
+    assert report.reason.startswith("proposing round 1: 0 peers promised; a founding needs 3 processes")
+    assert report.waiting_for == f"{B.address},{C.address}"
 
 
 def test_a_founder_founds_only_with_the_peers_that_promised_its_round() -> None:
@@ -225,7 +382,7 @@ def test_a_founder_founds_only_with_the_peers_that_promised_its_round() -> None:
     for peer in (B, C):
         member.handle(now, Receive(peer.address, peer, A.uuid, m.FoundingAnswer(1, True)))
     effects, now = run_ticks(member, now, now + 200)
-    founding = m.Bootstrap((MemberRecord(A), MemberRecord(B), MemberRecord(C)), tuple(sorted((A, B, C))), 1)
+    founding = m.Bootstrap((MemberRecord(A), MemberRecord(B), MemberRecord(C)), tuple(sorted((A, B, C))), 1, A)
     assert [e.target for e in effects if isinstance(e, Send) and e.message == founding] == [B, C]
     assert member.consensus.founding == founding
 

@@ -13,6 +13,7 @@ not formed or joined a cluster says why every ten join retries (``ClusterNotForm
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from shardgrid.core import events
 from shardgrid.sim.vopr import SimParams
@@ -78,3 +79,25 @@ def test_a_member_that_cannot_form_a_cluster_says_why_at_a_bounded_rate() -> Non
     assert (report.found, report.missing, report.initial_cluster_size) == (2, 1, 3)
     assert (report.seeds_silent, report.seeds_needed) == (("127.0.0.1:5703",), 2)
     assert "2 of the 3" in report.reason
+
+
+def start_at(joins: list[list[int]], starts: list[int], params: SimParams, seed: int):
+    """Members started at the given times (ms), each with its own join list, as runtime/process.py
+    builds seeds."""
+    sim = params.simulation(seed)
+    addresses = sim.reserve_addresses(len(joins))
+    for i, join in enumerate(joins):
+        seeds = tuple(dict.fromkeys((*(addresses[j] for j in join), addresses[i])))
+        sim.at(starts[i], lambda address=addresses[i], seeds=seeds: sim.start_member(address, seeds=seeds))
+    return sim
+
+
+def test_members_that_just_founded_tell_a_later_proposer_so() -> None:
+    """Found by an outside tester: six members, sparse join lists (m6 lists everyone). m1, m4 and
+    m6 founded; m2's proposal reached m4 and m6 just after, and they ignored it (a member no longer
+    looked at founding messages): m2 never heard of their cluster and founded a second one with m3
+    and m5. A member now answers a proposal that a cluster exists."""
+    params = replace(THREE, members=6, initial_cluster_size=3)
+    joins = [[3], [2, 1], [4], [5, 1, 0, 2], [2, 1], [3, 2, 1, 0, 4, 5]]
+    sim = start_at(joins, [1176, 1438, 783, 1, 692, 645], params, seed=316)
+    assert formed_by(sim, 30_000) is not None

@@ -48,7 +48,9 @@ from shardgrid.core.raft.membership import ConfChange, Membership
 from shardgrid.core.table import PartitionTable
 from shardgrid.core.wire import Counter, Message, Record
 
-PROTOCOL_VERSION = 7  # 7: deadlines and write ids on map requests, unreachable members; 6: packed scan pages
+# 8: founding messages name the proposer; 7: deadlines and write ids on map requests, unreachable
+# members; 6: packed scan pages
+PROTOCOL_VERSION = 8
 LENGTH_PREFIX = struct.Struct(">I")
 
 COMMAND_TYPES: tuple[type[Message], ...] = (

@@ -130,9 +130,11 @@ class LeaveRefused:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterNotFormed:
     """This process has neither formed nor joined a cluster yet, and why (at a bounded rate):
-    ``found`` processes of the ``initial_cluster_size`` it needs (``missing``), the seed addresses
-    that answered and those that did not (a founding needs ``seeds_needed`` of them), and whom it
-    waits for."""
+    ``found`` processes that could found a cluster with it (itself included) of the
+    ``initial_cluster_size`` it needs (``missing``); the seed addresses an answer came from lately
+    (as a peer, as a member of a cluster, or with other settings: ``reason`` names those) and those
+    none came from (down, cut off, or refusing its connections), a founding needing
+    ``seeds_needed`` of them answering as peers; and the addresses it waits for (comma-separated)."""
 
     reason: str
     stance: str

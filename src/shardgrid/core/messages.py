@@ -97,14 +97,16 @@ class Unjoined(Message, tag=23):
 
 
 class Bootstrap(Message, tag=24):
-    """From the first of ``initial_cluster_size`` processes that found each other: these are the
-    first members (``voters`` among them); every one starts the same log from it. It lists only
-    processes that promised the sender's founding ``round`` (``FoundingProposal``), and a process
-    takes it only from the proposer it promised, for that round."""
+    """From the process that proposed the founding (``proposer``), and again from any of its
+    founders to a founder that missed it: these are the first members (``voters`` among them);
+    every one starts the same log from it. It lists only processes that promised the proposer's
+    founding ``round`` (``FoundingProposal``), and a process takes it only for the proposer and
+    round it promised."""
 
     members: Members
     voters: MemberIds
     round: Counter = 0
+    proposer: MemberId | None = None  # None only in a message no member sends: it is refused
 
 
 class FoundingProposal(Message, tag=28):

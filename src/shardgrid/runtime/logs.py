@@ -77,6 +77,47 @@ def log(logger: logging.Logger, event: str, level: int = logging.INFO, **fields:
         logger.log(level, event, extra={"fields": fields})
 
 
+class BoundedLines:
+    """At most one line per key every ``interval_s``: the lines held back in between are counted,
+    and the count (``suppressed``) goes with the key's next line, or with a line of its own once the
+    interval is over (``flush``), so nothing is hidden for longer than the interval. Keys are
+    remembered at most ``max_keys`` at a time (the one whose last line is oldest goes first). (An
+    outside tester reported a connection-refused line per join retry per peer; reproduced with a
+    seed of another cluster name: two lines a second, and as many on the seed's side.)"""
+
+    def __init__(self, logger: logging.Logger, interval_s: float, max_keys: int) -> None:
+        self.logger = logger
+        self.interval_s = interval_s
+        self.max_keys = max_keys
+        # key -> [when its last line was written, lines held back since, the last held back (event, level, fields)]
+        self._keys: dict[Any, list[Any]] = {}
+
+    def log(self, key: Any, now_s: float, event: str, level: int, **fields: Any) -> None:
+        held = self._keys.get(key)
+        if held is not None and now_s - held[0] < self.interval_s:
+            held[1] += 1
+            held[2] = (event, level, fields)
+            return
+        suppressed = held[1] if held is not None else 0
+        self._keys.pop(key, None)
+        self._keys[key] = [now_s, 0, None]
+        while len(self._keys) > self.max_keys:
+            del self._keys[next(iter(self._keys))]
+        log(self.logger, event, level, **fields, suppressed=suppressed)
+
+    def flush(self, now_s: float) -> None:
+        """Write the count of each key whose interval is over with lines held back (a key that
+        stayed quiet for a whole interval is forgotten)."""
+        for key, (logged_s, suppressed, last) in list(self._keys.items()):
+            if now_s - logged_s < self.interval_s:
+                continue
+            del self._keys[key]
+            if suppressed:
+                event, level, fields = last
+                self._keys[key] = [now_s, 0, None]
+                log(self.logger, event, level, **fields, suppressed=suppressed)
+
+
 _EVENT_NAMES: dict[type, str] = {
     events.MemberAdded: "member-added",
     events.MemberRemoved: "member-removed",

@@ -37,6 +37,7 @@ from shardgrid.core.identity import MemberId
 from shardgrid.core.inputs import LinkRestored, Start, StopSignalled, TimerFired
 from shardgrid.core.inputs import Receive as ReceiveEvent
 from shardgrid.core.member import Member
+from shardgrid.core.member.discovery import REPORT_EVERY_RETRIES
 from shardgrid.core.session import NONCE_BYTES, PeerRole, Session, SessionSettings
 from shardgrid.runtime import logs, tls
 from shardgrid.runtime.frame_budget import FrameBudget
@@ -58,6 +59,10 @@ STATUS_EVERY_TICKS = 10  # the metrics read the member's status once a second
 MAX_TIMED_CALLS_PER_CLIENT = 100_000  # calls in flight whose latency is measured; more go untimed
 MAX_LISTENERS_PER_CLIENT = 64  # event subscriptions on one client connection
 MAX_LOST_PEERS = 1_024  # addresses whose frames may have been lost, kept until their link is back
+# Connections refused by the handshake, and failed dials, are logged at most once per peer (and
+# reason) every REPORT_EVERY_RETRIES join retries, as often as the member says why no cluster
+# formed (10 s by default), with how many were not; the peers remembered for it at most:
+MAX_BOUNDED_LOG_KEYS = 1_024
 LOCAL_CLIENT = "local"  # the process itself, asking its member to leave on SIGTERM
 # What a client session may send; anything else (a member's message) closes its connection.
 CLIENT_MESSAGES = frozenset(
@@ -132,6 +137,9 @@ class MemberProcess:
         self._signals = 0
         self._ticks = 0
         self.metrics = MemberMetrics()
+        interval_s = REPORT_EVERY_RETRIES * settings.member_config.join_retry_ms / 1000
+        self._refusal_lines = logs.BoundedLines(self.logger, interval_s, MAX_BOUNDED_LOG_KEYS)
+        self._dial_failure_lines = logs.BoundedLines(self.logger, interval_s, MAX_BOUNDED_LOG_KEYS)
 
     # --- the clock -------------------------------------------------------------------------------
 
@@ -439,7 +447,8 @@ class MemberProcess:
         backoff = MIN_REDIAL_MS if previous is None else min(previous[1] * 2, MAX_REDIAL_MS)
         self._redial_after[link.address] = (asyncio.get_running_loop().time() + backoff / 1000, backoff)
         self._dropped("unreachable", len(link.queued), link.address)
-        logs.log(self.logger, "dial-failed", logging.DEBUG, address=link.address, reason=reason)
+        lines = self._dial_failure_lines
+        lines.log(link.address, self.loop.time(), "dial-failed", logging.DEBUG, address=link.address, reason=reason)
         self._drop_dialed(link)
 
     def _drop_dialed(self, link: Link) -> None:
@@ -486,7 +495,7 @@ class MemberProcess:
             for reply in step.send:
                 stream.send(reply)
             if session.closed:
-                self._refused(link, session.refusal)
+                self._refused(link, session.refusal, at_handshake=True)
                 return
             if session.established and not was_established and not self._on_established(link):
                 return
@@ -602,18 +611,31 @@ class MemberProcess:
         link.clock_offset_ms = min(link.clock_offset_ms, now - client_sent_ms)
         return client_sent_ms + link.clock_offset_ms
 
-    def _refused(self, link: Link, reason: str) -> None:
+    def _refused(self, link: Link, reason: str, at_handshake: bool = False) -> None:
+        """Close ``link`` and log why. A refusal by the handshake (another cluster name, a wrong
+        secret or protocol version, either side's) comes again at every retry of a process that
+        dials or is dialed, each join retry or each send: it is logged at most once per peer,
+        direction and reason every REPORT_EVERY_RETRIES join retries, with how many were not (the
+        metric counts every one; an accepted connection's peer is its host, each comes from another
+        port). Any other refusal is one connection's doing, and is logged each time."""
         self.metrics.connections_refused.inc()
         peer = link.session.peer if link.session is not None else None
-        logs.log(
-            self.logger,
-            "connection-refused",
-            logging.WARNING,
-            peer=link.address,
-            member=peer,
-            direction=link.kind.value,
-            reason=reason,
-        )
+        fields = {"peer": link.address, "member": peer, "direction": link.kind.value, "reason": reason}
+        if at_handshake:
+            host = link.address if link.kind is LinkKind.DIALED else link.address.rpartition(":")[0]
+            key = (link.kind, host, reason)
+            self._refusal_lines.log(key, self.loop.time(), "connection-refused", logging.WARNING, **fields)
+        else:
+            logs.log(
+                self.logger,
+                "connection-refused",
+                logging.WARNING,
+                peer=link.address,
+                member=peer,
+                direction=link.kind.value,
+                reason=reason,
+                suppressed=0,
+            )
         if link.stream is not None:
             link.stream.close()
 
@@ -691,6 +713,9 @@ class MemberProcess:
                     link.stream.abort()  # its unread answers go too: a client that reads none holds them for ever
                     self._refused(link, overdue)
         self._redial_lost()
+        now = self.loop.time()
+        self._refusal_lines.flush(now)
+        self._dial_failure_lines.flush(now)
         self._ticks += 1
         if self._ticks % STATUS_EVERY_TICKS == 0 and self.member is not None:
             self.metrics.on_status(self.member.status(0))

@@ -17,7 +17,7 @@ from shardgrid.core.errors import invariant
 from shardgrid.core.identity import MemberId
 from shardgrid.core.member.context import Context
 from shardgrid.core.messages import Bootstrap
-from shardgrid.core.metadata import Changes, MemberRecord, MetadataState, apply_commands
+from shardgrid.core.metadata import Changes, MetadataState, apply_commands
 from shardgrid.core.raft import ConfChange, Membership, RaftNode, Snapshot
 from shardgrid.core.raft.messages import RAFT_MESSAGE_TYPES, InstallSnapshot
 
@@ -59,10 +59,11 @@ class Consensus:
 
     # --- starting ----------------------------------------------------------------------------------
 
-    def bootstrap(self, members: tuple[MemberRecord, ...], voters: tuple[MemberId, ...], round_: int) -> None:
+    def bootstrap(self, founding: Bootstrap) -> None:
         """Start the log of a brand-new cluster (every founding member builds the same snapshot)."""
         invariant(not self.has_state and self.founding is None, "a member bootstraps at most once")
-        self.founding = Bootstrap(members, voters, round_)
+        self.founding = founding
+        members, voters = founding.members, founding.voters
         others = [m.id for m in members if m.id not in voters]
         snapshot = Snapshot(
             0, 0, Membership.of(voters, others), MetadataState(self.ctx.config.partition_count, members=members)

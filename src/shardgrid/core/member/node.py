@@ -356,10 +356,9 @@ class Member:
         if self.lifecycle is Lifecycle.DISCOVERING and not self.consensus.has_state:
             self.discovery.on_join_request(message)
             return
-        founding = self.consensus.founding
-        if founding is not None and any(r.id == message.member for r in founding.members):
+        if self._founder_in_cluster(message.member):
             # A founder that missed the founding message (lost on the way) asks around: send it again.
-            self.ctx.send(message.member, founding)
+            self.ctx.send(message.member, self.consensus.founding)
             return
         if self.consensus.is_leader:
             raft = self.consensus.raft
@@ -369,14 +368,27 @@ class Member:
         leader = self.consensus.leader
         self.ctx.send_to_address(message.member.address, m.JoinRedirect(leader.address if leader else None))
 
+    def _founder_in_cluster(self, member: MemberId) -> bool:
+        """Whether ``member`` is named by this member's founding and still in the cluster: one that
+        missed the founding message is sent it again. One the cluster removed since joins as any
+        joiner does (found by an outside tester: the founders answered a founder removed for
+        missing the founding with the founding again, for good, and it never joined)."""
+        founding = self.consensus.founding
+        return (
+            founding is not None
+            and any(r.id == member for r in founding.members)
+            and self.consensus.raft.membership.contains(member)
+        )
+
     def _discovery_message(self, sender: MemberId, message: Any) -> None:
         if self.lifecycle is not Lifecycle.DISCOVERING or self.consensus.has_state:
+            self._answer_as_member(sender, message)
             return
         discovery = self.discovery
         if isinstance(message, m.JoinRedirect):
-            discovery.on_redirect(message, self.consensus.admitted_by)
+            discovery.on_redirect(sender.address, message, self.consensus.admitted_by)
         elif isinstance(message, m.JoinRejected):
-            discovery.on_rejected(message)
+            discovery.on_rejected(sender.address, message)
         elif isinstance(message, m.Unjoined):
             discovery.on_unjoined(message)
         elif isinstance(message, m.FoundingProposal):
@@ -388,8 +400,34 @@ class Member:
         elif (
             isinstance(message, m.Bootstrap) and discovery.accepts(sender, message) and self.consensus.founding is None
         ):
-            discovery.founded()
-            self.consensus.bootstrap(message.members, message.voters, message.round)
+            discovery.founded(own=False)
+            self.consensus.bootstrap(message)
+
+    def _answer_as_member(self, sender: MemberId, message: Any) -> None:
+        """A process still founding, or promised to a founding, asks a member of a cluster: it is
+        told what this member knows (that a cluster exists, its founding, where its leader is), so
+        it founds no second cluster. (Found by an outside tester: members that had just founded
+        ignored a proposal that reached them; their proposer never heard of their cluster and
+        founded a second one with other processes.)"""
+        if isinstance(message, m.FoundingProposal):
+            self.ctx.send(sender, m.FoundingAnswer(message.round, False, None, heard_of_cluster=True))
+        elif isinstance(message, m.FoundingAnswer) and message.promised:
+            founding = self.consensus.founding
+            if (
+                founding is not None
+                and founding.proposer == self.identity
+                and founding.round == message.round
+                and self._founder_in_cluster(sender)
+            ):
+                # A founder that missed the founding message tells its proposer it is still
+                # promised: send it again (whether or not it lists the other founders to ask).
+                self.ctx.send(sender, founding)
+                return
+            # A promise to a round this member never founded (or founded without it, or one whose
+            # founder the cluster removed since): let it go, and say where the cluster is.
+            self.ctx.send(sender, m.FoundingWithdrawn(message.round))
+            leader = self.consensus.leader
+            self.ctx.send_to_address(sender.address, m.JoinRedirect(leader.address if leader else None))
 
     def _not_a_member(self, sender: MemberId) -> None:
         """Tell a sender the cluster does not list that it was removed (it decides by the commit index)."""
@@ -433,8 +471,8 @@ class Member:
             for record in founding.members:
                 if record.id != self.identity:
                     self.ctx.send(record.id, founding)
-            self.discovery.founded()
-            self.consensus.bootstrap(founding.members, founding.voters, founding.round)
+            self.discovery.founded(own=True)
+            self.consensus.bootstrap(founding)
 
     # --- the log ---------------------------------------------------------------------------------
 
