@@ -92,7 +92,9 @@ def member() -> None:
 @settings_options
 def member_start(config_path: Path | None, **options: Any) -> None:
     """Start a member in the foreground; SIGTERM or Ctrl-C leaves the cluster gracefully (the
-    member hands its replicas over first), a second one stops at once. Exits 2 on a bad setting."""
+    member hands its replicas over first), a second one stops at once. Exits 0 once it left (or the
+    cluster shut down), 1 when stopped before leaving or unable to listen, 2 on a bad setting, 70
+    on an internal error (see the manual's Leaving page)."""
     try:
         settings = load_settings(config_path, os.environ, flags_of(options), assigned_keys(options))
     except SettingsError as error:
