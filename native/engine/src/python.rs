@@ -1,0 +1,291 @@
+//! The `shardgrid._engine` module: [`RecordStore`](crate::RecordStore) for Python, and the
+//! bounds it enforces. Its typed interface is `src/shardgrid/_engine.pyi`.
+//!
+//! Every method takes its entries as packed columns (`bytes` objects, read in place, never
+//! copied) and answers with packed columns, so one call costs the same few Python objects
+//! whatever the number of entries. A bad argument raises `ColumnError` (a `ValueError`) and
+//! changes nothing; an argument of the wrong type raises `TypeError`, also before any change.
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyInt, PyTuple};
+
+use crate::columns::{InvalidInput, LENGTH_BYTES, NUMBER_BYTES};
+use crate::limits::{MAX_COUNTER, MAX_KEY_BYTES, MAX_MAP_NAME_CHARS, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES};
+use crate::store::{Found, MAP_BYTES, Page, RecordStore, Ttl};
+use crate::table::{EXPIRY_BYTES, INDEX_BYTES, METADATA_FIELDS, RECORD_BYTES};
+
+create_exception!(
+    shardgrid._engine,
+    ColumnError,
+    PyValueError,
+    "A column or argument that breaks the engine's rules (lengths that do not add up to the buffer, \
+     a key or value too long, too many entries, a time or TTL out of range). The call changed nothing."
+);
+
+impl From<InvalidInput> for PyErr {
+    fn from(error: InvalidInput) -> PyErr {
+        ColumnError::new_err(error.0)
+    }
+}
+
+/// An int argument from 0 to `max`: a negative or huge one is a `ColumnError` (a bad value), a
+/// bool or another type a `TypeError` (a bad call).
+fn int_arg(value: &Bound<'_, PyAny>, what: &str, max: u64) -> PyResult<u64> {
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        let kind = value.get_type().name()?;
+        return Err(PyTypeError::new_err(format!("{what} must be an int, not {kind}")));
+    }
+    match value.extract::<u64>() {
+        Ok(number) if number <= max => Ok(number),
+        _ => Err(ColumnError::new_err(format!(
+            "{what} is {value}, not an int from 0 to {max}"
+        ))),
+    }
+}
+
+type Column3<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>);
+
+fn found<'py>(py: Python<'py>, found: &Found) -> Column3<'py> {
+    (
+        PyBytes::new(py, &found.values.data),
+        PyBytes::new(py, &found.values.lengths),
+        PyBytes::new(py, &found.present),
+    )
+}
+
+/// One partition replica's maps: per map name, key bytes to a record (value bytes, created,
+/// updated and accessed times, expiry time, hits, version). Deterministic: the same calls in the
+/// same order give the same answers, whatever the hash seed.
+#[pyclass(module = "shardgrid._engine", name = "RecordStore")]
+pub struct PyRecordStore {
+    store: RecordStore,
+}
+
+#[pymethods]
+impl PyRecordStore {
+    #[new]
+    #[pyo3(signature = (hash_seed = None))]
+    fn new(hash_seed: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let seed = match hash_seed {
+            Some(seed) => int_arg(seed, "hash_seed", u64::MAX)?,
+            None => 0,
+        };
+        Ok(PyRecordStore {
+            store: RecordStore::new(seed),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (map_name, keys, key_lengths, values, value_lengths, now_ms, *, ttl_ms = None, ttls_ms = None, return_previous = false))]
+    fn put<'py>(
+        &mut self,
+        py: Python<'py>,
+        map_name: &str,
+        keys: &[u8],
+        key_lengths: &[u8],
+        values: &[u8],
+        value_lengths: &[u8],
+        now_ms: &Bound<'py, PyAny>,
+        ttl_ms: Option<&Bound<'py, PyAny>>,
+        ttls_ms: Option<&[u8]>,
+        return_previous: bool,
+    ) -> PyResult<Column3<'py>> {
+        let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
+        let ttl = ttl_of(ttl_ms, ttls_ms)?;
+        let answer = self.store.put(
+            map_name,
+            keys,
+            key_lengths,
+            values,
+            value_lengths,
+            now_ms,
+            ttl,
+            return_previous,
+        )?;
+        Ok(found(py, &answer))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (map_name, keys, key_lengths, values, value_lengths, now_ms, *, ttl_ms = None, ttls_ms = None, return_previous = false))]
+    fn put_if_absent<'py>(
+        &mut self,
+        py: Python<'py>,
+        map_name: &str,
+        keys: &[u8],
+        key_lengths: &[u8],
+        values: &[u8],
+        value_lengths: &[u8],
+        now_ms: &Bound<'py, PyAny>,
+        ttl_ms: Option<&Bound<'py, PyAny>>,
+        ttls_ms: Option<&[u8]>,
+        return_previous: bool,
+    ) -> PyResult<Column3<'py>> {
+        let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
+        let ttl = ttl_of(ttl_ms, ttls_ms)?;
+        let answer = self.store.put_if_absent(
+            map_name,
+            keys,
+            key_lengths,
+            values,
+            value_lengths,
+            now_ms,
+            ttl,
+            return_previous,
+        )?;
+        Ok(found(py, &answer))
+    }
+
+    fn get<'py>(
+        &mut self,
+        py: Python<'py>,
+        map_name: &str,
+        keys: &[u8],
+        key_lengths: &[u8],
+        now_ms: &Bound<'py, PyAny>,
+    ) -> PyResult<Column3<'py>> {
+        let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
+        Ok(found(py, &self.store.get(map_name, keys, key_lengths, now_ms)?))
+    }
+
+    #[pyo3(signature = (map_name, keys, key_lengths, now_ms, *, return_previous = false))]
+    fn remove<'py>(
+        &mut self,
+        py: Python<'py>,
+        map_name: &str,
+        keys: &[u8],
+        key_lengths: &[u8],
+        now_ms: &Bound<'py, PyAny>,
+        return_previous: bool,
+    ) -> PyResult<Column3<'py>> {
+        let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
+        let answer = self
+            .store
+            .remove(map_name, keys, key_lengths, now_ms, return_previous)?;
+        Ok(found(py, &answer))
+    }
+
+    fn metadata<'py>(
+        &self,
+        py: Python<'py>,
+        map_name: &str,
+        keys: &[u8],
+        key_lengths: &[u8],
+        now_ms: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
+        let (numbers, present) = self.store.metadata(map_name, keys, key_lengths, now_ms)?;
+        Ok((PyBytes::new(py, &numbers), PyBytes::new(py, &present)))
+    }
+
+    #[allow(clippy::type_complexity)]
+    #[pyo3(signature = (map_name, offset, max_entries, now_ms, *, keys_only = false))]
+    fn scan<'py>(
+        &self,
+        py: Python<'py>,
+        map_name: &str,
+        offset: &Bound<'py, PyAny>,
+        max_entries: &Bound<'py, PyAny>,
+        now_ms: &Bound<'py, PyAny>,
+        keys_only: bool,
+    ) -> PyResult<(
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        u64,
+    )> {
+        let offset = int_arg(offset, "offset", MAX_COUNTER)?;
+        let max_entries = int_arg(max_entries, "max_entries", MAX_OPERATIONS_PER_REQUEST as u64)?;
+        let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
+        let Page {
+            keys,
+            values,
+            next_offset,
+        } = self.store.scan(map_name, offset, max_entries, now_ms, keys_only)?;
+        Ok((
+            PyBytes::new(py, &keys.data),
+            PyBytes::new(py, &keys.lengths),
+            PyBytes::new(py, &values.data),
+            PyBytes::new(py, &values.lengths),
+            next_offset,
+        ))
+    }
+
+    fn expired<'py>(
+        &self,
+        py: Python<'py>,
+        map_name: &str,
+        now_ms: &Bound<'py, PyAny>,
+        max_entries: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
+        let max_entries = int_arg(max_entries, "max_entries", MAX_OPERATIONS_PER_REQUEST as u64)?;
+        let keys = self.store.expired(map_name, now_ms, max_entries)?;
+        Ok((PyBytes::new(py, &keys.data), PyBytes::new(py, &keys.lengths)))
+    }
+
+    fn entry_count(&self, map_name: &str) -> usize {
+        self.store.entry_count(map_name)
+    }
+
+    fn memory_bytes(&self, map_name: &str) -> u64 {
+        self.store.memory_bytes(map_name)
+    }
+
+    fn total_entry_count(&self) -> usize {
+        self.store.total_entry_count()
+    }
+
+    fn total_memory_bytes(&self) -> u64 {
+        self.store.total_memory_bytes()
+    }
+
+    fn map_names(&self) -> Vec<String> {
+        self.store.map_names().map(str::to_owned).collect()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "RecordStore({} maps, {} entries, {} bytes)",
+            self.store.map_names().count(),
+            self.store.total_entry_count(),
+            self.store.total_memory_bytes()
+        )
+    }
+}
+
+/// A write's TTL: `ttl_ms` for every entry, or `ttls_ms` one per entry, not both.
+fn ttl_of<'a>(ttl_ms: Option<&Bound<'_, PyAny>>, ttls_ms: Option<&'a [u8]>) -> PyResult<Ttl<'a>> {
+    match (ttl_ms, ttls_ms) {
+        (Some(_), Some(_)) => Err(ColumnError::new_err(
+            "give ttl_ms (every entry) or ttls_ms (each), not both",
+        )),
+        (Some(ttl_ms), None) => Ok(Ttl::Each(int_arg(ttl_ms, "ttl_ms", MAX_COUNTER)?)),
+        (None, Some(packed)) => Ok(Ttl::PerEntry(packed)),
+        (None, None) => Ok(Ttl::Each(0)),
+    }
+}
+
+/// shardgrid's storage engine: one partition replica's records, their memory and expiry, and the
+/// packed column codecs (see `shardgrid/_engine.pyi`).
+#[pymodule(name = "_engine")]
+fn engine_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = module.py();
+    module.add_class::<PyRecordStore>()?;
+    module.add("ColumnError", py.get_type::<ColumnError>())?;
+    module.add("MAX_KEY_BYTES", MAX_KEY_BYTES)?;
+    module.add("MAX_VALUE_BYTES", MAX_VALUE_BYTES)?;
+    module.add("MAX_OPERATIONS_PER_REQUEST", MAX_OPERATIONS_PER_REQUEST)?;
+    module.add("MAX_MAP_NAME_CHARS", MAX_MAP_NAME_CHARS)?;
+    module.add("MAX_COUNTER", MAX_COUNTER)?;
+    module.add("LENGTH_BYTES", LENGTH_BYTES)?;
+    module.add("NUMBER_BYTES", NUMBER_BYTES)?;
+    module.add("METADATA_FIELDS", PyTuple::new(py, METADATA_FIELDS)?)?;
+    module.add("RECORD_BYTES", RECORD_BYTES)?;
+    module.add("INDEX_BYTES", INDEX_BYTES)?;
+    module.add("EXPIRY_BYTES", EXPIRY_BYTES)?;
+    module.add("MAP_BYTES", MAP_BYTES)?;
+    Ok(())
+}
