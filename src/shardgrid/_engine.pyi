@@ -1,0 +1,155 @@
+"""shardgrid's storage engine, compiled from the Rust crate in ``native/engine`` (PyO3, built by
+maturin when the package is installed).
+
+It holds one partition replica's records and answers the core's batch calls. It belongs to the pure
+core's world: it performs no I/O, reads no clock, starts no thread and draws no random number, so
+every call that needs the time takes the core's ``now_ms``, and the hash function is keyed by a seed
+from the caller. The same calls in the same order give the same answers and the same iteration
+order on every run, whatever the seed, so the simulator still replays a seed bit for bit.
+
+Entries cross the boundary as packed columns, never one object per entry: a column of byte strings
+is one ``bytes`` holding them end to end and one ``bytes`` of their lengths, each an unsigned 32-bit
+little-endian number (``packed_lengths`` and ``unpacked_lengths`` in ``shardgrid.core.store``, and a
+packed ``ScanReply`` page, use the same format). A presence mask is one byte per entry, 1 or 0.
+Numbers per entry (TTLs, metadata) are unsigned 64-bit little-endian numbers end to end.
+
+Every argument is checked whole before anything changes: a bad one raises ``ColumnError`` (a
+``ValueError``), an argument of the wrong type ``TypeError``, and the call changed nothing. Within a
+batch the entries apply in order, as that many single calls would.
+
+Expiry: an entry written with a TTL of ``t`` ms at ``now_ms`` expires at ``now_ms + t`` (0: never)
+and from that time on no call returns it. The engine only hides it: removing it is the owner's
+decision, replicated like any remove (``expired`` names the keys to remove).
+"""
+
+from typing import Final
+
+MAX_KEY_BYTES: Final[int]
+"""The largest key (``shardgrid.core.limits.MAX_KEY_BYTES``)."""
+MAX_VALUE_BYTES: Final[int]
+"""The largest value (``shardgrid.core.limits.MAX_VALUE_BYTES``)."""
+MAX_OPERATIONS_PER_REQUEST: Final[int]
+"""The most entries one call takes or returns (``shardgrid.core.limits.MAX_OPERATIONS_PER_REQUEST``)."""
+MAX_MAP_NAME_CHARS: Final[int]
+"""The longest map name, in characters (``shardgrid.core.limits.MAX_MAP_NAME_CHARS``)."""
+MAX_COUNTER: Final[int]
+"""The largest ``now_ms``, TTL or offset (``shardgrid.core.limits.MAX_COUNTER``, 2**53)."""
+LENGTH_BYTES: Final[int]
+"""Bytes of one packed length (4)."""
+NUMBER_BYTES: Final[int]
+"""Bytes of one packed 64-bit number (8)."""
+METADATA_FIELDS: Final[tuple[str, ...]]
+"""The numbers ``RecordStore.metadata`` packs per entry, in order: created_ms, updated_ms,
+accessed_ms, expire_at_ms (0: never), hits, version."""
+RECORD_BYTES: Final[int]
+"""Memory counted per record for its slot: metadata and the pointer to its key and value."""
+INDEX_BYTES: Final[int]
+"""Memory counted per record for its share of the hash table."""
+EXPIRY_BYTES: Final[int]
+"""Memory counted per expiring record for its place in the expiry order."""
+MAP_BYTES: Final[int]
+"""Memory counted per map holding records, beyond them and its name."""
+
+class ColumnError(ValueError):
+    """A column or argument that breaks the engine's rules (lengths that do not add up to the
+    buffer, a key or value too long, too many entries, a time or TTL out of range). The call
+    changed nothing: from the wire, it is the peer's protocol error."""
+
+class RecordStore:
+    """One partition replica's maps: per map name, key bytes to a record (the value bytes, the
+    times it was created, updated and last read, its expiry time, its hits and its version).
+
+    Records iterate in insertion order, except that removing one moves the last into its place; the
+    order depends on the calls alone. The memory count is a function of the records held alone
+    (the same on every replica holding them): per record, ``RECORD_BYTES`` + ``INDEX_BYTES`` + the
+    heap block of its key and value as glibc's malloc sizes it (bytes + 8 rounded up to 16, at
+    least 32, none for no bytes) + ``EXPIRY_BYTES`` when it expires; per map, ``MAP_BYTES`` and its
+    name's heap block. Spare capacity left after a table grew is not counted.
+    """
+
+    def __init__(self, hash_seed: int | None = None) -> None:
+        """An empty store whose hash tables are keyed by ``hash_seed`` (0 to 2**64 - 1; None: 0),
+        from the core's seeded generator: a client that does not know it cannot choose colliding
+        keys, and nothing observable depends on it."""
+
+    def put(
+        self,
+        map_name: str,
+        keys: bytes,
+        key_lengths: bytes,
+        values: bytes,
+        value_lengths: bytes,
+        now_ms: int,
+        *,
+        ttl_ms: int | None = None,
+        ttls_ms: bytes | None = None,
+        return_previous: bool = False,
+    ) -> tuple[bytes, bytes, bytes]:
+        """Set each key to its value at ``now_ms``. Each entry lives ``ttl_ms`` (every entry) or its
+        own number of ``ttls_ms`` (a packed number per entry), not both; 0 or neither: forever.
+        Returns the previous values (packed; empty unless ``return_previous``) and the presence
+        mask of live entries before the write. A write replacing a live entry keeps its creation
+        time and hits; replacing an expired one starts a new entry. The version always rises."""
+
+    def put_if_absent(
+        self,
+        map_name: str,
+        keys: bytes,
+        key_lengths: bytes,
+        values: bytes,
+        value_lengths: bytes,
+        now_ms: int,
+        *,
+        ttl_ms: int | None = None,
+        ttls_ms: bytes | None = None,
+        return_previous: bool = False,
+    ) -> tuple[bytes, bytes, bytes]:
+        """Set only the keys that hold no live entry at ``now_ms``; the others stay as they are
+        (this counts no hit). Returns the values left in place (packed; empty unless
+        ``return_previous``) and the mask of the keys left (1: present, not written)."""
+
+    def get(self, map_name: str, keys: bytes, key_lengths: bytes, now_ms: int) -> tuple[bytes, bytes, bytes]:
+        """The values of the keys' live entries at ``now_ms`` (packed; an absent key's place is
+        empty) and the presence mask. Each entry found counts a hit and is marked read at
+        ``now_ms``. An expired entry is never returned."""
+
+    def remove(
+        self, map_name: str, keys: bytes, key_lengths: bytes, now_ms: int, *, return_previous: bool = False
+    ) -> tuple[bytes, bytes, bytes]:
+        """Remove the keys' entries, expired or not. Returns the removed live values (packed; empty
+        unless ``return_previous``) and the mask of the keys that held a live entry (an expired
+        one is removed and reported absent: no reader could see it)."""
+
+    def metadata(self, map_name: str, keys: bytes, key_lengths: bytes, now_ms: int) -> tuple[bytes, bytes]:
+        """Per key, its live entry's ``METADATA_FIELDS`` as packed numbers (zeros when absent),
+        and the presence mask. Counts no hit: it is what an entry view reads."""
+
+    def scan(
+        self, map_name: str, offset: int, max_entries: int, now_ms: int, *, keys_only: bool = False
+    ) -> tuple[bytes, bytes, bytes, bytes, int]:
+        """A page: the live entries among the records at positions ``offset`` to ``offset +
+        max_entries`` (keys packed, lengths, values packed, lengths; values empty when
+        ``keys_only``) and the position after them. An expired record is left out, so a page may
+        hold fewer than ``max_entries`` with more to come: the scan is done when the position
+        reaches ``entry_count``. Pages fit together while the map takes no write between them."""
+
+    def expired(self, map_name: str, now_ms: int, max_entries: int) -> tuple[bytes, bytes]:
+        """The keys (packed, lengths) of up to ``max_entries`` records expired at ``now_ms``,
+        earliest expiry first; the work is bounded by ``max_entries``. Removes nothing: the owner
+        decides and replicates the removal (a ``remove`` of these keys)."""
+
+    def entry_count(self, map_name: str) -> int:
+        """Records the map holds, expired ones not yet removed included (they hold memory)."""
+
+    def memory_bytes(self, map_name: str) -> int:
+        """Bytes the map takes, counted as the class says; 0 for a map holding nothing."""
+
+    def total_entry_count(self) -> int:
+        """Records of every map."""
+
+    def total_memory_bytes(self) -> int:
+        """Bytes of every map."""
+
+    def map_names(self) -> list[str]:
+        """The maps holding records, in the order they were first written (an emptied map is
+        dropped)."""
