@@ -1,7 +1,7 @@
 # The two commands of the README's quick start: `make demo` and `make test`.
 BIN := .venv/bin
 
-.PHONY: demo test lint docs bench venv java netlab clean
+.PHONY: demo test lint rust docs bench venv java netlab clean
 
 venv:
 	@bash scripts/venv.sh
@@ -26,13 +26,21 @@ lint: venv
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
 
+# The storage engine's own checks (native/engine, built into the venv by make venv): its Rust
+# tests, clippy on every target and the Python bindings with every warning an error, and rustfmt.
+# Cargo.lock as committed (--locked); clippy reads the venv's Python for the bindings.
+rust: venv
+	cd native/engine && cargo test --locked --quiet
+	cd native/engine && PYO3_PYTHON=$(CURDIR)/$(BIN)/python cargo clippy --locked --quiet --all-targets --all-features -- -D warnings
+	cd native/engine && cargo fmt --check
+
 # The manual, built from docs/ into docs/_build/html; every warning is an error (a broken link, a
 # missing page, a generated table that fails), and -E regenerates the pages read off the code.
 docs: venv
 	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 
-# The whole suite: lint, the manual, then every test.
-test: lint docs java netlab
+# The whole suite: lint, the engine's Rust checks, the manual, then every test.
+test: lint rust docs java netlab
 	$(BIN)/python -m pytest
 
 # The planning, simulator and data-path benchmarks, each kept in benchmarks/results/ (the manual's
@@ -43,4 +51,4 @@ bench: venv
 	$(BIN)/shardgrid bench member --record
 
 clean:
-	rm -rf .venv .pytest_cache .ruff_cache .hypothesis docs/_build
+	rm -rf .venv .pytest_cache .ruff_cache .hypothesis docs/_build native/engine/target src/shardgrid/_engine.*.so
