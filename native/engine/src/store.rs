@@ -85,9 +85,9 @@ impl RecordStore {
         }
         let table = self.table_for_writing(map_name);
         for ((key, value), expire_at_ms) in keys.iter().zip(values.iter()).zip(expire_at) {
-            let live = table.live(key, now_ms);
-            found.record(live.map(|r| r.value()), return_previous);
-            table.write(key, value, now_ms, expire_at_ms);
+            table.write_seeing(key, value, now_ms, expire_at_ms, |previous| {
+                found.record(previous, return_previous)
+            });
         }
         Ok(found)
     }

@@ -178,9 +178,13 @@ impl MapTable {
 
     /// The position of `key`'s record, expired or not.
     pub fn position(&self, key: &[u8]) -> Option<usize> {
+        self.find(self.hash(key), key)
+    }
+
+    fn find(&self, hash: u64, key: &[u8]) -> Option<usize> {
         let records = &self.records;
         self.index
-            .find(self.hash(key), |&at| records[at as usize].key() == key)
+            .find(hash, |&at| records[at as usize].key() == key)
             .map(|&at| at as usize)
     }
 
@@ -211,44 +215,59 @@ impl MapTable {
     /// was not there for any reader). Either way the version is one more than the held record's,
     /// so it changes on every write.
     pub fn write(&mut self, key: &[u8], value: &[u8], now_ms: u64, expire_at_ms: u64) -> Written {
-        let Some(at) = self.position(key) else {
-            self.insert(Record::new(key, value, 1, now_ms, expire_at_ms));
-            return Written::Created;
-        };
-        let old_blocks = heap_block_bytes(self.records[at].data.len());
-        let old_expiry = self.records[at].expire_at_ms;
-        let record = &mut self.records[at];
-        let written = if record.is_live(now_ms) {
-            let replaced = Record {
-                data: joined(key, value),
-                key_len: record.key_len,
-                hits: record.hits,
-                version: record.version.wrapping_add(1),
-                created_ms: record.created_ms,
-                updated_ms: now_ms,
-                accessed_ms: now_ms,
-                expire_at_ms,
-            };
-            *record = replaced;
-            Written::Replaced
-        } else {
-            *record = Record::new(key, value, record.version.wrapping_add(1), now_ms, expire_at_ms);
-            Written::Created
-        };
-        self.heap_bytes = self.heap_bytes - old_blocks + heap_block_bytes(record.data.len());
-        let position = at as u32;
-        if old_expiry != 0 {
-            self.expiry.remove(&(old_expiry, position));
-        }
-        if expire_at_ms != 0 {
-            self.expiry.insert((expire_at_ms, position));
-        }
-        written
+        self.write_seeing(key, value, now_ms, expire_at_ms, |_| ())
     }
 
-    fn insert(&mut self, record: Record) {
+    /// `write`, first showing `previous` the live value it replaces (None: none), with one
+    /// lookup of the key for both.
+    pub fn write_seeing(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        now_ms: u64,
+        expire_at_ms: u64,
+        previous: impl FnOnce(Option<&[u8]>),
+    ) -> Written {
+        let hash = self.hash(key);
+        let Some(at) = self.find(hash, key) else {
+            previous(None);
+            self.insert(hash, Record::new(key, value, 1, now_ms, expire_at_ms));
+            return Written::Created;
+        };
+        let record = &mut self.records[at];
+        let live = record.is_live(now_ms);
+        previous(live.then(|| record.value()));
+        let old_blocks = heap_block_bytes(record.data.len());
+        let old_expiry = record.expire_at_ms;
+        let key_len = record.key_len as usize;
+        if record.data.len() == key_len + value.len() {
+            record.data[key_len..].copy_from_slice(value); // the same size: the block is reused
+        } else {
+            record.data = joined(key, value);
+        }
+        if !live {
+            record.created_ms = now_ms;
+            record.hits = 0;
+        }
+        record.version = record.version.wrapping_add(1);
+        record.updated_ms = now_ms;
+        record.accessed_ms = now_ms;
+        record.expire_at_ms = expire_at_ms;
+        self.heap_bytes = self.heap_bytes - old_blocks + heap_block_bytes(record.data.len());
+        if old_expiry != expire_at_ms {
+            let position = at as u32;
+            if old_expiry != 0 {
+                self.expiry.remove(&(old_expiry, position));
+            }
+            if expire_at_ms != 0 {
+                self.expiry.insert((expire_at_ms, position));
+            }
+        }
+        if live { Written::Replaced } else { Written::Created }
+    }
+
+    fn insert(&mut self, hash: u64, record: Record) {
         let position = u32::try_from(self.records.len()).expect("a map holds fewer than 2**32 records");
-        let hash = self.hash(record.key());
         self.heap_bytes += heap_block_bytes(record.data.len());
         if record.expire_at_ms != 0 {
             self.expiry.insert((record.expire_at_ms, position));
