@@ -300,6 +300,17 @@ def bench_member(migration_entries: int, handle_partitions: int, record: bool) -
     conclude("member", report, member_headline(report), record)
 
 
+@bench.command("engine")
+@record_option
+def bench_engine(record: bool) -> None:
+    """The storage engine alone against today's dicts: one boundary call, put and get of 1,000 x 100-byte values
+    (store only, and through the codec), memory per entry."""
+    from shardgrid.cli.bench_engine import headline, run_engine_bench
+
+    report = run_engine_bench()
+    conclude("engine", report, headline(report), record)
+
+
 SCENARIOS = ("scale-up", "scale-up-backup-0", "scale-down", "crash")
 
 
