@@ -17,6 +17,9 @@
 //! (a replica's maps, and the batch calls the core makes); `python` (behind the `python` feature)
 //! turns them into the `shardgrid._engine` module.
 
+// No unsafe code of our own (the compiler refuses any): the bindings' unsafe is pyo3's.
+#![forbid(unsafe_code)]
+
 pub mod columns;
 pub mod limits;
 pub mod store;
