@@ -5,6 +5,8 @@ partition remembers what it applied, and its backups, migrations and syncs carry
 
 from __future__ import annotations
 
+import pytest
+
 from shardgrid.core import messages as m
 from shardgrid.core.inputs import Receive
 from shardgrid.core.table import PartitionTable
@@ -56,15 +58,20 @@ def test_a_retry_of_an_applied_write_gets_the_first_answer_and_changes_nothing()
     assert batches_to(effects, A) == []  # nothing sent to the backups either
 
 
-def test_a_retry_while_the_first_attempt_waits_for_its_backups_is_asked_to_come_back():
+@pytest.mark.parametrize("previous", [True, False])
+def test_a_retry_while_the_first_attempt_waits_for_its_backups_is_asked_to_come_back(previous):
+    """Found by an outside tester (network namespaces, an owner cut off from its backup, attempts
+    of 1 s): a put that asked for no previous value kept no answer, so its retry was checked
+    against the writer's older writes only and answered OK while the first attempt still waited
+    for the backup, which never got it: acknowledged, then lost when the backup took over."""
     owner, now = following(B, B_A_C)
     now = grant_lease(owner, now)
-    owner.handle(now, Receive("c", None, None, named(1, b"v1", write_id=7)))
-    (settling,) = replies(owner.handle(now + 1, Receive("c", None, None, named(2, b"v1", write_id=7))))
+    owner.handle(now, Receive("c", None, None, named(1, b"v1", write_id=7, previous=previous)))
+    (settling,) = replies(owner.handle(now + 1, Receive("c", None, None, named(2, b"v1", 7, previous=previous))))
     assert settling.codes == (m.ReplyCode.SETTLING,)
     assert settling.retry_after_ms > 0
     ack(owner, now + 2, 1)
-    (again,) = replies(owner.handle(now + 3, Receive("c", None, None, named(3, b"v1", write_id=7))))
+    (again,) = replies(owner.handle(now + 3, Receive("c", None, None, named(3, b"v1", 7, previous=previous))))
     assert again.codes == (m.ReplyCode.OK,)
 
 

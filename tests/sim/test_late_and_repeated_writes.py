@@ -62,3 +62,49 @@ def test_no_write_lands_late_or_twice_over_a_newer_one(seed: int) -> None:
     run_seed, params = params_of(schedule)
     result = Run(run_seed, params, schedule).run()
     assert result.passed, f"seed {seed}: {result.problems[:3]}; faults {result.faults_injected}"
+
+
+OWNER_CUT_SEEDS = int(os.environ.get("SHARDGRID_OWNER_CUT_SEEDS", "40"))
+
+
+def owner_cut_schedule_for(seed: int) -> dict:
+    """An owner cut off from the other members (its backups among them) while the clients still
+    reach it, with attempts shorter than the backup acknowledgement timeout: a retry reaches the
+    owner while the first attempt still waits for a backup that will never answer."""
+    rng = random.Random(seed)
+    partitions = 7
+    run = {
+        "seed": seed,
+        "members": 5,
+        "partitions": partitions,
+        "backups": 1,
+        "ops": 1_500,
+        "clients": 3,
+        "keys_per_client": rng.choice([2, 4]),
+        "fail_on_indeterminate": False,
+        "operation_call_timeout_ms": rng.choice([3_000, 10_000]),
+        "attempt_timeout_ms": rng.choice([500, 1_000]),
+        "drop_rate": 0.0,
+        "duplicate_rate": 0.0,
+    }
+    steps = [
+        {
+            "action": "split",
+            "after_ms": 1_000 if i == 0 else rng.randint(3_000, 12_000),
+            "groups": [[f"owner:{rng.randrange(partitions)}"], ["rest"]],
+            "duration_ms": rng.randint(500, 8_000),
+        }
+        for i in range(rng.randint(2, 5))
+    ]
+    return {"run": run, "step": steps}
+
+
+@pytest.mark.parametrize("seed", range(1, OWNER_CUT_SEEDS + 1))
+def test_a_retry_while_the_first_attempt_waits_for_a_cut_off_backup_is_never_acknowledged_early(seed: int) -> None:
+    """Found by an outside tester in network namespaces: a retry of a put that asked for no
+    previous value was answered OK while its first attempt still waited for the backup (cut off),
+    and the write was lost when that backup took over. Seed 37 failed before the fix."""
+    schedule = parse_schedule(owner_cut_schedule_for(seed), f"owner-cut-{seed}")
+    run_seed, params = params_of(schedule)
+    result = Run(run_seed, params, schedule).run()
+    assert result.passed, f"seed {seed}: {result.problems[:3]}; faults {result.faults_injected}"

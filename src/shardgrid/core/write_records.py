@@ -66,7 +66,8 @@ class Writer:
     window: int  # bit i: write id ``high - i`` was applied (i < WINDOW_IDS)
     expires_ms: int  # no attempt of a write recorded here can arrive after this (this member's clock)
     answers: dict[int, Answer] = field(default_factory=dict)  # by write id, oldest first
-    # The largest replica sequence of a write whose answer was let go (settled once that is).
+    # The largest replica sequence of a write whose answer is not kept (it answered no values, or
+    # its answer was let go): a retry of one is settled once the partition's writes up to it are.
     forgotten_sequence: int = 0
 
     def applied(self, write_id: int) -> Seen:
@@ -139,6 +140,11 @@ class WriteRecords:
         writer.mark(write_id)
         writer.expires_ms = max(writer.expires_ms, expires_ms)
         if values is None:
+            # No answer to keep: a retry is answered OK once the writer's writes up to this one
+            # are on every sync backup, SETTLING until then. (Found by an outside tester: such a
+            # write left the sequence unrecorded, and a retry was answered OK while the first
+            # attempt still waited for a backup that never got it.)
+            writer.forgotten_sequence = max(writer.forgotten_sequence, last_sequence)
             return
         size = sum(len(v) for v in values if v is not None)
         writer.answers[write_id] = Answer(last_sequence, values)

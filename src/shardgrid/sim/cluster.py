@@ -69,8 +69,10 @@ class Simulation:
         encode_messages: bool = True,
         trace_events: bool = True,
         call_settings: CallSettings | None = None,
+        attempt_timeout_ms: int = SimClient.ATTEMPT_TIMEOUT_MS,
     ) -> None:
         self.seed = seed
+        self.attempt_timeout_ms = attempt_timeout_ms  # the workload clients' (SimClient)
         # How the workload's clients treat answers (seed 001's call semantics, core.call_policy).
         self.call_settings = call_settings or CallSettings(
             operation_call_timeout_ms=10_000, fail_on_indeterminate_operation_state=True
@@ -150,6 +152,7 @@ class Simulation:
             use_async_map=self.config.map_config(ASYNC_MAP_NAME).async_backup_count > 0,
             settings=self.call_settings,
             use_cache_map=CACHE_MAP_NAME in self.config.serving_maps,
+            attempt_timeout_ms=self.attempt_timeout_ms,
         )
         self.clients[name] = client
         self._schedule(self.now_ms + 1, "client", name)

@@ -88,6 +88,7 @@ _RUN_FIELDS = {
     "cache_map",
     "fail_on_indeterminate",
     "operation_call_timeout_ms",
+    "attempt_timeout_ms",
     "ops",
     "clients",
     "keys_per_client",

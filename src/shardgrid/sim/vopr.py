@@ -56,6 +56,7 @@ class SimParams:
     # True ends it as indeterminate; a call ends after operation_call_timeout_ms either way.
     fail_on_indeterminate: bool = True
     operation_call_timeout_ms: int = 10_000
+    attempt_timeout_ms: int = 2_000  # the clients' attempt timeout: short ones retry while a first attempt waits
     ops: int = 2000
     faults: tuple[str, ...] = ("crash", "leader-crash", "join", "split")
     clients: int = 3
@@ -91,6 +92,7 @@ class SimParams:
             NetworkConfig(drop_rate=self.drop_rate, duplicate_rate=self.duplicate_rate),
             encode_messages=self.encode_messages,
             call_settings=CallSettings(self.operation_call_timeout_ms, self.fail_on_indeterminate),
+            attempt_timeout_ms=self.attempt_timeout_ms,
         )
         install_checks(sim)
         return sim

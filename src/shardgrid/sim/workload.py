@@ -133,7 +133,7 @@ class SimClient:
     """One client: ``tick`` and ``on_message`` return the messages it sends, as (address, message)."""
 
     MAX_ATTEMPTS = 200  # a bound under the call timeout's (at the minimum backoff)
-    ATTEMPT_TIMEOUT_MS = 2_000  # an attempt unanswered this long: the member may have died or been cut off
+    ATTEMPT_TIMEOUT_MS = 2_000  # by default, an attempt unanswered this long: its member may be gone
     THINK_MS = 5
 
     def __init__(
@@ -146,7 +146,9 @@ class SimClient:
         use_async_map: bool = False,
         settings: CallSettings | None = None,
         use_cache_map: bool = False,
+        attempt_timeout_ms: int = ATTEMPT_TIMEOUT_MS,
     ) -> None:
+        self.attempt_timeout_ms = attempt_timeout_ms
         self.address = name
         self.settings = settings or CallSettings()
         self.rng = rng
@@ -190,7 +192,7 @@ class SimClient:
             self.call = call = self._new_call(now_ms)
             call.retry_at_ms = now_ms
         waiting = call.sent_ms and not call.retry_at_ms
-        if waiting and now_ms - call.sent_ms > self.ATTEMPT_TIMEOUT_MS:
+        if waiting and now_ms - call.sent_ms > self.attempt_timeout_ms:
             return self._decide(now_ms, on_no_answer(self.settings, call.progress, now_ms), members)
         expired = on_deadline(self.settings, call.progress, now_ms)
         if expired is not None and not waiting:
@@ -241,7 +243,7 @@ class SimClient:
         # As the smart client does: the attempt may take effect until the client stops waiting for
         # it (its timeout, within the call's), less a margin; a member that gets it later refuses
         # it (EXPIRED), so a write given up on is never applied after the client moved on.
-        deadline_ms = min(call.progress.deadline_ms(self.settings), now_ms + self.ATTEMPT_TIMEOUT_MS)
+        deadline_ms = min(call.progress.deadline_ms(self.settings), now_ms + self.attempt_timeout_ms)
         deadline_ms -= DEADLINE_MARGIN_MS
         request = MapRequest(
             call_id=call.call_id,
