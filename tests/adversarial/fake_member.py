@@ -19,8 +19,10 @@ PARTITIONS = 271
 
 
 class FakeMember:
-    def __init__(self, behave: Callable[[Any], list[Any]]) -> None:
+    def __init__(self, behave: Callable[[Any], list[Any]], tables_answered: int | None = None) -> None:
+        """``tables_answered``: how many table requests it answers (all when None; then silence)."""
         self.behave = behave
+        self.tables_left = tables_answered
         self.received: list[Any] = []
         self.endings: list[str] = []  # how each client connection ended: "reset" or "closed"
         self._loop = asyncio.new_event_loop()
@@ -46,7 +48,12 @@ class FakeMember:
                             writer.write(codec.encode(reply))
                         continue
                     self.received.append(message)
-                    replies = [self.table()] if type(message) is m.TableRequest else self.behave(message)
+                    if type(message) is m.TableRequest:
+                        replies = [self.table()] if self.tables_left is None or self.tables_left > 0 else []
+                        if self.tables_left:
+                            self.tables_left -= 1
+                    else:
+                        replies = self.behave(message)
                     for reply in replies:
                         writer.write(codec.encode(reply))
                 await writer.drain()

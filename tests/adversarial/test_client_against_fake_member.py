@@ -9,7 +9,7 @@ import time
 import msgspec
 import pytest
 
-from shardgrid.client import Client, ClientClosedError, OperationTimeoutError
+from shardgrid.client import Client, ClientClosedError, OperationTimeoutError, PartitionUnavailableError
 from shardgrid.core import messages as m
 
 from .fake_member import FakeMember
@@ -25,6 +25,50 @@ def test_a_call_ends_within_operation_call_timeout_when_the_member_is_silent():
             client.get_map("m").get("k")
         took = time.monotonic() - started
     assert took < 4, f"a call with operation_call_timeout_ms=2000 took {took:.1f} s"
+
+
+def test_a_call_told_not_ready_ends_within_its_timeout_when_the_table_refresh_goes_unanswered():
+    """Found by an outside tester: calls of 3 s on the minority side ended after 4 to 5 s. Told
+    NOT_READY, the client asks for the table again; that refresh had its own time, not the call's
+    (and each page the attempt timeout, 10 s by default)."""
+
+    def not_ready(message):
+        return [m.MapReply(call_id=message.call_id, codes=(m.ReplyCode.NOT_READY,), retry_after_ms=50)]
+
+    with (
+        FakeMember(not_ready, tables_answered=1) as member,
+        Client([member.address], operation_call_timeout_ms=1_500) as client,
+    ):
+        started = time.monotonic()
+        with pytest.raises(OperationTimeoutError):
+            client.get_map("m").get("k")
+        took = time.monotonic() - started
+    assert took < 2.5, f"a call with operation_call_timeout_ms=1500 took {took:.1f} s"
+
+
+def test_a_put_all_refused_unavailable_in_one_partition_says_how_many_keys_it_wrote():
+    """Found by an outside tester: put_all raised PartitionUnavailableError ('nothing applied')
+    while its keys in other partitions had been written."""
+    refused_pid = []
+
+    def one_partition_unavailable(message):
+        refused_pid[:] = refused_pid or [message.partition_ids[0]]
+        codes = tuple(
+            m.ReplyCode.UNAVAILABLE if pid == refused_pid[0] else m.ReplyCode.OK for pid in message.partition_ids
+        )
+        reason = f"partition {refused_pid[0]} is unavailable: every replica of it is on members that stopped answering"
+        return [m.MapReply(call_id=message.call_id, codes=codes, reason=reason)]
+
+    with FakeMember(one_partition_unavailable) as member, Client([member.address]) as client:
+        data = client.get_map("m")
+        keys = [f"k{i}" for i in range(40)]
+        with pytest.raises(PartitionUnavailableError) as raised:
+            data.put_all(dict.fromkeys(keys, 1))
+    message = str(raised.value)
+    unfinished = int(message.split("(", 1)[1].split(" unfinished", 1)[0])
+    assert 0 < unfinished < len(keys)
+    assert f"the other {len(keys) - unfinished} were done" in message
+    assert not raised.value.outcome_unknown
 
 
 def test_the_client_resets_a_connection_it_gives_up_on():

@@ -50,8 +50,11 @@ class PartitionUnavailableError(ShardgridClientError):
     split, or members that may have crashed): the partition is neither served nor restarted empty
     until one of them answers again (then it is served whole), an operator removes them or revives
     it, or ``partition_lost_timeout_ms`` passes (then it is reported lost). The message names the
-    partition and its members. This attempt applied nothing; ``outcome_unknown`` is set when an
-    earlier attempt of the same write may have been."""
+    partition and its members, and how many of the call's keys are unfinished: nothing was applied
+    to those by the attempt refused, while the call's keys in partitions that are available were
+    written (a put_all is not atomic across partitions). ``outcome_unknown`` is set when an earlier
+    attempt of an unfinished write may have been applied (found by an outside tester: the message
+    said nothing of the keys a put_all had written)."""
 
     def __init__(self, message: str, outcome_unknown: bool = False) -> None:
         super().__init__(message)
