@@ -44,6 +44,11 @@ def test_a_local_cluster_from_up_to_down(tmp_path):
         waited = _shardgrid("watch", "--members", members, "--until-members", "4", "--until-safe", "2")
         assert waited.returncode == 1
         assert "not safe after 2 s: 3 members, not 4 yet" in waited.stdout
+        # A rolling restart's gate: safe with the restarted member back, not only without it.
+        short = _shardgrid("safe", "--members", members, "--until-members", "4", "--wait", "1")
+        assert short.returncode == 1
+        assert "3 members, not 4 yet" in short.stdout
+        assert _shardgrid("safe", "--members", members, "--until-members", "3").returncode == 0
         status = json.loads(_shardgrid("status", "--members", members, "--json").stdout)
         assert len(status["members"]) == 3
         assert status["safe"] is True

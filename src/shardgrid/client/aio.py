@@ -812,17 +812,18 @@ class AsyncClient:
     async def is_cluster_safe(self) -> bool:
         return (await self.cluster_status()).safe
 
-    async def wait_until_safe(self, timeout_s: float, poll_s: float = 0.2) -> ClusterStatus:
-        """Returns the first safe status; raises OperationTimeoutError (with the last reason) when
-        the cluster is not safe within ``timeout_s``."""
+    async def wait_until_safe(self, timeout_s: float, poll_s: float = 0.2, members: int = 0) -> ClusterStatus:
+        """Returns the first safe status (with at least ``members`` members: in a rolling restart,
+        the restarted one has joined again, not only the others settled without it); raises
+        OperationTimeoutError (with the last reason) when there is none within ``timeout_s``."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         reason = "not asked yet"
         while True:
             try:
                 status = await self.cluster_status()
-                if status.safe:
+                reason = status.unsafe_reason or status.too_few_reason(members)
+                if not reason:
                     return status
-                reason = status.unsafe_reason
             except ClusterUnavailableError as error:
                 reason = str(error)
             if asyncio.get_running_loop().time() >= deadline:

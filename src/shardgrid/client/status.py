@@ -76,6 +76,12 @@ class ClusterStatus:
                 )
         return ""
 
+    def too_few_reason(self, members: int) -> str:
+        """Why the cluster is short of ``members`` members, or '' when it is not."""
+        if len(self.members) < members:
+            return f"{len(self.members)} members, not {members} yet"
+        return ""
+
     @property
     def safe(self) -> bool:
         return self.unsafe_reason == ""

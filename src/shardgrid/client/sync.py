@@ -104,8 +104,8 @@ class Client:
     def is_cluster_safe(self) -> bool:
         return self._run(self._async.is_cluster_safe())
 
-    def wait_until_safe(self, timeout_s: float) -> ClusterStatus:
-        return self._run(self._async.wait_until_safe(timeout_s))
+    def wait_until_safe(self, timeout_s: float, members: int = 0) -> ClusterStatus:
+        return self._run(self._async.wait_until_safe(timeout_s, members=members))
 
     def get_cluster_state(self) -> ClusterState:
         return self._run(self._async.get_cluster_state())
