@@ -91,7 +91,7 @@ def test_every_public_field_is_a_setting_and_no_private_one_is() -> None:
         name for name in MemberConfig.__dataclass_fields__ if not name.startswith("_") and name != "maps"
     }
     assert set(FIELDS["member"]) == set(ProcessSettings.__dataclass_fields__)
-    assert set(FIELDS["maps"]) == {"backup_count", "async_backup_count", "read_backup_data"}
+    assert set(FIELDS["maps"]) == {"backup_count", "async_backup_count", "read_backup_data", "serve_when_unavailable"}
     # One environment namespace serves both tables: a name in both would be ambiguous.
     assert not set(FIELDS["cluster"]) & set(FIELDS["member"])
 
@@ -156,6 +156,11 @@ def test_map_tables_take_what_they_leave_out_from_the_cluster(tmp_path: Path) ->
     rows = {(section, key): value for section, key, value, _ in describe(settings)}
     assert rows[('maps."audit.log"', "async_backup_count")] == "1"
     assert rows[("maps.orders", "backup_count")] == "2"
+    # A map's own choice with no cluster-wide setting: off unless its table says so.
+    assert not config.map_config("orders").serve_when_unavailable
+    cache = load(write(tmp_path, "[maps.sessions]\nserve_when_unavailable = true\n")).member_config
+    assert cache.map_config("sessions").serve_when_unavailable
+    assert cache.serving_maps == frozenset({"sessions"})
     # An env override of the cluster's count reaches the maps that did not set their own.
     assert load(path, {"SHARDGRID_BACKUP_COUNT": "3"}).member_config.map_config("orders").backup_count == 3
 

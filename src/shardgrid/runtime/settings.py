@@ -374,9 +374,14 @@ class _Loader:
         for name in self.maps:
             section = f"{MAPS}.{name}"
             for key in FIELDS[MAPS]:  # what the table left out, it takes from [cluster]
-                if (section, key) not in self.values:
+                if (section, key) in self.values:
+                    continue
+                if (CLUSTER, key) in self.values:
                     self.values[(section, key)] = self.values[(CLUSTER, key)]
                     self.origins[(section, key)] = self.origins[(CLUSTER, key)]
+                else:  # a map's own choice, with no cluster-wide setting (serve_when_unavailable)
+                    self.values[(section, key)] = getattr(MapConfig(), key)
+                    self.origins[(section, key)] = ("default", f"{_table(section)} {key} (default)")
             map_config = MapConfig(**{key: self.values[(section, key)] for key in FIELDS[MAPS]})
             try:
                 map_config.validate(name)
