@@ -46,15 +46,16 @@ CALLS_TIMED = 100_000
 # name: (what it is, comparison, target). Issue 34's member targets (put_all of these batches at
 # 1.5M entries/s with one sync backup, so 3M writes/s between owner and backup; get_all at 3M) are
 # for the whole data path; the engine's own share must leave most of that budget to the rest, and
-# beat the dicts it replaces once the codec's objects are counted. The memory target is the
-# present record layout's (issue 34 wants 180 bytes per entry: a later layout's work).
+# beat the dicts it replaces once the codec's objects are counted. The memory target is issue
+# 34's, 180 bytes per entry: the present record layout counts 200, so this bench exits 1 until a
+# leaner layout (keys and values in a shared buffer, smaller metadata) lands.
 TARGETS: dict[str, tuple[str, str, float]] = {
     "engine_put_new_entries_per_second": ("engine put of new keys, 1,000 a call into 100,000: entries/s", ">=", 3e6),
     "engine_put_entries_per_second": ("engine put over 1,000 held keys of 100,000: entries/s", ">=", 10e6),
     "engine_get_entries_per_second": ("engine get of 1,000 held keys of 100,000: entries/s", ">=", 10e6),
     "codec_put_speedup": ("put through the codec: the engine's entries/s over the dict's", ">=", 1.5),
     "codec_get_speedup": ("get through the codec: the engine's entries/s over the dict's", ">=", 1.5),
-    "engine_counted_bytes_per_entry": ("the engine's count per 10-byte key and 100-byte value: bytes", "<=", 200),
+    "engine_counted_bytes_per_entry": ("the engine's count per 10-byte key and 100-byte value: bytes", "<=", 180),
 }
 
 
