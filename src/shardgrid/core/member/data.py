@@ -68,12 +68,12 @@ from shardgrid.core.messages import (
     WriteRun,
 )
 from shardgrid.core.store import (
-    ITEM_OVERHEAD_BYTES,
     PartitionData,
     Piece,
     columns_bytes,
     counted_bytes,
     packed_lengths,
+    stream_pieces,
 )
 from shardgrid.core.transfer import SendWindow, Staging, window_chunks
 from shardgrid.core.write_records import NO_DEADLINE_TTL_MS, RECORD_GRACE_MS, WINDOW_IDS, Seen, records_problem
@@ -1423,19 +1423,15 @@ class DataPath:
     def _remove_all(self, pid: int, data: PartitionData, map_name: str, slots: Sequence[MemberId | None]) -> None:
         """Every entry of the map in the partition, removed as runs of writes, each no larger than
         a request (so that each fits a backup batch)."""
-        keys = list(data.maps.get(map_name, {}))
+        # Cut as a transfer cuts its pieces (keys only: a remove carries no values), all of them
+        # before any is removed (the pieces read the live dict).
+        keys_only = [(map_name, 0, dict.fromkeys(data.maps.get(map_name, {}), b""))]
+        pieces = stream_pieces(keys_only, MAX_OPERATIONS_PER_REQUEST, MAX_REQUEST_DATA_BYTES)
+        chunks = [keys for _, _, keys, _ in pieces]
         targets = self._targets_of(pid, slots, map_name)
-        start = 0
-        while start < len(keys):
-            end, size = start, 0
-            while end < len(keys) and end - start < MAX_OPERATIONS_PER_REQUEST:
-                size += len(keys[end]) + ITEM_OVERHEAD_BYTES
-                if size > MAX_REQUEST_DATA_BYTES and end > start:
-                    break
-                end += 1
-            chunk = keys[start:end]
+        records = data.maps.get(map_name, {})
+        for chunk in filter(None, chunks):
             first = data.sequence + 1
-            records = data.maps[map_name]
             for key in chunk:
                 del records[key]
             data.sequence += len(chunk)
@@ -1447,13 +1443,12 @@ class DataPath:
                     first_sequence=first,
                     kind=REMOVE,
                     map_name=map_name,
-                    keys=tuple(chunk),
+                    keys=chunk,
                     values=(),
                 )
                 self.outbox.append((run, columns_bytes(chunk, ()), targets.copies, targets.sequence_only))
                 if pid not in self.pending:
                     self.pending[pid] = PendingPartition(required=set(targets.backups), last_sent_ms=self.ctx.now_ms)
-            start = end
 
     def drop_everything(self) -> None:
         """This member left (or was removed): its data is no longer any replica's."""
