@@ -118,7 +118,7 @@ def watch_until_safe(
                         reason="",
                         chunks_resent=resent,
                     )
-                reason = status.unsafe_reason or f"{members} members, not {until_members} yet"
+                reason = status.unsafe_reason or status.too_few_reason(until_members)
             if time.monotonic() > deadline:
                 return WatchResult(
                     safe=False,
