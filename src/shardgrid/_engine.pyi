@@ -34,6 +34,8 @@ MAX_MAP_NAME_CHARS: Final[int]
 """The longest map name, in characters (``shardgrid.core.limits.MAX_MAP_NAME_CHARS``)."""
 MAX_COUNTER: Final[int]
 """The largest ``now_ms``, TTL or offset (``shardgrid.core.limits.MAX_COUNTER``, 2**53)."""
+MAX_ENTRIES_PER_CHUNK: Final[int]
+"""The most records one ``dump`` page or ``load`` holds (``shardgrid.core.limits.MAX_ENTRIES_PER_CHUNK``)."""
 LENGTH_BYTES: Final[int]
 """Bytes of one packed length (4)."""
 NUMBER_BYTES: Final[int]
@@ -49,6 +51,18 @@ EXPIRY_BYTES: Final[int]
 """Memory counted per expiring record for its place in the expiry order."""
 MAP_BYTES: Final[int]
 """Memory counted per map holding records, beyond them and its name."""
+
+DUMP_RECORD_BYTES: Final[int]
+"""What a ``dump`` page's byte bound counts per record beyond its key and value (two lengths and
+its metadata numbers)."""
+
+def pack(items: list[bytes] | tuple[bytes, ...]) -> tuple[bytes, bytes]:
+    """``items`` as a packed column (the items end to end, their lengths): one call per column.
+    An item that is not ``bytes`` is a ``TypeError``; one over ``MAX_VALUE_BYTES`` a ``ColumnError``."""
+
+def split(data: bytes, lengths: bytes, present: bytes | None = None) -> list[bytes | None]:
+    """A packed column's items; with ``present`` (a byte per item, 1 or 0) an item marked 0 is
+    None, and must be empty (the place the engine leaves for an absent entry)."""
 
 class ColumnError(ValueError):
     """A column or argument that breaks the engine's rules (lengths that do not add up to the
@@ -113,6 +127,10 @@ class RecordStore:
         empty) and the presence mask. Each entry found counts a hit and is marked read at
         ``now_ms``. An expired entry is never returned."""
 
+    def peek(self, map_name: str, keys: bytes, key_lengths: bytes, now_ms: int) -> tuple[bytes, bytes, bytes]:
+        """``get`` without counting a read: no hit, no access time (what a conditional write
+        compares is not a read)."""
+
     def remove(
         self, map_name: str, keys: bytes, key_lengths: bytes, now_ms: int, *, return_previous: bool = False
     ) -> tuple[bytes, bytes, bytes]:
@@ -137,6 +155,24 @@ class RecordStore:
         """The keys (packed, lengths) of up to ``max_entries`` records expired at ``now_ms``,
         earliest expiry first; the work is bounded by ``max_entries``. Removes nothing: the owner
         decides and replicates the removal (a ``remove`` of these keys)."""
+
+    def dump(
+        self, map_name: str, offset: int, max_entries: int, max_bytes: int
+    ) -> tuple[bytes, bytes, bytes, bytes, bytes, int]:
+        """The records at positions ``offset`` on, expired ones included, as another replica or a
+        snapshot takes them: keys packed, lengths, values packed, lengths, their metadata
+        (``METADATA_FIELDS`` numbers each), and the position after them. At most ``max_entries``
+        (up to ``MAX_ENTRIES_PER_CHUNK``) and ``max_bytes`` counted as ``DUMP_RECORD_BYTES`` per
+        record plus its key and value, at least one record. Pages fit together while the map
+        takes no write between them."""
+
+    def load(
+        self, map_name: str, keys: bytes, key_lengths: bytes, values: bytes, value_lengths: bytes, metadata: bytes
+    ) -> None:
+        """Take records as ``dump`` gave them: each key set to its value and exactly its metadata
+        (a held record of the key replaced in place). Checked whole first: one metadata row per
+        record, times and versions within ``MAX_COUNTER``, a version from 1, updated no earlier
+        than created, hits within 32 bits."""
 
     def entry_count(self, map_name: str) -> int:
         """Records the map holds, expired ones not yet removed included (they hold memory)."""

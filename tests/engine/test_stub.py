@@ -24,7 +24,7 @@ def stub_methods() -> dict[str, tuple[list[str], list[str]]]:
 
 def test_the_stub_names_what_the_module_has() -> None:
     stubbed = {n.target.id for n in STUB.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
-    stubbed |= {n.name for n in STUB.body if isinstance(n, ast.ClassDef)}
+    stubbed |= {n.name for n in STUB.body if isinstance(n, ast.ClassDef | ast.FunctionDef)}
     assert stubbed == {name for name in dir(engine) if not name.startswith("_")}
     methods = {name for name in dir(engine.RecordStore) if not name.startswith("_")}
     assert methods == set(stub_methods()) - {"__init__"}
@@ -36,3 +36,9 @@ def test_each_method_takes_the_stubs_arguments() -> None:
         parameters = [p for p in inspect.signature(target).parameters.values() if p.name != "self"]
         assert [p.name for p in parameters if p.kind is not p.KEYWORD_ONLY] == positional, name
         assert [p.name for p in parameters if p.kind is p.KEYWORD_ONLY] == keyword_only, name
+
+
+def test_each_function_takes_the_stubs_arguments() -> None:
+    for function in (n for n in STUB.body if isinstance(n, ast.FunctionDef)):
+        parameters = inspect.signature(getattr(engine, function.name)).parameters
+        assert list(parameters) == [a.arg for a in function.args.args], function.name

@@ -13,3 +13,6 @@ pub const MAX_MAP_NAME_CHARS: usize = 256;
 /// The largest counter a peer or client may send (`MAX_COUNTER`, 2**53): it bounds `now_ms` and
 /// every TTL, so that `now_ms + ttl_ms` never overflows and a double holds every time exactly.
 pub const MAX_COUNTER: u64 = 1 << 53;
+/// Records in one transfer chunk (`MAX_ENTRIES_PER_CHUNK`): the most one `dump` page or one
+/// `load` holds.
+pub const MAX_ENTRIES_PER_CHUNK: usize = 100_000;

@@ -9,11 +9,13 @@
 use pyo3::create_exception;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyInt, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyInt, PyList, PySequence, PyTuple};
 
-use crate::columns::{InvalidInput, LENGTH_BYTES, NUMBER_BYTES};
-use crate::limits::{MAX_COUNTER, MAX_KEY_BYTES, MAX_MAP_NAME_CHARS, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES};
-use crate::store::{Found, MAP_BYTES, Page, RecordStore, Ttl};
+use crate::columns::{Column, InvalidInput, LENGTH_BYTES, NUMBER_BYTES, Packed};
+use crate::limits::{
+    MAX_COUNTER, MAX_ENTRIES_PER_CHUNK, MAX_KEY_BYTES, MAX_MAP_NAME_CHARS, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES,
+};
+use crate::store::{DUMP_RECORD_BYTES, Dump, Found, MAP_BYTES, Page, RecordStore, Ttl};
 use crate::table::{EXPIRY_BYTES, INDEX_BYTES, METADATA_FIELDS, RECORD_BYTES};
 
 create_exception!(
@@ -149,6 +151,18 @@ impl PyRecordStore {
         Ok(found(py, &self.store.get(map_name, keys, key_lengths, now_ms)?))
     }
 
+    fn peek<'py>(
+        &self,
+        py: Python<'py>,
+        map_name: &str,
+        keys: &[u8],
+        key_lengths: &[u8],
+        now_ms: &Bound<'py, PyAny>,
+    ) -> PyResult<Column3<'py>> {
+        let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
+        Ok(found(py, &self.store.peek(map_name, keys, key_lengths, now_ms)?))
+    }
+
     #[pyo3(signature = (map_name, keys, key_lengths, now_ms, *, return_previous = false))]
     fn remove<'py>(
         &mut self,
@@ -226,6 +240,55 @@ impl PyRecordStore {
         Ok((PyBytes::new(py, &keys.data), PyBytes::new(py, &keys.lengths)))
     }
 
+    #[allow(clippy::type_complexity)]
+    fn dump<'py>(
+        &self,
+        py: Python<'py>,
+        map_name: &str,
+        offset: &Bound<'py, PyAny>,
+        max_entries: &Bound<'py, PyAny>,
+        max_bytes: &Bound<'py, PyAny>,
+    ) -> PyResult<(
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        u64,
+    )> {
+        let offset = int_arg(offset, "offset", MAX_COUNTER)?;
+        let max_entries = int_arg(max_entries, "max_entries", MAX_ENTRIES_PER_CHUNK as u64)?;
+        let max_bytes = int_arg(max_bytes, "max_bytes", MAX_COUNTER)?;
+        let Dump {
+            keys,
+            values,
+            metadata,
+            next_offset,
+        } = self.store.dump(map_name, offset, max_entries, max_bytes)?;
+        Ok((
+            PyBytes::new(py, &keys.data),
+            PyBytes::new(py, &keys.lengths),
+            PyBytes::new(py, &values.data),
+            PyBytes::new(py, &values.lengths),
+            PyBytes::new(py, &metadata),
+            next_offset,
+        ))
+    }
+
+    fn load(
+        &mut self,
+        map_name: &str,
+        keys: &[u8],
+        key_lengths: &[u8],
+        values: &[u8],
+        value_lengths: &[u8],
+        metadata: &[u8],
+    ) -> PyResult<()> {
+        Ok(self
+            .store
+            .load(map_name, keys, key_lengths, values, value_lengths, metadata)?)
+    }
+
     fn entry_count(&self, map_name: &str) -> usize {
         self.store.entry_count(map_name)
     }
@@ -268,18 +331,87 @@ fn ttl_of<'a>(ttl_ms: Option<&Bound<'_, PyAny>>, ttls_ms: Option<&'a [u8]>) -> P
     }
 }
 
+/// `items` (a list or tuple of `bytes`) as a packed column: the items end to end, and their
+/// lengths. One call per column: the codec of a caller that holds separate items.
+#[pyfunction]
+fn pack<'py>(py: Python<'py>, items: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let sequence = items
+        .cast::<PySequence>()
+        .map_err(|_| PyTypeError::new_err("pack takes a list or tuple of bytes"))?;
+    let count = sequence.len()?;
+    let mut items_bytes = Vec::with_capacity(count);
+    let mut total = 0usize;
+    for position in 0..count {
+        let item = sequence.get_item(position)?;
+        let Ok(bytes) = item.cast_into::<PyBytes>() else {
+            return Err(PyTypeError::new_err(format!("item {position} is not bytes")));
+        };
+        if bytes.as_bytes().len() > MAX_VALUE_BYTES {
+            return Err(ColumnError::new_err(format!(
+                "item {position} is {} bytes, more than the {MAX_VALUE_BYTES} allowed",
+                bytes.as_bytes().len()
+            )));
+        }
+        total += bytes.as_bytes().len();
+        items_bytes.push(bytes);
+    }
+    let mut packed = Packed::with_capacity(count, total);
+    for bytes in &items_bytes {
+        packed.push(bytes.as_bytes());
+    }
+    Ok((PyBytes::new(py, &packed.data), PyBytes::new(py, &packed.lengths)))
+}
+
+/// A packed column's items as a list of `bytes`; with `present` (a byte per item, 1 or 0), an
+/// item marked 0 is None (and must be empty, as the engine writes an absent entry's place).
+#[pyfunction]
+#[pyo3(signature = (data, lengths, present = None))]
+fn split<'py>(py: Python<'py>, data: &[u8], lengths: &[u8], present: Option<&[u8]>) -> PyResult<Bound<'py, PyList>> {
+    let column = Column::parse("column", data, lengths, usize::MAX, MAX_VALUE_BYTES)?;
+    if let Some(mask) = present {
+        if mask.len() != column.len() {
+            return Err(ColumnError::new_err(format!(
+                "a presence mask of {} bytes for {} items",
+                mask.len(),
+                column.len()
+            )));
+        }
+        for (position, (&flag, item)) in mask.iter().zip(column.iter()).enumerate() {
+            if flag > 1 || (flag == 0 && !item.is_empty()) {
+                return Err(ColumnError::new_err(format!(
+                    "item {position}: presence {flag} with {} bytes (1 or 0, and 0 only for an empty item)",
+                    item.len()
+                )));
+            }
+        }
+    }
+    let list = PyList::empty(py);
+    for (position, item) in column.iter().enumerate() {
+        if present.is_some_and(|mask| mask[position] == 0) {
+            list.append(py.None())?;
+        } else {
+            list.append(PyBytes::new(py, item))?;
+        }
+    }
+    Ok(list)
+}
+
 /// shardgrid's storage engine: one partition replica's records, their memory and expiry, and the
 /// packed column codecs (see `shardgrid/_engine.pyi`).
 #[pymodule(name = "_engine")]
 fn engine_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
     module.add_class::<PyRecordStore>()?;
+    module.add_function(wrap_pyfunction!(pack, module)?)?;
+    module.add_function(wrap_pyfunction!(split, module)?)?;
+    module.add("DUMP_RECORD_BYTES", DUMP_RECORD_BYTES)?;
     module.add("ColumnError", py.get_type::<ColumnError>())?;
     module.add("MAX_KEY_BYTES", MAX_KEY_BYTES)?;
     module.add("MAX_VALUE_BYTES", MAX_VALUE_BYTES)?;
     module.add("MAX_OPERATIONS_PER_REQUEST", MAX_OPERATIONS_PER_REQUEST)?;
     module.add("MAX_MAP_NAME_CHARS", MAX_MAP_NAME_CHARS)?;
     module.add("MAX_COUNTER", MAX_COUNTER)?;
+    module.add("MAX_ENTRIES_PER_CHUNK", MAX_ENTRIES_PER_CHUNK)?;
     module.add("LENGTH_BYTES", LENGTH_BYTES)?;
     module.add("NUMBER_BYTES", NUMBER_BYTES)?;
     module.add("METADATA_FIELDS", PyTuple::new(py, METADATA_FIELDS)?)?;

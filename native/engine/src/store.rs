@@ -10,9 +10,11 @@
 use foldhash::quality::FixedState;
 use indexmap::IndexMap;
 
-use crate::columns::{Checked, Column, Packed, invalid, parse_numbers};
-use crate::limits::{MAX_COUNTER, MAX_KEY_BYTES, MAX_MAP_NAME_CHARS, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES};
-use crate::table::{METADATA_BYTES, MapTable, heap_block_bytes};
+use crate::columns::{Checked, Column, LENGTH_BYTES, Packed, invalid, parse_numbers};
+use crate::limits::{
+    MAX_COUNTER, MAX_ENTRIES_PER_CHUNK, MAX_KEY_BYTES, MAX_MAP_NAME_CHARS, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES,
+};
+use crate::table::{METADATA_BYTES, METADATA_FIELDS, MapTable, Record, heap_block_bytes};
 
 /// What a map costs beyond its records: its table's fixed fields and its slot among the maps
 /// (the name's own heap block is added to it).
@@ -34,6 +36,19 @@ pub struct Page {
     pub values: Packed,
     pub next_offset: u64,
 }
+
+/// A page of a dump: records with their metadata (`METADATA_FIELDS` numbers per record).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Dump {
+    pub keys: Packed,
+    pub values: Packed,
+    pub metadata: Vec<u8>,
+    pub next_offset: u64,
+}
+
+/// What [`RecordStore::dump`] counts per record beyond its key and value: their two lengths and
+/// its metadata numbers.
+pub const DUMP_RECORD_BYTES: u64 = (2 * LENGTH_BYTES + METADATA_BYTES) as u64;
 
 /// How long the entries of a write live.
 #[derive(Debug, Clone, Copy)]
@@ -141,6 +156,20 @@ impl RecordStore {
                 found.values.push_empty();
             }
             found.present.push(u8::from(present));
+        }
+        Ok(found)
+    }
+
+    /// The live values of the keys at `now_ms`, as `get` finds them, without counting a read (a
+    /// conditional write compares the value it would replace; that is not a read).
+    pub fn peek(&self, map_name: &str, keys: &[u8], key_lengths: &[u8], now_ms: u64) -> Checked<Found> {
+        check_map_name(map_name)?;
+        check_time("now_ms", now_ms)?;
+        let keys = Column::parse("keys", keys, key_lengths, MAX_OPERATIONS_PER_REQUEST, MAX_KEY_BYTES)?;
+        let mut found = Found::with_capacity(keys.len(), true);
+        let table = self.maps.get(map_name);
+        for key in keys.iter() {
+            found.record(table.and_then(|t| t.live(key, now_ms)).map(Record::value), true);
         }
         Ok(found)
     }
@@ -255,6 +284,87 @@ impl RecordStore {
             }
         }
         Ok(keys)
+    }
+
+    /// The map's records at positions `offset` onwards, expired ones included, with their
+    /// metadata, as another replica or a snapshot takes them ([`RecordStore::load`]): at most
+    /// `max_entries`, and no more than `max_bytes` counted as [`DUMP_RECORD_BYTES`] per record
+    /// plus its key and value (at least one record, however large). Pages fit together while
+    /// the map takes no write between them.
+    pub fn dump(&self, map_name: &str, offset: u64, max_entries: u64, max_bytes: u64) -> Checked<Dump> {
+        check_map_name(map_name)?;
+        check_bounded("offset", offset, MAX_COUNTER)?;
+        check_bounded("max_entries", max_entries, MAX_ENTRIES_PER_CHUNK as u64)?;
+        check_bounded("max_bytes", max_bytes, MAX_COUNTER)?;
+        let Some(table) = self.maps.get(map_name) else {
+            return Ok(Dump::default());
+        };
+        let records = table.records();
+        let start = (offset as usize).min(records.len());
+        let mut dump = Dump::default();
+        let mut used: u64 = 0;
+        let mut end = start;
+        for record in records[start..].iter().take(max_entries as usize) {
+            let size = DUMP_RECORD_BYTES + record.key().len() as u64 + record.value().len() as u64;
+            if end > start && used + size > max_bytes {
+                break;
+            }
+            used += size;
+            end += 1;
+            dump.keys.push(record.key());
+            dump.values.push(record.value());
+            dump.metadata
+                .extend(record.metadata().iter().flat_map(|n| n.to_le_bytes()));
+        }
+        dump.next_offset = end as u64;
+        Ok(dump)
+    }
+
+    /// Take records as [`RecordStore::dump`] gave them: each key set to its value and exactly
+    /// its metadata (a held record of the key is replaced). Checked whole first: the columns, one
+    /// metadata row per record, times and versions within [`MAX_COUNTER`], hits within 32 bits.
+    pub fn load(
+        &mut self,
+        map_name: &str,
+        keys: &[u8],
+        key_lengths: &[u8],
+        values: &[u8],
+        value_lengths: &[u8],
+        metadata: &[u8],
+    ) -> Checked<()> {
+        check_map_name(map_name)?;
+        let keys = Column::parse("keys", keys, key_lengths, MAX_ENTRIES_PER_CHUNK, MAX_KEY_BYTES)?;
+        let values = Column::parse("values", values, value_lengths, MAX_ENTRIES_PER_CHUNK, MAX_VALUE_BYTES)?;
+        if keys.len() != values.len() {
+            return invalid(format!("{} keys and {} values", keys.len(), values.len()));
+        }
+        let numbers = parse_numbers("metadata", metadata, keys.len() * METADATA_FIELDS.len(), MAX_COUNTER)?;
+        let rows: Vec<[u64; METADATA_FIELDS.len()]> = numbers
+            .chunks_exact(METADATA_FIELDS.len())
+            .map(|row| row.try_into().expect("chunks_exact gives whole rows"))
+            .collect();
+        for (position, row) in rows.iter().enumerate() {
+            let [created_ms, updated_ms, _, _, hits, version] = *row;
+            if hits > u64::from(u32::MAX) {
+                return invalid(format!(
+                    "metadata: entry {position} has {hits} hits, more than 2**32 - 1"
+                ));
+            }
+            if version == 0 || updated_ms < created_ms {
+                return invalid(format!(
+                    "metadata: entry {position} has version {version}, created {created_ms} and updated {updated_ms}: \
+                     a record has a version from 1 and is updated no earlier than created"
+                ));
+            }
+        }
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let table = self.table_for_writing(map_name);
+        for ((key, value), row) in keys.iter().zip(values.iter()).zip(rows) {
+            table.restore(key, value, row);
+        }
+        Ok(())
     }
 
     /// Records the map holds, expired ones not yet removed included (they hold memory).
@@ -803,5 +913,74 @@ mod tests {
         store.remove(MAP, &k.data, &k.lengths, 0, true).unwrap();
         store.put(MAP, b"", b"", b"", b"", 0, Ttl::Each(0), false).unwrap();
         assert_eq!(store.map_names().count(), 0);
+    }
+
+    #[test]
+    fn a_dump_loaded_into_another_store_gives_the_same_records_order_and_memory() {
+        let mut source = RecordStore::new(1);
+        put(&mut source, &[b"a", b"b", b"c"], &[b"1", b"22", b""], 10, 0);
+        put(&mut source, &[b"d"], &[b"4"], 20, 5);
+        get(&mut source, &[b"a"], 30);
+        let mut copy = RecordStore::new(2);
+        let mut offset = 0;
+        while offset < source.entry_count(MAP) as u64 {
+            // Pages of one record each (the byte bound), expired records (d at 30) included.
+            let page = source.dump(MAP, offset, 10, 1).unwrap();
+            assert_eq!(page.keys.len(), 1);
+            copy.load(
+                MAP,
+                &page.keys.data,
+                &page.keys.lengths,
+                &page.values.data,
+                &page.values.lengths,
+                &page.metadata,
+            )
+            .unwrap();
+            offset = page.next_offset;
+        }
+        assert_eq!(copy.table(MAP).unwrap().records(), source.table(MAP).unwrap().records());
+        assert_eq!(copy.memory_bytes(MAP), source.memory_bytes(MAP));
+        copy.table(MAP).unwrap().check();
+        let whole = source.dump(MAP, 0, 10, u64::MAX >> 11).unwrap();
+        assert_eq!((whole.keys.len(), whole.next_offset), (4, 4));
+        assert_eq!(source.dump(MAP, 9, 10, 100).unwrap().keys.len(), 0);
+        assert_eq!(source.dump("none", 0, 10, 100).unwrap(), Dump::default());
+    }
+
+    #[test]
+    fn a_load_replaces_a_held_record_in_place_and_refuses_bad_metadata_whole() {
+        let mut store = RecordStore::new(0);
+        put(&mut store, &[b"a", b"b"], &[b"1", b"2"], 10, 100);
+        let (k, v) = (packed(&[b"a"]), packed(&[b"xyz"]));
+        let row = pack_numbers(&[1, 2, 3, 0, 4, 9]);
+        store.load(MAP, &k.data, &k.lengths, &v.data, &v.lengths, &row).unwrap();
+        let records = store.table(MAP).unwrap().records();
+        assert_eq!(records[0].key(), b"a");
+        assert_eq!(records[0].value(), b"xyz");
+        assert_eq!(records[0].metadata(), [1, 2, 3, 0, 4, 9]);
+        store.table(MAP).unwrap().check();
+        for bad in [
+            pack_numbers(&[1, 2, 3, 0, 4]),
+            pack_numbers(&[1, 2, 3, 0, 1 << 32, 9]),
+            pack_numbers(&[1, 2, 3, 0, 4, 0]),
+            pack_numbers(&[5, 2, 3, 0, 4, 1]),
+            pack_numbers(&[1, 2, 3, MAX_COUNTER + 1, 4, 1]),
+        ] {
+            let before = store.table(MAP).unwrap().records().to_vec();
+            assert!(store.load(MAP, &k.data, &k.lengths, &v.data, &v.lengths, &bad).is_err());
+            assert_eq!(store.table(MAP).unwrap().records(), before.as_slice());
+        }
+    }
+
+    #[test]
+    fn peek_reads_live_values_without_counting_a_read() {
+        let mut store = RecordStore::new(0);
+        put(&mut store, &[b"a", b"b"], &[b"1", b"2"], 10, 5);
+        let k = packed(&[b"a", b"z", b"b"]);
+        let found = store.peek(MAP, &k.data, &k.lengths, 12).unwrap();
+        assert_eq!(found.present, [1, 0, 1]);
+        assert_eq!(found.values, packed(&[b"1", b"", b"2"]));
+        assert_eq!(store.peek(MAP, &k.data, &k.lengths, 15).unwrap().present, [0, 0, 0]);
+        assert_eq!(store.table(MAP).unwrap().records()[0].hits, 0);
     }
 }

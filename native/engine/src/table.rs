@@ -266,6 +266,34 @@ impl MapTable {
         if live { Written::Replaced } else { Written::Created }
     }
 
+    /// Set `key`'s record to exactly `value` and `metadata` (in [`METADATA_FIELDS`] order), as a
+    /// copy of another replica's record: a transfer or a snapshot restores records this way, so
+    /// the copy's times, hits and version are the source's, not this call's.
+    pub fn restore(&mut self, key: &[u8], value: &[u8], metadata: [u64; METADATA_FIELDS.len()]) {
+        let [created_ms, updated_ms, accessed_ms, expire_at_ms, hits, version] = metadata;
+        let mut record = Record::new(key, value, version, created_ms, expire_at_ms);
+        record.updated_ms = updated_ms;
+        record.accessed_ms = accessed_ms;
+        record.hits = u32::try_from(hits).unwrap_or(u32::MAX);
+        let hash = self.hash(key);
+        if let Some(at) = self.find(hash, key) {
+            // Replaced in place: its position (and so the order) stays.
+            let held = &mut self.records[at];
+            let (old_blocks, old_expiry) = (heap_block_bytes(held.data.len()), held.expire_at_ms);
+            *held = record;
+            self.heap_bytes = self.heap_bytes - old_blocks + heap_block_bytes(self.records[at].data.len());
+            let position = at as u32;
+            if old_expiry != 0 {
+                self.expiry.remove(&(old_expiry, position));
+            }
+            if expire_at_ms != 0 {
+                self.expiry.insert((expire_at_ms, position));
+            }
+            return;
+        }
+        self.insert(hash, record);
+    }
+
     fn insert(&mut self, hash: u64, record: Record) {
         let position = u32::try_from(self.records.len()).expect("a map holds fewer than 2**32 records");
         self.heap_bytes += heap_block_bytes(record.data.len());
