@@ -64,6 +64,10 @@ def split(data: bytes, lengths: bytes, present: bytes | None = None) -> list[byt
     """A packed column's items; with ``present`` (a byte per item, 1 or 0) an item marked 0 is
     None, and must be empty (the place the engine leaves for an absent entry)."""
 
+def check_records(keys: bytes, key_lengths: bytes, values: bytes, value_lengths: bytes, metadata: bytes) -> None:
+    """Check records as ``RecordStore.load`` takes them, whole, without taking them: raises
+    ``ColumnError`` saying what is wrong (what a transfer's receiver checks before staging a chunk)."""
+
 class ColumnError(ValueError):
     """A column or argument that breaks the engine's rules (lengths that do not add up to the
     buffer, a key or value too long, too many entries, a time or TTL out of range). The call
@@ -122,10 +126,14 @@ class RecordStore:
         (this counts no hit). Returns the values left in place (packed; empty unless
         ``return_previous``) and the mask of the keys left (1: present, not written)."""
 
-    def get(self, map_name: str, keys: bytes, key_lengths: bytes, now_ms: int) -> tuple[bytes, bytes, bytes]:
+    def get(
+        self, map_name: str, keys: bytes, key_lengths: bytes, now_ms: int, *, max_bytes: int | None = None
+    ) -> tuple[bytes, bytes, bytes]:
         """The values of the keys' live entries at ``now_ms`` (packed; an absent key's place is
         empty) and the presence mask. Each entry found counts a hit and is marked read at
-        ``now_ms``. An expired entry is never returned."""
+        ``now_ms``. An expired entry is never returned. With ``max_bytes``, the answer stops before
+        the first value that would take its values past it: it covers only the first keys (the
+        mask is shorter than the keys), and the others are not read."""
 
     def peek(self, map_name: str, keys: bytes, key_lengths: bytes, now_ms: int) -> tuple[bytes, bytes, bytes]:
         """``get`` without counting a read: no hit, no access time (what a conditional write
@@ -143,13 +151,22 @@ class RecordStore:
         and the presence mask. Counts no hit: it is what an entry view reads."""
 
     def scan(
-        self, map_name: str, offset: int, max_entries: int, now_ms: int, *, keys_only: bool = False
+        self,
+        map_name: str,
+        offset: int,
+        max_entries: int,
+        now_ms: int,
+        *,
+        keys_only: bool = False,
+        max_bytes: int | None = None,
     ) -> tuple[bytes, bytes, bytes, bytes, int]:
         """A page: the live entries among the records at positions ``offset`` to ``offset +
         max_entries`` (keys packed, lengths, values packed, lengths; values empty when
         ``keys_only``) and the position after them. An expired record is left out, so a page may
         hold fewer than ``max_entries`` with more to come: the scan is done when the position
-        reaches ``entry_count``. Pages fit together while the map takes no write between them."""
+        reaches ``entry_count``. Pages fit together while the map takes no write between them. The live
+        entries' bytes (keys, and values unless ``keys_only``) stay within ``max_bytes`` (None: no
+        bound but ``MAX_COUNTER``), except a first entry alone."""
 
     def expired(self, map_name: str, now_ms: int, max_entries: int) -> tuple[bytes, bytes]:
         """The keys (packed, lengths) of up to ``max_entries`` records expired at ``now_ms``,

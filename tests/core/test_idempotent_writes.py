@@ -9,6 +9,7 @@ import pytest
 
 from shardgrid.core import messages as m
 from shardgrid.core.inputs import Receive
+from shardgrid.core.records import page_of
 from shardgrid.core.table import PartitionTable
 from shardgrid.core.transfer import Staging
 from shardgrid.core.write_records import WINDOW_IDS, Seen, WriteRecords
@@ -37,7 +38,7 @@ def ack(owner, now: int, through: int) -> list:
 
 
 def held(owner) -> bytes | None:
-    return owner.data.store(0).maps.get("m", {}).get(key_in(0))
+    return owner.data.view(0).get("m", key_in(0))
 
 
 def test_a_retry_of_an_applied_write_gets_the_first_answer_and_changes_nothing():
@@ -133,8 +134,7 @@ def test_a_migration_or_sync_carries_what_the_partition_applied_to_its_new_holde
         partition_id=0,
         sequence=0,
         map_name="m",
-        keys=(b"k",),
-        values=(b"v",),
+        records=page_of((b"k",), (b"v",)),
         last=True,
         replica_sequence=3,
         lineage="L",

@@ -117,7 +117,7 @@ def test_a_backup_follows_the_sequence_of_a_map_it_keeps_no_copy_of_and_never_cr
     )
     acks = sent(backup.handle(now + 1, Receive(B.address, B, C.uuid, m.BackupBatch((data, skip)))), m.BackupAckBatch)
     assert acks == [m.BackupAckBatch(((0, 4),))]
-    assert backup.data.stores[0].maps == {"two": {b"k": b"v"}}
+    assert backup.data.view(0).maps == {"two": {b"k": b"v"}}
 
 
 @pytest.mark.parametrize(
@@ -152,7 +152,7 @@ def test_a_backup_answers_reads_only_of_maps_that_allow_it_and_that_it_keeps() -
     backup, now = following(C, B_A_C, config=MAPS)
     now = grant_lease(backup, now)
     synced(backup, 0, now, owner=B, maps={"wide": {key_in(0): b"w"}, "two": {key_in(0): b"t"}, "m": {key_in(0): b"m"}})
-    assert "m" not in backup.data.stores[0].maps  # a sync to slot 2 leaves out what slot 2 does not keep
+    assert "m" not in backup.data.view(0).maps  # a sync to slot 2 leaves out what slot 2 does not keep
 
     def get(map_name: str) -> m.MapReply:
         request = m.MapRequest(call_id=9, kind=m.GET, map_name=map_name, partition_ids=(0,), keys=(key_in(0),))
@@ -166,11 +166,11 @@ def test_a_backup_answers_reads_only_of_maps_that_allow_it_and_that_it_keeps() -
 
 def test_a_copy_installed_at_a_colder_slot_drops_the_maps_that_slot_does_not_keep() -> None:
     backup, _ = following(C, B_A_C, config=MAPS)
-    backup.data.install(0, PartitionData(maps={"m": {b"k": b"1"}, "wide": {b"k": b"2"}, "two": {b"k": b"3"}}), 2)
-    assert set(backup.data.stores[0].maps) == {"wide", "two"}
+    backup.data.install(0, PartitionData.holding({"m": {b"k": b"1"}, "wide": {b"k": b"2"}, "two": {b"k": b"3"}}), 2)
+    assert set(backup.data.view(0).maps) == {"wide", "two"}
     # The same sequence again for a hotter slot (a shift up): the staged copy is whole, it is taken.
-    backup.data.install(0, PartitionData(maps={"m": {b"k": b"1"}, "wide": {b"k": b"2"}, "two": {b"k": b"3"}}), 1)
-    assert set(backup.data.stores[0].maps) == {"m", "wide", "two"}
+    backup.data.install(0, PartitionData.holding({"m": {b"k": b"1"}, "wide": {b"k": b"2"}, "two": {b"k": b"3"}}), 1)
+    assert set(backup.data.view(0).maps) == {"m", "wide", "two"}
 
 
 def test_a_lost_batch_to_an_async_backup_is_resent_and_does_not_stall_the_next_sync_write() -> None:
@@ -210,17 +210,17 @@ def test_a_backup_whose_owner_moved_it_to_a_hotter_slot_first_takes_that_maps_wr
     assert all(sequence == 0 for batch in acks for _, sequence in batch.acks)  # not taken, not acknowledged
     assert replies(owner.handle(now + 2, Receive(C.address, C, B.uuid, m.BackupAckBatch(((0, 0),))))) == []
     # The outcome: the staged copy, whole for slot 1; then the owner's resend is taken.
-    backup.data.install(0, PartitionData(maps={"m": {b"old": b"1"}, "wide": {b"w": b"2"}}), 1)
-    assert backup.data.stores[0].maps["m"] == {b"old": b"1"}
+    backup.data.install(0, PartitionData.holding({"m": {b"old": b"1"}, "wide": {b"w": b"2"}}), 1)
+    assert backup.data.view(0).maps["m"] == {b"old": b"1"}
 
 
 def test_a_held_copy_newer_than_the_staged_one_keeps_its_writes_and_takes_the_maps_it_lacked() -> None:
     backup, _ = following(C, B_A_C, config=MAPS)
-    held = PartitionData(maps={"wide": {b"k": b"newer"}, "two": {b"k": b"t"}}, sequence=5)
+    held = PartitionData.holding({"wide": {b"k": b"newer"}, "two": {b"k": b"t"}}, sequence=5)
     backup.data.install(0, held, 2)
-    backup.data.install(0, PartitionData(maps={"m": {b"k": b"1"}, "wide": {b"k": b"older"}}, sequence=4), 1)
+    backup.data.install(0, PartitionData.holding({"m": {b"k": b"1"}, "wide": {b"k": b"older"}}, sequence=4), 1)
     store = backup.data.stores[0]
-    assert store.maps == {"wide": {b"k": b"newer"}, "two": {b"k": b"t"}, "m": {b"k": b"1"}}
+    assert store.view().maps == {"wide": {b"k": b"newer"}, "two": {b"k": b"t"}, "m": {b"k": b"1"}}
     assert (store.sequence, store.copy_index) == (5, 1)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,6 +26,7 @@ from shardgrid.core.metadata import ClusterState, MemberRecord, MetadataState
 from shardgrid.core.migration import Migration, MigrationRecord
 from shardgrid.core.raft import Membership, Snapshot
 from shardgrid.core.raft.messages import InstallSnapshot
+from shardgrid.core.records import page_of
 from shardgrid.core.store import ITEM_OVERHEAD_BYTES, unpacked_lengths
 from shardgrid.core.table import PartitionTable
 
@@ -110,8 +112,7 @@ def synced(
             partition_id=pid,
             sequence=index,
             map_name=name,
-            keys=keys,
-            values=values,
+            records=page_of(keys, values),
             last=last,
             replica_sequence=sequence,
             lineage=lineage,
@@ -465,8 +466,8 @@ def test_a_malformed_request_is_refused_whole_and_changes_nothing() -> None:
         assert set(reply.codes) == {m.ReplyCode.REJECTED}
         assert len(reply.codes) == len(request.keys)
         assert reply.reason
-    assert member.data.stores[0].maps == {}
-    assert member.data.stores[1].maps == {}
+    assert member.data.view(0).maps == {}
+    assert member.data.view(1).maps == {}
 
 
 def test_a_batch_spanning_partitions_answers_each_key_and_previous_values_on_request() -> None:
@@ -496,7 +497,7 @@ def test_a_batch_spanning_partitions_answers_each_key_and_previous_values_on_req
     )
     (third,) = replies(member.handle(now + 3, Receive("c", None, None, remove)))
     assert third.values == (b"x", None)
-    assert member.data.stores[0].maps == {}
+    assert member.data.view(0).maps == {}
     assert member.data.stores[0].sequence == 3  # two puts and a remove
 
 
@@ -516,8 +517,8 @@ def test_put_if_absent_writes_only_keys_without_a_value_and_backs_up_only_those(
     (reply,) = replies(member.handle(now + 2, Receive("c", None, None, request)))
     assert reply.codes == (m.ReplyCode.OK,) * 3
     assert reply.values == (b"v", None, b"y")  # what stays; the second k1 finds the first's value
-    assert member.data.stores[0].maps["m"][k0] == b"v"
-    assert member.data.stores[1].maps["m"][k1] == b"y"
+    assert member.data.view(0).maps["m"][k0] == b"v"
+    assert member.data.view(1).maps["m"][k1] == b"y"
     assert member.data.stores[1].sequence == 1  # one write: the key named twice is written once
 
     owner, now = following(B, B_OWNS_A_BACKS)
@@ -694,10 +695,10 @@ def test_a_backup_takes_writes_only_from_the_owner_its_table_names() -> None:
         )
     )
     assert sent(backup.handle(now + 1, Receive(C.address, C, B.uuid, batch)), m.BackupAckBatch) == []
-    assert backup.data.stores[0].maps == {}
+    assert backup.data.view(0).maps == {}
     acks = sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, batch)), m.BackupAckBatch)
     assert acks == [m.BackupAckBatch(((0, 1),))]
-    assert backup.data.stores[0].maps == {"m": {b"k": b"v"}}
+    assert backup.data.view(0).maps == {"m": {b"k": b"v"}}
 
 
 def test_a_backup_applies_runs_in_sequence_order_whatever_order_they_arrive_in() -> None:
@@ -715,16 +716,16 @@ def test_a_backup_applies_runs_in_sequence_order_whatever_order_they_arrive_in()
     # The second and third come first: held, acknowledged at what the backup holds (nothing yet).
     early = backup.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupBatch((third, second))))
     assert sent(early, m.BackupAckBatch) == [m.BackupAckBatch(((0, 0),))]
-    assert backup.data.stores[0].maps == {}
+    assert backup.data.view(0).maps == {}
     acks = sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, m.BackupBatch((first,)))), m.BackupAckBatch)
     assert acks == [m.BackupAckBatch(((0, 4),))]
-    assert backup.data.stores[0].maps == {"m": {b"b": b"2", b"c": b"3"}}
+    assert backup.data.view(0).maps == {"m": {b"b": b"2", b"c": b"3"}}
     # A resent run that overlaps what is held applies only its new part.
     overlap = m.WriteRun(
         partition_id=0, lineage="", first_sequence=4, kind=m.PUT, map_name="m", keys=(b"c", b"d"), values=(b"X", b"4")
     )
     backup.handle(now + 3, Receive(A.address, A, B.uuid, m.BackupBatch((overlap,))))
-    assert backup.data.stores[0].maps == {"m": {b"b": b"2", b"c": b"3", b"d": b"4"}}
+    assert backup.data.view(0).maps == {"m": {b"b": b"2", b"c": b"3", b"d": b"4"}}
     assert backup.data.stores[0].sequence == 5
 
 
@@ -757,7 +758,7 @@ def test_a_run_held_from_an_old_owner_is_never_applied_in_a_new_lineage() -> Non
     )
     acks = sent(backup.handle(now + 5, Receive(C.address, C, B.uuid, m.BackupBatch((second,)))), m.BackupAckBatch)
     assert acks == [m.BackupAckBatch(((0, 2),))]
-    assert backup.data.stores[0].maps == {"m": {b"k1": b"d1", b"k3": b"d2"}}
+    assert backup.data.view(0).maps == {"m": {b"k1": b"d1", b"k3": b"d2"}}
 
 
 @pytest.mark.parametrize(
@@ -787,7 +788,7 @@ def test_a_malformed_run_changes_nothing_and_is_not_acknowledged(run: m.WriteRun
     synced(backup, 0, now)
     effects = backup.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupBatch((run,))))
     assert sent(effects, m.BackupAckBatch) == []
-    assert backup.data.stores[0].maps == {}
+    assert backup.data.view(0).maps == {}
     assert backup.data.stores[0].sequence == 0
 
 
@@ -799,8 +800,7 @@ def test_a_late_copy_of_an_old_replica_sync_does_not_roll_a_backup_back() -> Non
         partition_id=0,
         sequence=0,
         map_name="m",
-        keys=(b"k",),
-        values=(b"old",),
+        records=page_of((b"k",), (b"old",)),
         last=True,
         replica_sequence=3,
         lineage="L",
@@ -809,14 +809,13 @@ def test_a_late_copy_of_an_old_replica_sync_does_not_roll_a_backup_back() -> Non
     )
     effects = backup.handle(now + 1, Receive(A.address, A, B.uuid, old))
     assert sent(effects, m.ReplicaSyncAck) == [m.ReplicaSyncAck("a-s1", -1, True, complete=True)]
-    assert backup.data.stores[0].maps == {"m": {b"k": b"new"}}
+    assert backup.data.view(0).maps == {"m": {b"k": b"new"}}
     newer = m.ReplicaSyncChunk(
         sync_id="a-s2",
         partition_id=0,
         sequence=0,
         map_name="m",
-        keys=(b"k",),
-        values=(b"newer",),
+        records=page_of((b"k",), (b"newer",)),
         last=True,
         replica_sequence=6,
         lineage="L",
@@ -825,7 +824,7 @@ def test_a_late_copy_of_an_old_replica_sync_does_not_roll_a_backup_back() -> Non
     )
     backup.handle(now + 2, Receive(A.address, A, B.uuid, newer))
     assert backup.data.stores[0].sequence == 6
-    assert backup.data.stores[0].maps == {"m": {b"k": b"newer"}}
+    assert backup.data.view(0).maps == {"m": {b"k": b"newer"}}
 
 
 # --- migrations ------------------------------------------------------------------------------------------
@@ -863,7 +862,13 @@ def test_a_destination_that_told_a_newer_leader_it_had_not_committed_refuses_tha
     )
     destination, _ = _destination_of(record)
     chunk = m.MigrationChunk(
-        record=record, sequence=0, map_name="m", keys=(b"k",), values=(b"v",), last=True, replica_sequence=1, lineage=""
+        record=record,
+        sequence=0,
+        map_name="m",
+        records=page_of((b"k",), (b"v",)),
+        last=True,
+        replica_sequence=1,
+        lineage="",
     )
     assert sent(destination.handle(11, Receive(A.address, A, C.uuid, chunk)), m.MigrationChunkAck)[0].accepted
     query = m.MigrationOutcomeQuery(record, 1)
@@ -894,8 +899,7 @@ def test_a_destination_takes_a_window_of_chunks_in_any_order_and_acknowledges_cu
             record=record,
             sequence=0,
             map_name="m",
-            keys=(b"a", b"b"),
-            values=(b"1", b"2"),
+            records=page_of((b"a", b"b"), (b"1", b"2")),
             last=False,
             replica_sequence=9,
             lineage="L",
@@ -904,8 +908,7 @@ def test_a_destination_takes_a_window_of_chunks_in_any_order_and_acknowledges_cu
             record=record,
             sequence=1,
             map_name="m",
-            keys=(b"c",),
-            values=(b"3",),
+            records=page_of((b"c",), (b"3",)),
             last=False,
             replica_sequence=9,
             lineage="L",
@@ -914,8 +917,7 @@ def test_a_destination_takes_a_window_of_chunks_in_any_order_and_acknowledges_cu
             record=record,
             sequence=2,
             map_name="n",
-            keys=(b"a",),
-            values=(b"4",),
+            records=page_of((b"a",), (b"4",)),
             last=True,
             replica_sequence=9,
             lineage="L",
@@ -928,7 +930,8 @@ def test_a_destination_takes_a_window_of_chunks_in_any_order_and_acknowledges_cu
     assert [a.sequence for a in acks] == [-1, -1, 2, 2]
     staging = destination.migrations.incoming[0].staging
     assert staging.complete
-    assert staging.maps == {"m": {b"a": b"1", b"b": b"2", b"c": b"3"}, "n": {b"a": b"4"}}
+    staged = {name: records.snapshot() for name, records in staging.maps.items()}
+    assert staged == {"m": {b"a": b"1", b"b": b"2", b"c": b"3"}, "n": {b"a": b"4"}}
 
 
 def test_early_chunks_are_held_only_from_the_owner_within_the_first_window_and_in_bytes() -> None:
@@ -953,8 +956,7 @@ def test_early_chunks_are_held_only_from_the_owner_within_the_first_window_and_i
             record=record,
             sequence=sequence,
             map_name="m",
-            keys=(b"k",),
-            values=(b"v",),
+            records=page_of((b"k",), (b"v",)),
             last=False,
             replica_sequence=1,
             lineage="",
@@ -964,8 +966,7 @@ def test_early_chunks_are_held_only_from_the_owner_within_the_first_window_and_i
         record=record,
         sequence=0,
         map_name="m",
-        keys=(b"k",),
-        values=(b"v",),
+        records=page_of((b"k",), (b"v",)),
         last=False,
         replica_sequence=1,
         lineage="",
@@ -990,8 +991,7 @@ def test_early_chunks_are_held_only_from_the_owner_within_the_first_window_and_i
             record=other,
             sequence=0,
             map_name="m",
-            keys=(b"k",),
-            values=(b"v" * 600_000,),
+            records=page_of((b"k",), (b"v" * 600_000,)),
             last=False,
             replica_sequence=1,
             lineage="",
@@ -1028,8 +1028,7 @@ def test_a_chunk_whose_columns_differ_in_length_is_refused() -> None:
         record=record,
         sequence=0,
         map_name="m",
-        keys=(b"a", b"b"),
-        values=(b"1",),
+        records=msgspec.structs.replace(page_of((b"a", b"b"), (b"1", b"2")), values=b"1", value_lengths=b"\x01\0\0\0"),
         last=True,
         replica_sequence=9,
         lineage="L",
@@ -1196,7 +1195,9 @@ def test_keys_sent_in_partition_order_are_served_as_keys_grouped_one_by_one(requ
                     [(r.kind, r.keys, r.values, r.first_sequence) for r in b.runs] for b in sent(effects, m.BackupBatch)
                 ]
                 seen.append((replies(effects), batches))
-            stores = {pid: (data.maps, data.sequence) for pid, data in owner.data.stores.items()}
+            stores = {
+                pid: (owner.data.view(pid).maps, owner.data.sequence_of(pid)) for pid in owner.data.held_partitions()
+            }
             outcomes.append((seen, stores))
     assert outcomes[0] == outcomes[1]
 
@@ -1226,7 +1227,7 @@ def test_a_scan_page_is_the_entries_from_its_offset_up_to_its_count_and_the_repl
     )
     if keys:
         member.handle(now + 1, Receive("c", None, None, request))
-    held = list(member.data.stores[0].maps.get("m", {}).items())
+    held = list(member.data.view(0).maps.get("m", {}).items())
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(data_module, "MAX_REPLY_VALUE_BYTES", bound)
         scan = m.ScanRequest(

@@ -14,6 +14,7 @@ from shardgrid.core.metadata import MemberRecord, MetadataState
 from shardgrid.core.migration import Migration, MigrationRecord
 from shardgrid.core.raft import Membership, Snapshot
 from shardgrid.core.raft.messages import InstallSnapshot
+from shardgrid.core.records import page_items, page_of
 from shardgrid.core.table import PartitionTable
 from tests.core.test_member import (
     A_OWNS_B_BACKS,
@@ -69,7 +70,7 @@ def test_a_backup_behind_gets_just_the_maps_changed_since_and_writes_to_the_othe
     effects = owner.handle(now + 4, Receive(A.address, A, B.uuid, m.ReplicaSyncRequest(0, "", 2)))
     (chunk,) = sent(effects, m.ReplicaSyncChunk)
     assert (chunk.map_name, chunk.map_version, chunk.base_sequence, chunk.replica_sequence) == ("b", 3, 2, 3)
-    assert dict(zip(chunk.keys, chunk.values, strict=True)) == {first: b"v", second: b"w"}
+    assert page_items(chunk.records) == {first: b"v", second: b"w"}
     assert chunk.last
 
     # While "b" is sent, its writes wait; "a" takes writes as usual.
@@ -121,8 +122,7 @@ def test_a_backup_refuses_a_sync_of_some_maps_it_does_not_hold_the_base_of_and_t
         partition_id=0,
         sequence=0,
         map_name="b",
-        keys=(b"k",),
-        values=(b"3",),
+        records=page_of((b"k",), (b"3",)),
         last=True,
         replica_sequence=8,
         lineage="L",
@@ -131,15 +131,14 @@ def test_a_backup_refuses_a_sync_of_some_maps_it_does_not_hold_the_base_of_and_t
     )
     (ack,) = sent(backup.handle(now + 1, Receive(A.address, A, B.uuid, ahead)), m.ReplicaSyncAck)
     assert not ack.accepted
-    assert backup.data.stores[0].maps == {"a": {b"k": b"1"}, "b": {b"k": b"2"}}
+    assert backup.data.view(0).maps == {"a": {b"k": b"1"}, "b": {b"k": b"2"}}
     # Based on 4: it holds 5, so every map not sent is already the owner's; "b" is replaced whole.
     based = m.ReplicaSyncChunk(
         sync_id="s-2",
         partition_id=0,
         sequence=0,
         map_name="b",
-        keys=(b"j",),
-        values=(b"3",),
+        records=page_of((b"j",), (b"3",)),
         last=True,
         replica_sequence=8,
         lineage="L",
@@ -149,7 +148,7 @@ def test_a_backup_refuses_a_sync_of_some_maps_it_does_not_hold_the_base_of_and_t
     (ack,) = sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, based)), m.ReplicaSyncAck)
     assert (ack.accepted, ack.complete) == (True, True)
     store = backup.data.stores[0]
-    assert store.maps == {"a": {b"k": b"1"}, "b": {b"j": b"3"}}
+    assert store.view().maps == {"a": {b"k": b"1"}, "b": {b"j": b"3"}}
     assert (store.sequence, store.versions["b"]) == (8, 7)
 
     # The owner's side: a refused sync of some maps becomes a sync of everything.
@@ -199,8 +198,7 @@ def test_a_migration_destination_keeps_each_maps_version_from_its_chunks() -> No
             record=record,
             sequence=0,
             map_name="a",
-            keys=(b"k",),
-            values=(b"1",),
+            records=page_of((b"k",), (b"1",)),
             last=False,
             replica_sequence=9,
             lineage="L",
@@ -211,8 +209,7 @@ def test_a_migration_destination_keeps_each_maps_version_from_its_chunks() -> No
             record=record,
             sequence=1,
             map_name="b",
-            keys=(b"k",),
-            values=(b"2",),
+            records=page_of((b"k",), (b"2",)),
             last=True,
             replica_sequence=9,
             lineage="L",
@@ -236,8 +233,7 @@ def test_a_backup_answers_a_resent_chunk_of_a_sync_it_finished_and_refuses_one_i
             partition_id=0,
             sequence=0,
             map_name="a",
-            keys=(b"k",),
-            values=(b"1",),
+            records=page_of((b"k",), (b"1",)),
             last=False,
             replica_sequence=6,
             lineage="L",
@@ -249,8 +245,7 @@ def test_a_backup_answers_a_resent_chunk_of_a_sync_it_finished_and_refuses_one_i
             partition_id=0,
             sequence=1,
             map_name="b",
-            keys=(b"k",),
-            values=(b"2",),
+            records=page_of((b"k",), (b"2",)),
             last=True,
             replica_sequence=6,
             lineage="L",
@@ -260,7 +255,7 @@ def test_a_backup_answers_a_resent_chunk_of_a_sync_it_finished_and_refuses_one_i
     ]
     for chunk in chunks:
         backup.handle(now + 1, Receive(A.address, A, B.uuid, chunk))
-    assert backup.data.stores[0].maps == {"a": {b"k": b"1"}, "b": {b"k": b"2"}}
+    assert backup.data.view(0).maps == {"a": {b"k": b"1"}, "b": {b"k": b"2"}}
     (ack,) = sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, chunks[1])), m.ReplicaSyncAck)
     assert (ack.accepted, ack.complete) == (True, True)
     newer = m.ReplicaSyncChunk(
@@ -268,8 +263,7 @@ def test_a_backup_answers_a_resent_chunk_of_a_sync_it_finished_and_refuses_one_i
         partition_id=0,
         sequence=1,
         map_name="b",
-        keys=(b"k",),
-        values=(b"3",),
+        records=page_of((b"k",), (b"3",)),
         last=True,
         replica_sequence=9,
         lineage="L",
@@ -310,7 +304,7 @@ def test_a_backup_promoted_inside_a_snapshot_starts_a_new_lineage_and_syncs_its_
     effects = _snapshot_makes_b_owner(backup, now + 1)
     store = backup.data.stores[0]
     assert store.lineage not in ("L", "")
-    assert (store.copy_index, store.maps, store.sequence) == (0, {"m": {b"k": b"1"}}, 5)
+    assert (store.copy_index, store.view().maps, store.sequence) == (0, {"m": {b"k": b"1"}}, 5)
     chunks = [chunk for chunk in sent(effects, m.ReplicaSyncChunk) if chunk.partition_id == 0]
     assert [(chunk.base_sequence, chunk.lineage) for chunk in chunks] == [(-1, store.lineage)]
 
@@ -324,8 +318,7 @@ def test_a_backup_promoted_in_the_middle_of_a_sync_drops_it() -> None:
         partition_id=0,
         sequence=0,
         map_name="a",
-        keys=(b"k",),
-        values=(b"1",),
+        records=page_of((b"k",), (b"1",)),
         last=False,
         replica_sequence=6,
         lineage="L",
@@ -355,7 +348,13 @@ def test_a_migration_chunk_of_records_that_name_no_map_is_refused() -> None:
     )
     destination, now = _destination_of(record)
     bad = m.MigrationChunk(
-        record=record, sequence=0, map_name="", keys=(b"k",), values=(b"v",), last=True, replica_sequence=9, lineage="L"
+        record=record,
+        sequence=0,
+        map_name="",
+        records=page_of((b"k",), (b"v",)),
+        last=True,
+        replica_sequence=9,
+        lineage="L",
     )
     (ack,) = sent(destination.handle(now + 1, Receive(A.address, A, C.uuid, bad)), m.MigrationChunkAck)
     assert not ack.accepted
@@ -384,8 +383,7 @@ def test_a_member_promoted_inside_a_snapshot_that_also_sends_a_migration_streams
         record=moving_in,
         sequence=0,
         map_name="m",
-        keys=(b"k",),
-        values=(b"v1",),
+        records=page_of((b"k",), (b"v1",)),
         last=True,
         replica_sequence=5,
         lineage="L",
@@ -411,7 +409,7 @@ def test_a_member_promoted_inside_a_snapshot_that_also_sends_a_migration_streams
     snapshot = Snapshot(30, 1, Membership.of([A], [B, C]), state)
     effects = member.handle(now + 3, Receive(A.address, A, C.uuid, InstallSnapshot(1, snapshot, now + 3)))
     store = member.data.stores[0]
-    assert (store.copy_index, store.sequence, store.maps) == (0, 5, {"m": {b"k": b"v1"}})
+    assert (store.copy_index, store.sequence, store.view().maps) == (0, 5, {"m": {b"k": b"v1"}})
     assert store.lineage not in ("L", "")
     streamed = [c.lineage for c in sent(effects, m.MigrationChunk) if c.record.partition_id == 0]
     assert set(streamed) <= {store.lineage}

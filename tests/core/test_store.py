@@ -8,7 +8,9 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardgrid._engine import DUMP_RECORD_BYTES
 from shardgrid.core.messages import PUT, REMOVE, WriteRun
+from shardgrid.core.records import page_count, page_items
 from shardgrid.core.store import PartitionData, stream_pieces
 
 maps_strategy = st.dictionaries(
@@ -24,16 +26,18 @@ def test_streamed_pieces_hold_every_record_once_in_order_and_within_bounds(
     maps: dict[str, dict[bytes, bytes]], max_entries: int, max_bytes: int
 ) -> None:
     versions = {name: 7 + i for i, name in enumerate(maps)}
-    pieces = list(stream_pieces([(n, versions[n], r) for n, r in maps.items()], max_entries, max_bytes))
+    held = PartitionData.holding(maps)
+    pieces = list(stream_pieces([(n, versions[n], held.maps[n]) for n in held.maps], max_entries, max_bytes))
     rebuilt: dict[str, dict[bytes, bytes]] = {}
     order: list[tuple[str, bytes]] = []
-    for map_name, version, keys, values in pieces:
-        assert len(keys) == len(values) <= max_entries
+    for map_name, version, page in pieces:
+        items = page_items(page)
+        assert len(items) == page_count(page) <= max_entries
         assert version == versions.get(map_name, 0)
-        size = sum(len(k) + len(v) + 16 for k, v in zip(keys, values, strict=True))
-        assert size <= max_bytes or len(keys) == 1  # a record larger than the bound stands alone
-        rebuilt.setdefault(map_name, {}).update(zip(keys, values, strict=True))
-        order += [(map_name, k) for k in keys]
+        size = sum(len(k) + len(v) + DUMP_RECORD_BYTES for k, v in items.items())
+        assert size <= max_bytes or len(items) == 1  # a record larger than the bound stands alone
+        rebuilt.setdefault(map_name, {}).update(items)
+        order += [(map_name, k) for k in items]
     expected = {name: records for name, records in maps.items() if records}
     assert {name: records for name, records in rebuilt.items() if name} == expected
     assert order == [(name, k) for name, records in maps.items() for k in records]
@@ -81,8 +85,8 @@ def test_a_replica_at_any_sequence_from_versions_from_on_becomes_the_owner_by_ta
         if replica.sequence < owner.versions_from:
             continue  # too far behind for the versions to tell: it gets everything
         changed = owner.maps_changed_after(replica.sequence)
-        replica.replace_maps({n: dict(owner.maps[n]) for n in changed}, owner.versions)
-        assert replica.maps == owner.maps
+        replica.replace_maps({n: owner.maps[n].copy() for n in changed}, owner.versions)
+        assert replica.view().maps == owner.view().maps
         assert replica.versions == owner.versions
 
 
@@ -102,7 +106,7 @@ def test_emptying_a_map_raises_versions_from_and_a_no_op_does_not() -> None:
     data.apply_run(
         WriteRun(partition_id=0, lineage="", first_sequence=3, kind=REMOVE, map_name="m", keys=(b"a",), values=()), 0, 0
     )
-    assert (data.maps, data.versions, data.versions_from) == ({}, {}, 3)
+    assert (data.view().maps, data.versions, data.versions_from) == ({}, {}, 3)
 
 
 def test_a_run_applies_from_where_the_replica_stands() -> None:
@@ -117,7 +121,7 @@ def test_a_run_applies_from_where_the_replica_stands() -> None:
         values=(b"1", b"2", b"3"),
     )
     data.apply_run(run, 1, 0)  # write 1 is already applied
-    assert data.maps == {"m": {b"b": b"2", b"c": b"3"}}
+    assert data.view().maps == {"m": {b"b": b"2", b"c": b"3"}}
     assert data.sequence == 3
     data.apply_run(
         WriteRun(
@@ -126,5 +130,5 @@ def test_a_run_applies_from_where_the_replica_stands() -> None:
         0,
         0,
     )
-    assert data.maps == {}
+    assert data.view().maps == {}
     assert data.sequence == 6

@@ -15,7 +15,7 @@ use crate::columns::{Column, InvalidInput, LENGTH_BYTES, NUMBER_BYTES, Packed};
 use crate::limits::{
     MAX_COUNTER, MAX_ENTRIES_PER_CHUNK, MAX_KEY_BYTES, MAX_MAP_NAME_CHARS, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES,
 };
-use crate::store::{DUMP_RECORD_BYTES, Dump, Found, MAP_BYTES, Page, RecordStore, Ttl};
+use crate::store::{self, DUMP_RECORD_BYTES, Dump, Found, MAP_BYTES, Page, RecordStore, Ttl};
 use crate::table::{EXPIRY_BYTES, INDEX_BYTES, METADATA_FIELDS, RECORD_BYTES};
 
 create_exception!(
@@ -139,6 +139,7 @@ impl PyRecordStore {
         Ok(found(py, &answer))
     }
 
+    #[pyo3(signature = (map_name, keys, key_lengths, now_ms, *, max_bytes = None))]
     fn get<'py>(
         &mut self,
         py: Python<'py>,
@@ -146,9 +147,16 @@ impl PyRecordStore {
         keys: &[u8],
         key_lengths: &[u8],
         now_ms: &Bound<'py, PyAny>,
+        max_bytes: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Column3<'py>> {
         let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
-        Ok(found(py, &self.store.get(map_name, keys, key_lengths, now_ms)?))
+        let max_bytes = max_bytes
+            .map(|bound| int_arg(bound, "max_bytes", MAX_COUNTER))
+            .transpose()?;
+        Ok(found(
+            py,
+            &self.store.get(map_name, keys, key_lengths, now_ms, max_bytes)?,
+        ))
     }
 
     fn peek<'py>(
@@ -193,8 +201,8 @@ impl PyRecordStore {
         Ok((PyBytes::new(py, &numbers), PyBytes::new(py, &present)))
     }
 
-    #[allow(clippy::type_complexity)]
-    #[pyo3(signature = (map_name, offset, max_entries, now_ms, *, keys_only = false))]
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
+    #[pyo3(signature = (map_name, offset, max_entries, now_ms, *, keys_only = false, max_bytes = None))]
     fn scan<'py>(
         &self,
         py: Python<'py>,
@@ -203,6 +211,7 @@ impl PyRecordStore {
         max_entries: &Bound<'py, PyAny>,
         now_ms: &Bound<'py, PyAny>,
         keys_only: bool,
+        max_bytes: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<(
         Bound<'py, PyBytes>,
         Bound<'py, PyBytes>,
@@ -213,11 +222,17 @@ impl PyRecordStore {
         let offset = int_arg(offset, "offset", MAX_COUNTER)?;
         let max_entries = int_arg(max_entries, "max_entries", MAX_OPERATIONS_PER_REQUEST as u64)?;
         let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
+        let max_bytes = match max_bytes {
+            Some(bound) => int_arg(bound, "max_bytes", MAX_COUNTER)?,
+            None => MAX_COUNTER,
+        };
         let Page {
             keys,
             values,
             next_offset,
-        } = self.store.scan(map_name, offset, max_entries, now_ms, keys_only)?;
+        } = self
+            .store
+            .scan(map_name, offset, max_entries, now_ms, keys_only, max_bytes)?;
         Ok((
             PyBytes::new(py, &keys.data),
             PyBytes::new(py, &keys.lengths),
@@ -362,6 +377,20 @@ fn pack<'py>(py: Python<'py>, items: &Bound<'py, PyAny>) -> PyResult<(Bound<'py,
     Ok((PyBytes::new(py, &packed.data), PyBytes::new(py, &packed.lengths)))
 }
 
+/// Check records as `RecordStore.load` takes them, whole, without taking them (a transfer's
+/// receiver checks a chunk before it stages it): raises `ColumnError` saying what is wrong.
+#[pyfunction]
+fn check_records(
+    keys: &[u8],
+    key_lengths: &[u8],
+    values: &[u8],
+    value_lengths: &[u8],
+    metadata: &[u8],
+) -> PyResult<()> {
+    store::check_records(keys, key_lengths, values, value_lengths, metadata)?;
+    Ok(())
+}
+
 /// A packed column's items as a list of `bytes`; with `present` (a byte per item, 1 or 0), an
 /// item marked 0 is None (and must be empty, as the engine writes an absent entry's place).
 #[pyfunction]
@@ -404,6 +433,7 @@ fn engine_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<PyRecordStore>()?;
     module.add_function(wrap_pyfunction!(pack, module)?)?;
     module.add_function(wrap_pyfunction!(split, module)?)?;
+    module.add_function(wrap_pyfunction!(check_records, module)?)?;
     module.add("DUMP_RECORD_BYTES", DUMP_RECORD_BYTES)?;
     module.add("ColumnError", py.get_type::<ColumnError>())?;
     module.add("MAX_KEY_BYTES", MAX_KEY_BYTES)?;

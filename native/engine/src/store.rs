@@ -140,10 +140,22 @@ impl RecordStore {
     }
 
     /// The live values of the keys at `now_ms`. A read counts a hit and marks the entry accessed
-    /// at `now_ms`; an expired entry is never returned.
-    pub fn get(&mut self, map_name: &str, keys: &[u8], key_lengths: &[u8], now_ms: u64) -> Checked<Found> {
+    /// at `now_ms`; an expired entry is never returned. With `max_bytes`, the answer stops before
+    /// the first value that would take its values past it: it then covers only the first keys
+    /// (fewer presence bytes than keys), and the others are not read (no hit).
+    pub fn get(
+        &mut self,
+        map_name: &str,
+        keys: &[u8],
+        key_lengths: &[u8],
+        now_ms: u64,
+        max_bytes: Option<u64>,
+    ) -> Checked<Found> {
         check_map_name(map_name)?;
         check_time("now_ms", now_ms)?;
+        if let Some(bound) = max_bytes {
+            check_bounded("max_bytes", bound, MAX_COUNTER)?;
+        }
         let keys = Column::parse("keys", keys, key_lengths, MAX_OPERATIONS_PER_REQUEST, MAX_KEY_BYTES)?;
         let mut found = Found::with_capacity(keys.len(), true);
         let Some(table) = self.maps.get_mut(map_name) else {
@@ -151,6 +163,12 @@ impl RecordStore {
             return Ok(found);
         };
         for key in keys.iter() {
+            if let Some(bound) = max_bytes {
+                let size = table.live(key, now_ms).map_or(0, |r| r.value().len() as u64);
+                if found.values.data.len() as u64 + size > bound {
+                    break;
+                }
+            }
             let present = table.read(key, now_ms, &mut found.values);
             if !present {
                 found.values.push_empty();
@@ -237,31 +255,54 @@ impl RecordStore {
     /// `offset + max_entries`, in iteration order, and the position after them. An expired entry
     /// is left out, so a page may hold fewer than `max_entries` with more to come: the scan is
     /// done when `next_offset` reaches `entry_count`. Pages fit together while the map takes no
-    /// write between them (the core's map version says when it did).
-    pub fn scan(&self, map_name: &str, offset: u64, max_entries: u64, now_ms: u64, keys_only: bool) -> Checked<Page> {
+    /// write between them (the core's map version says when it did). The live entries' bytes
+    /// (keys, and values unless `keys_only`) stay within `max_bytes`, except a first entry alone.
+    #[allow(clippy::too_many_arguments)]
+    pub fn scan(
+        &self,
+        map_name: &str,
+        offset: u64,
+        max_entries: u64,
+        now_ms: u64,
+        keys_only: bool,
+        max_bytes: u64,
+    ) -> Checked<Page> {
         check_map_name(map_name)?;
         check_time("now_ms", now_ms)?;
         check_bounded("offset", offset, MAX_COUNTER)?;
         check_bounded("max_entries", max_entries, MAX_OPERATIONS_PER_REQUEST as u64)?;
+        check_bounded("max_bytes", max_bytes, MAX_COUNTER)?;
         let Some(table) = self.maps.get(map_name) else {
             return Ok(Page::default());
         };
         let records = table.records();
         let start = (offset as usize).min(records.len());
         let end = start.saturating_add(max_entries as usize).min(records.len());
-        let window = &records[start..end];
-        let live = || window.iter().filter(|r| r.is_live(now_ms));
-        let (key_bytes, value_bytes) = live().fold((0, 0), |(k, v), r| (k + r.key().len(), v + r.value().len()));
-        let count = live().count();
+        let size = |r: &Record| r.key().len() as u64 + if keys_only { 0 } else { r.value().len() as u64 };
+        // The positions the page covers: up to `end`, and no further than the bytes allow (the
+        // first live entry always goes, however large).
+        let (mut stop, mut used, mut count, mut key_bytes, mut value_bytes) = (start, 0u64, 0usize, 0usize, 0usize);
+        for record in &records[start..end] {
+            if record.is_live(now_ms) {
+                if count > 0 && used + size(record) > max_bytes {
+                    break;
+                }
+                used += size(record);
+                count += 1;
+                key_bytes += record.key().len();
+                value_bytes += record.value().len();
+            }
+            stop += 1;
+        }
         let mut page = Page {
             keys: Packed::with_capacity(count, key_bytes),
             values: Packed::with_capacity(
                 if keys_only { 0 } else { count },
                 if keys_only { 0 } else { value_bytes },
             ),
-            next_offset: end as u64,
+            next_offset: stop as u64,
         };
-        for record in live() {
+        for record in records[start..stop].iter().filter(|r| r.is_live(now_ms)) {
             page.keys.push(record.key());
             if !keys_only {
                 page.values.push(record.value());
@@ -321,8 +362,8 @@ impl RecordStore {
     }
 
     /// Take records as [`RecordStore::dump`] gave them: each key set to its value and exactly
-    /// its metadata (a held record of the key is replaced). Checked whole first: the columns, one
-    /// metadata row per record, times and versions within [`MAX_COUNTER`], hits within 32 bits.
+    /// its metadata (a held record of the key is replaced). Checked whole first
+    /// ([`check_records`]).
     pub fn load(
         &mut self,
         map_name: &str,
@@ -333,30 +374,7 @@ impl RecordStore {
         metadata: &[u8],
     ) -> Checked<()> {
         check_map_name(map_name)?;
-        let keys = Column::parse("keys", keys, key_lengths, MAX_ENTRIES_PER_CHUNK, MAX_KEY_BYTES)?;
-        let values = Column::parse("values", values, value_lengths, MAX_ENTRIES_PER_CHUNK, MAX_VALUE_BYTES)?;
-        if keys.len() != values.len() {
-            return invalid(format!("{} keys and {} values", keys.len(), values.len()));
-        }
-        let numbers = parse_numbers("metadata", metadata, keys.len() * METADATA_FIELDS.len(), MAX_COUNTER)?;
-        let rows: Vec<[u64; METADATA_FIELDS.len()]> = numbers
-            .chunks_exact(METADATA_FIELDS.len())
-            .map(|row| row.try_into().expect("chunks_exact gives whole rows"))
-            .collect();
-        for (position, row) in rows.iter().enumerate() {
-            let [created_ms, updated_ms, _, _, hits, version] = *row;
-            if hits > u64::from(u32::MAX) {
-                return invalid(format!(
-                    "metadata: entry {position} has {hits} hits, more than 2**32 - 1"
-                ));
-            }
-            if version == 0 || updated_ms < created_ms {
-                return invalid(format!(
-                    "metadata: entry {position} has version {version}, created {created_ms} and updated {updated_ms}: \
-                     a record has a version from 1 and is updated no earlier than created"
-                ));
-            }
-        }
+        let (keys, values, rows) = check_records(keys, key_lengths, values, value_lengths, metadata)?;
         if keys.is_empty() {
             return Ok(());
         }
@@ -491,6 +509,47 @@ fn check_write<'a>(
     Ok((keys, values, expire_at))
 }
 
+/// The checked columns of records to load, and each record's metadata row.
+pub type CheckedRecords<'a> = (Column<'a>, Column<'a>, Vec<[u64; METADATA_FIELDS.len()]>);
+
+/// Check records as [`RecordStore::load`] takes them, whole: the columns (at most
+/// [`MAX_ENTRIES_PER_CHUNK`], keys and values within their limits), one metadata row per record,
+/// times and versions within [`MAX_COUNTER`], a version from 1, updated no earlier than created,
+/// hits within 32 bits. What a transfer's receiver checks before it takes a chunk.
+pub fn check_records<'a>(
+    keys: &'a [u8],
+    key_lengths: &'a [u8],
+    values: &'a [u8],
+    value_lengths: &'a [u8],
+    metadata: &[u8],
+) -> Checked<CheckedRecords<'a>> {
+    let keys = Column::parse("keys", keys, key_lengths, MAX_ENTRIES_PER_CHUNK, MAX_KEY_BYTES)?;
+    let values = Column::parse("values", values, value_lengths, MAX_ENTRIES_PER_CHUNK, MAX_VALUE_BYTES)?;
+    if keys.len() != values.len() {
+        return invalid(format!("{} keys and {} values", keys.len(), values.len()));
+    }
+    let numbers = parse_numbers("metadata", metadata, keys.len() * METADATA_FIELDS.len(), MAX_COUNTER)?;
+    let rows: Vec<[u64; METADATA_FIELDS.len()]> = numbers
+        .chunks_exact(METADATA_FIELDS.len())
+        .map(|row| row.try_into().expect("chunks_exact gives whole rows"))
+        .collect();
+    for (position, row) in rows.iter().enumerate() {
+        let [created_ms, updated_ms, _, _, hits, version] = *row;
+        if hits > u64::from(u32::MAX) {
+            return invalid(format!(
+                "metadata: entry {position} has {hits} hits, more than 2**32 - 1"
+            ));
+        }
+        if version == 0 || updated_ms < created_ms {
+            return invalid(format!(
+                "metadata: entry {position} has version {version}, created {created_ms} and updated {updated_ms}: \
+                 a record has a version from 1 and is updated no earlier than created"
+            ));
+        }
+    }
+    Ok((keys, values, rows))
+}
+
 fn check_map_name(map_name: &str) -> Checked<()> {
     let chars = map_name.chars().count();
     if chars == 0 || chars > MAX_MAP_NAME_CHARS {
@@ -541,7 +600,7 @@ mod tests {
 
     fn get(store: &mut RecordStore, keys: &[&[u8]], now_ms: u64) -> Vec<Option<Vec<u8>>> {
         let k = packed(keys);
-        let found = store.get(MAP, &k.data, &k.lengths, now_ms).unwrap();
+        let found = store.get(MAP, &k.data, &k.lengths, now_ms, None).unwrap();
         unpack(&found)
     }
 
@@ -618,7 +677,7 @@ mod tests {
         put(&mut store, &[b"k"], &[b"v"], 100, 1);
         assert_eq!(get(&mut store, &[b"k"], 100), [Some(b"v".to_vec())]);
         assert_eq!(get(&mut store, &[b"k"], 101), [None]);
-        let page = store.scan(MAP, 0, 10, 101, false).unwrap();
+        let page = store.scan(MAP, 0, 10, 101, false, u64::MAX >> 11).unwrap();
         assert!(page.keys.is_empty() && page.values.is_empty());
         assert_eq!(page.next_offset, 1);
         let k = packed(&[b"k"]);
@@ -773,10 +832,14 @@ mod tests {
         assert!(error.0.starts_with("keys: 7 bytes of lengths"));
         let error = store.remove(MAP, &two.data[..1], &two.lengths, 1, false).unwrap_err();
         assert_eq!(error.0, "keys: the lengths add up to 5 bytes and the buffer holds 1");
-        assert!(store.get("", b"", b"", 0).is_err());
-        assert!(store.get(&"x".repeat(MAX_MAP_NAME_CHARS + 1), b"", b"", 0).is_err());
+        assert!(store.get("", b"", b"", 0, None).is_err());
         assert!(
-            store.get(&"é".repeat(MAX_MAP_NAME_CHARS), b"", b"", 0).is_ok(),
+            store
+                .get(&"x".repeat(MAX_MAP_NAME_CHARS + 1), b"", b"", 0, None)
+                .is_err()
+        );
+        assert!(
+            store.get(&"é".repeat(MAX_MAP_NAME_CHARS), b"", b"", 0, None).is_ok(),
             "characters, not bytes"
         );
         assert_eq!(
@@ -812,10 +875,10 @@ mod tests {
             .map(|n| n.to_le_bytes().to_vec())
             .collect();
         let k = pack(keys.iter().map(Vec::as_slice));
-        assert!(store.get(MAP, &k.data, &k.lengths, 0).is_err());
+        assert!(store.get(MAP, &k.data, &k.lengths, 0, None).is_err());
         let k = pack(keys[1..].iter().map(Vec::as_slice));
         assert_eq!(
-            store.get(MAP, &k.data, &k.lengths, 0).unwrap().present.len(),
+            store.get(MAP, &k.data, &k.lengths, 0, None).unwrap().present.len(),
             MAX_OPERATIONS_PER_REQUEST
         );
     }
@@ -842,13 +905,13 @@ mod tests {
         let mut offset = 0;
         let mut seen = Vec::new();
         while offset < store.entry_count(MAP) as u64 {
-            let page = store.scan(MAP, offset, 10, 0, false).unwrap();
+            let page = store.scan(MAP, offset, 10, 0, false, u64::MAX >> 11).unwrap();
             assert_eq!(page.keys, page.values);
             seen.extend(page.keys.data);
             offset = page.next_offset;
         }
         assert_eq!(seen, (0..25u8).collect::<Vec<_>>());
-        let past = store.scan(MAP, 1_000, 10, 0, true).unwrap();
+        let past = store.scan(MAP, 1_000, 10, 0, true, u64::MAX >> 11).unwrap();
         assert_eq!(
             past,
             Page {
@@ -858,7 +921,7 @@ mod tests {
         );
         assert!(
             store
-                .scan(MAP, 0, MAX_OPERATIONS_PER_REQUEST as u64 + 1, 0, false)
+                .scan(MAP, 0, MAX_OPERATIONS_PER_REQUEST as u64 + 1, 0, false, 0)
                 .is_err()
         );
     }
@@ -909,7 +972,7 @@ mod tests {
     fn a_read_of_a_missing_map_creates_nothing() {
         let mut store = RecordStore::new(0);
         let k = packed(&[b"k"]);
-        store.get(MAP, &k.data, &k.lengths, 0).unwrap();
+        store.get(MAP, &k.data, &k.lengths, 0, None).unwrap();
         store.remove(MAP, &k.data, &k.lengths, 0, true).unwrap();
         store.put(MAP, b"", b"", b"", b"", 0, Ttl::Each(0), false).unwrap();
         assert_eq!(store.map_names().count(), 0);
@@ -982,5 +1045,44 @@ mod tests {
         assert_eq!(found.values, packed(&[b"1", b"", b"2"]));
         assert_eq!(store.peek(MAP, &k.data, &k.lengths, 15).unwrap().present, [0, 0, 0]);
         assert_eq!(store.table(MAP).unwrap().records()[0].hits, 0);
+    }
+
+    #[test]
+    fn a_scan_page_stops_at_its_byte_bound_with_at_least_one_entry() {
+        let mut store = RecordStore::new(0);
+        put(
+            &mut store,
+            &[b"a", b"b", b"c", b"d"],
+            &[b"1234", b"5678", b"9", b"0"],
+            0,
+            0,
+        );
+        put(&mut store, &[b"b"], &[b"x"], 0, 1); // expires at 1: hidden at 5, still covered
+        let page = store.scan(MAP, 0, 10, 5, false, 6).unwrap();
+        assert_eq!((page.keys.len(), page.next_offset), (1, 2)); // b, hidden, is covered
+        let page = store.scan(MAP, 1, 10, 5, false, 4).unwrap();
+        assert_eq!(page.keys, packed(&[b"c", b"d"]));
+        assert_eq!(page.next_offset, 4);
+        let page = store.scan(MAP, 0, 10, 5, true, 2).unwrap();
+        assert_eq!(page.keys, packed(&[b"a", b"c"]));
+        assert_eq!(page.next_offset, 3);
+        let alone = store.scan(MAP, 0, 10, 5, false, 0).unwrap();
+        assert_eq!((alone.keys.len(), alone.next_offset), (1, 2));
+    }
+
+    #[test]
+    fn a_get_with_a_byte_bound_answers_the_first_keys_that_fit_and_reads_no_other() {
+        let mut store = RecordStore::new(0);
+        put(&mut store, &[b"a", b"b"], &[b"1234", b"56"], 0, 0);
+        let k = packed(&[b"a", b"zz", b"b", b"a"]);
+        let found = store.get(MAP, &k.data, &k.lengths, 1, Some(6)).unwrap();
+        assert_eq!(found.present, [1, 0, 1]);
+        assert_eq!(found.values, packed(&[b"1234", b"", b"56"]));
+        assert_eq!(store.table(MAP).unwrap().records()[0].hits, 1);
+        assert_eq!(
+            store.get(MAP, &k.data, &k.lengths, 1, Some(3)).unwrap().present,
+            Vec::<u8>::new()
+        );
+        assert_eq!(store.get(MAP, &k.data, &k.lengths, 1, None).unwrap().present.len(), 4);
     }
 }

@@ -708,7 +708,9 @@ class AsyncClient:
                 continue
             stamp = page_stamp
             pages.append(reply)
-            offset += len(reply.keys) if not packed else len(reply.key_lengths) // 4
+            # A member skips expired entries within the positions a page covers, and says where the
+            # next page starts.
+            offset = reply.next_offset or offset + (len(reply.keys) if not packed else len(reply.key_lengths) // 4)
             if not reply.more:
                 return pages
 

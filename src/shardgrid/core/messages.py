@@ -20,7 +20,6 @@ import msgspec
 from shardgrid.core.identity import MAX_ADDRESS_CHARS, MemberId, MemberIds
 from shardgrid.core.limits import (
     MAX_COUNTER,
-    MAX_ENTRIES_PER_CHUNK,
     MAX_FRAME_BYTES,
     MAX_KEY_BYTES,
     MAX_MAP_NAME_CHARS,
@@ -53,10 +52,8 @@ KeyColumn = Annotated[tuple[Key, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PE
 ValueColumn = Annotated[tuple[Value, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
 # A column packed end to end (a scan page), or its entries' lengths.
 PackedBytes = Annotated[bytes, msgspec.Meta(max_length=MAX_FRAME_BYTES)]
-# Columns of one migration chunk.
+# The map of one migration or sync chunk.
 ChunkMapName = Annotated[str, msgspec.Meta(max_length=MAX_MAP_NAME_CHARS)]  # "" in a chunk of no records
-ChunkKeys = Annotated[tuple[bytes, ...], msgspec.Meta(max_length=MAX_ENTRIES_PER_CHUNK)]
-ChunkValues = Annotated[tuple[bytes, ...], msgspec.Meta(max_length=MAX_ENTRIES_PER_CHUNK)]
 
 # --- finding and joining a cluster ---------------------------------------------------------------
 
@@ -168,19 +165,30 @@ class LeaseGrant(Message, tag=27):
 # --- migrations (started and finished through the log; the data moves here) -----------------------
 
 
-# Codes 80 and 81 (a chunk of one object per entry, acknowledged one by one) and 102 (a replica
-# sync chunk of one object per entry) are retired.
+# Codes 80 and 81 (a chunk of one object per entry, acknowledged one by one), 102 (a replica sync
+# chunk of one object per entry), and 88 and 126 (chunks of key and value columns without the
+# records' metadata) are retired.
 
 
-class MigrationChunk(Message, tag=88, kw_only=True):
-    """Data sender to destination: the next bounded piece of one map of the partition, as key and
-    value columns, in order. Several are in flight at once (``migration_window_chunks``)."""
+class RecordColumns(Record, kw_only=True):
+    """Records of one map with their metadata, packed as the storage engine dumps and loads them
+    (``records.RecordPage``): checked whole by ``records.page_problem`` before anything is taken."""
+
+    keys: PackedBytes = b""
+    key_lengths: PackedBytes = b""
+    values: PackedBytes = b""
+    value_lengths: PackedBytes = b""
+    metadata: PackedBytes = b""
+
+
+class MigrationChunk(Message, tag=136, kw_only=True):
+    """Data sender to destination: the next bounded piece of one map of the partition, its records
+    with their metadata, in order. Several are in flight at once (``migration_window_chunks``)."""
 
     record: MigrationRecord
     sequence: Counter
     map_name: ChunkMapName  # "" in the one chunk of a partition that holds nothing
-    keys: ChunkKeys
-    values: ChunkValues
+    records: RecordColumns
     last: bool
     replica_sequence: Counter
     lineage: str
@@ -280,6 +288,11 @@ class WriteRun(Record, kw_only=True):
     write_id: Counter = 0
     record_ttl_ms: Counter = 0
     answer: AnswerValues | None = None
+    # When the owner applied the writes, on its record clock: a backup applies them at that time,
+    # so that its records' times and expiry are the owner's. ``ttls_ms``: one packed 64-bit number
+    # per key of a PUT, how long each entry lives (empty: every entry lives until removed).
+    written_ms: Counter = 0
+    ttls_ms: PackedBytes = b""
 
     @property
     def last_sequence(self) -> int:
@@ -322,7 +335,7 @@ class BackupAckBatch(Message, tag=121):
     acks: Annotated[tuple[tuple[PartitionId, Counter], ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
 
 
-class ReplicaSyncChunk(Message, tag=126, kw_only=True):
+class ReplicaSyncChunk(Message, tag=137, kw_only=True):
     """Owner to backup: the next bounded piece of the maps a sync brings, as key and value
     columns, in order, several in flight (``migration_window_chunks``). ``base_sequence`` -1:
     the backup's copy is replaced whole. Otherwise the backup holds the partition at
@@ -333,8 +346,7 @@ class ReplicaSyncChunk(Message, tag=126, kw_only=True):
     partition_id: PartitionId
     sequence: Counter
     map_name: ChunkMapName  # "" in the one piece of a sync that brings no records
-    keys: ChunkKeys
-    values: ChunkValues
+    records: RecordColumns
     last: bool
     replica_sequence: Counter
     lineage: str
@@ -497,6 +509,9 @@ class ScanReply(Message, tag=128, kw_only=True):
     key_lengths: PackedBytes = b""
     packed_values: PackedBytes = b""
     value_lengths: PackedBytes = b""
+    # Where the next page starts: past the positions this page covered, expired entries left out
+    # among them included (0 from a member that counts positions by entries returned).
+    next_offset: Counter = 0
 
 
 class MemberStatusRequest(Message, tag=129):

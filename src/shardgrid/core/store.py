@@ -10,18 +10,19 @@ values are bytes: they were serialized once, at the client.
 
 from __future__ import annotations
 
-import itertools
 import sys
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from shardgrid.core.errors import invariant
 from shardgrid.core.messages import PUT, WriteRun
+from shardgrid.core.records import EMPTY_PAGE, MapRecords, RecordPage
 from shardgrid.core.write_records import WriteRecords
 
-# One piece of a transfer: a map's name and replica version, and some of its keys and values.
-Piece = tuple[str, int, tuple[bytes, ...], tuple[bytes, ...]]
+# One piece of a transfer: a map's name and replica version, and a page of its records.
+Piece = tuple[str, int, RecordPage]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -33,7 +34,7 @@ class PartitionData:
     until the new owner's sync brings them into it.
     """
 
-    maps: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
+    maps: dict[str, MapRecords] = field(default_factory=dict)
     sequence: int = 0
     lineage: str = ""
     # The replica slot whose maps this copy holds: 0 holds every map; a copy kept at a colder
@@ -47,6 +48,24 @@ class PartitionData:
     # The clients' writes this copy applied, so that as owner it answers a retry instead of
     # applying it again (``write_records``); not part of what makes two copies equal.
     writes: WriteRecords = field(default_factory=WriteRecords)
+    # Keys the engine's hash tables: the member's, from the core (a client cannot know it).
+    hash_seed: int = 0
+
+    @classmethod
+    def holding(cls, maps: dict[str, dict[bytes, bytes]], *, now_ms: int = 0, **fields: Any) -> PartitionData:
+        """A copy holding ``maps`` (keys and values written at ``now_ms``, no expiry): for tools and
+        tests that build a replica by hand."""
+        data = cls(**fields)
+        for name, items in maps.items():
+            if items:
+                data.records_for_writing(name).put(tuple(items), tuple(items.values()), now_ms)
+        return data
+
+    def records_for_writing(self, map_name: str) -> MapRecords:
+        records = self.maps.get(map_name)
+        if records is None:
+            records = self.maps[map_name] = MapRecords(map_name, self.hash_seed)
+        return records
 
     def changed(self, map_name: str, sequence: int) -> None:
         """Record that the write at ``sequence`` changed ``map_name`` (or tried to)."""
@@ -69,8 +88,9 @@ class PartitionData:
         return [name for name in self.maps if self.version_of(name) > sequence]
 
     def apply_run(self, run: WriteRun, start: int, now_ms: int) -> None:
-        """Apply the writes of ``run`` from position ``start`` on, and advance the sequence to the
-        run's last. The backup checked the run whole (kind, lengths) before calling this."""
+        """Apply the writes of ``run`` from position ``start`` on, at the time its owner applied
+        them, and advance the sequence to the run's last. The backup checked the run whole (kind,
+        lengths) before calling this."""
         if run.client_id and run.write_id and self.writes.room_for(run.client_id, now_ms):
             expires_ms = now_ms + run.record_ttl_ms
             self.writes.record(run.client_id, run.write_id, run.last_sequence, run.answer, expires_ms)
@@ -80,16 +100,16 @@ class PartitionData:
         keys = run.keys[start:] if start else run.keys
         if run.kind == PUT:
             values = run.values[start:] if start else run.values
-            self.maps.setdefault(run.map_name, {}).update(zip(keys, values, strict=True))
+            ttls_ms = run.ttls_ms[start * 8 :] if start and run.ttls_ms else run.ttls_ms
+            self.records_for_writing(run.map_name).put(keys, values, run.written_ms, ttls_ms=ttls_ms or None)
         else:
             records = self.maps.get(run.map_name)
             if records is not None:
-                for key in keys:
-                    records.pop(key, None)
+                records.remove(keys, run.written_ms)
         self.sequence = run.last_sequence
         self.changed(run.map_name, run.last_sequence)
 
-    def replace_maps(self, staged: dict[str, dict[bytes, bytes]], versions: dict[str, int]) -> None:
+    def replace_maps(self, staged: dict[str, MapRecords], versions: dict[str, int]) -> None:
         """Take a sync's copy of some maps whole (each with its version). A sync of some maps
         never carries an emptied one: emptying a map raises ``versions_from`` past any base."""
         for name, records in staged.items():
@@ -97,39 +117,64 @@ class PartitionData:
             self.maps[name] = records
             self.versions[name] = versions.get(name, self.sequence)
 
-    def pieces(self, names: Iterable[str]) -> list[tuple[str, int, dict[bytes, bytes]]]:
+    def pieces(self, names: Iterable[str]) -> list[tuple[str, int, MapRecords]]:
         """What a transfer of the maps ``names`` reads: each held map with its version and its
-        records (the live dict: the map takes no writes until the transfer ends)."""
+        records (live: the map takes no writes until the transfer ends)."""
         return [(name, self.version_of(name), self.maps[name]) for name in names if self.maps.get(name)]
 
     def size(self) -> int:
         return sum(len(records) for records in self.maps.values())
 
+    def view(self) -> ReplicaView:
+        """A read-only copy of what this replica holds, for checkers, status and tests."""
+        return ReplicaView(
+            entries={name: records.entries() for name, records in self.maps.items()},
+            sequence=self.sequence,
+            lineage=self.lineage,
+            versions={name: self.version_of(name) for name in self.maps},
+        )
 
-def stream_pieces(
-    maps: Sequence[tuple[str, int, dict[bytes, bytes]]], max_entries: int, max_bytes: int
-) -> Iterator[Piece]:
-    """The maps as bounded pieces of key and value columns, map by map, read straight from the
-    dicts (their order is deterministic, and the maps take no writes while they are read).
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaView:
+    """A copy of one partition replica as it was when taken: per map, each record's value and
+    expiry time (0: never; expired records not yet removed included), with the replica's sequence,
+    lineage and map versions. Changing it changes nothing held."""
+
+    entries: dict[str, dict[bytes, tuple[bytes, int]]]
+    sequence: int
+    lineage: str
+    versions: dict[str, int]
+
+    @property
+    def maps(self) -> dict[str, dict[bytes, bytes]]:
+        """Per map, each record's value."""
+        return {name: {key: value for key, (value, _) in held.items()} for name, held in self.entries.items()}
+
+    def get(self, map_name: str, key: bytes) -> bytes | None:
+        held = self.entries.get(map_name, {}).get(key)
+        return held[0] if held is not None else None
+
+
+def stream_pieces(maps: Sequence[tuple[str, int, MapRecords]], max_entries: int, max_bytes: int) -> Iterator[Piece]:
+    """The maps as bounded pages of records, map by map, read straight from the engine (its order
+    is deterministic, and the maps take no writes while they are read).
 
     Bounded by count and by bytes (a single larger record stands alone). Nothing to send yields
     one empty piece, so that a transfer always has a last chunk.
     """
     produced = False
     for map_name, version, records in maps:
-        items = iter(records.items())
-        while True:
-            batch = list(itertools.islice(items, max_entries))
-            if not batch:
-                break
-            keys, values = zip(*batch, strict=True)
-            while keys:
-                take = _within_bytes(keys, values, max_bytes)
-                produced = True
-                yield map_name, version, keys[:take], values[:take]
-                keys, values = keys[take:], values[take:]
+        for page in records.pages(max_entries, max_bytes):
+            produced = True
+            yield map_name, version, page
     if not produced:
-        yield "", 0, (), ()
+        yield "", 0, EMPTY_PAGE
+
+
+def page_bytes(page: RecordPage) -> int:
+    """What a page takes on the wire: its columns and their lengths, and its metadata."""
+    return len(page.keys) + len(page.values) + len(page.key_lengths) + len(page.value_lengths) + len(page.metadata)
 
 
 # What one key or value costs beyond its bytes, in memory (its reference) and on the wire (its
@@ -145,18 +190,6 @@ def columns_bytes(keys: Sequence[bytes], values: Sequence[bytes]) -> int:
 def counted_bytes(data_bytes: int, items: int) -> int:
     """``columns_bytes`` of columns of ``items`` keys and values whose lengths sum to ``data_bytes``."""
     return data_bytes + ITEM_OVERHEAD_BYTES * items
-
-
-def _within_bytes(keys: tuple[bytes, ...], values: tuple[bytes, ...], max_bytes: int) -> int:
-    """How many of the first records fit in ``max_bytes`` (at least one)."""
-    if columns_bytes(keys, values) <= max_bytes:
-        return len(keys)
-    size = 0
-    for count, (key, value) in enumerate(zip(keys, values, strict=True)):
-        size += len(key) + len(value) + 16
-        if size > max_bytes:
-            return max(count, 1)
-    return len(keys)
 
 
 invariant(array("I").itemsize == 4, "a packed length is an unsigned 32-bit number")

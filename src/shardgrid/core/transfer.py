@@ -1,10 +1,11 @@
 """Moving some maps of a partition in bounded chunks: the sender's window, the receiver's staging.
 
 Migrations and replica syncs move data the same way (seed 002's fragmented migration): map by
-map, each chunk carrying its map's replica version, read straight from the live dicts (those maps
-take no writes until the transfer ends), with a window of chunks in flight and cumulative
-acknowledgements. Between two acknowledgements the member serves everything else. With
-fragments off, the whole transfer goes out at once, as Hazelcast does with them disabled.
+map, each chunk carrying its map's replica version and a page of its records with their metadata,
+dumped straight from the engine (those maps take no writes until the transfer ends), with a
+window of chunks in flight and cumulative acknowledgements. Between two acknowledgements the
+member serves everything else. With fragments off, the whole transfer goes out at once, as
+Hazelcast does with them disabled.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from shardgrid.core.messages import RecordColumns
+from shardgrid.core.records import MapRecords, page_count
 from shardgrid.core.store import PartitionData, Piece, stream_pieces
 from shardgrid.core.write_records import WriterRecord
 
@@ -38,9 +41,7 @@ class SendWindow(Generic[M]):
     next_index: int = 0
 
     @classmethod
-    def open(
-        cls, maps: Sequence[tuple[str, int, dict[bytes, bytes]]], max_entries: int, max_bytes: int
-    ) -> SendWindow[M]:
+    def open(cls, maps: Sequence[tuple[str, int, MapRecords]], max_entries: int, max_bytes: int) -> SendWindow[M]:
         source = stream_pieces(maps, max_entries, max_bytes)
         return cls(source, next(source))
 
@@ -111,9 +112,7 @@ class Chunk(Protocol):
     @property
     def map_name(self) -> str: ...
     @property
-    def keys(self) -> tuple[bytes, ...]: ...
-    @property
-    def values(self) -> tuple[bytes, ...]: ...
+    def records(self) -> RecordColumns: ...
     @property
     def last(self) -> bool: ...
     @property
@@ -133,9 +132,10 @@ C = TypeVar("C", bound=Chunk)
 
 @dataclass(slots=True, kw_only=True)
 class Staging(Generic[C]):
-    """The receiver's side: the maps taken so far, in order, and chunks held past a gap."""
+    """The receiver's side: the maps taken so far, in order, and chunks held past a gap. A chunk
+    is checked (``records.page_problem``) before it is given here: loading it cannot fail."""
 
-    maps: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
+    maps: dict[str, MapRecords] = field(default_factory=dict)
     versions: dict[str, int] = field(default_factory=dict)
     early: dict[int, C] = field(default_factory=dict)  # after a gap, within the window
     next_index: int = 0
@@ -144,14 +144,18 @@ class Staging(Generic[C]):
     lineage: str = ""
     versions_from: int = 0
     writers: tuple[WriterRecord, ...] = ()  # the last chunk's
+    hash_seed: int = 0  # the member's (``PartitionData.hash_seed``)
 
     def receive(self, chunk: C, window: int) -> None:
         if not self.complete and self.next_index < chunk.sequence < self.next_index + window:
             self.early[chunk.sequence] = chunk
         current: C | None = chunk
         while current is not None and current.sequence == self.next_index and not self.complete:
-            if current.keys:
-                self.maps.setdefault(current.map_name, {}).update(zip(current.keys, current.values, strict=True))
+            if page_count(current.records):
+                records = self.maps.get(current.map_name)
+                if records is None:
+                    records = self.maps[current.map_name] = MapRecords(current.map_name, self.hash_seed)
+                records.load(current.records)
                 self.versions[current.map_name] = current.map_version
             self.next_index += 1
             self.complete = current.last
@@ -177,6 +181,7 @@ class Staging(Generic[C]):
             lineage=self.lineage,
             versions=self.versions,
             versions_from=self.versions_from,
+            hash_seed=self.hash_seed,
         )
         data.writes.install(self.writers, now_ms)
         return data

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from shardgrid.core import messages as m
 from shardgrid.core.events import MigrationEvent, MigrationPhase
+from shardgrid.core.records import page_count
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 MAX_MAP_LABELS = 256  # maps beyond this many share the label "(other)": a label per map is a series each
@@ -136,7 +137,7 @@ class MemberMetrics:
         kind = type(message)
         if kind is m.MigrationChunk or kind is m.ReplicaSyncChunk:
             label = "migration" if kind is m.MigrationChunk else "sync"
-            self.entries_moved.labels(label).inc(len(message.keys))  # type: ignore[attr-defined]
+            self.entries_moved.labels(label).inc(page_count(message.records))  # type: ignore[attr-defined]
             self.bytes_moved.labels(label).inc(frame_bytes)
 
     def on_event(self, event: object) -> None:

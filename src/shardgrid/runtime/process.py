@@ -26,6 +26,7 @@ import os
 import random
 import signal
 import ssl
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,7 +177,15 @@ class MemberProcess:
             return self.identity
         seeds = tuple(dict.fromkeys((*process.join, address)))
         rng = random.Random(int.from_bytes(os.urandom(16), "big"))
-        self.member = Member(self.identity, self.settings.member_config, seeds, rng, lite=process.lite)
+        self.member = Member(
+            self.identity,
+            self.settings.member_config,
+            seeds,
+            rng,
+            lite=process.lite,
+            hash_seed=int.from_bytes(os.urandom(8), "little"),
+            clock_offset_ms=int(time.time() * 1000) - self.now_ms(),
+        )
         logs.log(
             self.logger,
             "member-listening",

@@ -23,6 +23,7 @@ from shardgrid.core.hashing import partition_id_of_serialized
 from shardgrid.core.member import Member
 from shardgrid.core.messages import MapReply, ReplyCode
 from shardgrid.core.placement import replica_count_for
+from shardgrid.core.store import ReplicaView
 from shardgrid.sim.cluster import Simulation
 from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, MAP_NAME
 
@@ -186,11 +187,9 @@ def unsafe_reason(sim: Simulation) -> str:
         holders = [r for r in slots if r is not None]
         if len(holders) != wanted or slots[0] is None:
             return f"partition {pid} has {len(holders)} of {wanted} replicas"
-        owner_data = by_identity[slots[0]].data.stores.get(pid)
-        owner_sequence = owner_data.sequence if owner_data else 0
+        owner_sequence = by_identity[slots[0]].data.sequence_of(pid)
         for backup in holders[1:]:
-            data = by_identity[backup].data.stores.get(pid)
-            if (data.sequence if data else 0) != owner_sequence:
+            if by_identity[backup].data.sequence_of(pid) != owner_sequence:
                 return f"partition {pid}: backup {backup} is behind its owner"
     return ""
 
@@ -209,15 +208,20 @@ def final_violations(sim: Simulation) -> list[str]:
         return [*problems, "no leader with a table at the end"]
     table = state.table
     by_identity: dict[object, Member] = {m.identity: m for m in sim.live_members()}
+    views: dict[tuple[object, int], ReplicaView | None] = {}
     for key in sorted(sim.ledger.writes):
         pid = partition_id_of_serialized(key, leader.config.partition_count)
         if pid in sim.stats.partitions_lost:
             continue  # lost with every replica: reported by a PartitionLost event, checked elsewhere
         owner = table.owner(pid)
-        data = by_identity[owner].data.stores.get(pid) if owner in by_identity else None
+        if owner not in by_identity:
+            data = None
+        elif (owner, pid) in views:
+            data = views[(owner, pid)]
+        else:
+            data = views[(owner, pid)] = by_identity[owner].data.view(pid)
         # A key is written in one map only (the workload's ledger, its async twin or the cache).
-        maps = data.maps if data else {}
-        value = next((maps[name][key] for name in WORKLOAD_MAPS if key in maps.get(name, {})), None)
+        value = next((v for name in WORKLOAD_MAPS if (v := data.get(name, key)) is not None), None) if data else None
         allowed = sim.ledger.allowed_final_values(key)
         if value not in allowed:
             problems.append(f"key {key!r} in partition {pid} holds {value!r}; allowed {sorted(map(repr, allowed))}")
@@ -225,28 +229,29 @@ def final_violations(sim: Simulation) -> list[str]:
         holders = [r for r in slots if r is not None]
         if not holders:
             continue
-        reference = by_identity[holders[0]].data.stores.get(pid)
+        reference = by_identity[holders[0]].data.view(pid)
         config = leader.config
         for index, backup in enumerate(slots[1:], start=1):
             if backup is None:
                 continue
-            data = by_identity[backup].data.stores.get(pid)
-            # A backup keeps a copy of exactly the maps whose backup count reaches its slot.
+            data = by_identity[backup].data.view(pid)
+            # A backup keeps a copy of exactly the maps whose backup count reaches its slot, with
+            # the same values and expiry times.
             expected = {
                 name: records
-                for name, records in (reference.maps if reference else {}).items()
+                for name, records in (reference.entries if reference else {}).items()
                 if config.keeps_copy(name, index)
             }
-            if expected != (data.maps if data else {}):
+            if expected != (data.entries if data else {}):
                 problems.append(f"partition {pid}: backup {backup} at index {index} differs from its owner")
             elif reference is not None and data is not None:
                 # Equal copies carry equal versions: a later sync of just the maps changed since
                 # relies on them.
-                versions = {name: reference.version_of(name) for name in expected}
-                if versions != {name: data.version_of(name) for name in expected}:
+                versions = {name: reference.versions[name] for name in expected}
+                if versions != {name: data.versions[name] for name in expected}:
                     problems.append(f"partition {pid}: backup {backup} holds other map versions than its owner")
     for member in sim.live_members():
-        extra = sorted(pid for pid in member.data.stores if member.identity not in table.replicas[pid])
+        extra = [pid for pid in member.data.held_partitions() if member.identity not in table.replicas[pid]]
         if extra:
             problems.append(f"{member.identity} keeps data of partitions it does not replicate: {extra[:5]}")
     return problems

@@ -59,6 +59,10 @@ class Stats:
     stops: int = 0
 
 
+# The simulated wall clock at time 0 (2026-01-01T00:00:00Z): records' times are on it.
+SIM_EPOCH_MS = 1_767_225_600_000
+
+
 class Simulation:
     def __init__(
         self,
@@ -136,7 +140,16 @@ class Simulation:
         identity = MemberId(str(uuid.UUID(int=self.rng.getrandbits(128), version=4)), address)
         member_rng = random.Random(self.rng.getrandbits(64))
         known = seeds if seeds is not None else self.seed_addresses
-        member = Member(identity, self.config, known, member_rng, lite=lite)
+        # The record clock: a fixed wall-clock start (2026-01-01), so a seed replays exactly.
+        member = Member(
+            identity,
+            self.config,
+            known,
+            member_rng,
+            lite=lite,
+            hash_seed=uuid.UUID(identity.uuid).int & (2**64 - 1),
+            clock_offset_ms=SIM_EPOCH_MS,
+        )
         previous = self.nodes.get(address)
         incarnation = previous.incarnation + 1 if previous else 1
         self.nodes[address] = Node(address=address, member=member, incarnation=incarnation)

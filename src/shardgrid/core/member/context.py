@@ -15,10 +15,28 @@ from shardgrid.core.identity import MemberId
 
 
 class Context:
-    __slots__ = ("config", "identity", "lite", "now_ms", "out", "rng", "seed_addresses")
+    __slots__ = (
+        "clock_offset_ms",
+        "config",
+        "hash_seed",
+        "identity",
+        "lite",
+        "now_ms",
+        "out",
+        "rng",
+        "seed_addresses",
+    )
 
     def __init__(
-        self, identity: MemberId, config: MemberConfig, seed_addresses: tuple[str, ...], rng: random.Random, lite: bool
+        self,
+        identity: MemberId,
+        config: MemberConfig,
+        seed_addresses: tuple[str, ...],
+        rng: random.Random,
+        lite: bool,
+        *,
+        hash_seed: int = 0,
+        clock_offset_ms: int = 0,
     ) -> None:
         self.identity = identity
         self.config = config
@@ -27,6 +45,19 @@ class Context:
         self.lite = lite
         self.now_ms = 0
         self.out: list[Effect] = []
+        # Keys the storage engine's hash tables (from the runtime's randomness or the simulator's
+        # seed): a client that does not know it cannot choose keys that collide.
+        self.hash_seed = hash_seed
+        # ``now_ms`` counts from the member's start; records carry times every member reads alike
+        # (an expiry set on one owner holds on the next), so they are on the record clock: the
+        # wall clock when the member started, advanced by ``now_ms`` (never back, whatever the
+        # wall clock does later).
+        self.clock_offset_ms = clock_offset_ms
+
+    @property
+    def records_ms(self) -> int:
+        """The record clock: the time records are written, read and expire at."""
+        return self.now_ms + self.clock_offset_ms
 
     def send(self, target: MemberId, message: Any) -> None:
         self.out.append(Send(target, message))

@@ -18,20 +18,18 @@ A request is checked whole before any of it is applied: a malformed one changes 
 
 from __future__ import annotations
 
-import itertools
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from operator import add
 from typing import Protocol
 
+from shardgrid._engine import split
 from shardgrid.core.errors import invariant
 from shardgrid.core.hashing import partition_ids_of_serialized
 from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import (
     MAX_BACKUP_BATCH_BYTES,
     MAX_FRAME_BYTES,
-    MAX_GET_ANSWER_BYTES,
     MAX_KEY_BYTES,
     MAX_MAP_NAME_CHARS,
     MAX_OPERATIONS_PER_REQUEST,
@@ -67,13 +65,13 @@ from shardgrid.core.messages import (
     TableRequest,
     WriteRun,
 )
+from shardgrid.core.records import EMPTY_SCAN_PAGE, chunk_problem, ttls_fit
 from shardgrid.core.store import (
     PartitionData,
     Piece,
+    ReplicaView,
     columns_bytes,
     counted_bytes,
-    packed_lengths,
-    stream_pieces,
 )
 from shardgrid.core.transfer import SendWindow, Staging, window_chunks
 from shardgrid.core.write_records import NO_DEADLINE_TTL_MS, RECORD_GRACE_MS, WINDOW_IDS, Seen, records_problem
@@ -170,7 +168,24 @@ class DataPath:
     # --- what others ask ---------------------------------------------------------------------------
 
     def store(self, pid: int) -> PartitionData:
-        return self.stores.setdefault(pid, PartitionData())
+        data = self.stores.get(pid)
+        if data is None:
+            data = self.stores[pid] = PartitionData(hash_seed=self.ctx.hash_seed)
+        return data
+
+    def view(self, pid: int) -> ReplicaView | None:
+        """A read-only copy of this member's replica of ``pid`` (None: it holds none)."""
+        data = self.stores.get(pid)
+        return data.view() if data is not None else None
+
+    def sequence_of(self, pid: int) -> int:
+        """The replica sequence this member's copy of ``pid`` is at (0: it holds none)."""
+        data = self.stores.get(pid)
+        return data.sequence if data is not None else 0
+
+    def held_partitions(self) -> list[int]:
+        """The partitions this member holds a copy of."""
+        return sorted(self.stores)
 
     def install(self, pid: int, data: PartitionData, index: int) -> None:
         """Take ``data`` as this member's copy of the partition, at replica ``index``, unless what
@@ -295,8 +310,6 @@ class DataPath:
             for pid, indexes in groups.items():
                 self._execute(call, message, pid, indexes, serving, lengths, expires_ms)
             self._send_outbox()
-            if message.kind == GET:
-                self._bound_answer(call)
         if call.open_writes == 0:
             self._reply(call)
 
@@ -397,7 +410,7 @@ class DataPath:
             return
         unit = indexes  # the request's keys of this partition, answered as one
         if kind == PUT_IF_ABSENT:
-            indexes = self._absent(data.maps.get(message.map_name, {}), keys, values, indexes, out)
+            indexes = self._absent(data, message, indexes, out)
             if not indexes:
                 # Every key has a value: nothing is written, each answered OK (and remembered, so
                 # that a retry is answered the same whatever was written since).
@@ -421,7 +434,8 @@ class DataPath:
             call.mark(indexes, ReplyCode.OVERLOADED)
             return
         first = data.sequence + 1
-        self._apply(data, message, kind, indexes, out, run_keys, run_values)
+        written_ms = self.ctx.records_ms
+        self._apply(data, message, kind, indexes, out, run_keys, run_values, written_ms)
         answer = self._remember(data, message, unit, out, expires_ms) if named else None
         targets = self._targets_of(pid, slots, message.map_name)
         if not targets.backups:
@@ -438,6 +452,7 @@ class DataPath:
             write_id=message.write_id if named else 0,
             record_ttl_ms=max(0, expires_ms - self.ctx.now_ms) if named else 0,
             answer=answer,
+            written_ms=written_ms,
         )
         self.outbox.append((run, size, targets.copies, targets.sequence_only))
         pending = self.pending.get(pid)
@@ -468,24 +483,25 @@ class DataPath:
         out: list[bytes | None] | None,
         run_keys: Sequence[bytes],
         run_values: Sequence[bytes],
+        now_ms: int,
     ) -> None:
         """A put or remove of the keys at ``indexes`` (``run_keys``, ``run_values`` at them), into
-        ``data``, the previous values into ``out`` when the caller asked for them."""
-        keys, values = message.keys, message.values
+        ``data`` at ``now_ms`` (the record clock), the previous values into ``out`` when the
+        caller asked for them. One engine call, whatever the number of keys."""
+        previous = out is not None
         if kind == PUT:
-            records = data.maps.setdefault(message.map_name, {})
-            if out is not None:
-                for index in indexes:
-                    out[index] = records.get(keys[index])
-                    records[keys[index]] = values[index]
-            else:
-                records.update(zip(run_keys, run_values, strict=True))
+            found = data.records_for_writing(message.map_name).put(run_keys, run_values, now_ms, previous=previous)
         else:
-            records = data.maps.get(message.map_name, {})
-            for index in indexes:
-                previous = records.pop(keys[index], None)
-                if out is not None:
-                    out[index] = previous
+            records = data.maps.get(message.map_name)
+            found = records.remove(run_keys, now_ms, previous=previous) if records is not None else None
+        if out is not None:
+            if found is None:
+                found = [None] * len(run_keys)
+            if isinstance(indexes, range):
+                out[indexes.start : indexes.stop] = found
+            else:
+                for index, value in zip(indexes, found, strict=True):
+                    out[index] = value
         data.sequence += len(indexes)
         data.changed(message.map_name, data.sequence)
 
@@ -507,12 +523,12 @@ class DataPath:
             return
         unit, kind, out = indexes, message.kind, call.values
         if kind == PUT_IF_ABSENT:
-            indexes = self._absent(data.maps.get(message.map_name, {}), message.keys, message.values, indexes, out)
+            indexes = self._absent(data, message, indexes, out)
             kind = PUT
         if indexes:
             run_keys = [message.keys[i] for i in indexes]
             run_values = [message.values[i] for i in indexes] if kind == PUT else []
-            self._apply(data, message, kind, indexes, out, run_keys, run_values)
+            self._apply(data, message, kind, indexes, out, run_keys, run_values, self.ctx.records_ms)
         if named:
             self._remember(data, message, unit, out, expires_ms)
 
@@ -577,21 +593,24 @@ class DataPath:
         data.writes.record(message.client_id, message.write_id, data.sequence, answer, expires_ms)
         return answer
 
-    @staticmethod
     def _absent(
-        records: dict[bytes, bytes],
-        keys: Sequence[bytes],
-        values: Sequence[bytes],
-        indexes: Indexes,
-        out: list[bytes | None] | None,
+        self, data: PartitionData, message: MapRequest, indexes: Indexes, out: list[bytes | None] | None
     ) -> list[int]:
-        """The indexes of a put-if-absent to write: keys without a value, the first of a key named
-        twice; the others are answered the value that stays (when the caller asked for values)."""
+        """The indexes of a put-if-absent to write: keys without a live value, the first of a key
+        named twice; the others are answered the value that stays (when the caller asked for
+        values). Looking counts no read."""
+        keys, values = message.keys, message.values
+        records = data.maps.get(message.map_name)
+        held_by_key: dict[bytes, bytes | None] = dict.fromkeys(keys[i] for i in indexes)
+        if records is not None:
+            # Each key looked up once: a key named many times is copied out of the engine once.
+            distinct = list(held_by_key)
+            held_by_key = dict(zip(distinct, records.peek(distinct, self.ctx.records_ms), strict=True))
         written: dict[bytes, int] = {}
         absent = []
         for index in indexes:
             key = keys[index]
-            held = records.get(key)
+            held = held_by_key[key]
             if held is None and key not in written:
                 written[key] = index
                 absent.append(index)
@@ -663,18 +682,28 @@ class DataPath:
         self._read_into(call, message, data, indexes)
         return True
 
-    @staticmethod
-    def _read_into(call: PendingCall, message: MapRequest, data: PartitionData, indexes: Indexes) -> None:
-        """The values of the request's keys at ``indexes``, from this copy, into the call's answer."""
+    def _read_into(self, call: PendingCall, message: MapRequest, data: PartitionData, indexes: Indexes) -> None:
+        """The values of the request's keys at ``indexes``, from this copy, into the call's answer
+        (one engine call; an expired entry reads as absent). Reads stop at the call's answer
+        budget: the keys past it are answered OVERLOADED, unread."""
         records = data.maps.get(message.map_name)
         out = call.values
-        if records and out is not None:
-            keys = message.keys
-            if isinstance(indexes, range):
-                out[indexes.start : indexes.stop] = map(records.get, keys[indexes.start : indexes.stop])
-                return
-            for index in indexes:
-                out[index] = records.get(keys[index])
+        if not records or out is None:
+            return
+        keys = message.keys
+        positions = indexes if isinstance(indexes, range) else list(indexes)
+        wanted = (
+            keys[positions.start : positions.stop] if isinstance(positions, range) else [keys[i] for i in positions]
+        )
+        found = records.get(wanted, self.ctx.records_ms, call.answer_budget_bytes)
+        call.answer_budget_bytes -= sum(map(len, filter(None, found)))
+        if isinstance(positions, range):
+            out[positions.start : positions.start + len(found)] = found
+        else:
+            for index, value in zip(positions, found, strict=False):
+                out[index] = value
+        if len(found) < len(positions):
+            call.mark(positions[len(found) :], ReplyCode.OVERLOADED)
 
     def _owner_refusal(
         self, pid: int, serving: bool, reading: bool
@@ -746,22 +775,20 @@ class DataPath:
             self.ctx.reply(client, reply)
             return
         data = self.stand_ins.store(pid) if standing_in else self.store(pid)
-        records = data.maps.get(message.map_name) or {}
-        total = len(records)
-        # Dict order is the order of first insertion, the same from one page to the next while the
-        # map does not change (the version says when it did), and the same for the keys and the
-        # values views. Skipping to the offset walks it: a partition holds a small share of a map,
-        # so pages stay cheap. Every pass is C-level (an export reads whole partitions this way).
-        end = message.offset + message.max_entries
-        keys = tuple(itertools.islice(records.keys(), message.offset, end))
-        values = () if message.keys_only else tuple(itertools.islice(records.values(), message.offset, end))
-        key_sizes, value_sizes = list(map(len, keys)), list(map(len, values))  # a packed page's lengths too
-        if sum(key_sizes) + sum(value_sizes) > MAX_REPLY_VALUE_BYTES:
-            # The entries up to the bound (at least one: a larger entry goes alone).
-            sizes = map(add, key_sizes, value_sizes) if values else key_sizes
-            fit = max(1, bisect_right(list(itertools.accumulate(sizes)), MAX_REPLY_VALUE_BYTES))
-            keys, values, key_sizes, value_sizes = keys[:fit], values[:fit], key_sizes[:fit], value_sizes[:fit]
-        more = message.offset + len(keys) < total
+        records = data.maps.get(message.map_name)
+        # The engine's order is the same from one page to the next while the map does not change
+        # (the version says when it did). A page covers positions from the offset; an expired
+        # entry among them is left out, so the reply says where the next page starts.
+        if records is None:
+            page = EMPTY_SCAN_PAGE
+            total = 0
+        else:
+            page = records.scan(
+                message.offset, message.max_entries, self.ctx.records_ms, message.keys_only, MAX_REPLY_VALUE_BYTES
+            )
+            total = len(records)
+        next_offset = max(page.next_offset, message.offset)
+        more = next_offset < total
         version = data.version_of(message.map_name)
         if message.packed:
             reply = ScanReply(
@@ -771,21 +798,23 @@ class DataPath:
                 more=more,
                 lineage=data.lineage,
                 map_version=version,
-                packed_keys=b"".join(keys),
-                key_lengths=packed_lengths(key_sizes),
-                packed_values=b"".join(values),
-                value_lengths=packed_lengths(value_sizes),
+                packed_keys=page.keys,
+                key_lengths=page.key_lengths,
+                packed_values=page.values,
+                value_lengths=page.value_lengths,
+                next_offset=next_offset,
             )
         else:
             reply = ScanReply(
                 call_id=call_id,
                 code=ReplyCode.OK,
-                keys=keys,
-                values=values,
+                keys=tuple(split(page.keys, page.key_lengths)),  # type: ignore[arg-type]
+                values=tuple(split(page.values, page.value_lengths)),  # type: ignore[arg-type]
                 total=total,
                 more=more,
                 lineage=data.lineage,
                 map_version=version,
+                next_offset=next_offset,
             )
         self.ctx.reply(client, reply)
 
@@ -833,20 +862,6 @@ class DataPath:
                 unavailable=tuple(pid for pid in range(start, end) if self.consensus.state.unavailable(pid)),
             ),
         )
-
-    @staticmethod
-    def _bound_answer(call: PendingCall) -> None:
-        """The keys of a get past ``MAX_GET_ANSWER_BYTES`` of values are answered OVERLOADED
-        (nothing changed): the client asks for them again, and each round brings that much more."""
-        values = call.values
-        if values is None or sum(map(len, filter(None, values))) <= MAX_GET_ANSWER_BYTES:
-            return
-        size = 0
-        for index, value in enumerate(values):
-            size += len(value) if value is not None else 0
-            if size > MAX_GET_ANSWER_BYTES and index > 0:
-                values[index] = None
-                call.codes[index] = ReplyCode.OVERLOADED
 
     def _reply(self, call: PendingCall) -> None:
         codes = call.codes
@@ -1020,12 +1035,12 @@ class DataPath:
         if run.first_sequence < 1 or not 0 < len(run.map_name) <= MAX_MAP_NAME_CHARS:
             return False
         if run.skipped:
-            return not run.keys and not run.values and run.kind in (PUT, REMOVE)
+            return not run.keys and not run.values and not run.ttls_ms and run.kind in (PUT, REMOVE)
         if not run.keys:
             return False
         if run.kind == PUT:
-            return len(run.values) == len(run.keys)
-        return run.kind == REMOVE and not run.values
+            return len(run.values) == len(run.keys) and ttls_fit(run.ttls_ms, len(run.keys))
+        return run.kind == REMOVE and not run.values and not run.ttls_ms
 
     def _apply_in_order(self, pid: int, data: PartitionData, run: WriteRun) -> None:
         """Apply what ``run`` adds after the sequence held; hold a run that comes early (bounded)."""
@@ -1033,7 +1048,7 @@ class DataPath:
             held = self.reorder.setdefault(pid, {})
             config = self.ctx.config
             writes = sum(len(r.keys) or 1 for r in held.values()) + (len(run.keys) or 1)
-            size = sum(columns_bytes(r.keys, r.values) for r in [*held.values(), run])
+            size = sum(columns_bytes(r.keys, r.values) + len(r.ttls_ms) for r in [*held.values(), run])
             if writes <= config.max_backup_reorder and size <= config.max_backup_reorder_bytes:
                 held[run.first_sequence] = run
             return
@@ -1151,14 +1166,13 @@ class DataPath:
         config = self.ctx.config
 
         def build(index: int, piece: Piece, last: bool) -> ReplicaSyncChunk:
-            map_name, version, keys, values = piece
+            map_name, version, page = piece
             return ReplicaSyncChunk(
                 sync_id=sync.sync_id,
                 partition_id=sync.partition_id,
                 sequence=index,
                 map_name=map_name,
-                keys=keys,
-                values=values,
+                records=page,
                 last=last,
                 replica_sequence=sync.replica_sequence,
                 lineage=sync.lineage,
@@ -1228,7 +1242,7 @@ class DataPath:
         if table.owner(pid) != sender or index < 1:
             self.ctx.send(sender, ReplicaSyncAck(message.sync_id, -1, False))
             return
-        if len(message.keys) != len(message.values) or (message.keys and not message.map_name):
+        if chunk_problem(message.map_name, message.records):
             return  # malformed: nothing taken, nothing acknowledged
         if message.writers and records_problem(message.writers):
             return
@@ -1251,7 +1265,7 @@ class DataPath:
             if message.base_sequence >= 0 and not self._holds_base(pid, message):
                 self.ctx.send(sender, ReplicaSyncAck(message.sync_id, -1, False))
                 return
-            incoming = IncomingSync(message.sync_id, message.base_sequence, Staging())
+            incoming = IncomingSync(message.sync_id, message.base_sequence, Staging(hash_seed=self.ctx.hash_seed))
             self.incoming_syncs[pid] = incoming
         config = self.ctx.config
         staging = incoming.staging
@@ -1351,7 +1365,7 @@ class DataPath:
             return
         for pid, slots in enumerate(table.replicas):
             if self.ctx.identity in slots:
-                self.stores.setdefault(pid, PartitionData())
+                self.store(pid)
 
     def ask_for_missing_data(self) -> None:
         """Backups of partitions this member holds no data of (a snapshot named it) ask the owner."""
@@ -1423,17 +1437,18 @@ class DataPath:
     def _remove_all(self, pid: int, data: PartitionData, map_name: str, slots: Sequence[MemberId | None]) -> None:
         """Every entry of the map in the partition, removed as runs of writes, each no larger than
         a request (so that each fits a backup batch)."""
-        # Cut as a transfer cuts its pieces (keys only: a remove carries no values), all of them
-        # before any is removed (the pieces read the live dict).
-        keys_only = [(map_name, 0, dict.fromkeys(data.maps.get(map_name, {}), b""))]
-        pieces = stream_pieces(keys_only, MAX_OPERATIONS_PER_REQUEST, MAX_REQUEST_DATA_BYTES)
-        chunks = [keys for _, _, keys, _ in pieces]
+        # Cut as a transfer cuts its pages, all of them before any is removed (the pages read the
+        # live records).
+        records = data.maps.get(map_name)
+        if records is None:
+            return
+        pages = list(records.pages(MAX_OPERATIONS_PER_REQUEST, MAX_REQUEST_DATA_BYTES))
+        chunks = [tuple(split(page.keys, page.key_lengths)) for page in pages]
         targets = self._targets_of(pid, slots, map_name)
-        records = data.maps.get(map_name, {})
-        for chunk in filter(None, chunks):
+        now_ms = self.ctx.records_ms
+        for chunk in chunks:
             first = data.sequence + 1
-            for key in chunk:
-                del records[key]
+            records.remove(chunk, now_ms)  # type: ignore[arg-type]
             data.sequence += len(chunk)
             data.changed(map_name, data.sequence)
             if targets.backups:
@@ -1443,8 +1458,9 @@ class DataPath:
                     first_sequence=first,
                     kind=REMOVE,
                     map_name=map_name,
-                    keys=chunk,
+                    keys=chunk,  # type: ignore[arg-type]
                     values=(),
+                    written_ms=now_ms,
                 )
                 self.outbox.append((run, columns_bytes(chunk, ()), targets.copies, targets.sequence_only))
                 if pid not in self.pending:

@@ -37,7 +37,8 @@ from shardgrid.core.messages import (
     MigrationProgress,
 )
 from shardgrid.core.migration import MigrationOutcome, MigrationRecord
-from shardgrid.core.store import Piece, columns_bytes
+from shardgrid.core.records import chunk_problem, page_count
+from shardgrid.core.store import Piece, page_bytes
 from shardgrid.core.transfer import SendWindow, Staging, Throttle, window_chunks
 from shardgrid.core.write_records import records_problem
 
@@ -127,7 +128,8 @@ class MigrationParticipant:
         if destination is None:
             return  # a CLEAR: the source drops its data when the outcome is applied
         if destination == self.ctx.identity:
-            self.incoming[pid] = Incoming(record, Staging(complete=owner is None))  # a lost partition restarts empty
+            # A lost partition restarts empty.
+            self.incoming[pid] = Incoming(record, Staging(complete=owner is None, hash_seed=self.ctx.hash_seed))
             early = self._take_early(record.migration_id)
             if early is not None:
                 sender, chunks = early
@@ -214,17 +216,16 @@ class MigrationParticipant:
             return
 
         def build(index: int, piece: Piece, last: bool) -> MigrationChunk:
-            map_name, version, keys, values = piece
-            size = columns_bytes(keys, values)
-            self.entries_sent += len(keys)
+            map_name, version, page = piece
+            size = page_bytes(page)
+            self.entries_sent += page_count(page)
             self.bytes_sent += size
             self.throttle.spend(size)
             return MigrationChunk(
                 record=outgoing.record,
                 sequence=index,
                 map_name=map_name,
-                keys=keys,
-                values=values,
+                records=page,
                 last=last,
                 replica_sequence=outgoing.replica_sequence,
                 lineage=outgoing.lineage,
@@ -320,8 +321,7 @@ class MigrationParticipant:
         if table is None or table.owner(pid) != sender:
             self.ctx.send(sender, MigrationChunkAck(message.record.migration_id, message.sequence, False, "not owner"))
             return
-        if len(message.keys) != len(message.values) or (message.keys and not message.map_name):
-            reason = "a chunk's keys and values differ in number, or its records name no map"
+        if reason := chunk_problem(message.map_name, message.records):
             self.ctx.send(sender, MigrationChunkAck(message.record.migration_id, message.sequence, False, reason))
             return
         if message.writers and (problem := records_problem(message.writers)):
@@ -343,7 +343,7 @@ class MigrationParticipant:
         if table is None or not 0 <= pid < table.partition_count or table.owner(pid) != sender:
             return
         config = self.ctx.config
-        if len(message.keys) > config.max_chunk_entries:
+        if page_count(message.records) > config.max_chunk_entries:
             return  # no member builds such a chunk
         size = self._chunk_bytes(message)
         slots = EARLY_CHUNKS_PER_SLOT * config.max_parallel_migrations
@@ -369,7 +369,7 @@ class MigrationParticipant:
 
     @staticmethod
     def _chunk_bytes(chunk: MigrationChunk) -> int:
-        return columns_bytes(chunk.keys, chunk.values)
+        return page_bytes(chunk.records)
 
     def _take_early(self, migration_id: str) -> tuple[MemberId, dict[int, MigrationChunk]] | None:
         held = self._early.pop(migration_id, None)

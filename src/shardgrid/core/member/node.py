@@ -73,9 +73,14 @@ class Member:
         seed_addresses: tuple[str, ...],
         rng: random.Random,
         lite: bool = False,
+        *,
+        hash_seed: int = 0,
+        clock_offset_ms: int = 0,
     ) -> None:
         config.validate()
-        self.ctx = Context(identity, config, seed_addresses, rng, lite)
+        self.ctx = Context(
+            identity, config, seed_addresses, rng, lite, hash_seed=hash_seed, clock_offset_ms=clock_offset_ms
+        )
         self.lifecycle = Lifecycle.DISCOVERING
         self._last_tick_ms = 0
         self._drive_requested = False

@@ -19,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from shardgrid.core.identity import MemberId
+from shardgrid.core.limits import MAX_GET_ANSWER_BYTES
 from shardgrid.core.messages import PartitionRedirect, ReplyCode, WriteRun
 
 _NOBODY: frozenset[MemberId] = frozenset()
@@ -42,6 +43,9 @@ class PendingCall:
     open_writes: int  # pending writes (one per partition written) still waiting
     deadline_ms: int
     reason: str = ""
+    # What a get may still answer in values' bytes: its reads stop there, and the keys left are
+    # answered OVERLOADED (the client asks again for them, and each round brings that much more).
+    answer_budget_bytes: int = MAX_GET_ANSWER_BYTES
 
     def mark(self, indexes: Indexes, status: ReplyCode) -> None:
         if isinstance(indexes, range):  # a partition's keys sent side by side: one slice

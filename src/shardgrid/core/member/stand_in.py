@@ -88,7 +88,10 @@ class StandIns:
 
     def store(self, pid: int) -> PartitionData:
         """The entries this member serves as ``pid``'s stand-in (asked only once ``refusal`` is None)."""
-        return self._stores.setdefault(pid, PartitionData())
+        data = self._stores.get(pid)
+        if data is None:
+            data = self._stores[pid] = PartitionData(hash_seed=self.ctx.hash_seed)
+        return data
 
     def after_applied(self) -> None:
         """After each log entry (or snapshot) is applied: stand in for the partitions that name this

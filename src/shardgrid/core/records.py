@@ -1,0 +1,231 @@
+"""One map's records in one partition replica, held by the storage engine (``shardgrid._engine``).
+
+The core talks to the engine through this class alone: it turns the columns the wire carries
+today (tuples of ``bytes``) into the engine's packed columns and back, one engine call per batch,
+never one per entry. Times are the core's record clock (``Context.records_ms``): the owner's, for a
+write; a backup applies a write at the time its owner applied it, so two replicas at the same
+sequence hold the same records, metadata and expiry included.
+
+A map's records iterate in a deterministic order (the engine's: insertion, with a removal moving
+the last record into the hole), so a transfer of the same records sends the same chunks on every
+run of a simulated seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from shardgrid._engine import MAX_COUNTER, ColumnError, RecordStore, check_records, pack, split
+from shardgrid.core.messages import RecordColumns
+
+# A column of keys or values as the wire carries it today.
+Items = Sequence[bytes]
+
+
+# A page of records: the wire's ``RecordColumns`` is the engine's dump format itself.
+RecordPage = RecordColumns
+EMPTY_PAGE = RecordColumns()
+
+
+def page_count(page: RecordPage) -> int:
+    """Records in a page (each has a 4-byte key length)."""
+    return len(page.key_lengths) // 4
+
+
+@dataclass(frozen=True, slots=True)
+class ScanPage:
+    """A page of a scan: the live entries among the positions it covers, packed, and the position
+    after them (where the next page starts)."""
+
+    keys: bytes
+    key_lengths: bytes
+    values: bytes
+    value_lengths: bytes
+    next_offset: int
+
+
+EMPTY_SCAN_PAGE = ScanPage(b"", b"", b"", b"", 0)
+
+
+def ttls_fit(ttls_ms: bytes, count: int) -> bool:
+    """Whether a run's packed TTLs suit its ``count`` keys: none, or one within ``MAX_COUNTER``
+    each (what the engine takes)."""
+    if not ttls_ms:
+        return True
+    if len(ttls_ms) != 8 * count:
+        return False
+    return max(memoryview(ttls_ms).cast("Q")) <= MAX_COUNTER
+
+
+def chunk_problem(map_name: str, page: RecordPage) -> str:
+    """What makes a transfer chunk from a peer unfit to stage ('' when nothing)."""
+    if page_count(page) and not map_name:
+        return "a chunk's records name no map"
+    return page_problem(page)
+
+
+def page_problem(page: RecordPage) -> str:
+    """What makes a page from a peer unfit to load ('' when nothing): the engine's own check."""
+    try:
+        check_records(page.keys, page.key_lengths, page.values, page.value_lengths, page.metadata)
+    except ColumnError as error:
+        return f"bad records: {error}"
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class EntryView:
+    """What a replica holds of one live entry (Hazelcast's ``EntryView``): its value, and its
+    metadata in the engine's ``METADATA_FIELDS`` order."""
+
+    value: bytes
+    created_ms: int
+    updated_ms: int
+    accessed_ms: int
+    expire_at_ms: int  # 0: never
+    hits: int
+    version: int
+
+
+class MapRecords:
+    """One map's records in one partition replica. Only the partition's owner of the data (the
+    data path, a transfer's staging) changes them; checkers and tests read them through
+    ``snapshot`` and ``entries``."""
+
+    __slots__ = ("_store", "name")
+
+    def __init__(self, name: str, hash_seed: int) -> None:
+        self.name = name
+        self._store = RecordStore(hash_seed)
+
+    # --- what it holds ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Records held, expired ones not yet removed included (they take memory)."""
+        return self._store.entry_count(self.name)
+
+    def __bool__(self) -> bool:
+        return self._store.entry_count(self.name) > 0
+
+    def memory_bytes(self) -> int:
+        return self._store.memory_bytes(self.name)
+
+    def __repr__(self) -> str:
+        return f"MapRecords({self.name!r}, {len(self)} records, {self.memory_bytes()} bytes)"
+
+    # --- the batch calls of the data path ---------------------------------------------------------
+
+    def put(
+        self, keys: Items, values: Items, now_ms: int, *, ttls_ms: bytes | None = None, previous: bool = False
+    ) -> list[bytes | None] | None:
+        """Set each key to its value; the live values replaced, when ``previous``."""
+        found, lengths, present = self._store.put(
+            self.name, *pack(keys), *pack(values), now_ms, ttls_ms=ttls_ms, return_previous=previous
+        )
+        return split(found, lengths, present) if previous else None
+
+    def get(self, keys: Items, now_ms: int, max_bytes: int | None = None) -> list[bytes | None]:
+        """The live values (None: absent or expired); each one found counts a read. With
+        ``max_bytes``, only the first keys whose values fit in it are read (a shorter list)."""
+        return split(*self._store.get(self.name, *pack(keys), now_ms, max_bytes=max_bytes))
+
+    def peek(self, keys: Items, now_ms: int) -> list[bytes | None]:
+        """``get`` without counting a read."""
+        return split(*self._store.peek(self.name, *pack(keys), now_ms))
+
+    def remove(self, keys: Items, now_ms: int, *, previous: bool = False) -> list[bytes | None] | None:
+        """Remove the keys' records (expired ones too); the live values removed, when ``previous``."""
+        found, lengths, present = self._store.remove(self.name, *pack(keys), now_ms, return_previous=previous)
+        return split(found, lengths, present) if previous else None
+
+    def scan(self, offset: int, max_entries: int, now_ms: int, keys_only: bool, max_bytes: int) -> ScanPage:
+        """The live entries among the records from position ``offset``, at most ``max_entries``
+        positions and ``max_bytes`` of keys and values (a first entry alone may pass it)."""
+        keys, key_lengths, values, value_lengths, next_offset = self._store.scan(
+            self.name, offset, max_entries, now_ms, keys_only=keys_only, max_bytes=max_bytes
+        )
+        return ScanPage(keys, key_lengths, values, value_lengths, next_offset)
+
+    def expired(self, now_ms: int, max_entries: int) -> list[bytes]:
+        """Keys of up to ``max_entries`` records expired at ``now_ms``, earliest first."""
+        return [key for key in split(*self._store.expired(self.name, now_ms, max_entries)) if key is not None]
+
+    def entry_views(self, keys: Items, now_ms: int) -> list[EntryView | None]:
+        """Each key's live entry with its metadata, counting no read."""
+        packed = pack(keys)
+        values = split(*self._store.peek(self.name, *packed, now_ms))
+        numbers, _ = self._store.metadata(self.name, *packed, now_ms)
+        views: list[EntryView | None] = []
+        for index, value in enumerate(values):
+            if value is None:
+                views.append(None)
+                continue
+            row = [int.from_bytes(numbers[at : at + 8], "little") for at in range(index * 48, index * 48 + 48, 8)]
+            views.append(EntryView(value, *row))
+        return views
+
+    # --- transfers --------------------------------------------------------------------------------
+
+    def pages(self, max_entries: int, max_bytes: int) -> Iterator[RecordPage]:
+        """The records with their metadata, in bounded pages (expired ones too: they are the
+        owner's to remove, by a replicated write). The map must take no write while it is read."""
+        offset, held = 0, len(self)
+        while offset < held:
+            keys, key_lengths, values, value_lengths, metadata, offset = self._store.dump(
+                self.name, offset, max_entries, max_bytes
+            )
+            yield RecordColumns(
+                keys=keys, key_lengths=key_lengths, values=values, value_lengths=value_lengths, metadata=metadata
+            )
+
+    def load(self, page: RecordPage) -> None:
+        """Take a page of another replica's records as they are (raises ``ColumnError``, having
+        changed nothing, when the page breaks the engine's rules)."""
+        self._store.load(self.name, page.keys, page.key_lengths, page.values, page.value_lengths, page.metadata)
+
+    def copy(self) -> MapRecords:
+        """An independent copy holding the same records, metadata and order."""
+        other = MapRecords(self.name, 0)
+        for page in self.pages(100_000, 1 << 40):
+            other.load(page)
+        return other
+
+    def __deepcopy__(self, memo: dict[int, object]) -> MapRecords:
+        return self.copy()
+
+    # --- read-only views (checkers, status, tests) --------------------------------------------------
+
+    def snapshot(self) -> dict[bytes, bytes]:
+        """Every record's key and value, expired ones included, in iteration order."""
+        out: dict[bytes, bytes] = {}
+        for page in self.pages(100_000, 1 << 40):
+            out.update(zip(split(page.keys, page.key_lengths), split(page.values, page.value_lengths), strict=True))  # type: ignore[arg-type]
+        return out
+
+    def entries(self) -> dict[bytes, tuple[bytes, int]]:
+        """Every record's value and expiry time (0: never): what two replicas at the same
+        sequence must agree on."""
+        out: dict[bytes, tuple[bytes, int]] = {}
+        for page in self.pages(100_000, 1 << 40):
+            keys = split(page.keys, page.key_lengths)
+            values = split(page.values, page.value_lengths)
+            for index, (key, value) in enumerate(zip(keys, values, strict=True)):
+                at = index * 48 + 24
+                out[key] = (value, int.from_bytes(page.metadata[at : at + 8], "little"))  # type: ignore[index,assignment]
+        return out
+
+
+def page_of(keys: Items, values: Items, now_ms: int = 0) -> RecordPage:
+    """``keys`` and ``values`` as one page of records written at ``now_ms`` with no expiry, as a
+    transfer would carry them (for tools and tests that build a chunk by hand)."""
+    records = MapRecords("page", 0)
+    records.put(keys, values, now_ms)
+    pages = list(records.pages(len(keys) or 1, 1 << 53))
+    return pages[0] if pages else EMPTY_PAGE
+
+
+def page_items(page: RecordPage) -> dict[bytes, bytes]:
+    """A page's keys and values (for tools and tests that read a chunk)."""
+    keys, values = split(page.keys, page.key_lengths), split(page.values, page.value_lengths)
+    return dict(zip(keys, values, strict=True))  # type: ignore[arg-type]
