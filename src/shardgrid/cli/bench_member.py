@@ -38,14 +38,14 @@ VALUE_BYTES = 100
 BATCH_ENTRIES = 1_000
 MAX_EXCHANGE_MESSAGES = 1_000_000  # a request's exchange ends long before this; a bound all the same
 
-# name: (what it is, comparison, target). Beyond the destination's own copy, a migration holds only
-# its window of chunks in flight: 4 chunks of at most 1,000 entries, on both sides and in the codec
-# (the partition is 11 MB).
+# name: (what it is, comparison, target): issue 34's targets for the storage engine. Beyond the
+# destination's own copy (in the engine), a migration holds only its window of chunks in flight: 4
+# chunks of at most 1,000 records, on both sides and in the codec (the partition is 11 MB).
 TARGETS: dict[str, tuple[str, str, float]] = {
-    "put_all_entries_per_second": ("put_all, 1,000 keys a request, one sync backup: entries/s", ">=", 500_000),
-    "get_all_entries_per_second": ("get_all: entries/s", ">=", 1_000_000),
-    "single_put_max_us": ("a single put, previous value returned: us of member CPU", "<=", 15.0),
-    "migration_entries_per_second": ("migration of a 100,000-entry partition: entries/s", ">=", 1_000_000),
+    "put_all_entries_per_second": ("put_all, 1,000 keys a request, one sync backup: entries/s", ">=", 1_500_000),
+    "get_all_entries_per_second": ("get_all: entries/s", ">=", 3_000_000),
+    "single_put_max_us": ("a single put, previous value returned: us of member CPU", "<=", 40.0),
+    "migration_entries_per_second": ("migration of a 100,000-entry partition: entries/s", ">=", 3_000_000),
     "migration_transfer_overhead_bytes": ("migration memory beyond the two copies: bytes", "<=", 4 * 1024 * 1024),
     "max_handle_ms": ("slowest handle() at 20,000 partitions: ms", "<=", 50.0),
 }
@@ -229,8 +229,16 @@ def migration(seed: int = 1, entries: int = 100_000, measure_memory: bool = True
         _check_ok(exchange.call(leaver_address, _put_request(call_id, batch, value)), len(batch))
 
     def moved() -> bool:
+        """The leader's table names new owners, and they hold the data (they install it when they
+        apply the migration's outcome, which can come a step after the leader's)."""
         table = leader.consensus.state.table
-        return table is not None and all(table.owner(pid) != leaver.identity for pid in moving)
+        if table is None:
+            return False
+        for pid in moving:
+            owner = table.owner(pid)
+            if owner is None or owner == leaver.identity or members[owner.address].data.sequence_of(pid) == 0:
+                return False
+        return True
 
     gc.collect()
     if measure_memory:
@@ -250,17 +258,17 @@ def migration(seed: int = 1, entries: int = 100_000, measure_memory: bool = True
     }
     if measure_memory:
         peak = tracemalloc.get_traced_memory()[1]
-        # What the destination's own copy of the partition takes (new bytes objects in a dict, as
-        # decoding makes them): the part of the peak that is not the transfer's overhead.
-        tracemalloc.reset_peak()
-        before_copy = tracemalloc.get_traced_memory()[0]
-        copy = {bytes(bytearray(key)): bytes(bytearray(value)) for _, key in keys}
-        copy_bytes = tracemalloc.get_traced_memory()[0] - before_copy
-        del copy
         tracemalloc.stop()
+        # The destination's copy is in the storage engine, which Python's allocator does not
+        # trace: the traced peak is the transfer's own overhead (chunks in flight, staging,
+        # messages). The copy is reported from the engine's exact count.
+        table = leader.consensus.state.table
+        copy_bytes = sum(
+            members[table.owner(pid).address].data.memory_bytes_of(pid) for pid in moving if table is not None
+        )
         result["peak_extra_bytes"] = peak - baseline
         result["destination_copy_bytes"] = copy_bytes
-        result["transfer_overhead_bytes"] = peak - baseline - copy_bytes
+        result["transfer_overhead_bytes"] = peak - baseline
         result["data_bytes"] = entries * (VALUE_BYTES + len(keys[-1][1]))
     return result
 

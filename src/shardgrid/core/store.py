@@ -125,6 +125,10 @@ class PartitionData:
     def size(self) -> int:
         return sum(len(records) for records in self.maps.values())
 
+    def memory_bytes(self) -> int:
+        """What the engine counts for this replica's records (its own exact count)."""
+        return sum(records.memory_bytes() for records in self.maps.values())
+
     def view(self) -> ReplicaView:
         """A read-only copy of what this replica holds, for checkers, status and tests."""
         return ReplicaView(

@@ -183,6 +183,11 @@ class DataPath:
         data = self.stores.get(pid)
         return data.sequence if data is not None else 0
 
+    def memory_bytes_of(self, pid: int) -> int:
+        """What the engine counts for this member's copy of ``pid`` (0: it holds none)."""
+        data = self.stores.get(pid)
+        return data.memory_bytes() if data is not None else 0
+
     def held_partitions(self) -> list[int]:
         """The partitions this member holds a copy of."""
         return sorted(self.stores)
