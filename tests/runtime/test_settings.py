@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from shardgrid.cli.main import cli
 from shardgrid.core.config import MapConfig, MemberConfig
 from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_PARTITION_COUNT, MAX_REQUEST_BYTES
+from shardgrid.runtime.machine_memory import default_max_memory_bytes
 from shardgrid.runtime.settings import (
     FIELDS,
     RUNTIME_CLUSTER_DEFAULTS,
@@ -52,8 +53,10 @@ def test_defaults_bind_to_loopback_and_are_the_dataclasses_own() -> None:
     assert (settings.process.host, settings.process.port) == ("127.0.0.1", 5701)
     assert settings.process.cluster_name == "shardgrid"
     assert settings.process.max_frame_bytes == MAX_FRAME_BYTES
-    # the core's defaults, but for the runtime's own (a resend backstop: connections report loss)
-    assert settings.member_config == replace(MemberConfig(), **RUNTIME_CLUSTER_DEFAULTS)
+    # the core's defaults, but for the runtime's own (a resend backstop: connections report loss;
+    # the memory limit, from the machine)
+    runtime_own = {**RUNTIME_CLUSTER_DEFAULTS, "max_memory_bytes": default_max_memory_bytes()}
+    assert settings.member_config == replace(MemberConfig(), **runtime_own)
     assert settings.member_config.transfer_resend_ms > settings.member_config.retry_interval_ms
     assert set(settings.sources.values()) == {"default"}
     assert settings.config_path is None

@@ -22,7 +22,7 @@ from shardgrid.core.metadata import ClusterState
 from shardgrid.core.store import PartitionData
 from shardgrid.sim.schedule import load_schedule, parse_schedule
 from shardgrid.sim.vopr import Run, SimResult, params_of
-from shardgrid.sim.workload import ASYNC_MAP_NAME
+from shardgrid.sim.workload import ACKED, ASYNC_MAP_NAME
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -636,3 +636,33 @@ def test_a_promoted_async_backup_reports_how_many_replicas_were_lost_and_keeps_i
             data = run.sim.nodes[owner.address].member.data.view(pid)
             kept += len(data.maps.get(ASYNC_MAP_NAME, {})) if data else 0
     assert kept > 0
+
+
+# --- memory limits --------------------------------------------------------------------------------
+
+
+def test_members_at_their_memory_limit_refuse_writes_lose_nothing_and_take_writes_once_members_join() -> None:
+    before: dict[str, Any] = {}
+    run = passed("members-at-their-memory-limit", refused_before_the_crash(before))
+    assert before["refused"] > 0  # full before the crash
+    assert run.sim.stats.writes_refused_memory_full > before["refused"]  # and full after it
+    joined_ms = step_time(run, 3)
+    later = [
+        w for writes in run.sim.ledger.writes.values() for w in writes if w.issued_ms > joined_ms and w.outcome == ACKED
+    ]
+    assert later, "no write was taken once members joined"
+
+
+def refused_before_the_crash(before: dict[str, Any]) -> Any:
+    def remember(run: Run) -> None:
+        original = run.faults_log
+
+        def log(line: str) -> None:
+            if "step 1:" in line:
+                before["refused"] = run.sim.stats.writes_refused_memory_full
+            original(line)
+
+        assert run.runner is not None
+        run.runner.on_step = log
+
+    return remember

@@ -145,6 +145,9 @@ def status_document(status: ClusterStatus) -> dict[str, Any]:
                 "migrations_here": reply.migrations_here,
                 "syncs_in_flight": reply.syncs_in_flight,
                 "writes_awaiting_backups": reply.writes_awaiting_backups,
+                "entries": reply.entries,
+                "memory_bytes": reply.memory_bytes,
+                "max_memory_bytes": reply.max_memory_bytes,
                 "applied_index": reply.applied_index,
                 "quiet": reply.quiet,
             }
@@ -175,7 +178,17 @@ STATUS_COLUMNS = (
     "migrating",
     "syncing",
     "awaiting acks",
+    "entries",
+    "memory",
 )
+
+
+def _memory_cell(used_bytes: int, limit_bytes: int) -> str:
+    """Records' memory, and its share of the member's limit when it has one."""
+    used = f"{used_bytes / 2**20:.1f} MiB"
+    if not limit_bytes:
+        return used
+    return f"{used} of {limit_bytes / 2**20:.0f} MiB ({100 * used_bytes / limit_bytes:.0f}%)"
 
 
 def render_status(document: dict[str, Any]) -> None:
@@ -189,7 +202,7 @@ def render_status(document: dict[str, Any]) -> None:
         table.add_column(column, justify="right" if column not in ("member", "role", "lifecycle") else "left")
     for member in document["members"]:
         if not member["reachable"]:
-            table.add_row(member["address"], "?", f"unreachable: {member['error'][:60]}", "", "", "", "", "")
+            table.add_row(member["address"], "?", f"unreachable: {member['error'][:60]}", *[""] * 7)
             continue
         lifecycle = member["lifecycle"] + (" (leaving)" if member["leaving"] else "")
         table.add_row(
@@ -201,6 +214,8 @@ def render_status(document: dict[str, Any]) -> None:
             str(member["migrations_here"]),
             str(member["syncs_in_flight"]),
             str(member["writes_awaiting_backups"]),
+            str(member["entries"]),
+            _memory_cell(member["memory_bytes"], member["max_memory_bytes"]),
         )
     if document["members"]:
         console.print(table)

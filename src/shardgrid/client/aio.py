@@ -27,6 +27,7 @@ from shardgrid.client.errors import (
     ClusterUnavailableError,
     IndeterminateOperationStateError,
     MemberProtocolError,
+    MemoryFullError,
     OperationRejectedError,
     OperationTimeoutError,
     PartitionUnavailableError,
@@ -75,6 +76,8 @@ class _NotSent:
 
 
 NOT_SENT = _NotSent()
+# Answers whose reason the caller's error repeats (the member's words say what to do).
+REASONED = frozenset({m.ReplyCode.REJECTED, m.ReplyCode.UNAVAILABLE, m.ReplyCode.MEMORY_FULL})
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,7 +474,7 @@ class AsyncClient:
                     reasons.append(f"a member answered {len(reply.codes)} keys of {len(batch)}")
                 for status in sorted(seen):
                     decisions.append(on_answer(self.call_settings, progress, status, reply.retry_after_ms, now))
-                    if status in (m.ReplyCode.REJECTED, m.ReplyCode.UNAVAILABLE) and reply.reason:
+                    if status in REASONED and reply.reason:
                         reasons.append(reply.reason)
             if remaining:
                 # Back in call order (the answers came an owner at a time): a key named twice is
@@ -625,6 +628,11 @@ class AsyncClient:
                 done = count - left
                 applied = f"; the other {done} were done" if done and kind is not m.GET else ""
                 raise PartitionUnavailableError(f"{what}: {reason}{applied}", decision.outcome_unknown)
+            if verdict is Verdict.MEMORY_FULL:
+                reason = next((r for r in reasons if "max_memory_bytes" in r), "a member is at its max_memory_bytes")
+                done = count - left
+                applied = f"; the other {done} were done" if done else ""
+                raise MemoryFullError(f"{what}: {reason}{applied}", decision.outcome_unknown)
             if verdict is Verdict.REJECTED:
                 reason = reasons[0] if reasons else "refused by the cluster"
                 raise OperationRejectedError(f"{what}: {reason}", decision.outcome_unknown)

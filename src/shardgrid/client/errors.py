@@ -45,6 +45,14 @@ class OperationRejectedError(ShardgridClientError):
         self.outcome_unknown = outcome_unknown
 
 
+class MemoryFullError(OperationRejectedError):
+    """A member that owns some of the call's keys holds its ``max_memory_bytes`` of records: it
+    refused the writes to them, unapplied (the message names the member and its limit), while it
+    still serves reads and removes. Writes are taken again once data is removed or expires,
+    members join and take partitions, or the limit is raised. The call's keys in partitions of
+    other members may have been written (a put_all is not atomic across partitions)."""
+
+
 class PartitionUnavailableError(ShardgridClientError):
     """Every replica of a partition the call needs is on members that stopped answering (a network
     split, or members that may have crashed): the partition is neither served nor restarted empty

@@ -44,6 +44,7 @@ class Verdict(enum.Enum):
     TIMED_OUT = "timed-out"  # OperationTimeoutError
     INDETERMINATE = "indeterminate"  # IndeterminateOperationStateError
     UNAVAILABLE = "unavailable"  # PartitionUnavailableError: not applied by this attempt
+    MEMORY_FULL = "memory-full"  # MemoryFullError: the owner is at max_memory_bytes; not applied by this attempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,10 @@ def on_answer(
         # Every replica of the partition is on members that stopped answering: said at once, as
         # Redis Cluster does for a slot it cannot serve, rather than after the call's whole time.
         return Decision(Verdict.UNAVAILABLE, outcome_unknown=call.mutating and call.maybe_applied)
+    if status is ReplyCode.MEMORY_FULL:
+        # The owner holds its max_memory_bytes of records: said at once, as Redis answers OOM at
+        # maxmemory; it takes writes again once data is removed or expires, or members join.
+        return Decision(Verdict.MEMORY_FULL, outcome_unknown=call.mutating and call.maybe_applied)
     if status is ReplyCode.EXPIRED:
         # This attempt came after the call's deadline and was not applied; an earlier one may have
         # been. Its time is up: sending again would only be refused the same way.

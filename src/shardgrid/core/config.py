@@ -12,6 +12,7 @@ from shardgrid.core.limits import (
     DEFAULT_MAX_PARALLEL_MIGRATIONS,
     DEFAULT_PARTITION_COUNT,
     MAX_BACKUP_COUNT,
+    MAX_COUNTER,
     MAX_ENTRIES_PER_CHUNK,
     MAX_MAP_NAME_CHARS,
     MAX_MEMBER_COUNT,
@@ -143,6 +144,11 @@ class MemberConfig:
     """Writes waiting for their backups' acknowledgements; beyond it, new writes get OVERLOADED."""
     max_pending_write_bytes: int = 256 * 1024 * 1024
     """The keys' and values' bytes of those writes; beyond it, OVERLOADED."""
+    max_memory_bytes: int = 0
+    """The records this member may hold, in bytes as the storage engine counts them (keys, values,
+    metadata and table overhead, of every replica it holds): at the limit, a write is refused with
+    MEMORY_FULL while reads and removes go on. 0: no limit. The process's default is half the
+    memory it may use (the cgroup's limit or the machine's); each member has its own."""
     client_retry_after_ms: int = 50
     """What a reply asking a client to retry tells it to wait."""
     max_backup_reorder: int = 1_024
@@ -249,6 +255,7 @@ class MemberConfig:
             "partition_lost_timeout_ms must be 0 or at least failure_timeout_ms",
         )
         require(self.max_chunk_bytes > 0, "max_chunk_bytes must be positive")
+        require(0 <= self.max_memory_bytes <= MAX_COUNTER, "max_memory_bytes must be 0 (no limit) or positive")
         require(
             0 < self.max_chunk_entries <= MAX_ENTRIES_PER_CHUNK, f"max_chunk_entries must be 1..{MAX_ENTRIES_PER_CHUNK}"
         )

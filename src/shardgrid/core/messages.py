@@ -410,6 +410,7 @@ class ReplyCode(enum.IntEnum):
     EXPIRED = 8  # the attempt came after its deadline (MapRequest.deadline_ms): it was not applied
     SETTLING = 9  # an earlier attempt of this write was applied and waits for its backups: retry after retry_after_ms
     UNAVAILABLE = 10  # every replica of the partition is on members that stopped answering: nothing was applied
+    MEMORY_FULL = 11  # the owner holds max_memory_bytes of records: the write was not applied (reads and removes go on)
 
 
 RETRYABLE: frozenset[ReplyCode] = frozenset(
@@ -557,6 +558,11 @@ class MemberStatus(Message, tag=130, kw_only=True):
     entries_migrated: Counter = 0  # records this member sent as a migration source since it started
     bytes_migrated: Counter = 0  # their keys' and values' bytes
     chunks_resent: Counter = 0  # migration chunks it sent again for want of a timely acknowledgement
+    # The records of every replica this member holds, as the storage engine counts them (as of its
+    # last tick), and its limit (0: none): at the limit, writes are refused with MEMORY_FULL.
+    memory_bytes: Counter = 0
+    max_memory_bytes: Counter = 0
+    entries: Counter = 0  # records held, of every replica
 
 
 class ListenRequest(Message, tag=131):

@@ -71,6 +71,13 @@ class MemberMetrics:
         self.writes_awaiting_backups = self._gauge(
             "shardgrid_writes_awaiting_backups", "Writes not yet acknowledged by every backup."
         )
+        self.memory_bytes = self._gauge(
+            "shardgrid_memory_bytes", "Bytes of records this member holds, as the storage engine counts them."
+        )
+        self.max_memory_bytes = self._gauge(
+            "shardgrid_max_memory_bytes", "This member's max_memory_bytes (0: no limit): past it, writes are refused."
+        )
+        self.entries = self._gauge("shardgrid_entries", "Records this member holds, of every replica.")
         self.connections = self._gauge("shardgrid_connections", "Open connections by kind.", ("kind",))
         self.client_frame_bytes_claimed = self._gauge(
             "shardgrid_client_frame_bytes_claimed",
@@ -153,3 +160,6 @@ class MemberMetrics:
         self.backup_replicas.set(status.backup_replicas)
         self.replicas_out_of_sync.set(status.syncs_in_flight)
         self.writes_awaiting_backups.set(status.writes_awaiting_backups)
+        self.memory_bytes.set(status.memory_bytes)
+        self.max_memory_bytes.set(status.max_memory_bytes)
+        self.entries.set(status.entries)

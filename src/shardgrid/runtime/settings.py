@@ -31,6 +31,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 from shardgrid.core.config import MapConfig, MemberConfig
 from shardgrid.core.errors import ConfigError
 from shardgrid.core.limits import MAX_FRAME_BYTES, MAX_REQUEST_BYTES
+from shardgrid.runtime.machine_memory import default_max_memory_bytes
 
 PROCESS = "member"
 CLUSTER = "cluster"
@@ -268,6 +269,12 @@ class _Loader:
                 own = RUNTIME_CLUSTER_DEFAULTS if section == CLUSTER else {}
                 self.values[(section, key)] = own[key] if key in own else getattr(defaults, key)
                 self.origins[(section, key)] = ("default", f"{_table(section)} {key} (default)")
+        # Each member's own: half the memory this process may use (its cgroup's or the machine's).
+        self.values[(CLUSTER, "max_memory_bytes")] = default_max_memory_bytes()
+        self.origins[(CLUSTER, "max_memory_bytes")] = (
+            "default",
+            f"{_table(CLUSTER)} max_memory_bytes (default: half the memory this process may use)",
+        )
         self.maps: list[str] = []
 
     def set(self, section: str, key: str, raw: object, kind: str, where: str, text: bool) -> None:

@@ -22,7 +22,7 @@ from shardgrid.core.effects import Emit, ReplyToClient, Send, SendToAddress, Set
 from shardgrid.core.identity import MemberId
 from shardgrid.core.inputs import LinkRestored, Receive, Start, StopSignalled, TimerFired
 from shardgrid.core.member import Member
-from shardgrid.core.messages import AdminReply, AdminRequest, TableRequest
+from shardgrid.core.messages import AdminReply, AdminRequest, MapReply, ReplyCode, TableRequest
 from shardgrid.sim.network import Network, NetworkConfig
 from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, Ledger, SimClient
 
@@ -57,6 +57,7 @@ class Stats:
     splits: int = 0
     pauses: int = 0
     stops: int = 0
+    writes_refused_memory_full: int = 0  # keys of writes owners refused at max_memory_bytes
 
 
 # The simulated wall clock at time 0 (2026-01-01T00:00:00Z): records' times are on it.
@@ -375,6 +376,8 @@ class Simulation:
             elif isinstance(effect, SendToAddress):
                 self._send(node.address, identity, effect.address, None, effect.message)
             elif isinstance(effect, ReplyToClient):
+                if isinstance(effect.message, MapReply) and ReplyCode.MEMORY_FULL in effect.message.codes:
+                    self.stats.writes_refused_memory_full += effect.message.codes.count(ReplyCode.MEMORY_FULL)
                 for reply_check in self.reply_checks:
                     reply_check(self, node.address, effect.client_address, effect.message)
                 self._send(node.address, identity, effect.client_address, None, effect.message)

@@ -104,6 +104,7 @@ _RUN_FIELDS = {
     "snapshot_every_entries",
     "join",
     "partition_lost_timeout_ms",
+    "max_memory_bytes",
 }
 _STEP_FIELDS = {
     "action",

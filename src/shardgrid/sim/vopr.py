@@ -83,6 +83,9 @@ class SimParams:
     # Each founding member's join list, as member references ("m1", "m2", ...), as a member process
     # builds its seeds from --join (its own address added); empty: every member lists every one.
     join: tuple[tuple[str, ...], ...] = ()
+    # Each member's max_memory_bytes (0: no limit): small values make owners refuse writes
+    # (MEMORY_FULL) that the ledger then counts as not applied.
+    max_memory_bytes: int = 0
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -115,6 +118,7 @@ class SimParams:
             snapshot_every_entries=self.snapshot_every_entries,
             migration_fragments_enabled=self.fragments,
             partition_lost_timeout_ms=self.partition_lost_timeout_ms,
+            max_memory_bytes=self.max_memory_bytes,
             **(TIGHT_TRANSFERS if self.tight_transfers else {}),
         )
 

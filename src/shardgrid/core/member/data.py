@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from shardgrid._engine import split
+from shardgrid._engine import INDEX_BYTES, RECORD_BYTES, split
 from shardgrid.core.errors import invariant
 from shardgrid.core.hashing import partition_ids_of_serialized
 from shardgrid.core.identity import MemberId
@@ -78,6 +78,10 @@ from shardgrid.core.write_records import NO_DEADLINE_TTL_MS, RECORD_GRACE_MS, WI
 
 # What a run takes on the wire beyond its keys, values and map name (partition, lineage, sequences).
 RUN_HEADER_BYTES = 64
+# What a new record costs the engine beyond its key's and value's bytes (its slot, its share of the
+# index, the heap block's header and rounding): how much a write is taken to add to the memory
+# count until the next tick counts it exactly.
+RECORD_GROWTH_BYTES = RECORD_BYTES + INDEX_BYTES + 16
 # (partition, map) pairs whose write targets are cached (the cache empties when the table changes).
 MAX_CACHED_TARGETS = 100_000
 # The keys and values of one request: a frame less room for what the owner's backup batch adds to
@@ -164,6 +168,12 @@ class DataPath:
         self._syncs_by_id: dict[str, OutgoingSync] = {}
         self.incoming_syncs: dict[int, IncomingSync] = {}
         self._sync_counter = 0
+        # What the engine counts for every replica held, as of the last tick, and what writes
+        # this member applied as owner since (their keys' and values' bytes): the memory limit
+        # is checked against the two on every write, without a pass over the stores.
+        self.memory_bytes = 0
+        self._written_since_count_bytes = 0
+        self.entry_count = 0
 
     # --- what others ask ---------------------------------------------------------------------------
 
@@ -434,6 +444,10 @@ class DataPath:
             run_values = [values[i] for i in indexes] if kind == PUT else []
             size = columns_bytes(run_keys, run_values)
         config = self.ctx.config
+        if kind == PUT and config.max_memory_bytes and self._memory_full(size + len(indexes) * RECORD_GROWTH_BYTES):
+            call.mark(indexes, ReplyCode.MEMORY_FULL)
+            call.reason = self._memory_full_reason()
+            return
         over_count = self.pending_count + len(indexes) > config.max_pending_writes
         if over_count or self.pending_bytes + size > config.max_pending_write_bytes:
             call.mark(indexes, ReplyCode.OVERLOADED)
@@ -954,7 +968,34 @@ class DataPath:
             write.call.mark(write.indexes, ReplyCode.INDETERMINATE)
             self._finish_write(write)
 
+    def _memory_full(self, size_bytes: int) -> bool:
+        """Whether a write of ``size_bytes`` would take this member past ``max_memory_bytes``."""
+        held = self.memory_bytes + self._written_since_count_bytes
+        if held + size_bytes > self.ctx.config.max_memory_bytes:
+            return True
+        self._written_since_count_bytes += size_bytes
+        return False
+
+    def _memory_full_reason(self) -> str:
+        limit = self.ctx.config.max_memory_bytes
+        return (
+            f"member {self.ctx.identity.address} holds {self.memory_bytes + self._written_since_count_bytes} bytes "
+            f"of records, at its max_memory_bytes of {limit}: writes are refused (not applied), reads and "
+            "removes go on; remove data, let it expire, add members, or raise the limit"
+        )
+
+    def count_memory(self) -> None:
+        """Count what the engine holds for every replica of this member (a pass over its maps,
+        once a tick: the engine keeps each map's count exact)."""
+        memory = entries = 0
+        for data in self.stores.values():
+            for records in data.maps.values():
+                memory += records.memory_bytes()
+                entries += len(records)
+        self.memory_bytes, self.entry_count, self._written_since_count_bytes = memory, entries, 0
+
     def tick(self) -> None:
+        self.count_memory()
         now = self.ctx.now_ms
         for pid in sorted(self.pending):
             pending = self.pending[pid]

@@ -240,6 +240,9 @@ class Member:
             entries_migrated=self.migrations.entries_sent,
             bytes_migrated=self.migrations.bytes_sent,
             chunks_resent=self.migrations.chunks_resent,
+            memory_bytes=data.memory_bytes,
+            max_memory_bytes=self.ctx.config.max_memory_bytes,
+            entries=data.entry_count,
         )
 
     # --- events ----------------------------------------------------------------------------------

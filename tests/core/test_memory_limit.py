@@ -1,0 +1,116 @@
+"""max_memory_bytes on one member: at the limit an owner refuses writes (MEMORY_FULL, nothing
+applied, the reason naming the member and its limit) while reads and removes go on, and it takes
+writes again once removes bring the engine's count down. Backups never refuse what their owner
+applied: a refusal would make replicas at one sequence differ."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from shardgrid.core import messages as m
+from shardgrid.core.config import MemberConfig
+from shardgrid.core.errors import ConfigError
+from shardgrid.core.inputs import Receive
+from shardgrid.core.table import PartitionTable
+from tests.core.test_member import CONFIG, B, C, following, grant_lease, key_in, replies, run_ticks, synced
+
+# B owns every partition, with no backup: its answers come at once.
+B_ALONE = PartitionTable.from_lists([[B]] * 4, [1, 1, 1, 1])
+LIMIT_BYTES = 20_000
+LIMITED = replace(CONFIG, backup_count=0, max_memory_bytes=LIMIT_BYTES)
+
+
+def request(call_id: int, kind: m.OpKind, keys: list[bytes], value: bytes = b"") -> m.MapRequest:
+    values = (value,) * len(keys) if kind in (m.PUT, m.PUT_IF_ABSENT) else ()
+    return m.MapRequest(
+        call_id=call_id, kind=kind, map_name="m", partition_ids=(0,) * len(keys), keys=tuple(keys), values=values
+    )
+
+
+def keys(start: int, count: int) -> list[bytes]:
+    found: list[bytes] = []
+    n = 0
+    while len(found) < start + count:
+        key = key_in(0) + b"-%d" % n
+        if _partition_of(key) == 0:
+            found.append(key)
+        n += 1
+    return found[start:]
+
+
+def _partition_of(key: bytes) -> int:
+    from shardgrid.core.hashing import partition_ids_of_serialized
+
+    return partition_ids_of_serialized([key], CONFIG.partition_count)[0]
+
+
+def test_max_memory_bytes_is_zero_or_positive() -> None:
+    with pytest.raises(ConfigError, match="max_memory_bytes"):
+        MemberConfig(max_memory_bytes=-1).validate()
+    MemberConfig(max_memory_bytes=0).validate()
+
+
+def test_an_owner_at_its_limit_refuses_writes_and_serves_reads_and_removes() -> None:
+    owner, now = following(B, B_ALONE, config=LIMITED)
+    now = grant_lease(owner, now)
+    written: list[bytes] = []
+    refused = None
+    for call_id in range(1, 40):
+        batch = keys(len(written), 10)
+        (reply,) = replies(
+            owner.handle(now + call_id, Receive("c", None, None, request(call_id, m.PUT, batch, b"v" * 100)))
+        )
+        if reply.codes[0] is m.ReplyCode.MEMORY_FULL:
+            refused = reply
+            break
+        assert reply.codes == (m.ReplyCode.OK,) * 10
+        written += batch
+        _, now = run_ticks(owner, now + call_id, now + call_id + CONFIG.tick_ms)  # the exact count
+    assert refused is not None, "the owner never reached its limit"
+    assert set(refused.codes) == {m.ReplyCode.MEMORY_FULL}
+    assert B.address in refused.reason
+    assert str(LIMIT_BYTES) in refused.reason
+    status_before = owner.data.memory_bytes
+    assert 0 < status_before <= LIMIT_BYTES
+    view = owner.data.view(0)
+    assert view is not None
+    assert len(view.maps["m"]) == len(written)  # nothing of the refused write
+    now += 100
+    (read,) = replies(owner.handle(now, Receive("c", None, None, request(90, m.GET, written[:3]))))
+    assert read.codes == (m.ReplyCode.OK,) * 3
+    assert read.values == (b"v" * 100,) * 3
+    (absent,) = replies(
+        owner.handle(now + 1, Receive("c", None, None, request(91, m.PUT_IF_ABSENT, keys(500, 1), b"x" * LIMIT_BYTES)))
+    )
+    assert absent.codes == (m.ReplyCode.MEMORY_FULL,)
+    (removed,) = replies(owner.handle(now + 2, Receive("c", None, None, request(92, m.REMOVE, written[:20]))))
+    assert removed.codes == (m.ReplyCode.OK,) * 20
+    _, now = run_ticks(owner, now + 3, now + 3 + CONFIG.tick_ms)
+    assert owner.data.memory_bytes < status_before
+    (again,) = replies(owner.handle(now + 1, Receive("c", None, None, request(93, m.PUT, keys(600, 5), b"v" * 100))))
+    assert again.codes == (m.ReplyCode.OK,) * 5
+
+
+def test_the_status_reports_the_engines_count_and_the_limit() -> None:
+    owner, now = following(B, B_ALONE, config=LIMITED)
+    now = grant_lease(owner, now)
+    owner.handle(now + 1, Receive("c", None, None, request(1, m.PUT, keys(0, 5), b"v" * 100)))
+    _, now = run_ticks(owner, now + 1, now + 1 + CONFIG.tick_ms)
+    (status,) = replies(owner.handle(now + 1, Receive("c", None, None, m.MemberStatusRequest(7))))
+    assert (status.entries, status.max_memory_bytes) == (5, LIMIT_BYTES)
+    assert status.memory_bytes == owner.data.memory_bytes_of(0) > 5 * 100
+
+
+def test_a_backup_applies_what_its_owner_applied_whatever_its_own_limit() -> None:
+    b_c = PartitionTable.from_lists([[B, C]] * 4, [1, 1, 1, 1])
+    tiny = replace(CONFIG, max_memory_bytes=1)
+    backup, now = following(C, b_c, config=tiny)
+    synced(backup, 0, now, owner=B)
+    run = m.WriteRun(
+        partition_id=0, lineage="", first_sequence=1, kind=m.PUT, map_name="m", keys=(b"k",), values=(b"v" * 1000,)
+    )
+    effects = backup.handle(now + 1, Receive(B.address, B, C.uuid, m.BackupBatch((run,))))
+    assert backup.data.view(0).maps == {"m": {b"k": b"v" * 1000}}
+    assert any(isinstance(getattr(e, "message", None), m.BackupAckBatch) for e in effects)
