@@ -56,6 +56,20 @@ TIGHT_TRANSFERS = SimParams(
 FIRST_USE_WITH_LITE = SimParams(
     ops=300, members=5, lite_members=1, assign_on_first_use=True, faults=FAULTS, fault_gap_ms=(1_000, 4_000)
 )
+# A third of the keys in a map whose entries live a second: owners expire them as faults hit, and no
+# read may return a value that surely expired; replicas must agree on every expiry time.
+TTL_MAP = SimParams(ops=400, members=5, ttl_map=True, faults=FAULTS, fault_gap_ms=(1_000, 4_000))
+# Members that fill up: owners refuse writes past max_memory_bytes while crashes, splits and joins
+# move partitions around (backups and promotions never refuse).
+MEMORY_LIMIT = SimParams(
+    ops=400,
+    members=5,
+    partitions=31,
+    keys_per_client=60,
+    max_memory_bytes=6_000,
+    faults=FAULTS,
+    fault_gap_ms=(1_000, 4_000),
+)
 
 # Seeds that failed once, kept with the parameters they failed under.
 REGRESSION_SEEDS = [
@@ -99,6 +113,8 @@ CONFIGURATIONS: dict[str, tuple[SimParams, int]] = {
     "whole-transfers-two-maps-lossy": (WHOLE_TRANSFERS_TWO_MAPS, SCALE // 10),
     "tight-transfers-forced-syncs": (TIGHT_TRANSFERS, SCALE // 10),
     "tight-whole-transfers": (replace(TIGHT_TRANSFERS, fragments=False), SCALE // 15),
+    "a-ttl-map": (TTL_MAP, SCALE // 10),
+    "members-at-their-memory-limit": (MEMORY_LIMIT, SCALE // 10),
 }
 
 

@@ -75,6 +75,25 @@ def test_a_value_column_is_stored_as_it_is(spark, cluster):
     assert sorted((row.k, bytes(row.blob)) for row in back.collect()) == [("a", b"\x00\x01"), ("b", b"")]
 
 
+def test_write_ttl_seconds_makes_the_written_rows_expire(spark, cluster):
+    frame = spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string")
+    frame.write.format("shardgrid").options(
+        **options(cluster, "expiring", **{"key.column": "id", "write.ttl.seconds": "1"})
+    ).mode("append").save()
+    spark.createDataFrame([(3, "c")], "id long, v string").write.format("shardgrid").options(
+        **options(cluster, "expiring", **{"key.column": "id", "write.ttl.seconds": "0"})
+    ).mode("append").save()
+    with Client(cluster.addresses, cluster_secret=SECRET) as client:
+        held = client.get_map("expiring")
+        assert sorted(held.get_all([1, 2, 3])) == [1, 2, 3]
+        time.sleep(1.2)
+        assert sorted(held.get_all([1, 2, 3])) == [3]
+    with pytest.raises(Exception, match=r"write\.ttl\.seconds"):
+        frame.write.format("shardgrid").options(
+            **options(cluster, "expiring", **{"key.column": "id", "write.ttl.seconds": "-1"})
+        ).mode("append").save()
+
+
 def test_put_if_absent_keeps_what_is_there_and_overwrite_needs_confirming(spark, cluster):
     write = {"key.column": "id", "write.mode": "put_if_absent"}
     spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string").write.format("shardgrid").options(

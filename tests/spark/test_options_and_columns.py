@@ -25,6 +25,9 @@ def test_defaults_and_spellings() -> None:
     assert (parsed.write_batch_size, parsed.write_concurrency, parsed.write_mode) == (1_000, 8, WriteMode.PUT)
     assert parsed.key_type is KeyType.STRING
     assert parse({"map": "m"}, writing=False).key_column is None  # a read names it "key" unless told
+    assert parsed.write_ttl_ms == -1  # the map's own time_to_live_seconds
+    assert parse({"map": "m", "key.column": "id", "write.ttl.seconds": "90"}, writing=True).write_ttl_ms == 90_000
+    assert parse({"map": "m", "key.column": "id", "write.ttl.seconds": "0"}, writing=True).write_ttl_ms == 0
 
 
 @pytest.mark.parametrize(
@@ -38,6 +41,8 @@ def test_defaults_and_spellings() -> None:
         ({"map": "m", "key.column": "id", "write.batch.size": "10001"}, "expected an integer from 1 to 10000"),
         ({"map": "m", "key.column": "id", "write.concurrency": "x"}, "'write.concurrency': expected an integer"),
         ({"map": "m", "key.column": "id", "confirm.truncate": "sure"}, "expected true or false, got 'sure'"),
+        ({"map": "m", "key.column": "id", "write.ttl.seconds": "-1"}, "'write.ttl.seconds': expected an integer"),
+        ({"map": "m", "key.column": "id", "write.ttl.seconds": "1.5"}, "'write.ttl.seconds': expected an integer"),
         ({"map": "m", "key.column": "id", "cluster.members": "localhost"}, "expected host:port"),
         ({"map": "m", "key.column": "id", "tls.cert.file": "c.pem"}, "'tls.cert.file' and 'tls.key.file' go together"),
         ({"map": "x" * 300, "key.column": "id"}, "'map': expected a name of at most"),

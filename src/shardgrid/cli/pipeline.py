@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from shardgrid.cli.cluster_commands import EXIT_REFUSED, MEMBERS_ENV, parse_members
+from shardgrid.core.limits import MAX_TTL_SECONDS
 from shardgrid.spark.jobs import failure_reason, read_map, read_path, write_to_map
 
 INPUT_FORMATS = ("parquet", "csv", "json")
@@ -187,10 +188,24 @@ def pipeline() -> None:
     show_default=True,
     help="put replaces a key's value; put_if_absent keeps a value already there.",
 )
+@click.option(
+    "--ttl",
+    "ttl_seconds",
+    type=click.IntRange(0, MAX_TTL_SECONDS),
+    default=None,
+    help="Seconds the loaded entries live (0: until removed; default: the map's time_to_live_seconds).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as one JSON object too.")
 @_connection_options
 def load(
-    input_path: Path, input_format: str | None, map_name: str, key_column: str, mode: str, as_json: bool, **given: Any
+    input_path: Path,
+    input_format: str | None,
+    map_name: str,
+    key_column: str,
+    mode: str,
+    ttl_seconds: int | None,
+    as_json: bool,
+    **given: Any,
 ) -> None:
     """Load a Parquet, CSV or JSON file (or folder of them) into a map, keyed by a column."""
     options = source_options(given["members"], given["cluster_name"], given["cluster_secret"], given["tls_ca_file"])
@@ -199,7 +214,7 @@ def load(
     try:
         try:  # reading the input (its schema) fails here too: a malformed record, a corrupt file
             frame = _file_reader(spark.read.format(kind), kind).load(read_path(input_path))
-            written = write_to_map(frame, options, map_name, key_column, mode)
+            written = write_to_map(frame, options, map_name, key_column, mode, ttl_seconds)
         except Exception as error:  # Spark's, carrying the source's message
             _fail("load", error, PARTIAL_LOAD)
         figures = _figures(f"loaded into map '{map_name}':", written.rows, written.data_bytes, written.seconds)

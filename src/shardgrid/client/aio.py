@@ -53,6 +53,7 @@ from shardgrid.core.limits import (
     MAX_KEY_BYTES,
     MAX_OPERATIONS_PER_REQUEST,
     MAX_REQUEST_BYTES,
+    MAX_TTL_SECONDS,
     MAX_VALUE_BYTES,
 )
 from shardgrid.core.metadata.cluster_state import ClusterState
@@ -76,6 +77,22 @@ class _NotSent:
 
 
 NOT_SENT = _NotSent()
+
+
+def ttl_ms_of(ttl: float | None) -> int:
+    """A ``ttl`` in seconds as a request carries it, in ms: -1 for None (the map's own), 0 for 0
+    (until removed); checked here, as a member would refuse it."""
+    if ttl is None:
+        return -1
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 <= ttl <= MAX_TTL_SECONDS:
+        raise ValueError(
+            f"ttl is None (the map's time_to_live_seconds), 0 (no expiry) or seconds up to {MAX_TTL_SECONDS}"
+        )
+    if ttl and ttl < 0.001:
+        raise ValueError("ttl is at least a millisecond (0.001 s), or 0 for no expiry")
+    return round(ttl * 1000)
+
+
 # Answers whose reason the caller's error repeats (the member's words say what to do).
 REASONED = frozenset({m.ReplyCode.REJECTED, m.ReplyCode.UNAVAILABLE, m.ReplyCode.MEMORY_FULL})
 
@@ -302,12 +319,15 @@ class AsyncClient:
         values: Sequence[bytes] | None = None,
         previous: bool = False,
         partition_ids: Sequence[int] | None = None,
+        *,
+        ttl_ms: int = -1,
     ) -> list[bytes | None]:
         """Run one operation on many keys (already serialized), through every retry its answers
         call for; returns one value per key (a get's, or a put's or remove's previous value when
         ``previous``), None where there is none. ``partition_ids``: the keys' partitions, when
         the caller hashed them already under this cluster's partition count (a member refuses a
-        request whose partition ids do not match its keys)."""
+        request whose partition ids do not match its keys). ``ttl_ms``: how long a put's entries
+        live (-1: the map's time_to_live_seconds; 0: until removed)."""
         if self._closed:
             raise ClientClosedError("the client is closed")
         _check_map_name(map_name)
@@ -317,7 +337,7 @@ class AsyncClient:
             return results
         pids = await self._checked(kind, keys, values, partition_ids)
         progress = CallProgress(self._now_ms(), kind is not m.GET)
-        await self._map_rounds(kind, map_name, keys, values, pids, previous, progress, results, None)
+        await self._map_rounds(kind, map_name, keys, values, pids, previous, progress, results, None, ttl_ms=ttl_ms)
         return results
 
     async def _checked(
@@ -346,7 +366,7 @@ class AsyncClient:
             raise ValueError(f"partition ids are ints from 0 to {partition_count - 1}")
         return pids
 
-    async def put_encoded(self, kind: m.OpKind, map_name: str, columns: EncodedColumns) -> None:
+    async def put_encoded(self, kind: m.OpKind, map_name: str, columns: EncodedColumns, *, ttl_ms: int = -1) -> None:
         """A put (or put-if-absent) of columns already encoded (``encoded_columns``), through every
         retry its answers call for, as ``map_call`` (without previous values). The columns go as
         one request, as they are, when a member's codec takes them (``checked``), they fit one
@@ -375,7 +395,7 @@ class AsyncClient:
             or len(columns.keys) + len(columns.values) > MAX_REQUEST_BYTES
             or max(pids) >= table.partition_count
         ):
-            await self.map_call(kind, map_name, keys, values, partition_ids=pids)
+            await self.map_call(kind, map_name, keys, values, partition_ids=pids, ttl_ms=ttl_ms)
             return
         (owner,) = owners
         progress = CallProgress(self._now_ms(), True)
@@ -393,6 +413,7 @@ class AsyncClient:
                 previous=False,
                 client_id=self.client_id,
                 write_id=write_id,
+                ttl_ms=ttl_ms,
             )
 
         reply = await self._attempt(owner, progress, request)
@@ -402,7 +423,7 @@ class AsyncClient:
         answered = [(list(range(columns.count)), reply)]
         write_ids = [write_id] * columns.count
         await self._map_rounds(
-            kind, map_name, keys, values, pids, False, progress, [None] * len(keys), answered, write_ids
+            kind, map_name, keys, values, pids, False, progress, [None] * len(keys), answered, write_ids, ttl_ms=ttl_ms
         )
 
     async def _map_rounds(
@@ -417,6 +438,8 @@ class AsyncClient:
         results: list[bytes | None],
         answered: list[tuple[list[int], m.MapReply | _NotSent | None]] | None,
         write_ids: list[int] | None = None,
+        *,
+        ttl_ms: int = -1,
     ) -> None:
         """Rounds of attempts, each key to its owner, until every key is answered or the policy
         ends the call; ``results`` gets the values answered. ``answered``: the answers of a
@@ -436,7 +459,7 @@ class AsyncClient:
                 for write_id, batch, owner in self._attempt_batches(kind, remaining, pids, keys, values, write_of):
                     attempts.append(
                         self._map_attempt(
-                            owner, kind, map_name, batch, pids, keys, values, previous, progress, write_id
+                            owner, kind, map_name, batch, pids, keys, values, previous, progress, write_id, ttl_ms
                         )
                     )
                 answers = await asyncio.gather(*attempts)
@@ -531,6 +554,7 @@ class AsyncClient:
         previous: bool,
         progress: CallProgress,
         write_id: int,
+        ttl_ms: int = -1,
     ) -> tuple[list[int], m.MapReply | _NotSent | None]:
         client_id = self.client_id if write_id else ""
 
@@ -546,6 +570,7 @@ class AsyncClient:
                     previous=previous,
                     client_id=client_id,
                     write_id=write_id,
+                    ttl_ms=ttl_ms,
                 )
             return m.MapRequest(
                 call_id=call_id,
@@ -557,6 +582,7 @@ class AsyncClient:
                 previous=previous,
                 client_id=client_id,
                 write_id=write_id,
+                ttl_ms=ttl_ms,
             )
 
         return batch, await self._attempt(owner, progress, request)
@@ -998,30 +1024,46 @@ class AsyncMap:
     def _value(self, data: bytes | None) -> Any:
         return None if data is None else self.value_serializer.loads(data)
 
-    async def put(self, key: Key, value: Any) -> Any:
-        """Store ``value`` under ``key``; returns the previous value (None if there was none)."""
+    async def put(self, key: Key, value: Any, ttl: float | None = None) -> Any:
+        """Store ``value`` under ``key``; returns the previous value (None if there was none).
+        ``ttl``: seconds the entry lives (None: the map's ``time_to_live_seconds``; 0: until
+        removed); no read returns it once it expired."""
         (old,) = await self.client.map_call(
-            m.PUT, self.name, [self._key(key)], [self.value_serializer.dumps(value)], previous=True
+            m.PUT,
+            self.name,
+            [self._key(key)],
+            [self.value_serializer.dumps(value)],
+            previous=True,
+            ttl_ms=ttl_ms_of(ttl),
         )
         return self._value(old)
 
-    async def set(self, key: Key, value: Any) -> None:
+    async def set(self, key: Key, value: Any, ttl: float | None = None) -> None:
         """Store ``value`` under ``key`` (like put, without fetching the previous value)."""
-        await self.client.map_call(m.PUT, self.name, [self._key(key)], [self.value_serializer.dumps(value)])
+        await self.client.map_call(
+            m.PUT, self.name, [self._key(key)], [self.value_serializer.dumps(value)], ttl_ms=ttl_ms_of(ttl)
+        )
 
-    async def put_if_absent(self, key: Key, value: Any) -> Any:
+    async def put_if_absent(self, key: Key, value: Any, ttl: float | None = None) -> Any:
         """Store ``value`` under ``key`` only if the key has no value; returns the value that was
         there (None when this call stored its own). A retry after a lost answer may find its own
-        write and return it."""
+        write and return it. An expired entry is no value: its key takes the new one."""
         (old,) = await self.client.map_call(
-            m.PUT_IF_ABSENT, self.name, [self._key(key)], [self.value_serializer.dumps(value)], previous=True
+            m.PUT_IF_ABSENT,
+            self.name,
+            [self._key(key)],
+            [self.value_serializer.dumps(value)],
+            previous=True,
+            ttl_ms=ttl_ms_of(ttl),
         )
         return self._value(old)
 
-    async def put_all_if_absent(self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]]) -> None:
+    async def put_all_if_absent(
+        self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]], ttl: float | None = None
+    ) -> None:
         """put_if_absent for many entries, grouped per owner like put_all."""
         keys, values = self._columns(entries)
-        await self.client.map_call(m.PUT_IF_ABSENT, self.name, keys, values)
+        await self.client.map_call(m.PUT_IF_ABSENT, self.name, keys, values, ttl_ms=ttl_ms_of(ttl))
 
     async def get(self, key: Key, default: Any = None) -> Any:
         (data,) = await self.client.map_call(m.GET, self.name, [self._key(key)])
@@ -1044,9 +1086,10 @@ class AsyncMap:
         (old,) = await self.client.map_call(m.REMOVE, self.name, [self._key(key)], previous=True)
         return old is not None
 
-    async def put_all(self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]]) -> None:
+    async def put_all(self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]], ttl: float | None = None) -> None:
+        """Store every entry (``ttl`` as put's, for each)."""
         keys, values = self._columns(entries)
-        await self.client.map_call(m.PUT, self.name, keys, values)
+        await self.client.map_call(m.PUT, self.name, keys, values, ttl_ms=ttl_ms_of(ttl))
 
     def _columns(self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]]) -> tuple[list[bytes], list[bytes]]:
         pairs = entries.items() if isinstance(entries, Mapping) else entries

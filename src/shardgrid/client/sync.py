@@ -155,17 +155,20 @@ class Map(MutableMapping[Any, Any]):
         self._map = inner
         self.name = inner.name
 
-    def put(self, key: Key, value: Any) -> Any:
-        return self._client._run(self._map.put(key, value))
+    def put(self, key: Key, value: Any, ttl: float | None = None) -> Any:
+        """``AsyncMap.put``: ``ttl`` in seconds (None: the map's own; 0: until removed)."""
+        return self._client._run(self._map.put(key, value, ttl))
 
-    def set(self, key: Key, value: Any) -> None:
-        self._client._run(self._map.set(key, value))
+    def set(self, key: Key, value: Any, ttl: float | None = None) -> None:
+        self._client._run(self._map.set(key, value, ttl))
 
-    def put_if_absent(self, key: Key, value: Any) -> Any:
-        return self._client._run(self._map.put_if_absent(key, value))
+    def put_if_absent(self, key: Key, value: Any, ttl: float | None = None) -> Any:
+        return self._client._run(self._map.put_if_absent(key, value, ttl))
 
-    def put_all_if_absent(self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]]) -> None:
-        self._client._run(self._map.put_all_if_absent(entries))
+    def put_all_if_absent(
+        self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]], ttl: float | None = None
+    ) -> None:
+        self._client._run(self._map.put_all_if_absent(entries, ttl))
 
     def get(self, key: Key, default: Any = None) -> Any:
         return self._client._run(self._map.get(key, default))
@@ -179,8 +182,8 @@ class Map(MutableMapping[Any, Any]):
     def delete(self, key: Key) -> None:
         self._client._run(self._map.delete(key))
 
-    def put_all(self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]]) -> None:
-        self._client._run(self._map.put_all(entries))
+    def put_all(self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]], ttl: float | None = None) -> None:
+        self._client._run(self._map.put_all(entries, ttl))
 
     def get_all(self, keys: Iterable[Key]) -> dict[Key, Any]:
         return self._client._run(self._map.get_all(keys))

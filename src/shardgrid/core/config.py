@@ -18,6 +18,7 @@ from shardgrid.core.limits import (
     MAX_MEMBER_COUNT,
     MAX_PARALLEL_MIGRATIONS_LIMIT,
     MAX_PARTITION_COUNT,
+    MAX_TTL_SECONDS,
 )
 from shardgrid.core.raft import RaftSettings
 
@@ -43,6 +44,14 @@ class MapConfig:
     from a snapshot of the log): the map restarts empty there, as a cache refills, and never
     shows a value older than one acknowledged. Off (the default), the partition waits for its
     replicas."""
+    time_to_live_seconds: int = 0
+    """How long an entry written without its own TTL lives, in seconds (0: until removed). A write's
+    own TTL (the clients' ``ttl``) takes precedence. The owner removes expired entries, through
+    its backups as any remove; no read returns one meanwhile."""
+
+    @property
+    def time_to_live_ms(self) -> int:
+        return self.time_to_live_seconds * 1000
 
     @property
     def total_backup_count(self) -> int:
@@ -51,6 +60,10 @@ class MapConfig:
     def validate(self, name: str) -> None:
         require(0 <= self.backup_count <= MAX_BACKUP_COUNT, f"map {name!r}: backup_count out of range")
         require(0 <= self.async_backup_count <= MAX_BACKUP_COUNT, f"map {name!r}: async_backup_count out of range")
+        require(
+            0 <= self.time_to_live_seconds <= MAX_TTL_SECONDS,
+            f"map {name!r}: time_to_live_seconds is 0 (no expiry) to {MAX_TTL_SECONDS}",
+        )
         require(
             self.total_backup_count <= MAX_BACKUP_COUNT,
             f"map {name!r}: backup_count + async_backup_count is at most {MAX_BACKUP_COUNT}",

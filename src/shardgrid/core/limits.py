@@ -84,3 +84,7 @@ MAX_COMPLETED_IN_METADATA: Final = 1_000
 # "Never", as a time: long before any a member's clock shows (it starts at 0), so that a thing
 # last done at NEVER_MS is due at once ("now - last >= interval" holds at the first tick).
 NEVER_MS: Final = -(10**12)
+
+# The longest TTL an entry may have, in seconds (about 285 years): an expiry time of the record
+# clock plus it stays far below MAX_COUNTER, the engine's bound on times.
+MAX_TTL_SECONDS: Final = 9_000_000_000

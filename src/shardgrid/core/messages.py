@@ -29,6 +29,7 @@ from shardgrid.core.limits import (
     MAX_REPLICA_COUNT,
     MAX_RUNS_PER_BACKUP_BATCH,
     MAX_TABLE_REPLY_PARTITIONS,
+    MAX_TTL_SECONDS,
     MAX_VALUE_BYTES,
 )
 from shardgrid.core.metadata.cluster_state import ClusterState
@@ -50,6 +51,8 @@ AckedSequence = Annotated[int, msgspec.Meta(ge=-1, le=MAX_COUNTER)]
 # Columns of one request, or of a run of its writes: one item per key.
 KeyColumn = Annotated[tuple[Key, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
 ValueColumn = Annotated[tuple[Value, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
+# A write's TTL in ms: -1 the map's own, 0 none.
+TtlMs = Annotated[int, msgspec.Meta(ge=-1, le=MAX_TTL_SECONDS * 1000)]
 # A column packed end to end (a scan page), or its entries' lengths.
 PackedBytes = Annotated[bytes, msgspec.Meta(max_length=MAX_FRAME_BYTES)]
 # The map of one migration or sync chunk.
@@ -443,6 +446,9 @@ class MapRequest(Message, tag=122, kw_only=True):
     # that applied it answers a retry as it answered the first, applying nothing. "": unnamed.
     client_id: ClientId = ""
     write_id: Counter = 0
+    # How long the entries of a put or put-if-absent live, in ms: -1 the map's time_to_live_seconds,
+    # 0 until removed.
+    ttl_ms: TtlMs = -1
 
 
 class PartitionRedirect(Record):

@@ -117,12 +117,25 @@ class MapRecords:
     # --- the batch calls of the data path ---------------------------------------------------------
 
     def put(
-        self, keys: Items, values: Items, now_ms: int, *, ttls_ms: bytes | None = None, previous: bool = False
+        self,
+        keys: Items,
+        values: Items,
+        now_ms: int,
+        *,
+        ttl_ms: int = 0,
+        ttls_ms: bytes | None = None,
+        previous: bool = False,
     ) -> list[bytes | None] | None:
-        """Set each key to its value; the live values replaced, when ``previous``."""
-        found, lengths, present = self._store.put(
-            self.name, *pack(keys), *pack(values), now_ms, ttls_ms=ttls_ms, return_previous=previous
-        )
+        """Set each key to its value, living ``ttl_ms`` (each) or its own of ``ttls_ms`` (0: until
+        removed); the live values replaced, when ``previous``."""
+        if ttls_ms:
+            found, lengths, present = self._store.put(
+                self.name, *pack(keys), *pack(values), now_ms, ttls_ms=ttls_ms, return_previous=previous
+            )
+        else:
+            found, lengths, present = self._store.put(
+                self.name, *pack(keys), *pack(values), now_ms, ttl_ms=ttl_ms, return_previous=previous
+            )
         return split(found, lengths, present) if previous else None
 
     def get(self, keys: Items, now_ms: int, max_bytes: int | None = None) -> list[bytes | None]:

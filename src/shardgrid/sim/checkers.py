@@ -25,9 +25,11 @@ from shardgrid.core.messages import MapReply, ReplyCode
 from shardgrid.core.placement import replica_count_for
 from shardgrid.core.store import ReplicaView
 from shardgrid.sim.cluster import Simulation
-from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, MAP_NAME
+from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, MAP_NAME, TTL_MAP_NAME
 
-WORKLOAD_MAPS = (MAP_NAME, ASYNC_MAP_NAME, CACHE_MAP_NAME)
+# How long after its expiry an entry may still be held by a replica of a settled cluster.
+EXPIRED_GRACE_MS = 10_000
+WORKLOAD_MAPS = (MAP_NAME, ASYNC_MAP_NAME, CACHE_MAP_NAME, TTL_MAP_NAME)
 
 
 class SimulationFailure(AssertionError):
@@ -251,6 +253,22 @@ def final_violations(sim: Simulation) -> list[str]:
                 if versions != {name: data.versions[name] for name in expected}:
                     problems.append(f"partition {pid}: backup {backup} holds other map versions than its owner")
     for member in sim.live_members():
+        # The owners' active expiry removes expired entries within a few ticks of their expiry,
+        # and the removes reach the backups: on a settled cluster none is left much older.
+        now_ms = member.ctx.records_ms
+        for pid in member.data.held_partitions():
+            view = member.data.view(pid)
+            stale = [
+                key
+                for records in (view.entries.values() if view else ())
+                for key, (_, expire_at_ms) in records.items()
+                if expire_at_ms and expire_at_ms + EXPIRED_GRACE_MS < now_ms
+            ]
+            if stale:
+                problems.append(
+                    f"{member.identity} still holds {len(stale)} entries of partition {pid} that expired over "
+                    f"{EXPIRED_GRACE_MS} ms ago (e.g. {stale[0]!r})"
+                )
         extra = [pid for pid in member.data.held_partitions() if member.identity not in table.replicas[pid]]
         if extra:
             problems.append(f"{member.identity} keeps data of partitions it does not replicate: {extra[:5]}")

@@ -24,7 +24,7 @@ from shardgrid.core.inputs import LinkRestored, Receive, Start, StopSignalled, T
 from shardgrid.core.member import Member
 from shardgrid.core.messages import AdminReply, AdminRequest, MapReply, ReplyCode, TableRequest
 from shardgrid.sim.network import Network, NetworkConfig
-from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, Ledger, SimClient
+from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, TTL_MAP_NAME, Ledger, SimClient
 
 FIRST_PORT = 5701
 ADMIN_ADDRESS = "admin"
@@ -171,6 +171,7 @@ class Simulation:
             settings=self.call_settings,
             use_cache_map=CACHE_MAP_NAME in self.config.serving_maps,
             attempt_timeout_ms=self.attempt_timeout_ms,
+            use_ttl_map=self.config.map_config(TTL_MAP_NAME).time_to_live_seconds > 0,
         )
         self.clients[name] = client
         self._schedule(self.now_ms + 1, "client", name)

@@ -105,6 +105,7 @@ _RUN_FIELDS = {
     "join",
     "partition_lost_timeout_ms",
     "max_memory_bytes",
+    "ttl_map",
 }
 _STEP_FIELDS = {
     "action",

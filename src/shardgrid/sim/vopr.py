@@ -24,7 +24,7 @@ from shardgrid.sim.checkers import SimulationFailure, final_violations, install_
 from shardgrid.sim.cluster import Simulation
 from shardgrid.sim.network import NetworkConfig
 from shardgrid.sim.schedule import Schedule, ScheduleRunner, check_schedule
-from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME
+from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, TTL_MAP_NAME, TTL_MAP_SECONDS
 
 FAULTS = (
     "crash",
@@ -86,6 +86,9 @@ class SimParams:
     # Each member's max_memory_bytes (0: no limit): small values make owners refuse writes
     # (MEMORY_FULL) that the ledger then counts as not applied.
     max_memory_bytes: int = 0
+    # A third of the keys go to a map whose entries live TTL_MAP_SECONDS: the owners expire them and
+    # the ledger checks that no read returns a value that surely expired.
+    ttl_map: bool = False
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -104,6 +107,8 @@ class SimParams:
         maps = ((ASYNC_MAP_NAME, MapConfig(self.backups, self.async_backups)),) if self.async_backups else ()
         if self.cache_map:
             maps = (*maps, (CACHE_MAP_NAME, MapConfig(self.backups, serve_when_unavailable=True)))
+        if self.ttl_map:
+            maps = (*maps, (TTL_MAP_NAME, MapConfig(self.backups, time_to_live_seconds=TTL_MAP_SECONDS)))
         return maps
 
     def member_config(self) -> MemberConfig:

@@ -48,6 +48,10 @@ ASYNC_MAP_NAME = "ledger-async"
 # serves from empty while its partition is unavailable (``serve_when_unavailable``): a read of one
 # may come back empty, but never older than a value acknowledged or read before.
 CACHE_MAP_NAME = "ledger-cache"
+# A map whose entries live TTL_MAP_SECONDS (its time_to_live_seconds): its keys may read empty once
+# their last write could have expired, and must never read a value that surely expired.
+TTL_MAP_NAME = "ledger-ttl"
+TTL_MAP_SECONDS = 1
 DEADLINE_MARGIN_MS = 20  # the smart client's (client/aio.py)
 ACKED = "acked"
 MAYBE = "maybe"
@@ -59,6 +63,7 @@ class Write:
     value: bytes
     issued_ms: int
     outcome: str = FAILED
+    finished_ms: int = 0  # when its call ended (an applied write was applied by then)
 
 
 @dataclass(slots=True)
@@ -70,10 +75,26 @@ class Ledger:
     # an earlier one may not show again (it would have been applied late, or twice).
     observed: dict[bytes, int] = field(default_factory=dict)
     cache_keys: set[bytes] = field(default_factory=set)  # in the cache map: may come back empty
+    ttl_keys: dict[bytes, int] = field(default_factory=dict)  # in the TTL map: how long a write lives, ms
 
     def check_read(self, key: bytes, value: bytes | None, started_ms: int, now_ms: int, member: str) -> None:
         self.reads_checked += 1
-        allowed = self.allowed_final_values(key)
+        allowed = self.allowed_final_values(key, now_ms)
+        ttl_ms = self.ttl_keys.get(key)
+        if ttl_ms is not None and value is not None:
+            # A write is applied by the time its call ends, and expires ttl_ms after it was
+            # applied: a read sent later than that may not return it.
+            written = next((w for w in self.writes.get(key, []) if w.value == value), None)
+            if written is not None and written.finished_ms and written.finished_ms + ttl_ms <= started_ms:
+                self.read_violations.append(
+                    (
+                        key,
+                        f"read of {key!r} sent at {started_ms} ms, answered at {now_ms} ms by {member}, returned "
+                        f"{value!r}, written by a call that ended at {written.finished_ms} ms: expired at "
+                        f"{written.finished_ms + ttl_ms} ms at the latest",
+                    )
+                )
+                return
         if value not in allowed:
             shown = sorted(map(repr, allowed))
             self.read_violations.append(
@@ -89,11 +110,12 @@ class Ledger:
         if index > self.observed.get(key, -1):
             self.observed[key] = index
 
-    def allowed_final_values(self, key: bytes) -> set[bytes | None]:
+    def allowed_final_values(self, key: bytes, now_ms: int | None = None) -> set[bytes | None]:
         """The last acknowledged write's value and those of the maybe writes after it, from the
         latest a read already returned on (nothing before the first acknowledged or seen write).
         Anything else is lost, stale (older than a newer acknowledged write) or resurrected (a
-        write applied after a later one had been read)."""
+        write applied after a later one had been read). A key of the TTL map may also be empty
+        once that value could have expired (at ``now_ms``; None: at the end, when any may have)."""
         writes = self.writes.get(key, [])
         last_acked = max((i for i, w in enumerate(writes) if w.outcome == ACKED), default=-1)
         floor = max(last_acked, self.observed.get(key, -1))
@@ -101,6 +123,9 @@ class Ledger:
         if floor >= 0:
             allowed.add(writes[floor].value)
         if floor < 0 or key in self.cache_keys:
+            allowed.add(None)
+        ttl_ms = self.ttl_keys.get(key)
+        if ttl_ms is not None and floor >= 0 and (now_ms is None or writes[floor].issued_ms + ttl_ms <= now_ms):
             allowed.add(None)
         return allowed
 
@@ -147,6 +172,7 @@ class SimClient:
         settings: CallSettings | None = None,
         use_cache_map: bool = False,
         attempt_timeout_ms: int = ATTEMPT_TIMEOUT_MS,
+        use_ttl_map: bool = False,
     ) -> None:
         self.attempt_timeout_ms = attempt_timeout_ms
         self.address = name
@@ -160,6 +186,10 @@ class SimClient:
             for key in self.keys[2::3]:
                 self.map_of[key] = CACHE_MAP_NAME
                 ledger.cache_keys.add(key)
+        if use_ttl_map:
+            for key in self.keys[1::3]:
+                self.map_of[key] = TTL_MAP_NAME
+                ledger.ttl_keys[key] = TTL_MAP_SECONDS * 1000
         self.owners: list[str | None] = [None] * partition_count
         self.budget = 0
         self.call: Call | None = None
@@ -320,6 +350,7 @@ class SimClient:
             raise InvariantViolation("a client finishes only a call it has")
         if call.write is not None:
             call.write.outcome = MAYBE if (outcome == FAILED and call.progress.maybe_applied) else outcome
+            call.write.finished_ms = now_ms
         self.call = None
         self.completed_ops += 1
         self.next_op_ms = now_ms + self.THINK_MS

@@ -36,12 +36,20 @@ class Fingerprint:
 
 
 def write_to_map(
-    frame: Any, options: Mapping[str, str], map_name: str, key_column: str, mode: str = "put"
+    frame: Any,
+    options: Mapping[str, str],
+    map_name: str,
+    key_column: str,
+    mode: str = "put",
+    ttl_seconds: int | None = None,
 ) -> WriteSummary:
     """Appends ``frame`` to the map; raises Spark's error (carrying the source's message) on failure.
 
     The rows and bytes come from the writer's commit, which runs in another process on the driver:
-    it hands them over through ``write.report.file``."""
+    it hands them over through ``write.report.file``. ``ttl_seconds``: how long the entries live
+    (None: the map's time_to_live_seconds; 0: until removed)."""
+    if ttl_seconds is not None:
+        options = {**options, "write.ttl.seconds": str(ttl_seconds)}
     with tempfile.TemporaryDirectory(prefix="shardgrid-write-") as scratch:
         report = Path(scratch) / "report.json"
         started = time.monotonic()

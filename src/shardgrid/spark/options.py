@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import TypeVar
 
-from shardgrid.core.limits import MAX_MAP_NAME_CHARS, MAX_OPERATIONS_PER_REQUEST
+from shardgrid.core.limits import MAX_MAP_NAME_CHARS, MAX_OPERATIONS_PER_REQUEST, MAX_TTL_SECONDS
 
 MAX_WRITE_CONCURRENCY = 64  # put_all batches one task keeps in flight
 MAX_READ_TASKS = 1_024
@@ -61,6 +61,7 @@ WRITE_OPTIONS = {
     "write.batch.size": f"rows per put_all batch (default 1000, at most {MAX_OPERATIONS_PER_REQUEST})",
     "write.concurrency": f"batches one task keeps in flight (default 8, at most {MAX_WRITE_CONCURRENCY})",
     "write.mode": "put (default) or put_if_absent",
+    "write.ttl.seconds": "seconds the written entries live (0: until removed; unset: the map's time_to_live_seconds)",
     "confirm.truncate": "true lets save mode overwrite clear the map first",
     "write.report.file": "a file the driver writes the write's summary to as JSON (rows, bytes, tasks) at commit",
 }
@@ -96,6 +97,7 @@ class SourceOptions:
     write_batch_size: int
     write_concurrency: int
     write_mode: WriteMode
+    write_ttl_ms: int  # -1: the map's own
     confirm_truncate: bool
     write_report_file: str | None
     read_batch_size: int
@@ -202,6 +204,11 @@ def parse(options: Mapping[str, str], *, writing: bool) -> SourceOptions:
         write_batch_size=_int(lowered, "write.batch.size", 1_000, 1, MAX_OPERATIONS_PER_REQUEST),
         write_concurrency=_int(lowered, "write.concurrency", 8, 1, MAX_WRITE_CONCURRENCY),
         write_mode=_choice(lowered, "write.mode", WriteMode, WriteMode.PUT),
+        write_ttl_ms=(
+            -1
+            if "write.ttl.seconds" not in lowered
+            else 1000 * _int(lowered, "write.ttl.seconds", 0, 0, MAX_TTL_SECONDS)
+        ),
         confirm_truncate=_bool(lowered, "confirm.truncate"),
         write_report_file=_text(lowered, "write.report.file"),
         # A member walks a partition's map to each page's offset: pages of 10,000 keep that walk

@@ -269,7 +269,9 @@ async def _write_batches(client: AsyncClient, options: SourceOptions, chunks: It
                 done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     task.result()
-            in_flight.add(asyncio.ensure_future(client.put_encoded(kind, options.map_name, batch)))
+            in_flight.add(
+                asyncio.ensure_future(client.put_encoded(kind, options.map_name, batch, ttl_ms=options.write_ttl_ms))
+            )
 
     try:
         for keys, values in chunks:

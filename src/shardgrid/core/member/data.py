@@ -82,6 +82,10 @@ RUN_HEADER_BYTES = 64
 # index, the heap block's header and rounding): how much a write is taken to add to the memory
 # count until the next tick counts it exactly.
 RECORD_GROWTH_BYTES = RECORD_BYTES + INDEX_BYTES + 16
+# The owner's active expiry: entries it removes a tick at most, and in one run of writes (a run of
+# expired keys stays far below a backup batch: keys are at most 64 KiB).
+MAX_EXPIRED_PER_TICK = 2_000
+MAX_EXPIRED_PER_RUN = 200
 # (partition, map) pairs whose write targets are cached (the cache empties when the table changes).
 MAX_CACHED_TARGETS = 100_000
 # The keys and values of one request: a frame less room for what the owner's backup batch adds to
@@ -174,6 +178,7 @@ class DataPath:
         self.memory_bytes = 0
         self._written_since_count_bytes = 0
         self.entry_count = 0
+        self._expiry_cursor = -1  # the partition the active expiry last looked at
 
     # --- what others ask ---------------------------------------------------------------------------
 
@@ -350,6 +355,8 @@ class DataPath:
             return f"{len(keys)} keys in one request, over the limit of {MAX_OPERATIONS_PER_REQUEST}", unchecked
         if len(pids) != len(keys) or len(values) != (len(keys) if kind in (PUT, PUT_IF_ABSENT) else 0):
             return "one partition id per key, and one value per key for a put (none otherwise)", unchecked
+        if message.ttl_ms >= 0 and kind not in (PUT, PUT_IF_ABSENT):
+            return "a TTL is a put's (or a put-if-absent's)", unchecked
         # The codec already checked every field's type; lengths and partitions are checked here,
         # in C-speed passes over the columns rather than a Python step per key. Each column's
         # lengths are taken once: the limits, the request's size and its runs' sizes come from
@@ -454,7 +461,8 @@ class DataPath:
             return
         first = data.sequence + 1
         written_ms = self.ctx.records_ms
-        self._apply(data, message, kind, indexes, out, run_keys, run_values, written_ms)
+        ttl_ms = self._ttl_of(message) if kind == PUT else 0
+        self._apply(data, message, kind, indexes, out, run_keys, run_values, written_ms, ttl_ms)
         answer = self._remember(data, message, unit, out, expires_ms) if named else None
         targets = self._targets_of(pid, slots, message.map_name)
         if not targets.backups:
@@ -472,6 +480,7 @@ class DataPath:
             record_ttl_ms=max(0, expires_ms - self.ctx.now_ms) if named else 0,
             answer=answer,
             written_ms=written_ms,
+            ttls_ms=ttl_ms.to_bytes(8, "little") * len(run_keys) if ttl_ms else b"",
         )
         self.outbox.append((run, size, targets.copies, targets.sequence_only))
         pending = self.pending.get(pid)
@@ -503,13 +512,15 @@ class DataPath:
         run_keys: Sequence[bytes],
         run_values: Sequence[bytes],
         now_ms: int,
+        ttl_ms: int = 0,
     ) -> None:
         """A put or remove of the keys at ``indexes`` (``run_keys``, ``run_values`` at them), into
         ``data`` at ``now_ms`` (the record clock), the previous values into ``out`` when the
         caller asked for them. One engine call, whatever the number of keys."""
         previous = out is not None
         if kind == PUT:
-            found = data.records_for_writing(message.map_name).put(run_keys, run_values, now_ms, previous=previous)
+            records = data.records_for_writing(message.map_name)
+            found = records.put(run_keys, run_values, now_ms, ttl_ms=ttl_ms, previous=previous)
         else:
             records = data.maps.get(message.map_name)
             found = records.remove(run_keys, now_ms, previous=previous) if records is not None else None
@@ -547,7 +558,8 @@ class DataPath:
         if indexes:
             run_keys = [message.keys[i] for i in indexes]
             run_values = [message.values[i] for i in indexes] if kind == PUT else []
-            self._apply(data, message, kind, indexes, out, run_keys, run_values, self.ctx.records_ms)
+            ttl_ms = self._ttl_of(message) if kind == PUT else 0
+            self._apply(data, message, kind, indexes, out, run_keys, run_values, self.ctx.records_ms, ttl_ms)
         if named:
             self._remember(data, message, unit, out, expires_ms)
 
@@ -968,6 +980,13 @@ class DataPath:
             write.call.mark(write.indexes, ReplyCode.INDETERMINATE)
             self._finish_write(write)
 
+    def _ttl_of(self, message: MapRequest) -> int:
+        """How long a put's entries live, in ms (0: until removed): the request's own TTL, or its
+        map's time_to_live_seconds."""
+        if message.ttl_ms >= 0:
+            return message.ttl_ms
+        return self.ctx.config.map_config(message.map_name).time_to_live_ms
+
     def _memory_full(self, size_bytes: int) -> bool:
         """Whether a write of ``size_bytes`` would take this member past ``max_memory_bytes``."""
         held = self.memory_bytes + self._written_since_count_bytes
@@ -996,6 +1015,7 @@ class DataPath:
 
     def tick(self) -> None:
         self.count_memory()
+        self._expire_some()
         now = self.ctx.now_ms
         for pid in sorted(self.pending):
             pending = self.pending[pid]
@@ -1489,28 +1509,79 @@ class DataPath:
         if records is None:
             return
         pages = list(records.pages(MAX_OPERATIONS_PER_REQUEST, MAX_REQUEST_DATA_BYTES))
-        chunks = [tuple(split(page.keys, page.key_lengths)) for page in pages]
+        for page in pages:
+            keys = split(page.keys, page.key_lengths)
+            self._remove_owned(pid, data, map_name, slots, tuple(key for key in keys if key is not None))
+
+    def _remove_owned(
+        self, pid: int, data: PartitionData, map_name: str, slots: Sequence[MemberId | None], chunk: tuple[bytes, ...]
+    ) -> None:
+        """A remove the owner decided itself (no client asked: the entries expired, or a cache
+        map is emptied), applied and replicated as one run of writes (no larger than a request).
+        Nobody waits for its acknowledgement, but it is resent until every backup has it."""
+        records = data.maps.get(map_name)
+        if records is None or not chunk:
+            return
         targets = self._targets_of(pid, slots, map_name)
         now_ms = self.ctx.records_ms
-        for chunk in chunks:
-            first = data.sequence + 1
-            records.remove(chunk, now_ms)  # type: ignore[arg-type]
-            data.sequence += len(chunk)
-            data.changed(map_name, data.sequence)
-            if targets.backups:
-                run = WriteRun(
-                    partition_id=pid,
-                    lineage=data.lineage,
-                    first_sequence=first,
-                    kind=REMOVE,
-                    map_name=map_name,
-                    keys=chunk,  # type: ignore[arg-type]
-                    values=(),
-                    written_ms=now_ms,
-                )
-                self.outbox.append((run, columns_bytes(chunk, ()), targets.copies, targets.sequence_only))
-                if pid not in self.pending:
-                    self.pending[pid] = PendingPartition(required=set(targets.backups), last_sent_ms=self.ctx.now_ms)
+        first = data.sequence + 1
+        records.remove(chunk, now_ms)
+        data.sequence += len(chunk)
+        data.changed(map_name, data.sequence)
+        if not targets.backups:
+            return
+        run = WriteRun(
+            partition_id=pid,
+            lineage=data.lineage,
+            first_sequence=first,
+            kind=REMOVE,
+            map_name=map_name,
+            keys=chunk,
+            values=(),
+            written_ms=now_ms,
+        )
+        self.outbox.append((run, columns_bytes(chunk, ()), targets.copies, targets.sequence_only))
+        if pid not in self.pending:
+            self.pending[pid] = PendingPartition(required=set(targets.backups), last_sent_ms=self.ctx.now_ms)
+
+    def _expire_some(self) -> None:
+        """The owner's active expiry: remove entries that expired, at most
+        ``MAX_EXPIRED_PER_TICK`` a tick, partition after partition from where the last tick
+        stopped (so every partition gets its turn), skipping what may take no write now (a
+        migration, a sync reading the map, no lease). Reads never see an expired entry meanwhile:
+        the engine hides it."""
+        table = self.consensus.state.table
+        migrations = self.migrations
+        if table is None or migrations is None or not self.leases.holds():
+            return
+        me = self.ctx.identity
+        owned = [pid for pid in sorted(self.stores) if table.replicas[pid][0] == me]
+        if not owned:
+            return
+        start = bisect_right(owned, self._expiry_cursor)
+        budget = MAX_EXPIRED_PER_TICK
+        now_ms = self.ctx.records_ms
+        for pid in owned[start:] + owned[:start]:
+            self._expiry_cursor = pid
+            if budget <= 0:
+                break
+            if self.consensus.state.unavailable(pid) or migrations.writes_blocked(pid):
+                continue
+            data = self.stores[pid]
+            for map_name in list(data.maps):
+                if budget <= 0:
+                    break
+                if pid in self.outgoing_syncs and self._syncing(pid, map_name):
+                    continue
+                if self.stand_ins.owner_waits(pid, map_name, self.ctx.now_ms):
+                    continue  # a stand-in may serve the map: its owner writes nothing to it now
+                while budget > 0 and map_name in data.maps:
+                    keys = data.maps[map_name].expired(now_ms, min(budget, MAX_EXPIRED_PER_RUN))
+                    if not keys:
+                        break
+                    budget -= len(keys)
+                    self._remove_owned(pid, data, map_name, table.replicas[pid], tuple(keys))
+        self._send_outbox()
 
     def drop_everything(self) -> None:
         """This member left (or was removed): its data is no longer any replica's."""

@@ -1,0 +1,131 @@
+"""Expiry by TTL: the owner decides it. A put's entries live its own ``ttl_ms``, or the map's
+time_to_live_seconds; no read returns an expired entry; the owner's tick removes expired entries,
+a bounded number at a time, and replicates the removal as any remove; backups hold the owner's
+expiry times, so that replicas at one sequence hold the same records."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from shardgrid.core import messages as m
+from shardgrid.core.config import MapConfig
+from shardgrid.core.hashing import partition_ids_of_serialized
+from shardgrid.core.inputs import Receive
+from shardgrid.core.member.data import MAX_EXPIRED_PER_TICK
+from shardgrid.core.table import PartitionTable
+from tests.core.test_member import CONFIG, A, B, following, grant_lease, key_in, replies, run_ticks, sent
+
+
+def keys_in_0(count: int) -> list[bytes]:
+    """``count`` keys of partition 0."""
+    found: list[bytes] = []
+    n = 0
+    while len(found) < count:
+        key = b"key-%d" % n
+        if partition_ids_of_serialized([key], CONFIG.partition_count)[0] == 0:
+            found.append(key)
+        n += 1
+    return found
+
+
+B_A = PartitionTable.from_lists([[B, A]] * 4, [1, 1, 1, 1])
+B_ALONE = PartitionTable.from_lists([[B]] * 4, [1, 1, 1, 1])
+ALONE = replace(CONFIG, backup_count=0)
+
+
+def put(call_id: int, keys: list[bytes], ttl_ms: int = -1, kind: m.OpKind = m.PUT, map_name: str = "m") -> m.MapRequest:
+    return m.MapRequest(
+        call_id=call_id,
+        kind=kind,
+        map_name=map_name,
+        partition_ids=(0,) * len(keys),
+        keys=tuple(keys),
+        values=(b"v",) * len(keys),
+        ttl_ms=ttl_ms,
+    )
+
+
+def get(call_id: int, keys: list[bytes], map_name: str = "m") -> m.MapRequest:
+    return m.MapRequest(
+        call_id=call_id, kind=m.GET, map_name=map_name, partition_ids=(0,) * len(keys), keys=tuple(keys)
+    )
+
+
+def test_an_entry_is_read_until_it_expires_and_never_after() -> None:
+    owner, now = following(B, B_ALONE, config=ALONE)
+    now = grant_lease(owner, now)
+    (ok,) = replies(owner.handle(now, Receive("c", None, None, put(1, [key_in(0)], ttl_ms=500))))
+    assert ok.codes == (m.ReplyCode.OK,)
+    (before,) = replies(owner.handle(now + 499, Receive("c", None, None, get(2, [key_in(0)]))))
+    assert before.values == (b"v",)
+    # At its expiry time exactly it is gone (before any tick removed it).
+    (after,) = replies(owner.handle(now + 500, Receive("c", None, None, get(3, [key_in(0)]))))
+    assert after.values == (None,)
+
+
+def test_a_backup_holds_the_owners_expiry_and_the_owners_tick_removes_the_entry_on_both() -> None:
+    owner, now = following(B, B_A)
+    now = grant_lease(owner, now)
+    two = keys_in_0(2)
+    effects = owner.handle(now, Receive("c", None, None, put(1, two, ttl_ms=300)))
+    (batch,) = sent(effects, m.BackupBatch)
+    (run,) = batch.runs
+    assert run.written_ms == now  # the record clock (no offset here)
+    assert run.ttls_ms == (300).to_bytes(8, "little") * 2
+    view = owner.data.view(0)
+    assert view is not None
+    assert {expiry for _, expiry in view.entries["m"].values()} == {now + 300}
+    # Acknowledged by the backup; then the owner's ticks past the expiry remove both keys.
+    owner.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupAckBatch(((0, run.last_sequence),))))
+    effects, now = run_ticks(owner, now + 1, now + 600)
+    removals = [r for b in sent(effects, m.BackupBatch) for r in b.runs if r.kind == m.REMOVE]
+    assert {k for r in removals for k in r.keys} == set(two)  # (resent until acknowledged)
+    assert owner.data.view(0).maps == {}
+    assert owner.data.sequence_of(0) == 4  # two writes, two removals
+
+
+def test_the_maps_time_to_live_applies_unless_the_write_says_otherwise() -> None:
+    config = replace(ALONE, maps=(("cache", MapConfig(backup_count=0, time_to_live_seconds=2)),))
+    owner, now = following(B, B_ALONE, config=config)
+    now = grant_lease(owner, now)
+    default, forever, short = keys_in_0(3)
+    owner.handle(now, Receive("c", None, None, put(1, [default], map_name="cache")))
+    owner.handle(now, Receive("c", None, None, put(2, [forever], ttl_ms=0, map_name="cache")))
+    owner.handle(now, Receive("c", None, None, put(3, [short], ttl_ms=100, map_name="cache")))
+    expiries = {k: e for k, (_, e) in owner.data.view(0).entries["cache"].items()}
+    assert expiries == {default: now + 2_000, forever: 0, short: now + 100}
+
+
+def test_a_put_if_absent_takes_the_place_of_an_expired_entry() -> None:
+    owner, now = following(B, B_ALONE, config=ALONE)
+    now = grant_lease(owner, now)
+    owner.handle(now, Receive("c", None, None, put(1, [key_in(0)], ttl_ms=10)))
+    (reply,) = replies(owner.handle(now + 10, Receive("c", None, None, put(2, [key_in(0)], kind=m.PUT_IF_ABSENT))))
+    assert reply.codes == (m.ReplyCode.OK,)
+    assert owner.data.view(0).entries["m"][key_in(0)] == (b"v", 0)
+
+
+def test_a_ttl_on_a_read_is_refused() -> None:
+    owner, now = following(B, B_ALONE, config=ALONE)
+    now = grant_lease(owner, now)
+    request = m.MapRequest(call_id=1, kind=m.GET, map_name="m", partition_ids=(0,), keys=(key_in(0),), ttl_ms=5)
+    (reply,) = replies(owner.handle(now, Receive("c", None, None, request)))
+    assert reply.codes == (m.ReplyCode.REJECTED,)
+    assert "TTL" in reply.reason
+
+
+def test_the_active_expiry_removes_a_bounded_number_a_tick() -> None:
+    owner, now = following(B, B_ALONE, config=ALONE)
+    now = grant_lease(owner, now)
+    keys = keys_in_0(2 * MAX_EXPIRED_PER_TICK + 10)
+    for call_id, start in enumerate(range(0, len(keys), 1_000), start=1):
+        owner.handle(now, Receive("c", None, None, put(call_id, keys[start : start + 1_000], ttl_ms=50)))
+    held = owner.data.view(0)
+    assert held is not None
+    assert len(held.maps["m"]) == len(keys)
+    _, now = run_ticks(owner, now + 60, now + 60 + CONFIG.tick_ms)
+    left = owner.data.view(0)
+    assert left is not None
+    assert len(keys) - MAX_EXPIRED_PER_TICK <= len(left.maps.get("m", {})) < len(keys)
+    _, now = run_ticks(owner, now, now + 5 * CONFIG.tick_ms)
+    assert owner.data.view(0).maps == {}
