@@ -60,6 +60,23 @@ def test_a_local_cluster_from_up_to_down(tmp_path):
         assert missing.returncode == 1
         assert "no key" in missing.stderr
         assert _shardgrid("map", "size", "users", "--members", members).stdout.strip() == "1"
+        # Conditional writes and entry views from the shell.
+        assert _shardgrid("map", "replace", "users", "bob", "x", "--members", members).returncode == 1
+        swapped = _shardgrid(
+            "map", "replace", "users", "ada", "2", "--if-value", '{"born": 1815}', "--members", members
+        )
+        assert swapped.returncode == 0, swapped.stderr
+        stale = _shardgrid("map", "replace", "users", "ada", "3", "--if-value", '{"born": 1815}', "--members", members)
+        assert stale.returncode == 1
+        assert "does not hold" in stale.stderr
+        entry = json.loads(_shardgrid("map", "entry", "users", "ada", "--members", members).stdout)
+        assert (entry["value"], entry["version"], entry["expire_at_ms"]) == (2, 2, 0)
+        assert _shardgrid("map", "remove", "users", "ada", "--if-value", "3", "--members", members).returncode == 1
+        assert _shardgrid("map", "remove", "users", "ada", "--if-value", "2", "--members", members).returncode == 0
+        assert (
+            _shardgrid("map", "put", "users", "ada", '{"born": 1815}', "--ttl", "0", "--members", members).returncode
+            == 0
+        )
         assert _shardgrid("state", "set", "no-migration", "--members", members).returncode == 0
         assert _shardgrid("state", "get", "--members", members).stdout.strip() == "no-migration"
         assert _shardgrid("state", "set", "active", "--members", members).returncode == 0

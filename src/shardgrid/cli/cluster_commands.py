@@ -26,7 +26,7 @@ from shardgrid.client.errors import (
 )
 from shardgrid.client.status import ClusterStatus
 from shardgrid.core import messages as m
-from shardgrid.core.limits import MAX_MEMBER_COUNT
+from shardgrid.core.limits import MAX_MEMBER_COUNT, MAX_TTL_SECONDS
 from shardgrid.runtime.settings import is_address
 
 T = TypeVar("T")
@@ -458,18 +458,88 @@ def _map_name(_context: click.Context, _parameter: click.Parameter, name: str) -
     return name
 
 
+def _json_or_word(value: str) -> Any:
+    """A JSON value, or a plain word taken as a string."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+_TTL_OPTION = click.option(
+    "--ttl",
+    type=click.FloatRange(0, MAX_TTL_SECONDS),
+    default=None,
+    help="Seconds the entry lives (0: until removed; default: the map's time_to_live_seconds).",
+)
+
+
 @map_group.command("put")
 @click.argument("map_name", callback=_map_name)
 @click.argument("key")
 @click.argument("value")
+@_TTL_OPTION
 @client_options
-def map_put(map_name: str, key: str, value: str, **options: Any) -> None:
+def map_put(map_name: str, key: str, value: str, ttl: float | None, **options: Any) -> None:
     """Store VALUE (JSON; a plain word is taken as a string) under KEY."""
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError:
-        parsed = value
-    _with_client(options, lambda client: client.get_map(map_name).set(key, parsed))
+    _with_client(options, lambda client: client.get_map(map_name).set(key, _json_or_word(value), ttl))
+
+
+@map_group.command("replace")
+@click.argument("map_name", callback=_map_name)
+@click.argument("key")
+@click.argument("value")
+@click.option("--if-value", "if_value", default=None, help="Replace only if KEY holds this value (JSON or a word).")
+@_TTL_OPTION
+@client_options
+def map_replace(map_name: str, key: str, value: str, if_value: str | None, ttl: float | None, **options: Any) -> None:
+    """Store VALUE under KEY only if KEY has a value (with --if-value, only if it is that one);
+    exit 1 when nothing was stored."""
+
+    def run(client: Any) -> bool:
+        held = client.get_map(map_name)
+        if if_value is None:
+            return held.replace(key, _json_or_word(value), ttl) is not None
+        return held.replace_if_same(key, _json_or_word(if_value), _json_or_word(value), ttl)
+
+    if not _with_client(options, run):
+        condition = "has no value" if if_value is None else f"does not hold {if_value}"
+        click.echo(f"{map_name}: {key!r} {condition}: nothing stored", err=True)
+        sys.exit(EXIT_REFUSED)
+
+
+@map_group.command("remove")
+@click.argument("map_name", callback=_map_name)
+@click.argument("key")
+@click.option("--if-value", "if_value", default=None, help="Remove only if KEY holds this value (JSON or a word).")
+@client_options
+def map_remove(map_name: str, key: str, if_value: str | None, **options: Any) -> None:
+    """Remove KEY (with --if-value, only if it holds that value); exit 1 when nothing was removed."""
+
+    def run(client: Any) -> bool:
+        held = client.get_map(map_name)
+        if if_value is None:
+            return held.remove(key) is not None
+        return held.remove_if_same(key, _json_or_word(if_value))
+
+    if not _with_client(options, run):
+        click.echo(f"{map_name}: {key!r} was not removed (no such key, or another value)", err=True)
+        sys.exit(EXIT_REFUSED)
+
+
+@map_group.command("entry")
+@click.argument("map_name", callback=_map_name)
+@click.argument("key")
+@client_options
+def map_entry(map_name: str, key: str, **options: Any) -> None:
+    """Print KEY's entry view as JSON (value, times in ms since the epoch, expiry, hits, version);
+    exit 1 when the map has no such key. It counts no read."""
+    view = _with_client(options, lambda client: client.get_map(map_name).get_entry_view(key))
+    if view is None:
+        click.echo(f"{map_name} has no key {key!r}", err=True)
+        sys.exit(EXIT_REFUSED)
+    fields = ("created_ms", "updated_ms", "accessed_ms", "expire_at_ms", "hits", "version")
+    click.echo(json.dumps({"value": view.value, **{f: getattr(view, f) for f in fields}}, default=repr))
 
 
 @map_group.command("get")

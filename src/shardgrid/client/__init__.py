@@ -1,6 +1,7 @@
 """The smart client: ``Client`` (blocking) over ``AsyncClient`` (asyncio)."""
 
 from shardgrid.client.aio import AsyncClient, AsyncMap
+from shardgrid.client.entry_view import EntryView
 from shardgrid.client.errors import (
     AdminError,
     AuthenticationError,
@@ -26,6 +27,7 @@ __all__ = [
     "Client",
     "ClientClosedError",
     "ClusterUnavailableError",
+    "EntryView",
     "IndeterminateOperationStateError",
     "KeySerializer",
     "Map",

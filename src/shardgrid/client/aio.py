@@ -21,6 +21,7 @@ import msgspec
 
 from shardgrid.client.connection import ConnectionLost, MemberConnection
 from shardgrid.client.encoded_columns import EncodedColumns
+from shardgrid.client.entry_view import EntryView, entry_view_of
 from shardgrid.client.errors import (
     AdminError,
     ClientClosedError,
@@ -321,13 +322,15 @@ class AsyncClient:
         partition_ids: Sequence[int] | None = None,
         *,
         ttl_ms: int = -1,
+        expected: Sequence[bytes] | None = None,
     ) -> list[bytes | None]:
         """Run one operation on many keys (already serialized), through every retry its answers
         call for; returns one value per key (a get's, or a put's or remove's previous value when
         ``previous``), None where there is none. ``partition_ids``: the keys' partitions, when
         the caller hashed them already under this cluster's partition count (a member refuses a
         request whose partition ids do not match its keys). ``ttl_ms``: how long a put's entries
-        live (-1: the map's time_to_live_seconds; 0: until removed)."""
+        live (-1: the map's time_to_live_seconds; 0: until removed). ``expected``: a
+        replace_if_same's values the keys must hold."""
         if self._closed:
             raise ClientClosedError("the client is closed")
         _check_map_name(map_name)
@@ -336,8 +339,14 @@ class AsyncClient:
         if count == 0:
             return results
         pids = await self._checked(kind, keys, values, partition_ids)
-        progress = CallProgress(self._now_ms(), kind is not m.GET)
-        await self._map_rounds(kind, map_name, keys, values, pids, previous, progress, results, None, ttl_ms=ttl_ms)
+        if expected is not None and (len(expected) != count or max(map(len, expected), default=0) > MAX_VALUE_BYTES):
+            raise OperationRejectedError(
+                f"{kind.value}: one expected value per key, of at most {MAX_VALUE_BYTES} bytes"
+            )
+        progress = CallProgress(self._now_ms(), kind not in m.READS)
+        await self._map_rounds(
+            kind, map_name, keys, values, pids, previous, progress, results, None, ttl_ms=ttl_ms, expected=expected
+        )
         return results
 
     async def _checked(
@@ -440,6 +449,7 @@ class AsyncClient:
         write_ids: list[int] | None = None,
         *,
         ttl_ms: int = -1,
+        expected: Sequence[bytes] | None = None,
     ) -> None:
         """Rounds of attempts, each key to its owner, until every key is answered or the policy
         ends the call; ``results`` gets the values answered. ``answered``: the answers of a
@@ -459,7 +469,18 @@ class AsyncClient:
                 for write_id, batch, owner in self._attempt_batches(kind, remaining, pids, keys, values, write_of):
                     attempts.append(
                         self._map_attempt(
-                            owner, kind, map_name, batch, pids, keys, values, previous, progress, write_id, ttl_ms
+                            owner,
+                            kind,
+                            map_name,
+                            batch,
+                            pids,
+                            keys,
+                            values,
+                            previous,
+                            progress,
+                            write_id,
+                            ttl_ms,
+                            expected,
                         )
                     )
                 answers = await asyncio.gather(*attempts)
@@ -532,7 +553,7 @@ class AsyncClient:
                 batches.append((write_id, batch, owner))
         for owner, indexes in group_by_owner(fresh, pids, self.table).items():
             for batch in split_requests(indexes, keys, values, MAX_OPERATIONS_PER_REQUEST):
-                write_id = self._new_write_id() if kind is not m.GET else 0
+                write_id = self._new_write_id() if kind not in m.READS else 0
                 for index in batch:
                     write_of[index] = write_id
                 batches.append((write_id, batch, owner))
@@ -555,6 +576,7 @@ class AsyncClient:
         progress: CallProgress,
         write_id: int,
         ttl_ms: int = -1,
+        expected: Sequence[bytes] | None = None,
     ) -> tuple[list[int], m.MapReply | _NotSent | None]:
         client_id = self.client_id if write_id else ""
 
@@ -571,6 +593,7 @@ class AsyncClient:
                     client_id=client_id,
                     write_id=write_id,
                     ttl_ms=ttl_ms,
+                    expected=tuple(expected or ()),
                 )
             return m.MapRequest(
                 call_id=call_id,
@@ -583,6 +606,7 @@ class AsyncClient:
                 client_id=client_id,
                 write_id=write_id,
                 ttl_ms=ttl_ms,
+                expected=tuple(map(expected.__getitem__, batch)) if expected is not None else (),
             )
 
         return batch, await self._attempt(owner, progress, request)
@@ -652,7 +676,7 @@ class AsyncClient:
             if verdict is Verdict.UNAVAILABLE:
                 reason = next((r for r in reasons if "unavailable" in r), "a partition is unavailable")
                 done = count - left
-                applied = f"; the other {done} were done" if done and kind is not m.GET else ""
+                applied = f"; the other {done} were done" if done and kind not in m.READS else ""
                 raise PartitionUnavailableError(f"{what}: {reason}{applied}", decision.outcome_unknown)
             if verdict is Verdict.MEMORY_FULL:
                 reason = next((r for r in reasons if "max_memory_bytes" in r), "a member is at its max_memory_bytes")
@@ -1064,6 +1088,46 @@ class AsyncMap:
         """put_if_absent for many entries, grouped per owner like put_all."""
         keys, values = self._columns(entries)
         await self.client.map_call(m.PUT_IF_ABSENT, self.name, keys, values, ttl_ms=ttl_ms_of(ttl))
+
+    async def replace(self, key: Key, value: Any, ttl: float | None = None) -> Any:
+        """Store ``value`` under ``key`` only if the key has a value; returns that value (None: the
+        key had none, and nothing was stored). Atomic on the key's owner."""
+        (old,) = await self.client.map_call(
+            m.REPLACE,
+            self.name,
+            [self._key(key)],
+            [self.value_serializer.dumps(value)],
+            previous=True,
+            ttl_ms=ttl_ms_of(ttl),
+        )
+        return self._value(old)
+
+    async def replace_if_same(self, key: Key, old_value: Any, new_value: Any, ttl: float | None = None) -> bool:
+        """Store ``new_value`` under ``key`` only if it holds ``old_value`` (compared serialized,
+        byte for byte); whether it did. Atomic on the key's owner: a compare-and-set."""
+        expected = self.value_serializer.dumps(old_value)
+        (held,) = await self.client.map_call(
+            m.REPLACE_IF_SAME,
+            self.name,
+            [self._key(key)],
+            [self.value_serializer.dumps(new_value)],
+            previous=True,
+            ttl_ms=ttl_ms_of(ttl),
+            expected=[expected],
+        )
+        return held == expected
+
+    async def remove_if_same(self, key: Key, value: Any) -> bool:
+        """Remove ``key`` only if it holds ``value`` (compared serialized); whether it did."""
+        expected = self.value_serializer.dumps(value)
+        (held,) = await self.client.map_call(m.REMOVE_IF_SAME, self.name, [self._key(key)], [expected], previous=True)
+        return held == expected
+
+    async def get_entry_view(self, key: Key) -> EntryView | None:
+        """The key's entry with its metadata (times, expiry, hits, version), None when it has
+        none. It counts no read (no hit, no access time)."""
+        (data,) = await self.client.map_call(m.ENTRY_VIEW, self.name, [self._key(key)])
+        return None if data is None else entry_view_of(data, self.value_serializer.loads)
 
     async def get(self, key: Key, default: Any = None) -> Any:
         (data,) = await self.client.map_call(m.GET, self.name, [self._key(key)])

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Mu
 from typing import Any, TypeVar
 
 from shardgrid.client.aio import AsyncClient, AsyncMap, EventListener
+from shardgrid.client.entry_view import EntryView
 from shardgrid.client.errors import ClientClosedError
 from shardgrid.client.serialization import Serializer
 from shardgrid.client.status import ClusterStatus
@@ -169,6 +170,22 @@ class Map(MutableMapping[Any, Any]):
         self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]], ttl: float | None = None
     ) -> None:
         self._client._run(self._map.put_all_if_absent(entries, ttl))
+
+    def replace(self, key: Key, value: Any, ttl: float | None = None) -> Any:
+        """``AsyncMap.replace``: stores only over a value; returns it (None: nothing stored)."""
+        return self._client._run(self._map.replace(key, value, ttl))
+
+    def replace_if_same(self, key: Key, old_value: Any, new_value: Any, ttl: float | None = None) -> bool:
+        """``AsyncMap.replace_if_same``: a compare-and-set; whether it stored."""
+        return self._client._run(self._map.replace_if_same(key, old_value, new_value, ttl))
+
+    def remove_if_same(self, key: Key, value: Any) -> bool:
+        """``AsyncMap.remove_if_same``: removes only that value; whether it did."""
+        return self._client._run(self._map.remove_if_same(key, value))
+
+    def get_entry_view(self, key: Key) -> EntryView | None:
+        """``AsyncMap.get_entry_view``: the entry with its metadata, counting no read."""
+        return self._client._run(self._map.get_entry_view(key))
 
     def get(self, key: Key, default: Any = None) -> Any:
         return self._client._run(self._map.get(key, default))

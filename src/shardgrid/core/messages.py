@@ -263,9 +263,32 @@ class OpKind(enum.StrEnum):
     # A put of the keys that have no value; a key that has one keeps it (and answers it as the
     # previous value). The owner decides, so its backups are sent a PUT of the keys it wrote.
     PUT_IF_ABSENT = "put_if_absent"
+    # Conditional writes, atomic per key on the owner and replicated as the PUT or REMOVE of the
+    # keys it wrote; each answers the value held before (the previous value, None for none):
+    # REPLACE puts the keys that have a value; REPLACE_IF_SAME puts ``values`` where the value held
+    # is the request's ``expected`` one; REMOVE_IF_SAME removes where it is ``values``' one.
+    REPLACE = "replace"
+    REPLACE_IF_SAME = "replace_if_same"
+    REMOVE_IF_SAME = "remove_if_same"
+    # A read of each key's entry view: its value after 48 bytes of metadata (the engine's
+    # METADATA_FIELDS, unsigned 64-bit little-endian), None for no entry; it counts no read.
+    ENTRY_VIEW = "entry_view"
 
 
 GET, PUT, REMOVE, PUT_IF_ABSENT = OpKind.GET, OpKind.PUT, OpKind.REMOVE, OpKind.PUT_IF_ABSENT
+REPLACE, REPLACE_IF_SAME, REMOVE_IF_SAME, ENTRY_VIEW = (
+    OpKind.REPLACE,
+    OpKind.REPLACE_IF_SAME,
+    OpKind.REMOVE_IF_SAME,
+    OpKind.ENTRY_VIEW,
+)
+# The kinds that only read, and those whose request carries one value per key.
+READS: frozenset[OpKind] = frozenset({OpKind.GET, OpKind.ENTRY_VIEW})
+WITH_VALUES: frozenset[OpKind] = frozenset(
+    {OpKind.PUT, OpKind.PUT_IF_ABSENT, OpKind.REPLACE, OpKind.REPLACE_IF_SAME, OpKind.REMOVE_IF_SAME}
+)
+# The kinds that may give their entries a TTL.
+WITH_TTL: frozenset[OpKind] = frozenset({OpKind.PUT, OpKind.PUT_IF_ABSENT, OpKind.REPLACE, OpKind.REPLACE_IF_SAME})
 
 
 class WriteRun(Record, kw_only=True):
@@ -449,6 +472,8 @@ class MapRequest(Message, tag=122, kw_only=True):
     # How long the entries of a put or put-if-absent live, in ms: -1 the map's time_to_live_seconds,
     # 0 until removed.
     ttl_ms: TtlMs = -1
+    # REPLACE_IF_SAME: the value each key must hold for ``values``' to replace it (one per key).
+    expected: ValueColumn = ()
 
 
 class PartitionRedirect(Record):

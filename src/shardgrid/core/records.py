@@ -16,9 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from shardgrid._engine import MAX_COUNTER, ColumnError, RecordStore, check_records, pack, split
+from shardgrid._engine import MAX_COUNTER, METADATA_FIELDS, ColumnError, RecordStore, check_records, pack, split
 from shardgrid.core.messages import RecordColumns
 
+# An entry view's metadata before its value: the engine's METADATA_FIELDS, 8 bytes each.
+VIEW_HEADER_BYTES = 8 * len(METADATA_FIELDS)
 # A column of keys or values as the wire carries it today.
 Items = Sequence[bytes]
 
@@ -142,6 +144,29 @@ class MapRecords:
         """The live values (None: absent or expired); each one found counts a read. With
         ``max_bytes``, only the first keys whose values fit in it are read (a shorter list)."""
         return split(*self._store.get(self.name, *pack(keys), now_ms, max_bytes=max_bytes))
+
+    def packed_views(self, keys: Items, now_ms: int, max_bytes: int) -> list[bytes | None]:
+        """Each key's live entry as an entry view travels (``OpKind.ENTRY_VIEW``): its metadata
+        (``METADATA_FIELDS``, 48 bytes) then its value; None for no entry. Counts no read, and
+        copies each distinct key out of the engine once. Only the first keys whose views fit in
+        ``max_bytes`` are answered (a shorter list)."""
+        distinct = list(dict.fromkeys(keys))
+        packed = pack(distinct)
+        values = split(*self._store.peek(self.name, *packed, now_ms))
+        numbers, _ = self._store.metadata(self.name, *packed, now_ms)
+        by_key: dict[bytes, bytes | None] = {}
+        for index, (key, value) in enumerate(zip(distinct, values, strict=True)):
+            header = numbers[index * VIEW_HEADER_BYTES : (index + 1) * VIEW_HEADER_BYTES]
+            by_key[key] = None if value is None else header + value
+        views: list[bytes | None] = []
+        used = 0
+        for key in keys:
+            view = by_key[key]
+            used += len(view) if view is not None else 0
+            if used > max_bytes:
+                break
+            views.append(view)
+        return views
 
     def peek(self, keys: Items, now_ms: int) -> list[bytes | None]:
         """``get`` without counting a read."""

@@ -44,15 +44,22 @@ from shardgrid.core.member.leases import Leases
 from shardgrid.core.member.replication import Indexes, PendingCall, PendingPartition, PendingWrite
 from shardgrid.core.member.stand_in import StandIns
 from shardgrid.core.messages import (
-    GET,
+    ENTRY_VIEW,
     PUT,
     PUT_IF_ABSENT,
+    READS,
     REMOVE,
+    REMOVE_IF_SAME,
+    REPLACE,
+    REPLACE_IF_SAME,
     RETRYABLE,
+    WITH_TTL,
+    WITH_VALUES,
     BackupAckBatch,
     BackupBatch,
     MapReply,
     MapRequest,
+    OpKind,
     PartitionRedirect,
     ReplicaSummary,
     ReplicaSyncAck,
@@ -86,6 +93,11 @@ RECORD_GROWTH_BYTES = RECORD_BYTES + INDEX_BYTES + 16
 # expired keys stays far below a backup batch: keys are at most 64 KiB).
 MAX_EXPIRED_PER_TICK = 2_000
 MAX_EXPIRED_PER_RUN = 200
+# Every operation a request may name (a set of its members: ``in`` takes any value, in every
+# Python version, unlike ``in OpKind`` on 3.11).
+KINDS = frozenset(OpKind)
+# The writes whose owner decides per key whether to write: each answers the value held before.
+CONDITIONAL = frozenset({PUT_IF_ABSENT, REPLACE, REPLACE_IF_SAME, REMOVE_IF_SAME})
 # (partition, map) pairs whose write targets are cached (the cache empties when the table changes).
 MAX_CACHED_TARGETS = 100_000
 # The keys and values of one request: a frame less room for what the owner's backup batch adds to
@@ -307,7 +319,7 @@ class DataPath:
             codes = (ReplyCode.EXPIRED,) * count
             self.ctx.reply(client, MapReply(call_id=message.call_id, codes=codes, reason=reason))
             return
-        wants_values = message.kind == GET or message.previous
+        wants_values = message.kind in READS or message.previous
         call = PendingCall(
             client_address=client,
             call_id=message.call_id,
@@ -318,7 +330,7 @@ class DataPath:
             deadline_ms=self.ctx.now_ms + self.ctx.config.backup_ack_timeout_ms,
         )
         groups = _by_partition(message.partition_ids)
-        refused = self._refusal(message.kind != GET)
+        refused = self._refusal(message.kind not in READS)
         if refused is not None:
             for indexes in groups.values():
                 call.mark(indexes, refused)
@@ -345,7 +357,7 @@ class DataPath:
         lengths (which the runs' sizes are summed from)."""
         kind, keys, values, pids = message.kind, message.keys, message.values, message.partition_ids
         unchecked: ColumnLengths = ([], [])
-        if kind not in (GET, PUT, REMOVE, PUT_IF_ABSENT):
+        if kind not in KINDS:
             return f"unknown operation {kind!r}", unchecked
         if not (isinstance(message.map_name, str) and 0 < len(message.map_name) <= MAX_MAP_NAME_CHARS):
             return f"a map name is 1 to {MAX_MAP_NAME_CHARS} characters", unchecked
@@ -353,10 +365,15 @@ class DataPath:
             return "keys, partition ids and values are tuples", unchecked
         if len(keys) > MAX_OPERATIONS_PER_REQUEST:
             return f"{len(keys)} keys in one request, over the limit of {MAX_OPERATIONS_PER_REQUEST}", unchecked
-        if len(pids) != len(keys) or len(values) != (len(keys) if kind in (PUT, PUT_IF_ABSENT) else 0):
-            return "one partition id per key, and one value per key for a put (none otherwise)", unchecked
-        if message.ttl_ms >= 0 and kind not in (PUT, PUT_IF_ABSENT):
-            return "a TTL is a put's (or a put-if-absent's)", unchecked
+        if len(pids) != len(keys) or len(values) != (len(keys) if kind in WITH_VALUES else 0):
+            return "one partition id per key, and one value per key for a write of values (none otherwise)", unchecked
+        expected_values = message.expected
+        if not isinstance(expected_values, tuple) or len(expected_values) != (
+            len(keys) if kind == REPLACE_IF_SAME else 0
+        ):
+            return "one expected value per key for a replace_if_same (none otherwise)", unchecked
+        if message.ttl_ms >= 0 and kind not in WITH_TTL:
+            return f"a TTL is a put's or a replace's, not a {kind.value}'s", unchecked
         # The codec already checked every field's type; lengths and partitions are checked here,
         # in C-speed passes over the columns rather than a Python step per key. Each column's
         # lengths are taken once: the limits, the request's size and its runs' sizes come from
@@ -372,7 +389,16 @@ class DataPath:
             return f"a key is at most {MAX_KEY_BYTES} bytes", unchecked
         if value_bytes > MAX_VALUE_BYTES and max(value_lengths) > MAX_VALUE_BYTES:
             return f"a value is at most {MAX_VALUE_BYTES} bytes", unchecked
-        if counted_bytes(key_bytes + value_bytes, len(keys) + len(values)) > MAX_REQUEST_DATA_BYTES:
+        if expected_values:
+            try:
+                expected_bytes = sum(map(len, expected_values))
+            except TypeError:
+                return "expected values are bytes", unchecked
+            if expected_bytes > MAX_VALUE_BYTES and max(map(len, expected_values)) > MAX_VALUE_BYTES:
+                return f"a value is at most {MAX_VALUE_BYTES} bytes", unchecked
+            value_bytes += expected_bytes
+        items = len(keys) + len(values) + len(expected_values)
+        if counted_bytes(key_bytes + value_bytes, items) > MAX_REQUEST_DATA_BYTES:
             return f"keys and values of one request are at most {MAX_REQUEST_DATA_BYTES} bytes", unchecked
         if list(pids) != expected:
             wrong = next(i for i, (got, want) in enumerate(zip(pids, expected, strict=True)) if got != want)
@@ -409,10 +435,10 @@ class DataPath:
             return
         kind = message.kind
         slots = table.replicas[pid]
-        backup_read = slots[0] != self.ctx.identity and kind == GET and serving
+        backup_read = slots[0] != self.ctx.identity and kind in READS and serving
         if backup_read and self._read_from_backup(call, message, pid, indexes, slots):
             return
-        refusal = self._owner_refusal(pid, serving, reading=kind == GET)
+        refusal = self._owner_refusal(pid, serving, reading=kind in READS)
         if refusal is None and self.stand_ins.owner_waits(pid, message.map_name, self.ctx.now_ms):
             refusal = ReplyCode.NOT_READY, None  # a stand-in may still serve the map: see stand_in
         if refusal is not None:
@@ -421,7 +447,7 @@ class DataPath:
         invariant(migrations is not None, "an owner that serves has its migrations")
         data = self.store(pid)
         keys, values, out = message.keys, message.values, call.values
-        if kind == GET:
+        if kind in READS:
             self._read_into(call, message, data, indexes)
             return
         if migrations.writes_blocked(pid) or (pid in self.outgoing_syncs and self._syncing(pid, message.map_name)):
@@ -431,15 +457,15 @@ class DataPath:
         if named and not self._first_time(call, message, pid, data, indexes):
             return
         unit = indexes  # the request's keys of this partition, answered as one
-        if kind == PUT_IF_ABSENT:
-            indexes = self._absent(data, message, indexes, out)
+        if kind in CONDITIONAL:
+            indexes = self._conditioned(data, message, indexes, out)
             if not indexes:
-                # Every key has a value: nothing is written, each answered OK (and remembered, so
-                # that a retry is answered the same whatever was written since).
+                # No key meets its condition: nothing is written, each answered OK (and remembered,
+                # so that a retry is answered the same whatever was written since).
                 if named:
                     self._remember(data, message, unit, out, expires_ms)
                 return
-            kind = PUT
+            kind = REMOVE if kind == REMOVE_IF_SAME else PUT
         if isinstance(indexes, range):
             start, stop = indexes.start, indexes.stop
             run_keys: Sequence[bytes] = keys[start:stop]
@@ -545,16 +571,16 @@ class DataPath:
             self._mark_refused(call, pid, indexes, refusal)
             return
         data = self.stand_ins.store(pid)
-        if message.kind == GET:
+        if message.kind in READS:
             self._read_into(call, message, data, indexes)
             return
         named = bool(message.client_id and message.write_id)
         if named and not self._first_time(call, message, pid, data, indexes):
             return
         unit, kind, out = indexes, message.kind, call.values
-        if kind == PUT_IF_ABSENT:
-            indexes = self._absent(data, message, indexes, out)
-            kind = PUT
+        if kind in CONDITIONAL:
+            indexes = self._conditioned(data, message, indexes, out)
+            kind = REMOVE if kind == REMOVE_IF_SAME else PUT
         if indexes:
             run_keys = [message.keys[i] for i in indexes]
             run_values = [message.values[i] for i in indexes] if kind == PUT else []
@@ -624,30 +650,38 @@ class DataPath:
         data.writes.record(message.client_id, message.write_id, data.sequence, answer, expires_ms)
         return answer
 
-    def _absent(
+    def _conditioned(
         self, data: PartitionData, message: MapRequest, indexes: Indexes, out: list[bytes | None] | None
     ) -> list[int]:
-        """The indexes of a put-if-absent to write: keys without a live value, the first of a key
-        named twice; the others are answered the value that stays (when the caller asked for
-        values). Looking counts no read."""
-        keys, values = message.keys, message.values
+        """The indexes of a conditional write to write: the keys whose live value meets the
+        condition, in order (a key named twice is judged on what the write before left). Every
+        key is answered the value it held before (when the caller asked for values); a
+        put-if-absent whose key it wrote earlier in the request answers that earlier value.
+        Looking counts no read, and each distinct key is copied out of the engine once."""
+        keys, values, kind = message.keys, message.values, message.kind
         records = data.maps.get(message.map_name)
-        held_by_key: dict[bytes, bytes | None] = dict.fromkeys(keys[i] for i in indexes)
+        held: dict[bytes, bytes | None] = dict.fromkeys(keys[i] for i in indexes)
         if records is not None:
-            # Each key looked up once: a key named many times is copied out of the engine once.
-            distinct = list(held_by_key)
-            held_by_key = dict(zip(distinct, records.peek(distinct, self.ctx.records_ms), strict=True))
-        written: dict[bytes, int] = {}
-        absent = []
+            distinct = list(held)
+            held = dict(zip(distinct, records.peek(distinct, self.ctx.records_ms), strict=True))
+        chosen = []
         for index in indexes:
             key = keys[index]
-            held = held_by_key[key]
-            if held is None and key not in written:
-                written[key] = index
-                absent.append(index)
-            elif out is not None:
-                out[index] = held if held is not None else values[written[key]]
-        return absent
+            current = held[key]
+            if out is not None:
+                out[index] = current
+            if kind == PUT_IF_ABSENT:
+                met = current is None
+            elif kind == REPLACE:
+                met = current is not None
+            elif kind == REPLACE_IF_SAME:
+                met = current is not None and current == message.expected[index]
+            else:  # REMOVE_IF_SAME
+                met = current is not None and current == values[index]
+            if met:
+                chosen.append(index)
+                held[key] = None if kind == REMOVE_IF_SAME else values[index]
+        return chosen
 
     def _syncing(self, pid: int, map_name: str) -> bool:
         """A sync of the partition reads this map: its writes wait (the copy sent must not change)."""
@@ -726,7 +760,10 @@ class DataPath:
         wanted = (
             keys[positions.start : positions.stop] if isinstance(positions, range) else [keys[i] for i in positions]
         )
-        found = records.get(wanted, self.ctx.records_ms, call.answer_budget_bytes)
+        if message.kind == ENTRY_VIEW:
+            found = records.packed_views(wanted, self.ctx.records_ms, call.answer_budget_bytes)
+        else:
+            found = records.get(wanted, self.ctx.records_ms, call.answer_budget_bytes)
         call.answer_budget_bytes -= sum(map(len, filter(None, found)))
         if isinstance(positions, range):
             out[positions.start : positions.start + len(found)] = found
