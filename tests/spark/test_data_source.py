@@ -78,16 +78,21 @@ def test_a_value_column_is_stored_as_it_is(spark, cluster):
 def test_write_ttl_seconds_makes_the_written_rows_expire(spark, cluster):
     frame = spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string")
     frame.write.format("shardgrid").options(
-        **options(cluster, "expiring", **{"key.column": "id", "write.ttl.seconds": "1"})
+        **options(cluster, "expiring", **{"key.column": "id", "write.ttl.seconds": "6"})
     ).mode("append").save()
+    written = time.monotonic()
     spark.createDataFrame([(3, "c")], "id long, v string").write.format("shardgrid").options(
         **options(cluster, "expiring", **{"key.column": "id", "write.ttl.seconds": "0"})
     ).mode("append").save()
+
+    def ids() -> list[int]:
+        read = _read(spark, cluster, "expiring", "id long, v string", **{"key.column": "id"})
+        return sorted(row.id for row in read.collect())
+
     with Client(cluster.addresses, cluster_secret=SECRET) as client:
-        held = client.get_map("expiring")
-        assert sorted(held.get_all([1, 2, 3])) == [1, 2, 3]
-        time.sleep(1.2)
-        assert sorted(held.get_all([1, 2, 3])) == [3]
+        assert sorted(client.get_map("expiring", key_type=int).get_all([1, 2, 3])) == [1, 2, 3]
+    time.sleep(max(0.0, 6.2 - (time.monotonic() - written)))
+    assert ids() == [3]  # an expired entry is never read back
     with pytest.raises(Exception, match=r"write\.ttl\.seconds"):
         frame.write.format("shardgrid").options(
             **options(cluster, "expiring", **{"key.column": "id", "write.ttl.seconds": "-1"})
