@@ -1048,19 +1048,26 @@ class AsyncMap:
     def _value(self, data: bytes | None) -> Any:
         return None if data is None else self.value_serializer.loads(data)
 
-    async def put(self, key: Key, value: Any, ttl: float | None = None) -> Any:
-        """Store ``value`` under ``key``; returns the previous value (None if there was none).
-        ``ttl``: seconds the entry lives (None: the map's ``time_to_live_seconds``; 0: until
-        removed); no read returns it once it expired."""
+    async def _write_one(
+        self, kind: m.OpKind, key: Key, value: Any, ttl: float | None, expected: bytes | None = None
+    ) -> bytes | None:
+        """One key's write of ``kind``, answered the value it held before (serialized)."""
         (old,) = await self.client.map_call(
-            m.PUT,
+            kind,
             self.name,
             [self._key(key)],
             [self.value_serializer.dumps(value)],
             previous=True,
             ttl_ms=ttl_ms_of(ttl),
+            expected=None if expected is None else [expected],
         )
-        return self._value(old)
+        return old
+
+    async def put(self, key: Key, value: Any, ttl: float | None = None) -> Any:
+        """Store ``value`` under ``key``; returns the previous value (None if there was none).
+        ``ttl``: seconds the entry lives (None: the map's ``time_to_live_seconds``; 0: until
+        removed); no read returns it once it expired."""
+        return self._value(await self._write_one(m.PUT, key, value, ttl))
 
     async def set(self, key: Key, value: Any, ttl: float | None = None) -> None:
         """Store ``value`` under ``key`` (like put, without fetching the previous value)."""
@@ -1072,15 +1079,7 @@ class AsyncMap:
         """Store ``value`` under ``key`` only if the key has no value; returns the value that was
         there (None when this call stored its own). A retry after a lost answer may find its own
         write and return it. An expired entry is no value: its key takes the new one."""
-        (old,) = await self.client.map_call(
-            m.PUT_IF_ABSENT,
-            self.name,
-            [self._key(key)],
-            [self.value_serializer.dumps(value)],
-            previous=True,
-            ttl_ms=ttl_ms_of(ttl),
-        )
-        return self._value(old)
+        return self._value(await self._write_one(m.PUT_IF_ABSENT, key, value, ttl))
 
     async def put_all_if_absent(
         self, entries: Mapping[Key, Any] | Iterable[tuple[Key, Any]], ttl: float | None = None
@@ -1092,36 +1091,18 @@ class AsyncMap:
     async def replace(self, key: Key, value: Any, ttl: float | None = None) -> Any:
         """Store ``value`` under ``key`` only if the key has a value; returns that value (None: the
         key had none, and nothing was stored). Atomic on the key's owner."""
-        (old,) = await self.client.map_call(
-            m.REPLACE,
-            self.name,
-            [self._key(key)],
-            [self.value_serializer.dumps(value)],
-            previous=True,
-            ttl_ms=ttl_ms_of(ttl),
-        )
-        return self._value(old)
+        return self._value(await self._write_one(m.REPLACE, key, value, ttl))
 
     async def replace_if_same(self, key: Key, old_value: Any, new_value: Any, ttl: float | None = None) -> bool:
         """Store ``new_value`` under ``key`` only if it holds ``old_value`` (compared serialized,
         byte for byte); whether it did. Atomic on the key's owner: a compare-and-set."""
         expected = self.value_serializer.dumps(old_value)
-        (held,) = await self.client.map_call(
-            m.REPLACE_IF_SAME,
-            self.name,
-            [self._key(key)],
-            [self.value_serializer.dumps(new_value)],
-            previous=True,
-            ttl_ms=ttl_ms_of(ttl),
-            expected=[expected],
-        )
-        return held == expected
+        return await self._write_one(m.REPLACE_IF_SAME, key, new_value, ttl, expected) == expected
 
     async def remove_if_same(self, key: Key, value: Any) -> bool:
         """Remove ``key`` only if it holds ``value`` (compared serialized); whether it did."""
-        expected = self.value_serializer.dumps(value)
-        (held,) = await self.client.map_call(m.REMOVE_IF_SAME, self.name, [self._key(key)], [expected], previous=True)
-        return held == expected
+        held = await self._write_one(m.REMOVE_IF_SAME, key, value, None)
+        return held == self.value_serializer.dumps(value)
 
     async def get_entry_view(self, key: Key) -> EntryView | None:
         """The key's entry with its metadata (times, expiry, hits, version), None when it has
