@@ -17,9 +17,10 @@ Every argument is checked whole before anything changes: a bad one raises ``Colu
 ``ValueError``), an argument of the wrong type ``TypeError``, and the call changed nothing. Within a
 batch the entries apply in order, as that many single calls would.
 
-Expiry: an entry written with a TTL of ``t`` ms at ``now_ms`` expires at ``now_ms + t`` (0: never)
-and from that time on no call returns it. The engine only hides it: removing it is the owner's
-decision, replicated like any remove (``expired`` names the keys to remove).
+Expiry: an entry written with a TTL of ``t`` ms at ``now_ms`` expires at ``now_ms + t``
+(``MAX_COUNTER`` at the latest; 0: never) and from that time on no call returns it. The engine
+only hides it: removing it is the owner's decision, replicated like any remove (``expired`` names
+the keys to remove).
 """
 
 from typing import Final
@@ -107,7 +108,9 @@ class RecordStore:
         own number of ``ttls_ms`` (a packed number per entry), not both; 0 or neither: forever.
         Returns the previous values (packed; empty unless ``return_previous``) and the presence
         mask of live entries before the write. A write replacing a live entry keeps its creation
-        time and hits; replacing an expired one starts a new entry. The version always rises."""
+        time and hits; replacing an expired one starts a new entry. The version always changes (it
+        wraps past 2**64 - 1 to 1). An entry is never updated before it was created: a write at a
+        ``now_ms`` behind its creation time (another member's clock) counts as made at that time."""
 
     def put_if_absent(
         self,

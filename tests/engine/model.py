@@ -41,14 +41,20 @@ class ModelMap:
         self.records: dict[bytes, Record] = {}
 
     def write(self, key: bytes, value: bytes, now_ms: int, ttl_ms: int) -> None:
-        expire_at = now_ms + ttl_ms if ttl_ms else 0
+        # Clamped: every time a record holds stays within what a transfer takes.
+        expire_at = min(now_ms + ttl_ms, engine.MAX_COUNTER) if ttl_ms else 0
         old = self.records.get(key)
         if old is None:
             self.order.append(key)
             self.records[key] = Record(value, now_ms, now_ms, now_ms, expire_at, 0, 1)
         elif old.live(now_ms):
             self.records[key] = replace(
-                old, value=value, updated_ms=now_ms, accessed_ms=now_ms, expire_at_ms=expire_at, version=old.version + 1
+                old,
+                value=value,
+                updated_ms=max(now_ms, old.created_ms),  # a clock behind the creator's: no earlier
+                accessed_ms=now_ms,
+                expire_at_ms=expire_at,
+                version=old.version + 1,
             )
         else:  # an expired entry is replaced by a new one; only the version goes on
             self.records[key] = Record(value, now_ms, now_ms, now_ms, expire_at, 0, old.version + 1)

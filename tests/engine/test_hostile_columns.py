@@ -244,8 +244,8 @@ def test_a_bad_hash_seed_is_refused(seed: object) -> None:
 def test_the_limits_themselves_are_taken() -> None:
     store = RecordStore()
     key, value = b"k" * MAX_KEY_BYTES, b"v" * MAX_VALUE_BYTES
-    store.put(MAP, *pack([key, b""]), *pack([value, b""]), MAX_COUNTER, ttl_ms=MAX_COUNTER)
-    values, lengths, present = store.get(MAP, *pack([key, b""]), MAX_COUNTER)
+    store.put(MAP, *pack([key, b""]), *pack([value, b""]), MAX_COUNTER - 1, ttl_ms=MAX_COUNTER)
+    values, lengths, present = store.get(MAP, *pack([key, b""]), MAX_COUNTER - 1)
     assert present == b"\x01\x01"
     assert unpack(values, lengths) == [value, b""]
     many = [b"%d" % n for n in range(MAX_OPERATIONS_PER_REQUEST)]

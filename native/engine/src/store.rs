@@ -504,7 +504,15 @@ fn check_write<'a>(
     // now_ms and every TTL are at most 2**53, so the sum cannot overflow.
     let expire_at = ttls
         .into_iter()
-        .map(|ttl_ms| if ttl_ms == 0 { 0 } else { now_ms + ttl_ms })
+        // Past MAX_COUNTER an expiry means the same as at it (about 285,000 years from 1970),
+        // and every time a record holds stays within what a transfer takes.
+        .map(|ttl_ms| {
+            if ttl_ms == 0 {
+                0
+            } else {
+                (now_ms + ttl_ms).min(MAX_COUNTER)
+            }
+        })
         .collect();
     Ok((keys, values, expire_at))
 }
@@ -528,21 +536,30 @@ pub fn check_records<'a>(
     if keys.len() != values.len() {
         return invalid(format!("{} keys and {} values", keys.len(), values.len()));
     }
-    let numbers = parse_numbers("metadata", metadata, keys.len() * METADATA_FIELDS.len(), MAX_COUNTER)?;
+    // Versions take every u64 (they wrap past u64::MAX to 1); times are within MAX_COUNTER.
+    let numbers = parse_numbers("metadata", metadata, keys.len() * METADATA_FIELDS.len(), u64::MAX)?;
     let rows: Vec<[u64; METADATA_FIELDS.len()]> = numbers
         .chunks_exact(METADATA_FIELDS.len())
         .map(|row| row.try_into().expect("chunks_exact gives whole rows"))
         .collect();
-    for (position, row) in rows.iter().enumerate() {
-        let [created_ms, updated_ms, _, _, hits, version] = *row;
+    for (record, row) in rows.iter().enumerate() {
+        let [created_ms, updated_ms, accessed_ms, expire_at_ms, hits, version] = *row;
+        if let Some(time) = [created_ms, updated_ms, accessed_ms, expire_at_ms]
+            .into_iter()
+            .find(|&t| t > MAX_COUNTER)
+        {
+            return invalid(format!(
+                "metadata: record {record} has a time of {time}, more than the {MAX_COUNTER} allowed"
+            ));
+        }
         if hits > u64::from(u32::MAX) {
             return invalid(format!(
-                "metadata: entry {position} has {hits} hits, more than 2**32 - 1"
+                "metadata: record {record} has {hits} hits, more than 2**32 - 1"
             ));
         }
         if version == 0 || updated_ms < created_ms {
             return invalid(format!(
-                "metadata: entry {position} has version {version}, created {created_ms} and updated {updated_ms}: \
+                "metadata: record {record} has version {version}, created {created_ms} and updated {updated_ms}: \
                  a record has a version from 1 and is updated no earlier than created"
             ));
         }
@@ -706,10 +723,13 @@ mod tests {
     fn ttl_edges_zero_means_never_and_the_largest_does_not_overflow() {
         let mut store = RecordStore::new(0);
         put(&mut store, &[b"never"], &[b"v"], MAX_COUNTER, 0);
-        put(&mut store, &[b"far"], &[b"v"], MAX_COUNTER, MAX_COUNTER);
-        assert_eq!(get(&mut store, &[b"never", b"far"], MAX_COUNTER).len(), 2);
-        let far = store.table(MAP).unwrap().live(b"far", MAX_COUNTER).unwrap();
-        assert_eq!(far.expire_at_ms, 2 * MAX_COUNTER);
+        put(&mut store, &[b"far"], &[b"v"], MAX_COUNTER - 10, MAX_COUNTER);
+        assert_eq!(get(&mut store, &[b"never", b"far"], MAX_COUNTER - 1).len(), 2);
+        let far = store.table(MAP).unwrap().live(b"far", MAX_COUNTER - 1).unwrap();
+        assert_eq!(
+            far.expire_at_ms, MAX_COUNTER,
+            "clamped: every time a record holds is one a transfer takes"
+        );
         let (k, v) = (packed(&[b"k"]), packed(&[b"v"]));
         let past = store.put(
             MAP,
@@ -1084,5 +1104,51 @@ mod tests {
             Vec::<u8>::new()
         );
         assert_eq!(store.get(MAP, &k.data, &k.lengths, 1, None).unwrap().present.len(), 4);
+    }
+
+    #[test]
+    fn a_write_by_a_clock_behind_the_creators_and_the_largest_ttl_still_dump_what_a_transfer_takes() {
+        let mut store = RecordStore::new(0);
+        put(&mut store, &[b"k"], &[b"1"], 1_000, 0);
+        put(&mut store, &[b"k"], &[b"2"], 400, MAX_COUNTER); // an owner whose clock is behind
+        let record = &store.table(MAP).unwrap().records()[0];
+        assert_eq!(
+            (record.created_ms, record.updated_ms, record.expire_at_ms),
+            (1_000, 1_000, MAX_COUNTER)
+        );
+        let page = store.dump(MAP, 0, 10, u64::MAX >> 11).unwrap();
+        check_records(
+            &page.keys.data,
+            &page.keys.lengths,
+            &page.values.data,
+            &page.values.lengths,
+            &page.metadata,
+        )
+        .unwrap();
+        let (k, v) = (packed(&[b"v"]), packed(&[b"x"]));
+        let last = pack_numbers(&[1, 2, 3, 0, 4, u64::MAX]);
+        store
+            .load(MAP, &k.data, &k.lengths, &v.data, &v.lengths, &last)
+            .unwrap();
+        put(&mut store, &[b"v"], &[b"y"], 5, 0);
+        assert_eq!(store.table(MAP).unwrap().records()[1].version, 1); // wrapped past u64::MAX, never 0
+        let page = store.dump(MAP, 0, 10, u64::MAX >> 11).unwrap();
+        check_records(
+            &page.keys.data,
+            &page.keys.lengths,
+            &page.values.data,
+            &page.values.lengths,
+            &page.metadata,
+        )
+        .unwrap();
+        let error = check_records(
+            &k.data,
+            &k.lengths,
+            &v.data,
+            &v.lengths,
+            &pack_numbers(&[1, 2, 3, 0, 4, 0]),
+        )
+        .unwrap_err();
+        assert!(error.0.starts_with("metadata: record 0 has version 0"), "{}", error.0);
     }
 }

@@ -249,8 +249,12 @@ impl MapTable {
             record.created_ms = now_ms;
             record.hits = 0;
         }
-        record.version = record.version.wrapping_add(1);
-        record.updated_ms = now_ms;
+        // Never 0 (a version is from 1), and different from the last, even past u64::MAX.
+        record.version = record.version.wrapping_add(1).max(1);
+        // Members' clocks differ: a write by an owner whose clock is behind the one that created
+        // the entry is taken as made when it was created, never before (a record is updated no
+        // earlier than created, what every transfer checks).
+        record.updated_ms = now_ms.max(record.created_ms);
         record.accessed_ms = now_ms;
         record.expire_at_ms = expire_at_ms;
         self.heap_bytes = self.heap_bytes - old_blocks + heap_block_bytes(record.data.len());
