@@ -413,3 +413,44 @@ def test_a_member_promoted_inside_a_snapshot_that_also_sends_a_migration_streams
     assert store.lineage not in ("L", "")
     streamed = [c.lineage for c in sent(effects, m.MigrationChunk) if c.record.partition_id == 0]
     assert set(streamed) <= {store.lineage}
+
+
+def test_a_cache_map_emptied_under_its_sync_ends_that_sync_and_starts_another() -> None:
+    """Found by an outside tester: an owner streaming a sync of a serve_when_unavailable map
+    installed a snapshot, which empties such maps (clear_serving_maps) under the stream; the sync
+    then sent empty pages forever, never its last, and the map's writes were answered MIGRATING
+    for good. Now the sync ends and a new one starts, of what the partition holds after."""
+    from shardgrid.core.config import MapConfig
+
+    config = replace(
+        CONFIG,
+        maps=(("cache", MapConfig(1, serve_when_unavailable=True)),),
+        max_chunk_entries=1,
+        migration_window_chunks=1,
+    )
+    table = PartitionTable.from_lists([[B, C]] * 4, [1, 1, 1, 1])
+    owner, now = following(B, table, config=config)
+    now = grant_lease(owner, now)
+    keys = [k for k in (key_in(0) + b"-%d" % i for i in range(200)) if partition_id_of_serialized(k, 4) == 0][:4]
+    request = m.MapRequest(
+        call_id=1, kind=m.PUT, map_name="cache", partition_ids=(0,) * 4, keys=tuple(keys), values=(b"v",) * 4
+    )
+    owner.handle(now + 1, Receive("c", None, None, request))
+    owner.handle(now + 2, Receive(C.address, C, B.uuid, m.BackupAckBatch(((0, 4),))))
+    (first,) = sent(
+        owner.handle(now + 3, Receive(C.address, C, B.uuid, m.ReplicaSyncRequest(0, "", -1))), m.ReplicaSyncChunk
+    )
+    assert not first.last  # one record a chunk: the sync of the cache map is under way
+    state = MetadataState(CONFIG.partition_count, (MemberRecord(A), MemberRecord(B), MemberRecord(C)), table)
+    snapshot = InstallSnapshot(1, Snapshot(50, 1, Membership.of([A], [B, C]), state), now + 4)
+    effects = owner.handle(now + 4, Receive(A.address, A, B.uuid, snapshot))
+    (fresh,) = sent(effects, m.ReplicaSyncChunk)
+    assert fresh.sync_id != first.sync_id
+    assert fresh.last  # the map is empty now: the new sync is one chunk
+    late = owner.handle(now + 5, Receive(C.address, C, B.uuid, m.ReplicaSyncAck(first.sync_id, 0, True)))
+    assert not sent(late, m.ReplicaSyncChunk)  # the old sync is over
+    write = m.MapRequest(call_id=2, kind=m.PUT, map_name="cache", partition_ids=(0,), keys=(keys[0],), values=(b"w",))
+    assert all(
+        reply.codes != (m.ReplyCode.MIGRATING,)
+        for reply in replies(owner.handle(now + 6, Receive("c", None, None, write)))
+    )

@@ -1533,8 +1533,17 @@ class DataPath:
             data = self.stores.get(pid)
             if data is None or table.owner(pid) != self.ctx.identity:
                 continue
-            for map_name in sorted(serving_maps.intersection(data.maps)):
+            emptied = sorted(serving_maps.intersection(data.maps))
+            # A sync streaming one of these maps reads records about to go: it ends here, and its
+            # backups get a new one after the removal (found by an outside tester: the stream went
+            # on with empty pages, never its last, and the map's writes waited on it for good).
+            restart = [s.backup for s in self.outgoing_syncs.get(pid, {}).values() if s.maps.intersection(emptied)]
+            for backup in restart:
+                self._end_sync(self.outgoing_syncs[pid][backup])
+            for map_name in emptied:
                 self._remove_all(pid, data, map_name, table.replicas[pid])
+            if restart:
+                self.start_sync(pid, restart)
         self._send_outbox()
 
     def _remove_all(self, pid: int, data: PartitionData, map_name: str, slots: Sequence[MemberId | None]) -> None:
