@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
 import pytest
 
 from shardgrid.core import messages as m
@@ -114,3 +115,69 @@ def test_a_backup_applies_what_its_owner_applied_whatever_its_own_limit() -> Non
     effects = backup.handle(now + 1, Receive(B.address, B, C.uuid, m.BackupBatch((run,))))
     assert backup.data.view(0).maps == {"m": {b"k": b"v" * 1000}}
     assert any(isinstance(getattr(e, "message", None), m.BackupAckBatch) for e in effects)
+
+
+def test_a_late_copy_of_a_write_refused_at_the_limit_is_refused_again_once_memory_is_freed() -> None:
+    """Found by an outside tester (the simulator, with messages duplicated): a write answered
+    MEMORY_FULL was applied by a copy of the same attempt once removes had freed memory, though its
+    client was told it was not applied."""
+    owner, now = following(B, B_ALONE, config=LIMITED)
+    now = grant_lease(owner, now)
+    filler: list[bytes] = []
+    for call_id in range(100, 140):  # full, ten keys at a time
+        batch = keys(len(filler), 10)
+        (reply,) = replies(owner.handle(now, Receive("c", None, None, request(call_id, m.PUT, batch, b"v" * 100))))
+        if reply.codes[0] is m.ReplyCode.MEMORY_FULL:
+            break
+        filler += batch
+    named = msgspec.structs.replace(request(2, m.PUT, keys(500, 1), b"w" * 3_000), client_id="c1", write_id=9)
+    (refused,) = replies(owner.handle(now + 1, Receive("c", None, None, named)))
+    assert refused.codes == (m.ReplyCode.MEMORY_FULL,)
+    owner.handle(now + 2, Receive("c", None, None, request(3, m.REMOVE, filler)))
+    _, now = run_ticks(owner, now + 3, now + 3 + CONFIG.tick_ms)  # counted again: room now
+    (again,) = replies(owner.handle(now + 1, Receive("c", None, None, named)))  # the network's copy
+    assert again.codes == (m.ReplyCode.MEMORY_FULL,)
+    assert owner.data.view(0).maps == {}
+    fresh = msgspec.structs.replace(named, call_id=4, write_id=10)  # the same data, a new write: taken
+    (taken,) = replies(owner.handle(now + 2, Receive("c", None, None, fresh)))
+    assert taken.codes == (m.ReplyCode.OK,)
+
+
+def test_a_conditional_write_whose_answer_would_pass_the_budget_is_refused_whole() -> None:
+    """Found by an outside tester: a 6 KB put_if_absent naming one 1 MiB key 400 times answered
+    the value 400 times (a member grew by 400 MiB)."""
+    owner, now = following(B, B_ALONE, config=replace(LIMITED, max_memory_bytes=0))
+    now = grant_lease(owner, now)
+    (key,) = keys(0, 1)
+    owner.handle(now, Receive("c", None, None, request(1, m.PUT, [key], b"v" * (1 << 20))))
+    many = m.MapRequest(
+        call_id=2,
+        kind=m.PUT_IF_ABSENT,
+        map_name="m",
+        partition_ids=(0,) * 400,
+        keys=(key,) * 400,
+        values=(b"w",) * 400,
+        previous=True,
+    )
+    (reply,) = replies(owner.handle(now + 1, Receive("c", None, None, many)))
+    assert set(reply.codes) == {m.ReplyCode.REJECTED}
+    assert "fewer keys" in reply.reason
+    assert set(reply.values) <= {None}
+    few = msgspec.structs.replace(many, call_id=3, keys=(key,) * 4, partition_ids=(0,) * 4, values=(b"w",) * 4)
+    (answered,) = replies(owner.handle(now + 2, Receive("c", None, None, few)))
+    assert answered.values == (b"v" * (1 << 20),) * 4
+
+
+def test_writes_refused_overloaded_take_no_memory_allowance() -> None:
+    """Found by an outside tester: writes refused OVERLOADED (retried by the client) counted
+    toward the memory limit until the next tick, and the next write was refused MEMORY_FULL."""
+    small_backlog = replace(LIMITED, backup_count=1, max_memory_bytes=100_000, max_pending_write_bytes=20_000)
+    b_c = PartitionTable.from_lists([[B, C]] * 4, [1, 1, 1, 1])
+    owner, now = following(B, b_c, config=small_backlog)
+    now = grant_lease(owner, now)
+    codes = []
+    for call_id in range(1, 13):  # the backup never answers: one write waits, the others are OVERLOADED
+        write = request(call_id, m.PUT, keys(call_id, 1), b"v" * 15_000)
+        codes += [code for reply in replies(owner.handle(now, Receive("c", None, None, write))) for code in reply.codes]
+    assert codes.count(m.ReplyCode.OVERLOADED) == 11
+    assert m.ReplyCode.MEMORY_FULL not in codes

@@ -222,3 +222,32 @@ def test_splits_past_the_backups_with_a_cache_map_lose_no_waiting_write_and_serv
     run_seed, params = params_of(schedule)
     result = Run(run_seed, params, schedule).run()
     assert result.passed, f"seed {seed}: {result.problems[:3]}; faults {result.faults_injected}"
+
+
+def test_a_stand_in_takes_no_write_past_its_members_memory_limit_and_counts_what_it_holds() -> None:
+    """Found by an outside tester: a stand-in took 4 MB of writes into a member limited to 50 kB,
+    and the member's memory count left them out."""
+    limit = 50_000
+    params = SimParams(
+        members=5, partitions=PARTITIONS, ops=0, faults=(), drop_rate=0.0, duplicate_rate=0.0, max_memory_bytes=limit
+    )
+    scenario = Scenario(1, params)
+    config = scenario.sim.config
+    scenario.sim.config = replace(config, maps=((CACHE, MapConfig(config.backup_count, serve_when_unavailable=True)),))
+    addresses = scenario.start()
+    probe = Probe(scenario)
+    state = scenario.leader.consensus.state
+    away = addresses[3:]
+    away_ids = {member.id for member in state.members if member.id.address in away}
+    pid = next(p for p in range(PARTITIONS) if set(state.table.replicas[p]) - {None} <= away_ids)
+    scenario.sim.split([away, [a for a in addresses if a not in away]])
+    scenario.run_until(lambda: scenario.leader.consensus.state.unavailable(pid), limit_ms=60_000)
+    stand_in = scenario.leader.consensus.state.stand_in(pid).address
+    ok = (m.ReplyCode.OK,)
+    scenario.run_until(lambda: probe.call(stand_in, m.GET, CACHE, _key_of(pid)).codes == ok, limit_ms=10_000)
+    codes = [probe.call(stand_in, m.PUT, CACHE, _key_of(pid, salt=i), b"x" * 10_000).codes[0] for i in range(20)]
+    assert m.ReplyCode.MEMORY_FULL in codes
+    assert codes.count(m.ReplyCode.OK) < 10
+    member = scenario.sim.nodes[stand_in].member
+    member.data.count_memory()
+    assert 10_000 * codes.count(m.ReplyCode.OK) < member.data.memory_bytes <= limit

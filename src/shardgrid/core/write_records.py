@@ -30,6 +30,8 @@ from shardgrid.core.wire import Counter, Record
 
 # Write ids below a writer's highest one that are remembered, as bits.
 WINDOW_IDS = 4_096
+# Refused writes a partition remembers at once (``WriteRecords.refusals``).
+MAX_REFUSALS_PER_PARTITION = 1_024
 # Writers a partition remembers at once.
 MAX_WRITERS_PER_PARTITION = 256
 # Answers with values (a put's previous value, a put-if-absent's value that stays) kept per writer,
@@ -110,6 +112,24 @@ class WriteRecords:
 
     writers: dict[str, Writer] = field(default_factory=dict)
     answer_bytes: int = 0
+    # Writes this owner refused at its memory limit, until when an attempt of one may still come:
+    # a late copy of the attempt is refused the same way. The owner's own (a copy of a request
+    # goes to the member it was sent to), not replicated; bounded, the oldest let go first.
+    refusals: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def refuse(self, client_id: str, write_id: int, expires_ms: int) -> None:
+        self.refusals[(client_id, write_id)] = expires_ms
+        while len(self.refusals) > MAX_REFUSALS_PER_PARTITION:
+            del self.refusals[next(iter(self.refusals))]
+
+    def refused(self, client_id: str, write_id: int, now_ms: int) -> bool:
+        expires_ms = self.refusals.get((client_id, write_id))
+        if expires_ms is None:
+            return False
+        if expires_ms < now_ms:
+            del self.refusals[(client_id, write_id)]
+            return False
+        return True
 
     def seen(self, client_id: str, write_id: int, now_ms: int) -> tuple[Seen, Writer | None]:
         writer = self.writers.get(client_id)

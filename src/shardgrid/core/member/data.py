@@ -30,6 +30,7 @@ from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import (
     MAX_BACKUP_BATCH_BYTES,
     MAX_FRAME_BYTES,
+    MAX_GET_ANSWER_BYTES,
     MAX_KEY_BYTES,
     MAX_MAP_NAME_CHARS,
     MAX_OPERATIONS_PER_REQUEST,
@@ -459,6 +460,8 @@ class DataPath:
         unit = indexes  # the request's keys of this partition, answered as one
         if kind in CONDITIONAL:
             indexes = self._conditioned(data, message, indexes, out)
+            if self._answer_too_large(call, message, unit):
+                return
             if not indexes:
                 # No key meets its condition: nothing is written, each answered OK (and remembered,
                 # so that a retry is answered the same whatever was written since).
@@ -477,13 +480,14 @@ class DataPath:
             run_values = [values[i] for i in indexes] if kind == PUT else []
             size = columns_bytes(run_keys, run_values)
         config = self.ctx.config
-        if kind == PUT and config.max_memory_bytes and self._memory_full(size + len(indexes) * RECORD_GROWTH_BYTES):
-            call.mark(indexes, ReplyCode.MEMORY_FULL)
-            call.reason = self._memory_full_reason()
-            return
         over_count = self.pending_count + len(indexes) > config.max_pending_writes
         if over_count or self.pending_bytes + size > config.max_pending_write_bytes:
             call.mark(indexes, ReplyCode.OVERLOADED)
+            return
+        # After the backlog's check: a write refused OVERLOADED (retried) takes no memory allowance
+        # (found by an outside tester: five OVERLOADED refusals made the next write MEMORY_FULL).
+        if kind == PUT and config.max_memory_bytes and self._memory_full(size + len(indexes) * RECORD_GROWTH_BYTES):
+            self._refuse_memory_full(call, message, data, unit)
             return
         first = data.sequence + 1
         written_ms = self.ctx.records_ms
@@ -581,6 +585,13 @@ class DataPath:
         if kind in CONDITIONAL:
             indexes = self._conditioned(data, message, indexes, out)
             kind = REMOVE if kind == REMOVE_IF_SAME else PUT
+            if self._answer_too_large(call, message, unit):
+                return
+        if indexes and kind == PUT and self.ctx.config.max_memory_bytes:
+            run_bytes = columns_bytes([message.keys[i] for i in indexes], [message.values[i] for i in indexes])
+            if self._memory_full(run_bytes + len(indexes) * RECORD_GROWTH_BYTES):
+                self._refuse_memory_full(call, message, data, unit)
+                return
         if indexes:
             run_keys = [message.keys[i] for i in indexes]
             run_values = [message.values[i] for i in indexes] if kind == PUT else []
@@ -605,6 +616,10 @@ class DataPath:
         is on every sync backup (as the first answer waited for), SETTLING until then; a write too
         old to tell is refused, as is a client this partition has no room to remember."""
         now = self.ctx.now_ms
+        if data.writes.refused(message.client_id, message.write_id, now):
+            call.mark(unit, ReplyCode.MEMORY_FULL)
+            call.reason = self._memory_full_reason()
+            return False
         seen, writer = data.writes.seen(message.client_id, message.write_id, now)
         if seen is Seen.NEW:
             if data.writes.room_for(message.client_id, now):
@@ -1032,6 +1047,37 @@ class DataPath:
         self._written_since_count_bytes += size_bytes
         return False
 
+    def _refuse_memory_full(self, call: PendingCall, message: MapRequest, data: PartitionData, unit: Indexes) -> None:
+        """Refuse the keys at ``unit`` MEMORY_FULL, nothing applied. A named write's refusal is
+        remembered, so that a late copy of the same attempt is refused the same way rather than
+        applied once memory is freed (the client was told it was not applied; found by an outside
+        tester: a duplicated request applied 3 ms after its refusal)."""
+        call.mark(unit, ReplyCode.MEMORY_FULL)
+        call.reason = self._memory_full_reason()
+        if message.client_id and message.write_id:
+            data.writes.refuse(message.client_id, message.write_id, self.ctx.now_ms + NO_DEADLINE_TTL_MS)
+
+    def _answer_too_large(self, call: PendingCall, message: MapRequest, unit: Indexes) -> bool:
+        """Whether a conditional write's answer (the values held before, when asked for) passes
+        the call's answer budget: then its keys are refused, nothing applied, rather than a reply
+        of the same large value many times over (found by an outside tester: a 6 KB request
+        naming one 1 MiB key 400 times grew a member by 400 MiB)."""
+        out = call.values
+        if out is None:
+            return False
+        answer_bytes = sum(len(out[i] or b"") for i in unit)
+        if answer_bytes <= call.answer_budget_bytes:
+            call.answer_budget_bytes -= answer_bytes
+            return False
+        for index in unit:
+            out[index] = None
+        call.mark(unit, ReplyCode.REJECTED)
+        call.reason = (
+            f"the values this {message.kind.value} would answer come to {answer_bytes} bytes, over the "
+            f"{MAX_GET_ANSWER_BYTES} one call may answer: nothing applied; ask for fewer keys, or no previous values"
+        )
+        return True
+
     def _memory_full_reason(self) -> str:
         limit = self.ctx.config.max_memory_bytes
         return (
@@ -1044,7 +1090,7 @@ class DataPath:
         """Count what the engine holds for every replica of this member (a pass over its maps,
         once a tick: the engine keeps each map's count exact)."""
         memory = entries = 0
-        for data in self.stores.values():
+        for data in [*self.stores.values(), *self.stand_ins.held()]:
             for records in data.maps.values():
                 memory += records.memory_bytes()
                 entries += len(records)

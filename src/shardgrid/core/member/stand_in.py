@@ -86,6 +86,10 @@ class StandIns:
             for pid in partition_ids:
                 self._returned_ms[pid] = self.ctx.now_ms
 
+    def held(self) -> list[PartitionData]:
+        """What this member holds as a stand-in (the memory count reads it)."""
+        return list(self._stores.values())
+
     def store(self, pid: int) -> PartitionData:
         """The entries this member serves as ``pid``'s stand-in (asked only once ``refusal`` is None)."""
         data = self._stores.get(pid)
