@@ -60,15 +60,24 @@ FIRST_USE_WITH_LITE = SimParams(
 # read may return a value that surely expired; replicas must agree on every expiry time.
 TTL_MAP = SimParams(ops=400, members=5, ttl_map=True, faults=FAULTS, fault_gap_ms=(1_000, 4_000))
 # Members that fill up: owners refuse writes past max_memory_bytes while crashes, splits and joins
-# move partitions around (backups and promotions never refuse).
+# move partitions around (backups and promotions never refuse), entries expire and free memory, and
+# the network duplicates messages (a refused write's copy must be refused again).
 MEMORY_LIMIT = SimParams(
     ops=400,
     members=5,
     partitions=31,
     keys_per_client=60,
     max_memory_bytes=6_000,
+    ttl_map=True,
+    cache_map=True,
     faults=FAULTS,
     fault_gap_ms=(1_000, 4_000),
+)
+# Members' record clocks seconds apart: an entry created on one owner's clock is rewritten and
+# expired on the next one's, and must still move between members (an outside tester found records
+# "updated before created" that no transfer would take).
+CLOCK_SKEW = SimParams(
+    ops=400, members=5, ttl_map=True, clock_skew_ms=3_000, faults=FAULTS, fault_gap_ms=(1_000, 4_000)
 )
 
 # Seeds that failed once, kept with the parameters they failed under.
@@ -97,6 +106,22 @@ REGRESSION_SEEDS = [
     # FROZEN cluster (which turns joiners away), and waited the admin timeout on each lost request:
     # it ran out of time and five processes never joined.
     (10081, LOSSY),
+    # An outside tester's: a write refused MEMORY_FULL was applied by a duplicate of its attempt
+    # once TTL removals freed memory.
+    (
+        241,
+        SimParams(
+            members=4,
+            partitions=19,
+            ops=1200,
+            clients=3,
+            keys_per_client=60,
+            max_memory_bytes=9_000,
+            cache_map=True,
+            ttl_map=True,
+            faults=("crash", "leader-crash", "join", "split", "restart", "pause"),
+        ),
+    ),
 ]
 
 
@@ -115,6 +140,7 @@ CONFIGURATIONS: dict[str, tuple[SimParams, int]] = {
     "tight-whole-transfers": (replace(TIGHT_TRANSFERS, fragments=False), SCALE // 15),
     "a-ttl-map": (TTL_MAP, SCALE // 10),
     "members-at-their-memory-limit": (MEMORY_LIMIT, SCALE // 10),
+    "clocks-seconds-apart": (CLOCK_SKEW, SCALE // 10),
 }
 
 

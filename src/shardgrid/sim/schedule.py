@@ -106,6 +106,7 @@ _RUN_FIELDS = {
     "partition_lost_timeout_ms",
     "max_memory_bytes",
     "ttl_map",
+    "clock_skew_ms",
 }
 _STEP_FIELDS = {
     "action",

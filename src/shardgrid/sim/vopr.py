@@ -89,6 +89,8 @@ class SimParams:
     # A third of the keys go to a map whose entries live TTL_MAP_SECONDS: the owners expire them and
     # the ledger checks that no read returns a value that surely expired.
     ttl_map: bool = False
+    # Each member's record clock off by up to this much either way (0: one clock for all).
+    clock_skew_ms: int = 0
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -99,6 +101,7 @@ class SimParams:
             encode_messages=self.encode_messages,
             call_settings=CallSettings(self.operation_call_timeout_ms, self.fail_on_indeterminate),
             attempt_timeout_ms=self.attempt_timeout_ms,
+            clock_skew_ms=self.clock_skew_ms,
         )
         install_checks(sim)
         return sim

@@ -76,6 +76,9 @@ class Ledger:
     observed: dict[bytes, int] = field(default_factory=dict)
     cache_keys: set[bytes] = field(default_factory=set)  # in the cache map: may come back empty
     ttl_keys: dict[bytes, int] = field(default_factory=dict)  # in the TTL map: how long a write lives, ms
+    # How far two members' record clocks may be apart: an entry may expire that much sooner or
+    # later on its next owner than on the one that wrote it.
+    ttl_slack_ms: int = 0
 
     def check_read(self, key: bytes, value: bytes | None, started_ms: int, now_ms: int, member: str) -> None:
         self.reads_checked += 1
@@ -85,13 +88,14 @@ class Ledger:
             # A write is applied by the time its call ends, and expires ttl_ms after it was
             # applied: a read sent later than that may not return it.
             written = next((w for w in self.writes.get(key, []) if w.value == value), None)
-            if written is not None and written.finished_ms and written.finished_ms + ttl_ms <= started_ms:
+            latest_ms = written.finished_ms + ttl_ms + self.ttl_slack_ms if written is not None else 0
+            if written is not None and written.finished_ms and latest_ms <= started_ms:
                 self.read_violations.append(
                     (
                         key,
                         f"read of {key!r} sent at {started_ms} ms, answered at {now_ms} ms by {member}, returned "
                         f"{value!r}, written by a call that ended at {written.finished_ms} ms: expired at "
-                        f"{written.finished_ms + ttl_ms} ms at the latest",
+                        f"{latest_ms} ms at the latest",
                     )
                 )
                 return
@@ -125,7 +129,8 @@ class Ledger:
         if floor < 0 or key in self.cache_keys:
             allowed.add(None)
         ttl_ms = self.ttl_keys.get(key)
-        if ttl_ms is not None and floor >= 0 and (now_ms is None or writes[floor].issued_ms + ttl_ms <= now_ms):
+        soonest_ms = writes[floor].issued_ms + (ttl_ms or 0) - self.ttl_slack_ms if floor >= 0 else 0
+        if ttl_ms is not None and floor >= 0 and (now_ms is None or soonest_ms <= now_ms):
             allowed.add(None)
         return allowed
 
@@ -173,6 +178,7 @@ class SimClient:
         use_cache_map: bool = False,
         attempt_timeout_ms: int = ATTEMPT_TIMEOUT_MS,
         use_ttl_map: bool = False,
+        ttl_slack_ms: int = 0,
     ) -> None:
         self.attempt_timeout_ms = attempt_timeout_ms
         self.address = name
@@ -190,6 +196,7 @@ class SimClient:
             for key in self.keys[1::3]:
                 self.map_of[key] = TTL_MAP_NAME
                 ledger.ttl_keys[key] = TTL_MAP_SECONDS * 1000
+        ledger.ttl_slack_ms = ttl_slack_ms
         self.owners: list[str | None] = [None] * partition_count
         self.budget = 0
         self.call: Call | None = None
