@@ -138,9 +138,9 @@ CONFIGURATIONS: dict[str, tuple[SimParams, int]] = {
     "whole-transfers-two-maps-lossy": (WHOLE_TRANSFERS_TWO_MAPS, SCALE // 10),
     "tight-transfers-forced-syncs": (TIGHT_TRANSFERS, SCALE // 10),
     "tight-whole-transfers": (replace(TIGHT_TRANSFERS, fragments=False), SCALE // 15),
-    "a-ttl-map": (TTL_MAP, SCALE // 10),
-    "members-at-their-memory-limit": (MEMORY_LIMIT, SCALE // 10),
-    "clocks-seconds-apart": (CLOCK_SKEW, SCALE // 10),
+    "a-ttl-map": (TTL_MAP, SCALE // 15),
+    "members-at-their-memory-limit": (MEMORY_LIMIT, SCALE // 15),
+    "clocks-seconds-apart": (CLOCK_SKEW, SCALE // 15),
 }
 
 
