@@ -94,7 +94,13 @@ def test_every_public_field_is_a_setting_and_no_private_one_is() -> None:
         name for name in MemberConfig.__dataclass_fields__ if not name.startswith("_") and name != "maps"
     }
     assert set(FIELDS["member"]) == set(ProcessSettings.__dataclass_fields__)
-    assert set(FIELDS["maps"]) == {"backup_count", "async_backup_count", "read_backup_data", "serve_when_unavailable"}
+    assert set(FIELDS["maps"]) == {
+        "backup_count",
+        "async_backup_count",
+        "read_backup_data",
+        "serve_when_unavailable",
+        "time_to_live_seconds",
+    }
     # One environment namespace serves both tables: a name in both would be ambiguous.
     assert not set(FIELDS["cluster"]) & set(FIELDS["member"])
 
