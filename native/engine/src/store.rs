@@ -1106,6 +1106,17 @@ mod tests {
         assert_eq!(store.get(MAP, &k.data, &k.lengths, 1, None).unwrap().present.len(), 4);
     }
 
+    fn check_dump(page: &Dump) {
+        check_records(
+            &page.keys.data,
+            &page.keys.lengths,
+            &page.values.data,
+            &page.values.lengths,
+            &page.metadata,
+        )
+        .unwrap();
+    }
+
     #[test]
     fn a_write_by_a_clock_behind_the_creators_and_the_largest_ttl_still_dump_what_a_transfer_takes() {
         let mut store = RecordStore::new(0);
@@ -1117,14 +1128,7 @@ mod tests {
             (1_000, 1_000, MAX_COUNTER)
         );
         let page = store.dump(MAP, 0, 10, u64::MAX >> 11).unwrap();
-        check_records(
-            &page.keys.data,
-            &page.keys.lengths,
-            &page.values.data,
-            &page.values.lengths,
-            &page.metadata,
-        )
-        .unwrap();
+        check_dump(&page);
         let (k, v) = (packed(&[b"v"]), packed(&[b"x"]));
         let last = pack_numbers(&[1, 2, 3, 0, 4, u64::MAX]);
         store
@@ -1133,14 +1137,7 @@ mod tests {
         put(&mut store, &[b"v"], &[b"y"], 5, 0);
         assert_eq!(store.table(MAP).unwrap().records()[1].version, 1); // wrapped past u64::MAX, never 0
         let page = store.dump(MAP, 0, 10, u64::MAX >> 11).unwrap();
-        check_records(
-            &page.keys.data,
-            &page.keys.lengths,
-            &page.values.data,
-            &page.values.lengths,
-            &page.metadata,
-        )
-        .unwrap();
+        check_dump(&page);
         let error = check_records(
             &k.data,
             &k.lengths,

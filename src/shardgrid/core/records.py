@@ -76,20 +76,6 @@ def page_problem(page: RecordPage) -> str:
     return ""
 
 
-@dataclass(frozen=True, slots=True)
-class EntryView:
-    """What a replica holds of one live entry (Hazelcast's ``EntryView``): its value, and its
-    metadata in the engine's ``METADATA_FIELDS`` order."""
-
-    value: bytes
-    created_ms: int
-    updated_ms: int
-    accessed_ms: int
-    expire_at_ms: int  # 0: never
-    hits: int
-    version: int
-
-
 class MapRecords:
     """One map's records in one partition replica. Only the partition's owner of the data (the
     data path, a transfer's staging) changes them; checkers and tests read them through
@@ -189,20 +175,6 @@ class MapRecords:
         """Keys of up to ``max_entries`` records expired at ``now_ms``, earliest first."""
         return [key for key in split(*self._store.expired(self.name, now_ms, max_entries)) if key is not None]
 
-    def entry_views(self, keys: Items, now_ms: int) -> list[EntryView | None]:
-        """Each key's live entry with its metadata, counting no read."""
-        packed = pack(keys)
-        values = split(*self._store.peek(self.name, *packed, now_ms))
-        numbers, _ = self._store.metadata(self.name, *packed, now_ms)
-        views: list[EntryView | None] = []
-        for index, value in enumerate(values):
-            if value is None:
-                views.append(None)
-                continue
-            row = [int.from_bytes(numbers[at : at + 8], "little") for at in range(index * 48, index * 48 + 48, 8)]
-            views.append(EntryView(value, *row))
-        return views
-
     # --- transfers --------------------------------------------------------------------------------
 
     def pages(self, max_entries: int, max_bytes: int) -> Iterator[RecordPage]:
@@ -240,10 +212,7 @@ class MapRecords:
 
     def snapshot(self) -> dict[bytes, bytes]:
         """Every record's key and value, expired ones included, in iteration order."""
-        out: dict[bytes, bytes] = {}
-        for page in self.pages(100_000, 1 << 40):
-            out.update(zip(split(page.keys, page.key_lengths), split(page.values, page.value_lengths), strict=True))  # type: ignore[arg-type]
-        return out
+        return {key: value for key, (value, _) in self.entries().items()}
 
     def entries(self) -> dict[bytes, tuple[bytes, int]]:
         """Every record's value and expiry time (0: never): what two replicas at the same
