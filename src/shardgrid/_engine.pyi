@@ -37,6 +37,8 @@ MAX_COUNTER: Final[int]
 """The largest ``now_ms``, TTL or offset (``shardgrid.core.limits.MAX_COUNTER``, 2**53)."""
 MAX_ENTRIES_PER_CHUNK: Final[int]
 """The most records one ``dump`` page or ``load`` holds (``shardgrid.core.limits.MAX_ENTRIES_PER_CHUNK``)."""
+MAX_EVICTION_SAMPLES: Final[int]
+"""The most records ``evictable`` draws to choose each entry."""
 LENGTH_BYTES: Final[int]
 """Bytes of one packed length (4)."""
 NUMBER_BYTES: Final[int]
@@ -175,6 +177,16 @@ class RecordStore:
         """The keys (packed, lengths) of up to ``max_entries`` records expired at ``now_ms``,
         earliest expiry first; the work is bounded by ``max_entries``. Removes nothing: the owner
         decides and replicates the removal (a ``remove`` of these keys)."""
+
+    def evictable(
+        self, map_name: str, policy: str, seed: int, samples: int, min_entries: int, min_bytes: int, now_ms: int
+    ) -> tuple[bytes, bytes]:
+        """The keys (packed, lengths) of entries the map should lose to get under its size, by
+        ``policy`` ("LRU", "LFU" or "RANDOM"): at least ``min_entries`` and ``min_bytes`` of its
+        memory count (every entry, when it holds less), at most ``MAX_OPERATIONS_PER_REQUEST``.
+        Each is the best of ``samples`` records drawn from ``seed`` (up to
+        ``MAX_EVICTION_SAMPLES``); an expired entry beats any live one. Removes nothing: the
+        owner replicates the removal."""
 
     def dump(
         self, map_name: str, offset: int, max_entries: int, max_bytes: int

@@ -71,6 +71,11 @@ def test_a_local_cluster_from_up_to_down(tmp_path):
         assert "does not hold" in stale.stderr
         entry = json.loads(_shardgrid("map", "entry", "users", "ada", "--members", members).stdout)
         assert (entry["value"], entry["version"], entry["expire_at_ms"]) == (2, 2, 0)
+        assert _shardgrid("map", "set-ttl", "users", "ada", "600", "--members", members).returncode == 0
+        renewed = json.loads(_shardgrid("map", "entry", "users", "ada", "--members", members).stdout)
+        assert renewed["value"] == 2
+        assert renewed["expire_at_ms"] >= renewed["updated_ms"] + 600_000
+        assert _shardgrid("map", "set-ttl", "users", "nobody", "1", "--members", members).returncode == 1
         assert _shardgrid("map", "remove", "users", "ada", "--if-value", "3", "--members", members).returncode == 1
         assert _shardgrid("map", "remove", "users", "ada", "--if-value", "2", "--members", members).returncode == 0
         assert (

@@ -129,3 +129,47 @@ def test_the_active_expiry_removes_a_bounded_number_a_tick() -> None:
     assert len(keys) - MAX_EXPIRED_PER_TICK <= len(left.maps.get("m", {})) < len(keys)
     _, now = run_ticks(owner, now, now + 5 * CONFIG.tick_ms)
     assert owner.data.view(0).maps == {}
+
+
+def test_set_ttl_gives_held_entries_a_new_expiry_through_the_backups() -> None:
+    owner, now = following(B, B_A)
+    now = grant_lease(owner, now)
+    held, absent = keys_in_0(2)
+    owner.handle(now, Receive("c", None, None, put(1, [held])))
+    set_ttl = m.MapRequest(
+        call_id=2,
+        kind=m.SET_TTL,
+        map_name="m",
+        partition_ids=(0, 0),
+        keys=(held, absent),
+        previous=True,
+        ttl_ms=400,
+    )
+    effects = owner.handle(now + 10, Receive("c", None, None, set_ttl))
+    (batch,) = sent(effects, m.BackupBatch)
+    (run,) = batch.runs
+    assert (run.kind, run.keys, run.values) == (m.PUT, (held,), (b"v",))  # the held value, written again
+    assert run.ttls_ms == (400).to_bytes(8, "little")
+    owner.handle(now + 11, Receive(A.address, A, B.uuid, m.BackupAckBatch(((0, run.last_sequence),))))
+    (answer,) = [r for r in replies(owner.handle(now + 12, Receive("c", None, None, get(3, [held])))) if r.call_id == 3]
+    assert answer.values == (b"v",)
+    view = owner.data.view(0)
+    assert view is not None
+    assert view.entries["m"] == {held: (b"v", now + 10 + 400)}
+    (gone,) = replies(owner.handle(now + 410, Receive("c", None, None, get(4, [held]))))
+    assert gone.values == (None,)
+
+
+def test_set_ttl_answers_whether_each_key_was_held_and_never_its_value() -> None:
+    owner, now = following(B, B_ALONE, config=ALONE)
+    now = grant_lease(owner, now)
+    held, absent = keys_in_0(2)
+    owner.handle(now, Receive("c", None, None, put(1, [held], ttl_ms=100)))
+    request = m.MapRequest(
+        call_id=2, kind=m.SET_TTL, map_name="m", partition_ids=(0, 0), keys=(held, absent), previous=True, ttl_ms=0
+    )
+    (reply,) = replies(owner.handle(now + 50, Receive("c", None, None, request)))
+    assert reply.codes == (m.ReplyCode.OK, m.ReplyCode.OK)
+    assert reply.values == (b"", None)
+    (later,) = replies(owner.handle(now + 1_500, Receive("c", None, None, get(3, [held, absent]))))
+    assert later.values == (b"v", None)  # ttl 0: until removed

@@ -51,6 +51,10 @@ def test_racing_compare_and_sets_lose_no_increment_even_past_a_sigkill(tmp_path)
             assert view.value == 3 * INCREMENTS
             assert view.version == 1 + 3 * INCREMENTS  # the set, then each successful increment
             assert not counter.remove_if_same("c", 0)
+            assert counter.set_ttl("c", 3600)  # the value stays, with an expiry now
+            assert not counter.set_ttl("no-such-key", 5)
+            expire_at_ms = counter.get_entry_view("c").expire_at_ms
+            assert expire_at_ms > view.updated_ms + 3_000_000
             table = client.async_client.table
             (pid,) = partition_ids_of_serialized([serialize_key("c")], table.partition_count)
             owner = table.owners[pid]
@@ -59,6 +63,7 @@ def test_racing_compare_and_sets_lose_no_increment_even_past_a_sigkill(tmp_path)
             survivor = next(address for address in running.addresses if address != owner)
             running.wait_for_log(survivor, f"member-removed member={owner}", timeout_s=60)
             assert counter.get("c") == 3 * INCREMENTS
+            assert counter.get_entry_view("c").expire_at_ms == expire_at_ms  # the backup held the new TTL
             assert counter.replace_if_same("c", 3 * INCREMENTS, -1)
             assert counter.remove_if_same("c", -1)
             assert counter.get("c") is None

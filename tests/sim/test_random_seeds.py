@@ -73,6 +73,9 @@ MEMORY_LIMIT = SimParams(
     faults=FAULTS,
     fault_gap_ms=(1_000, 4_000),
 )
+# The same, with the cache map evicting (LRU, 3 entries a partition): owners evict it to take its
+# writes, at its size and at the memory limit, replicated as removes while partitions move.
+EVICTING_CACHE = replace(MEMORY_LIMIT, cache_eviction="LRU")
 # Members' record clocks seconds apart: an entry created on one owner's clock is rewritten and
 # expired on the next one's, and must still move between members (an outside tester found records
 # "updated before created" that no transfer would take).
@@ -140,6 +143,7 @@ CONFIGURATIONS: dict[str, tuple[SimParams, int]] = {
     "tight-whole-transfers": (replace(TIGHT_TRANSFERS, fragments=False), SCALE // 15),
     "a-ttl-map": (TTL_MAP, SCALE // 15),
     "members-at-their-memory-limit": (MEMORY_LIMIT, SCALE // 15),
+    "an-evicting-cache-at-the-memory-limit": (EVICTING_CACHE, SCALE // 30),
     "clocks-seconds-apart": (CLOCK_SKEW, SCALE // 15),
 }
 

@@ -666,3 +666,13 @@ def refused_before_the_crash(before: dict[str, Any]) -> Any:
         run.runner.on_step = log
 
     return remember
+
+
+def test_a_full_cache_evicts_to_take_writes_while_the_other_maps_refuse_them() -> None:
+    run = passed("a-full-cache-evicts")
+    evicted = sum(node.member.data.entries_evicted for node in run.sim.nodes.values())
+    assert evicted > 0
+    assert run.sim.stats.writes_refused_memory_full > 0  # the maps that evict nothing were full
+    cache_keys = run.sim.ledger.cache_keys
+    acked_cache = [w for key in cache_keys for w in run.sim.ledger.writes.get(key, []) if w.outcome == ACKED]
+    assert len(acked_cache) > 100

@@ -13,7 +13,8 @@
 //! ([`columns::Column::parse`]): a bad one is an [`InvalidInput`] and changes nothing.
 //!
 //! Layout: [`limits`] (the bounds, the same as `shardgrid/core/limits.py`), [`columns`] (the
-//! packed format), [`table`] (one map: records, index, expiry order, memory count), [`store`]
+//! packed format), [`table`] (one map: records, index, expiry order, memory count), [`eviction`]
+//! (which entries a map over its size should lose), [`store`]
 //! (a replica's maps, and the batch calls the core makes); `python` (behind the `python` feature)
 //! turns them into the `shardgrid._engine` module.
 
@@ -21,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod columns;
+pub mod eviction;
 pub mod limits;
 pub mod store;
 pub mod table;

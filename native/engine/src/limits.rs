@@ -16,3 +16,5 @@ pub const MAX_COUNTER: u64 = 1 << 53;
 /// Records in one transfer chunk (`MAX_ENTRIES_PER_CHUNK`): the most one `dump` page or one
 /// `load` holds.
 pub const MAX_ENTRIES_PER_CHUNK: usize = 100_000;
+/// Records drawn to choose each entry to evict (`MAX_EVICTION_SAMPLES`).
+pub const MAX_EVICTION_SAMPLES: usize = 64;

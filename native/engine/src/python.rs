@@ -13,7 +13,8 @@ use pyo3::types::{PyBool, PyBytes, PyInt, PyList, PySequence, PyTuple};
 
 use crate::columns::{Column, InvalidInput, LENGTH_BYTES, NUMBER_BYTES, Packed};
 use crate::limits::{
-    MAX_COUNTER, MAX_ENTRIES_PER_CHUNK, MAX_KEY_BYTES, MAX_MAP_NAME_CHARS, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES,
+    MAX_COUNTER, MAX_ENTRIES_PER_CHUNK, MAX_EVICTION_SAMPLES, MAX_KEY_BYTES, MAX_MAP_NAME_CHARS,
+    MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES,
 };
 use crate::store::{self, DUMP_RECORD_BYTES, Dump, Found, MAP_BYTES, Page, RecordStore, Ttl};
 use crate::table::{EXPIRY_BYTES, INDEX_BYTES, METADATA_FIELDS, RECORD_BYTES};
@@ -255,6 +256,30 @@ impl PyRecordStore {
         Ok((PyBytes::new(py, &keys.data), PyBytes::new(py, &keys.lengths)))
     }
 
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (map_name, policy, seed, samples, min_entries, min_bytes, now_ms))]
+    fn evictable<'py>(
+        &self,
+        py: Python<'py>,
+        map_name: &str,
+        policy: &str,
+        seed: &Bound<'py, PyAny>,
+        samples: &Bound<'py, PyAny>,
+        min_entries: &Bound<'py, PyAny>,
+        min_bytes: &Bound<'py, PyAny>,
+        now_ms: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        let seed = int_arg(seed, "seed", u64::MAX)?;
+        let samples = int_arg(samples, "samples", MAX_EVICTION_SAMPLES as u64)?;
+        let min_entries = int_arg(min_entries, "min_entries", MAX_OPERATIONS_PER_REQUEST as u64)?;
+        let min_bytes = int_arg(min_bytes, "min_bytes", MAX_COUNTER)?;
+        let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
+        let keys = self
+            .store
+            .evictable(map_name, policy, seed, samples, min_entries, min_bytes, now_ms)?;
+        Ok((PyBytes::new(py, &keys.data), PyBytes::new(py, &keys.lengths)))
+    }
+
     #[allow(clippy::type_complexity)]
     fn dump<'py>(
         &self,
@@ -442,6 +467,7 @@ fn engine_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("MAX_MAP_NAME_CHARS", MAX_MAP_NAME_CHARS)?;
     module.add("MAX_COUNTER", MAX_COUNTER)?;
     module.add("MAX_ENTRIES_PER_CHUNK", MAX_ENTRIES_PER_CHUNK)?;
+    module.add("MAX_EVICTION_SAMPLES", MAX_EVICTION_SAMPLES)?;
     module.add("LENGTH_BYTES", LENGTH_BYTES)?;
     module.add("NUMBER_BYTES", NUMBER_BYTES)?;
     module.add("METADATA_FIELDS", PyTuple::new(py, METADATA_FIELDS)?)?;

@@ -11,8 +11,10 @@ use foldhash::quality::FixedState;
 use indexmap::IndexMap;
 
 use crate::columns::{Checked, Column, LENGTH_BYTES, Packed, invalid, parse_numbers};
+use crate::eviction::{self, Policy};
 use crate::limits::{
-    MAX_COUNTER, MAX_ENTRIES_PER_CHUNK, MAX_KEY_BYTES, MAX_MAP_NAME_CHARS, MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES,
+    MAX_COUNTER, MAX_ENTRIES_PER_CHUNK, MAX_EVICTION_SAMPLES, MAX_KEY_BYTES, MAX_MAP_NAME_CHARS,
+    MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES,
 };
 use crate::table::{METADATA_BYTES, METADATA_FIELDS, MapTable, Record, heap_block_bytes};
 
@@ -322,6 +324,47 @@ impl RecordStore {
         if let Some(table) = self.maps.get(map_name) {
             for record in table.expired(now_ms, max_entries as usize) {
                 keys.push(record.key());
+            }
+        }
+        Ok(keys)
+    }
+
+    /// The keys of entries the map should lose to get back under its size, by `policy` (see
+    /// [`eviction`]): at least `min_entries` and at least `min_bytes` of its memory count (all of
+    /// them, when it holds less), at most `MAX_OPERATIONS_PER_REQUEST`, each chosen among
+    /// `samples` records drawn from `seed`. As with `expired`, the engine removes nothing: the
+    /// owner replicates the removal.
+    #[allow(clippy::too_many_arguments)]
+    pub fn evictable(
+        &self,
+        map_name: &str,
+        policy: &str,
+        seed: u64,
+        samples: u64,
+        min_entries: u64,
+        min_bytes: u64,
+        now_ms: u64,
+    ) -> Checked<Packed> {
+        check_map_name(map_name)?;
+        let policy = Policy::parse(policy)?;
+        check_bounded("samples", samples, MAX_EVICTION_SAMPLES as u64)?;
+        check_bounded("min_entries", min_entries, MAX_OPERATIONS_PER_REQUEST as u64)?;
+        check_bounded("min_bytes", min_bytes, MAX_COUNTER)?;
+        check_time("now_ms", now_ms)?;
+        let mut keys = Packed::default();
+        if let Some(table) = self.maps.get(map_name) {
+            let chosen = eviction::candidates(
+                table,
+                policy,
+                seed,
+                samples as usize,
+                min_entries as usize,
+                min_bytes,
+                MAX_OPERATIONS_PER_REQUEST,
+                now_ms,
+            );
+            for at in chosen {
+                keys.push(table.records()[at].key());
             }
         }
         Ok(keys)

@@ -167,6 +167,12 @@ impl MapTable {
             + self.expiry.len() as u64 * EXPIRY_BYTES
     }
 
+    /// What one record adds to [`MapTable::memory_bytes`].
+    pub fn record_memory_bytes(&self, record: &Record) -> u64 {
+        let expiry = if record.expire_at_ms != 0 { EXPIRY_BYTES } else { 0 };
+        RECORD_BYTES + INDEX_BYTES + heap_block_bytes(record.data.len()) + expiry
+    }
+
     /// The records in iteration order.
     pub fn records(&self) -> &[Record] {
         &self.records

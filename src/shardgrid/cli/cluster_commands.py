@@ -148,6 +148,7 @@ def status_document(status: ClusterStatus) -> dict[str, Any]:
                 "entries": reply.entries,
                 "memory_bytes": reply.memory_bytes,
                 "max_memory_bytes": reply.max_memory_bytes,
+                "entries_evicted": reply.entries_evicted,
                 "applied_index": reply.applied_index,
                 "quiet": reply.quiet,
             }
@@ -180,6 +181,7 @@ STATUS_COLUMNS = (
     "awaiting acks",
     "entries",
     "memory",
+    "evicted",
 )
 
 
@@ -194,7 +196,7 @@ def _memory_cell(used_bytes: int, limit_bytes: int) -> str:
 def render_status(document: dict[str, Any]) -> None:
     console = Console()
     if not console.is_terminal:
-        console = Console(width=140)  # piped or captured: no terminal width to fit
+        console = Console(width=160)  # piped or captured: no terminal width to fit
     table = Table(title=None, show_edge=False)
     # The words of the JSON and the glossary: owned partitions (an owner's), lifecycle (a text
     # said "primaries" and "state" for them: found by an outside tester).
@@ -202,7 +204,9 @@ def render_status(document: dict[str, Any]) -> None:
         table.add_column(column, justify="right" if column not in ("member", "role", "lifecycle") else "left")
     for member in document["members"]:
         if not member["reachable"]:
-            table.add_row(member["address"], "?", f"unreachable: {member['error'][:60]}", *[""] * 7)
+            table.add_row(
+                member["address"], "?", f"unreachable: {member['error'][:60]}", *[""] * (len(STATUS_COLUMNS) - 3)
+            )
             continue
         lifecycle = member["lifecycle"] + (" (leaving)" if member["leaving"] else "")
         table.add_row(
@@ -216,6 +220,7 @@ def render_status(document: dict[str, Any]) -> None:
             str(member["writes_awaiting_backups"]),
             str(member["entries"]),
             _memory_cell(member["memory_bytes"], member["max_memory_bytes"]),
+            str(member["entries_evicted"]),
         )
     if document["members"]:
         console.print(table)
@@ -524,6 +529,19 @@ def map_remove(map_name: str, key: str, if_value: str | None, **options: Any) ->
 
     if not _with_client(options, run):
         click.echo(f"{map_name}: {key!r} was not removed (no such key, or another value)", err=True)
+        sys.exit(EXIT_REFUSED)
+
+
+@map_group.command("set-ttl")
+@click.argument("map_name", callback=_map_name)
+@click.argument("key")
+@click.argument("seconds", type=click.FloatRange(0, MAX_TTL_SECONDS))
+@client_options
+def map_set_ttl(map_name: str, key: str, seconds: float, **options: Any) -> None:
+    """Make KEY's entry live SECONDS from now (0: until removed), its value unchanged; exit 1 when
+    the map has no such key."""
+    if not _with_client(options, lambda client: client.get_map(map_name).set_ttl(key, seconds)):
+        click.echo(f"{map_name} has no key {key!r}: no TTL set", err=True)
         sys.exit(EXIT_REFUSED)
 
 

@@ -1104,6 +1104,16 @@ class AsyncMap:
         held = await self._write_one(m.REMOVE_IF_SAME, key, value, None)
         return held == self.value_serializer.dumps(value)
 
+    async def set_ttl(self, key: Key, ttl: float | None) -> bool:
+        """Give ``key``'s entry a new TTL, counted from now: ``ttl`` seconds (0: until removed;
+        None: the map's ``time_to_live_seconds``); whether the key had an entry (none: nothing
+        changes). Its value stays; the owner writes it again with the new expiry, so its version
+        and update time change as with any write."""
+        (held,) = await self.client.map_call(
+            m.SET_TTL, self.name, [self._key(key)], previous=True, ttl_ms=ttl_ms_of(ttl)
+        )
+        return held is not None
+
     async def get_entry_view(self, key: Key) -> EntryView | None:
         """The key's entry with its metadata (times, expiry, hits, version), None when it has
         none. It counts no read (no hit, no access time)."""

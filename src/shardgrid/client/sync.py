@@ -183,6 +183,10 @@ class Map(MutableMapping[Any, Any]):
         """``AsyncMap.remove_if_same``: removes only that value; whether it did."""
         return self._client._run(self._map.remove_if_same(key, value))
 
+    def set_ttl(self, key: Key, ttl: float | None) -> bool:
+        """``AsyncMap.set_ttl``: a new TTL for the key's entry; whether it had one."""
+        return self._client._run(self._map.set_ttl(key, ttl))
+
     def get_entry_view(self, key: Key) -> EntryView | None:
         """``AsyncMap.get_entry_view``: the entry with its metadata, counting no read."""
         return self._client._run(self._map.get_entry_view(key))

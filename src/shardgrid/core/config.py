@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from shardgrid.core.errors import require
 from shardgrid.core.limits import (
@@ -21,6 +22,10 @@ from shardgrid.core.limits import (
     MAX_TTL_SECONDS,
 )
 from shardgrid.core.raft import RaftSettings
+
+# What a map does at its size (MapConfig.eviction_policy).
+EvictionPolicy = Literal["NONE", "LRU", "LFU", "RANDOM"]
+EVICTION_POLICIES: tuple[str, ...] = get_args(EvictionPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +54,33 @@ class MapConfig:
     own TTL (the clients' ``ttl``) takes precedence. The owner removes expired entries, through
     its backups as any remove; no read returns one meanwhile."""
 
+    eviction_policy: EvictionPolicy = "NONE"
+    """What the owner does with a write that would take the map past one of its sizes below, or
+    its member past max_memory_bytes. NONE refuses it (MEMORY_FULL, nothing applied); LRU, LFU and
+    RANDOM make room by evicting entries of the map in the partition written: the least recently
+    used, the least often read, or any, each the best of a few sampled (as Redis approximates
+    LRU). An eviction is the owner's remove, replicated through its backups as any other."""
+    max_entries_per_member: int = 0
+    """The map's entries each member owns, at most (0: no bound), enforced per partition as its
+    share (this times the owning members, over the partitions), as Hazelcast's PER_NODE is."""
+    max_entries_per_partition: int = 0
+    """The map's entries in one partition, at most (0: no bound)."""
+    max_bytes_per_member: int = 0
+    """The memory the map's owned entries take on each member, at most (0: no bound; the
+    engine's count, metadata included), enforced per partition as its share, as above."""
+
     @property
     def time_to_live_ms(self) -> int:
         return self.time_to_live_seconds * 1000
+
+    @property
+    def evicts(self) -> bool:
+        return self.eviction_policy != "NONE"
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the map has a size of its own (besides the member's memory)."""
+        return bool(self.max_entries_per_member or self.max_entries_per_partition or self.max_bytes_per_member)
 
     @property
     def total_backup_count(self) -> int:
@@ -64,6 +93,12 @@ class MapConfig:
             0 <= self.time_to_live_seconds <= MAX_TTL_SECONDS,
             f"map {name!r}: time_to_live_seconds is 0 (no expiry) to {MAX_TTL_SECONDS}",
         )
+        require(
+            self.eviction_policy in EVICTION_POLICIES,
+            f"map {name!r}: eviction_policy is one of {', '.join(EVICTION_POLICIES)}",
+        )
+        for size in ("max_entries_per_member", "max_entries_per_partition", "max_bytes_per_member"):
+            require(0 <= getattr(self, size) <= MAX_COUNTER, f"map {name!r}: {size} is 0 (no bound) to {MAX_COUNTER}")
         require(
             self.total_backup_count <= MAX_BACKUP_COUNT,
             f"map {name!r}: backup_count + async_backup_count is at most {MAX_BACKUP_COUNT}",

@@ -273,14 +273,19 @@ class OpKind(enum.StrEnum):
     # A read of each key's entry view: its value after 48 bytes of metadata (the engine's
     # METADATA_FIELDS, unsigned 64-bit little-endian), None for no entry; it counts no read.
     ENTRY_VIEW = "entry_view"
+    # A new TTL for the keys that have a value (the request's ``ttl_ms``, -1 the map's): the owner
+    # writes each one's value again with it, replicated as a PUT, and answers b"" for a key it
+    # held and None for one it did not (never the value: nothing but the TTL comes back).
+    SET_TTL = "set_ttl"
 
 
 GET, PUT, REMOVE, PUT_IF_ABSENT = OpKind.GET, OpKind.PUT, OpKind.REMOVE, OpKind.PUT_IF_ABSENT
-REPLACE, REPLACE_IF_SAME, REMOVE_IF_SAME, ENTRY_VIEW = (
+REPLACE, REPLACE_IF_SAME, REMOVE_IF_SAME, ENTRY_VIEW, SET_TTL = (
     OpKind.REPLACE,
     OpKind.REPLACE_IF_SAME,
     OpKind.REMOVE_IF_SAME,
     OpKind.ENTRY_VIEW,
+    OpKind.SET_TTL,
 )
 # The kinds that only read, and those whose request carries one value per key.
 READS: frozenset[OpKind] = frozenset({OpKind.GET, OpKind.ENTRY_VIEW})
@@ -288,7 +293,9 @@ WITH_VALUES: frozenset[OpKind] = frozenset(
     {OpKind.PUT, OpKind.PUT_IF_ABSENT, OpKind.REPLACE, OpKind.REPLACE_IF_SAME, OpKind.REMOVE_IF_SAME}
 )
 # The kinds that may give their entries a TTL.
-WITH_TTL: frozenset[OpKind] = frozenset({OpKind.PUT, OpKind.PUT_IF_ABSENT, OpKind.REPLACE, OpKind.REPLACE_IF_SAME})
+WITH_TTL: frozenset[OpKind] = frozenset(
+    {OpKind.PUT, OpKind.PUT_IF_ABSENT, OpKind.REPLACE, OpKind.REPLACE_IF_SAME, OpKind.SET_TTL}
+)
 
 
 class WriteRun(Record, kw_only=True):
@@ -594,6 +601,7 @@ class MemberStatus(Message, tag=130, kw_only=True):
     memory_bytes: Counter = 0
     max_memory_bytes: Counter = 0
     entries: Counter = 0  # records held, of every replica
+    entries_evicted: Counter = 0  # entries it evicted as owner (a map's eviction_policy) since it started
 
 
 class ListenRequest(Message, tag=131):

@@ -175,6 +175,15 @@ class MapRecords:
         """Keys of up to ``max_entries`` records expired at ``now_ms``, earliest first."""
         return [key for key in split(*self._store.expired(self.name, now_ms, max_entries)) if key is not None]
 
+    def evictable(
+        self, policy: str, seed: int, samples: int, min_entries: int, min_bytes: int, now_ms: int
+    ) -> list[bytes]:
+        """Keys to evict by ``policy``: at least ``min_entries`` of them, freeing at least
+        ``min_bytes`` of the memory count (every key, when the map holds less), each the best of
+        ``samples`` records drawn from ``seed``."""
+        keys = split(*self._store.evictable(self.name, policy, seed, samples, min_entries, min_bytes, now_ms))
+        return [key for key in keys if key is not None]
+
     # --- transfers --------------------------------------------------------------------------------
 
     def pages(self, max_entries: int, max_bytes: int) -> Iterator[RecordPage]:

@@ -78,6 +78,10 @@ class MemberMetrics:
             "shardgrid_max_memory_bytes", "This member's max_memory_bytes (0: no limit): past it, writes are refused."
         )
         self.entries = self._gauge("shardgrid_entries", "Records this member holds, of every replica.")
+        self.entries_evicted = self._counter(
+            "shardgrid_entries_evicted", "Entries this member evicted as owner, by its maps' eviction_policy."
+        )
+        self._entries_evicted_seen = 0
         self.connections = self._gauge("shardgrid_connections", "Open connections by kind.", ("kind",))
         self.client_frame_bytes_claimed = self._gauge(
             "shardgrid_client_frame_bytes_claimed",
@@ -163,3 +167,6 @@ class MemberMetrics:
         self.memory_bytes.set(status.memory_bytes)
         self.max_memory_bytes.set(status.max_memory_bytes)
         self.entries.set(status.entries)
+        # The status counts since the member started; the counter takes what is new since.
+        self.entries_evicted.inc(max(0, status.entries_evicted - self._entries_evicted_seen))
+        self._entries_evicted_seen = status.entries_evicted

@@ -86,6 +86,7 @@ _RUN_FIELDS = {
     "backups",
     "async_backups",
     "cache_map",
+    "cache_eviction",
     "fail_on_indeterminate",
     "operation_call_timeout_ms",
     "attempt_timeout_ms",

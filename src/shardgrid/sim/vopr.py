@@ -39,6 +39,9 @@ FAULTS = (
     "promote",
 )
 SLICE_MS = 200
+# The cache map's size in each partition when it evicts (SimParams.cache_eviction): below the keys
+# the clients spread over a partition, so that writes evict.
+CACHE_MAP_ENTRIES_PER_PARTITION = 3
 # How long the settle phase waits for the answer to its request for ACTIVE before asking again: the
 # request or its answer may be lost, and a lost one would otherwise cost the admin timeout (30 s)
 # of a settle phase that has 120 s in all.
@@ -52,6 +55,9 @@ class SimParams:
     backups: int = 1
     async_backups: int = 0  # > 0: half the keys go to a map with these async backups after the sync ones
     cache_map: bool = False  # a third of the keys go to a map that a stand-in serves while unavailable
+    # The cache map's eviction policy ("": NONE): with one, it holds at most
+    # CACHE_MAP_ENTRIES_PER_PARTITION entries a partition, and evicts at max_memory_bytes too.
+    cache_eviction: str = ""
     # The clients' call semantics: False retries a write whose outcome is unknown (at-least-once),
     # True ends it as indeterminate; a call ends after operation_call_timeout_ms either way.
     fail_on_indeterminate: bool = True
@@ -109,7 +115,14 @@ class SimParams:
     def _maps(self) -> tuple[tuple[str, MapConfig], ...]:
         maps = ((ASYNC_MAP_NAME, MapConfig(self.backups, self.async_backups)),) if self.async_backups else ()
         if self.cache_map:
-            maps = (*maps, (CACHE_MAP_NAME, MapConfig(self.backups, serve_when_unavailable=True)))
+            cache = MapConfig(self.backups, serve_when_unavailable=True)
+            if self.cache_eviction:
+                cache = replace(
+                    cache,
+                    eviction_policy=self.cache_eviction,  # type: ignore[arg-type]
+                    max_entries_per_partition=CACHE_MAP_ENTRIES_PER_PARTITION,
+                )
+            maps = (*maps, (CACHE_MAP_NAME, cache))
         if self.ttl_map:
             maps = (*maps, (TTL_MAP_NAME, MapConfig(self.backups, time_to_live_seconds=TTL_MAP_SECONDS)))
         return maps

@@ -29,6 +29,7 @@ from shardgrid.core.hashing import partition_ids_of_serialized
 from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import (
     MAX_BACKUP_BATCH_BYTES,
+    MAX_COUNTER,
     MAX_FRAME_BYTES,
     MAX_GET_ANSWER_BYTES,
     MAX_KEY_BYTES,
@@ -54,6 +55,7 @@ from shardgrid.core.messages import (
     REPLACE,
     REPLACE_IF_SAME,
     RETRYABLE,
+    SET_TTL,
     WITH_TTL,
     WITH_VALUES,
     BackupAckBatch,
@@ -94,11 +96,14 @@ RECORD_GROWTH_BYTES = RECORD_BYTES + INDEX_BYTES + 16
 # expired keys stays far below a backup batch: keys are at most 64 KiB).
 MAX_EXPIRED_PER_TICK = 2_000
 MAX_EXPIRED_PER_RUN = 200
+# Records drawn to choose each entry to evict (Redis's maxmemory-samples is 5; more samples come
+# closer to true LRU and LFU at a cost the engine bounds).
+EVICTION_SAMPLES = 16
 # Every operation a request may name (a set of its members: ``in`` takes any value, in every
 # Python version, unlike ``in OpKind`` on 3.11).
 KINDS = frozenset(OpKind)
 # The writes whose owner decides per key whether to write: each answers the value held before.
-CONDITIONAL = frozenset({PUT_IF_ABSENT, REPLACE, REPLACE_IF_SAME, REMOVE_IF_SAME})
+CONDITIONAL = frozenset({PUT_IF_ABSENT, REPLACE, REPLACE_IF_SAME, REMOVE_IF_SAME, SET_TTL})
 # (partition, map) pairs whose write targets are cached (the cache empties when the table changes).
 MAX_CACHED_TARGETS = 100_000
 # The keys and values of one request: a frame less room for what the owner's backup batch adds to
@@ -191,6 +196,8 @@ class DataPath:
         self.memory_bytes = 0
         self._written_since_count_bytes = 0
         self.entry_count = 0
+        self.entries_evicted = 0  # by every map's eviction policy, since the member started
+        self._owners: tuple[object, int] = (None, 0)  # (table, members owning a partition in it)
         self._expiry_cursor = -1  # the partition the active expiry last looked at
 
     # --- what others ask ---------------------------------------------------------------------------
@@ -458,8 +465,9 @@ class DataPath:
         if named and not self._first_time(call, message, pid, data, indexes):
             return
         unit = indexes  # the request's keys of this partition, answered as one
+        renewed: list[bytes] = []  # a set_ttl's: the values it writes again
         if kind in CONDITIONAL:
-            indexes = self._conditioned(data, message, indexes, out)
+            indexes = self._conditioned(data, message, indexes, out, renewed)
             if self._answer_too_large(call, message, unit):
                 return
             if not indexes:
@@ -477,7 +485,7 @@ class DataPath:
             size = counted_bytes(data_bytes, len(run_keys) + len(run_values))
         else:
             run_keys = [keys[i] for i in indexes]
-            run_values = [values[i] for i in indexes] if kind == PUT else []
+            run_values = renewed if message.kind == SET_TTL else [values[i] for i in indexes] if kind == PUT else []
             size = columns_bytes(run_keys, run_values)
         config = self.ctx.config
         over_count = self.pending_count + len(indexes) > config.max_pending_writes
@@ -486,16 +494,20 @@ class DataPath:
             return
         # After the backlog's check: a write refused OVERLOADED (retried) takes no memory allowance
         # (found by an outside tester: five OVERLOADED refusals made the next write MEMORY_FULL).
-        if kind == PUT and config.max_memory_bytes and self._memory_full(size + len(indexes) * RECORD_GROWTH_BYTES):
-            self._refuse_memory_full(call, message, data, unit)
+        if kind == PUT and not self._make_room(call, message, pid, data, slots, unit, run_keys, size):
             return
         first = data.sequence + 1
         written_ms = self.ctx.records_ms
         ttl_ms = self._ttl_of(message) if kind == PUT else 0
-        self._apply(data, message, kind, indexes, out, run_keys, run_values, written_ms, ttl_ms)
+        answered = None if message.kind == SET_TTL else out  # a set_ttl answers b"", never the value
+        self._written_since_count_bytes += self._apply(
+            data, message, kind, indexes, answered, run_keys, run_values, written_ms, ttl_ms
+        )
         answer = self._remember(data, message, unit, out, expires_ms) if named else None
         targets = self._targets_of(pid, slots, message.map_name)
         if not targets.backups:
+            if kind == PUT:
+                self._evict_over_size(pid, data, message.map_name, slots)
             return
         run = WriteRun(
             partition_id=pid,
@@ -516,15 +528,29 @@ class DataPath:
         pending = self.pending.get(pid)
         if pending is None:
             pending = self.pending[pid] = PendingPartition(required=set(targets.backups), last_sent_ms=self.ctx.now_ms)
-        if not targets.sync:
-            return  # async backups only: nobody is waited on (the run is still resent until they have it)
+        if targets.sync:  # async backups only: nobody is waited on (the run is still resent until they have it)
+            self._wait_for_backups(pending, call, first, data.sequence, indexes, targets.sync, size)
+        if kind == PUT:
+            self._evict_over_size(pid, data, message.map_name, slots)
+
+    def _wait_for_backups(
+        self,
+        pending: PendingPartition,
+        call: PendingCall,
+        first: int,
+        last: int,
+        indexes: Indexes,
+        backups: tuple[MemberId, ...],
+        size: int,
+    ) -> None:
+        """The call's answer waits until ``backups`` acknowledge the writes ``first..last``."""
         pending.writes.append(
             PendingWrite(
                 first_sequence=first,
-                last_sequence=data.sequence,
+                last_sequence=last,
                 call=call,
                 indexes=indexes,
-                backups=targets.sync,
+                backups=backups,
                 size_bytes=size,
             )
         )
@@ -543,17 +569,21 @@ class DataPath:
         run_values: Sequence[bytes],
         now_ms: int,
         ttl_ms: int = 0,
-    ) -> None:
+    ) -> int:
         """A put or remove of the keys at ``indexes`` (``run_keys``, ``run_values`` at them), into
         ``data`` at ``now_ms`` (the record clock), the previous values into ``out`` when the
-        caller asked for them. One engine call, whatever the number of keys."""
+        caller asked for them. One engine call, whatever the number of keys. Returns how much the
+        engine's memory count grew (negative: shrank)."""
         previous = out is not None
         if kind == PUT:
             records = data.records_for_writing(message.map_name)
+            before = records.memory_bytes()
             found = records.put(run_keys, run_values, now_ms, ttl_ms=ttl_ms, previous=previous)
         else:
             records = data.maps.get(message.map_name)
+            before = records.memory_bytes() if records is not None else 0
             found = records.remove(run_keys, now_ms, previous=previous) if records is not None else None
+        grown = (records.memory_bytes() if records is not None else 0) - before
         if out is not None:
             if found is None:
                 found = [None] * len(run_keys)
@@ -564,6 +594,7 @@ class DataPath:
                     out[index] = value
         data.sequence += len(indexes)
         data.changed(message.map_name, data.sequence)
+        return grown
 
     def _execute_standing_in(
         self, call: PendingCall, message: MapRequest, pid: int, indexes: Indexes, serving: bool, expires_ms: int
@@ -582,21 +613,28 @@ class DataPath:
         if named and not self._first_time(call, message, pid, data, indexes):
             return
         unit, kind, out = indexes, message.kind, call.values
+        renewed: list[bytes] = []
         if kind in CONDITIONAL:
-            indexes = self._conditioned(data, message, indexes, out)
+            indexes = self._conditioned(data, message, indexes, out, renewed)
             kind = REMOVE if kind == REMOVE_IF_SAME else PUT
             if self._answer_too_large(call, message, unit):
                 return
-        if indexes and kind == PUT and self.ctx.config.max_memory_bytes:
-            run_bytes = columns_bytes([message.keys[i] for i in indexes], [message.values[i] for i in indexes])
-            if self._memory_full(run_bytes + len(indexes) * RECORD_GROWTH_BYTES):
-                self._refuse_memory_full(call, message, data, unit)
-                return
         if indexes:
             run_keys = [message.keys[i] for i in indexes]
-            run_values = [message.values[i] for i in indexes] if kind == PUT else []
+            if message.kind == SET_TTL:
+                run_values = renewed
+            else:
+                run_values = [message.values[i] for i in indexes] if kind == PUT else []
+            size = columns_bytes(run_keys, run_values)
+            if kind == PUT and not self._make_room(call, message, pid, data, None, unit, run_keys, size):
+                return
             ttl_ms = self._ttl_of(message) if kind == PUT else 0
-            self._apply(data, message, kind, indexes, out, run_keys, run_values, self.ctx.records_ms, ttl_ms)
+            answered = None if message.kind == SET_TTL else out
+            self._written_since_count_bytes += self._apply(
+                data, message, kind, indexes, answered, run_keys, run_values, self.ctx.records_ms, ttl_ms
+            )
+            if kind == PUT:
+                self._evict_over_size(pid, data, message.map_name, None)
         if named:
             self._remember(data, message, unit, out, expires_ms)
 
@@ -666,12 +704,18 @@ class DataPath:
         return answer
 
     def _conditioned(
-        self, data: PartitionData, message: MapRequest, indexes: Indexes, out: list[bytes | None] | None
+        self,
+        data: PartitionData,
+        message: MapRequest,
+        indexes: Indexes,
+        out: list[bytes | None] | None,
+        renewed: list[bytes],
     ) -> list[int]:
         """The indexes of a conditional write to write: the keys whose live value meets the
         condition, in order (a key named twice is judged on what the write before left). Every
         key is answered the value it held before (when the caller asked for values); a
-        put-if-absent whose key it wrote earlier in the request answers that earlier value.
+        put-if-absent whose key it wrote earlier in the request answers that earlier value; a
+        set_ttl answers b"" for a key it holds, and puts the value held into ``renewed``.
         Looking counts no read, and each distinct key is copied out of the engine once."""
         keys, values, kind = message.keys, message.values, message.kind
         records = data.maps.get(message.map_name)
@@ -683,6 +727,13 @@ class DataPath:
         for index in indexes:
             key = keys[index]
             current = held[key]
+            if kind == SET_TTL:
+                if out is not None:
+                    out[index] = b"" if current is not None else None
+                if current is not None:
+                    chosen.append(index)
+                    renewed.append(current)
+                continue
             if out is not None:
                 out[index] = current
             if kind == PUT_IF_ABSENT:
@@ -1039,21 +1090,151 @@ class DataPath:
             return message.ttl_ms
         return self.ctx.config.map_config(message.map_name).time_to_live_ms
 
-    def _memory_full(self, size_bytes: int) -> bool:
-        """Whether a write of ``size_bytes`` would take this member past ``max_memory_bytes``."""
-        held = self.memory_bytes + self._written_since_count_bytes
-        if held + size_bytes > self.ctx.config.max_memory_bytes:
-            return True
-        self._written_since_count_bytes += size_bytes
-        return False
+    def _held_bytes(self) -> int:
+        """The engine's count as of the last tick, and what this member's own writes and
+        evictions changed since (exact: the engine's count before and after each)."""
+        return self.memory_bytes + self._written_since_count_bytes
 
-    def _refuse_memory_full(self, call: PendingCall, message: MapRequest, data: PartitionData, unit: Indexes) -> None:
+    def _make_room(
+        self,
+        call: PendingCall,
+        message: MapRequest,
+        pid: int,
+        data: PartitionData,
+        slots: Sequence[MemberId | None] | None,
+        unit: Indexes,
+        run_keys: Sequence[bytes],
+        size: int,
+    ) -> bool:
+        """Whether a put of ``run_keys`` (``size`` bytes of keys and values, counted) may go
+        ahead: within its map's sizes and its member's max_memory_bytes, after evicting what the
+        map's policy lets go (applied, and replicated to the partition's backups, before the put,
+        in the partition's sequence; ``slots`` None: a stand-in's copy, which has none). Refused
+        MEMORY_FULL otherwise, nothing applied. A map that evicts is brought back within its own
+        sizes after the put instead (``_evict_over_size``), so that an overwrite evicts nothing."""
+        config = self.ctx.config
+        map_config = config.map_config(message.map_name)
+        if map_config.bounded and not map_config.evicts:
+            reason = self._over_map_size(pid, data, message.map_name, run_keys, size)
+            if reason:
+                self._refuse_memory_full(call, message, data, unit, reason)
+                return False
+        limit = config.max_memory_bytes
+        if not limit:
+            return True
+        growth = size + len(run_keys) * RECORD_GROWTH_BYTES  # at most: every key new
+        if self._held_bytes() + growth > limit and map_config.evicts:
+            self._evict(pid, data, message.map_name, slots, 0, self._held_bytes() + growth - limit)
+        if self._held_bytes() + growth > limit:
+            self._refuse_memory_full(call, message, data, unit)
+            return False
+        return True
+
+    def _size_caps(self, map_name: str) -> tuple[int, int]:
+        """A map's entries and bytes in one partition, at most (0: no bound): its per-partition
+        size, and its partition's share of its per-member sizes (as Hazelcast's PER_NODE: the
+        size times the members that own partitions, over the partitions, rounded up)."""
+        config = self.ctx.config
+        map_config = config.map_config(map_name)
+        table = self.consensus.state.table
+        if self._owners[0] is not table:
+            owners = len({slots[0] for slots in table.replicas if slots[0] is not None}) if table else 0
+            self._owners = (table, owners)
+        owners = max(1, self._owners[1])
+        partitions = config.partition_count
+
+        def share(per_member: int) -> int:
+            return -(-per_member * owners // partitions) if per_member else 0
+
+        entries = [n for n in (map_config.max_entries_per_partition, share(map_config.max_entries_per_member)) if n]
+        return min(entries, default=0), share(map_config.max_bytes_per_member)
+
+    def _over_map_size(self, pid: int, data: PartitionData, map_name: str, run_keys: Sequence[bytes], size: int) -> str:
+        """Why a put of ``run_keys`` would take a map that evicts nothing past one of its sizes in
+        partition ``pid`` ('' when it would not): only keys it does not hold yet count as new."""
+        max_entries, max_bytes = self._size_caps(map_name)
+        records = data.maps.get(map_name)
+        distinct = list(dict.fromkeys(run_keys))
+        if records is None:
+            held, held_bytes, new = 0, 0, len(distinct)
+        else:
+            held, held_bytes = len(records), records.memory_bytes()
+            new = sum(value is None for value in records.peek(distinct, self.ctx.records_ms))
+        if max_entries and held + new > max_entries:
+            return (
+                f"map {map_name!r} holds {held} entries in partition {pid}, at its size there ({max_entries}, from its "
+                f"max_entries_per_partition or its share of max_entries_per_member) and its eviction_policy is "
+                "NONE: the write is refused (not applied); remove entries, or set an eviction policy"
+            )
+        if max_bytes and held_bytes + size + new * RECORD_GROWTH_BYTES > max_bytes:
+            return (
+                f"map {map_name!r} takes {held_bytes} bytes in partition {pid}, at its share ({max_bytes}) of its "
+                "max_bytes_per_member and its eviction_policy is NONE: the write is refused (not applied); remove "
+                "entries, or set an eviction policy"
+            )
+        return ""
+
+    def _evict_over_size(
+        self, pid: int, data: PartitionData, map_name: str, slots: Sequence[MemberId | None] | None
+    ) -> None:
+        """After a put: bring a map that evicts back within its sizes in partition ``pid``."""
+        map_config = self.ctx.config.map_config(map_name)
+        records = data.maps.get(map_name)
+        if not (map_config.evicts and map_config.bounded and records):
+            return
+        max_entries, max_bytes = self._size_caps(map_name)
+        extra_entries = len(records) - max_entries if max_entries else 0
+        extra_bytes = records.memory_bytes() - max_bytes if max_bytes else 0
+        if extra_entries > 0 or extra_bytes > 0:
+            self._evict(pid, data, map_name, slots, max(0, extra_entries), max(0, extra_bytes))
+
+    def _evict(
+        self,
+        pid: int,
+        data: PartitionData,
+        map_name: str,
+        slots: Sequence[MemberId | None] | None,
+        min_entries: int,
+        min_bytes: int,
+    ) -> None:
+        """Evict at least ``min_entries`` entries of the map in ``pid``, freeing ``min_bytes`` of
+        the engine's count (as much as its copy holds, at most MAX_OPERATIONS_PER_REQUEST), chosen
+        by its policy from the member's seeded generator: the owner's removes, replicated as any
+        (``slots`` None: a stand-in's copy, with no backups)."""
+        records = data.maps.get(map_name)
+        if not records:
+            return
+        policy = self.ctx.config.map_config(map_name).eviction_policy
+        before = records.memory_bytes()
+        keys = records.evictable(
+            policy,
+            self.ctx.rng.getrandbits(64),
+            EVICTION_SAMPLES,
+            min(min_entries, MAX_OPERATIONS_PER_REQUEST),
+            min(min_bytes, MAX_COUNTER),
+            self.ctx.records_ms,
+        )
+        for start in range(0, len(keys), MAX_EXPIRED_PER_RUN):
+            chunk = tuple(keys[start : start + MAX_EXPIRED_PER_RUN])
+            if slots is None:
+                records.remove(chunk, self.ctx.records_ms)
+                data.sequence += len(chunk)
+                data.changed(map_name, data.sequence)
+            else:
+                self._remove_owned(pid, data, map_name, slots, chunk)
+        after = records.memory_bytes() if data.maps.get(map_name) is records else 0
+        self._written_since_count_bytes -= before - after
+        self.entries_evicted += len(keys)
+
+    def _refuse_memory_full(
+        self, call: PendingCall, message: MapRequest, data: PartitionData, unit: Indexes, reason: str = ""
+    ) -> None:
         """Refuse the keys at ``unit`` MEMORY_FULL, nothing applied. A named write's refusal is
         remembered, so that a late copy of the same attempt is refused the same way rather than
         applied once memory is freed (the client was told it was not applied; found by an outside
         tester: a duplicated request applied 3 ms after its refusal)."""
         call.mark(unit, ReplyCode.MEMORY_FULL)
-        call.reason = self._memory_full_reason()
+        call.reason = reason or self._memory_full_reason()
         if message.client_id and message.write_id:
             data.writes.refuse(message.client_id, message.write_id, self.ctx.now_ms + NO_DEADLINE_TTL_MS)
 
@@ -1081,7 +1262,7 @@ class DataPath:
     def _memory_full_reason(self) -> str:
         limit = self.ctx.config.max_memory_bytes
         return (
-            f"member {self.ctx.identity.address} holds {self.memory_bytes + self._written_since_count_bytes} bytes "
+            f"member {self.ctx.identity.address} holds {self._held_bytes()} bytes "
             f"of records, at its max_memory_bytes of {limit}: writes are refused (not applied), reads and "
             "removes go on; remove data, let it expire, add members, or raise the limit"
         )

@@ -243,6 +243,7 @@ class Member:
             memory_bytes=data.memory_bytes,
             max_memory_bytes=self.ctx.config.max_memory_bytes,
             entries=data.entry_count,
+            entries_evicted=data.entries_evicted,
         )
 
     # --- events ----------------------------------------------------------------------------------

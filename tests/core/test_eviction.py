@@ -1,0 +1,144 @@
+"""A map's eviction policy and sizes on its owner: with LRU, LFU or RANDOM a write makes room by
+evicting entries of the map in the written partition (sampled, replicated as removes in the
+partition's sequence); with NONE a write past a size is refused MEMORY_FULL, nothing applied."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from shardgrid.core import messages as m
+from shardgrid.core.config import MapConfig, MemberConfig
+from shardgrid.core.errors import ConfigError
+from shardgrid.core.inputs import Receive
+from shardgrid.core.table import PartitionTable
+from tests.core.test_member import CONFIG, B, C, following, grant_lease, replies, run_ticks, sent
+from tests.core.test_memory_limit import B_ALONE, keys, request
+
+VALUE = b"v" * 100
+
+
+def owner_with(map_config: MapConfig, **config: int) -> tuple[object, int]:
+    settings = replace(CONFIG, backup_count=0, maps=(("m", map_config),), **config)
+    owner, now = following(B, B_ALONE, config=settings)
+    return owner, grant_lease(owner, now)
+
+
+def put(owner, now: int, call_id: int, batch: list[bytes], value: bytes = VALUE) -> m.MapReply:
+    (reply,) = replies(owner.handle(now, Receive("c", None, None, request(call_id, m.PUT, batch, value))))
+    return reply
+
+
+def get(owner, now: int, call_id: int, batch: list[bytes]) -> m.MapReply:
+    (reply,) = replies(owner.handle(now, Receive("c", None, None, request(call_id, m.GET, batch))))
+    return reply
+
+
+def held(owner) -> set[bytes]:
+    view = owner.data.view(0)
+    return set(view.maps.get("m", {})) if view is not None else set()
+
+
+def test_the_policy_and_sizes_are_checked() -> None:
+    with pytest.raises(ConfigError, match="eviction_policy"):
+        MemberConfig(maps=(("m", MapConfig(eviction_policy="OLDEST")),)).validate()  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="max_entries_per_partition"):
+        MemberConfig(maps=(("m", MapConfig(max_entries_per_partition=-1)),)).validate()
+    MemberConfig(maps=(("m", MapConfig(eviction_policy="LFU", max_bytes_per_member=10**9)),)).validate()
+
+
+@pytest.mark.parametrize("policy", ["LRU", "LFU", "RANDOM"])
+def test_an_evicting_map_at_the_members_limit_takes_every_write(policy: str) -> None:
+    limit = 40_000
+    owner, now = owner_with(MapConfig(backup_count=0, eviction_policy=policy), max_memory_bytes=limit)
+    written: list[bytes] = []
+    for call_id in range(1, 80):
+        batch = keys(len(written), 10)
+        assert put(owner, now + call_id, call_id, batch).codes == (m.ReplyCode.OK,) * 10
+        written += batch
+        assert owner.data.memory_bytes_of(0) <= limit
+    _, now = run_ticks(owner, now + 100, now + 100 + CONFIG.tick_ms)
+    (status,) = replies(owner.handle(now + 1, Receive("c", None, None, m.MemberStatusRequest(7))))
+    assert status.entries_evicted == len(written) - len(held(owner)) > 0
+    assert status.memory_bytes <= limit
+    assert written[-10:] == [k for k in written[-10:] if k in held(owner)], "the newest write was evicted"
+
+
+def test_lru_keeps_what_is_read() -> None:
+    owner, now = owner_with(MapConfig(backup_count=0, eviction_policy="LRU", max_entries_per_partition=50))
+    hot = keys(0, 10)
+    assert put(owner, now, 1, hot).codes == (m.ReplyCode.OK,) * 10
+    for call_id in range(2, 40):
+        now += 10
+        assert get(owner, now, 1000 + call_id, hot).values == (VALUE,) * 10
+        assert put(owner, now + 1, call_id, keys(10 * call_id, 10)).codes == (m.ReplyCode.OK,) * 10
+    assert len(held(owner)) == 50
+    assert set(hot) <= held(owner)
+
+
+def test_lfu_keeps_what_is_read_often() -> None:
+    owner, now = owner_with(MapConfig(backup_count=0, eviction_policy="LFU", max_entries_per_partition=30))
+    often = keys(0, 5)
+    assert put(owner, now, 1, often).codes == (m.ReplyCode.OK,) * 5
+    for call_id in range(1, 6):
+        get(owner, now + call_id, 1000 + call_id, often)
+    for call_id in range(2, 30):
+        assert put(owner, now + 10 + call_id, call_id, keys(10 * call_id, 10)).codes == (m.ReplyCode.OK,) * 10
+    assert len(held(owner)) == 30
+    assert set(often) <= held(owner)
+
+
+def test_an_overwrite_at_the_size_evicts_nothing() -> None:
+    owner, now = owner_with(MapConfig(backup_count=0, eviction_policy="RANDOM", max_entries_per_partition=20))
+    batch = keys(0, 20)
+    put(owner, now, 1, batch)
+    for call_id in range(2, 10):
+        assert put(owner, now + call_id, call_id, batch, b"w" * 100).codes == (m.ReplyCode.OK,) * 20
+    assert held(owner) == set(batch)
+    assert owner.data.entries_evicted == 0
+
+
+def test_the_per_member_size_is_shared_out_per_partition() -> None:
+    # One owner of CONFIG's partitions: each partition's share is the size over the partitions.
+    partitions = CONFIG.partition_count
+    owner, now = owner_with(MapConfig(backup_count=0, eviction_policy="LRU", max_entries_per_member=partitions * 7))
+    put(owner, now, 1, keys(0, 30))
+    assert len(held(owner)) == 7
+
+
+def test_a_map_that_evicts_nothing_refuses_new_keys_at_its_size_but_takes_overwrites() -> None:
+    owner, now = owner_with(MapConfig(backup_count=0, max_entries_per_partition=10))
+    batch = keys(0, 10)
+    assert put(owner, now, 1, batch).codes == (m.ReplyCode.OK,) * 10
+    refused = put(owner, now + 1, 2, keys(10, 1))
+    assert refused.codes == (m.ReplyCode.MEMORY_FULL,)
+    assert "'m'" in refused.reason
+    assert "max_entries_per_partition" in refused.reason
+    assert put(owner, now + 2, 3, batch[:5], b"w").codes == (m.ReplyCode.OK,) * 5
+    assert held(owner) == set(batch)
+    owner.handle(now + 3, Receive("c", None, None, request(4, m.REMOVE, batch[:1])))
+    assert put(owner, now + 4, 5, keys(10, 1)).codes == (m.ReplyCode.OK,)
+
+
+def test_a_map_that_evicts_nothing_refuses_past_its_bytes() -> None:
+    partitions = CONFIG.partition_count
+    owner, now = owner_with(MapConfig(backup_count=0, max_bytes_per_member=partitions * 2_000))
+    codes = [put(owner, now + n, n, keys(n, 1)).codes[0] for n in range(20)]
+    assert codes[:5] == [m.ReplyCode.OK] * 5
+    assert codes[-1] is m.ReplyCode.MEMORY_FULL
+    assert owner.data.memory_bytes_of(0) <= 2_000
+
+
+def test_evictions_reach_the_backups_as_removes_after_the_put() -> None:
+    b_c = PartitionTable.from_lists([[B, C]] * 4, [1, 1, 1, 1])
+    settings = replace(
+        CONFIG, maps=(("m", MapConfig(backup_count=1, eviction_policy="LRU", max_entries_per_partition=5)),)
+    )
+    owner, now = following(B, b_c, config=settings)
+    now = grant_lease(owner, now)
+    effects = owner.handle(now, Receive("c", None, None, request(1, m.PUT, keys(0, 8), VALUE)))
+    runs = [run for batch in sent(effects, m.BackupBatch) for run in batch.runs]
+    assert [(run.kind, run.first_sequence, len(run.keys)) for run in runs] == [(m.PUT, 1, 8), (m.REMOVE, 9, 3)]
+    assert set(runs[1].keys) == set(keys(0, 8)) - held(owner)
+    assert owner.data.sequence_of(0) == 11
