@@ -142,3 +142,55 @@ def test_evictions_reach_the_backups_as_removes_after_the_put() -> None:
     assert [(run.kind, run.first_sequence, len(run.keys)) for run in runs] == [(m.PUT, 1, 8), (m.REMOVE, 9, 3)]
     assert set(runs[1].keys) == set(keys(0, 8)) - held(owner)
     assert owner.data.sequence_of(0) == 11
+
+
+def keys_of(pid: int, count: int) -> list[bytes]:
+    from shardgrid.core.hashing import partition_ids_of_serialized
+
+    found = [
+        k
+        for k in (b"p-%d" % n for n in range(20_000))
+        if partition_ids_of_serialized([k], CONFIG.partition_count)[0] == pid
+    ]
+    return found[:count]
+
+
+def test_a_map_that_evicts_nothing_takes_the_memory_a_cache_holds_in_other_partitions() -> None:
+    limit = 40_000
+    maps = (("cache", MapConfig(backup_count=0, eviction_policy="LRU")), ("store", MapConfig(backup_count=0)))
+    settings = replace(CONFIG, backup_count=0, maps=maps, max_memory_bytes=limit)
+    owner, now = following(B, B_ALONE, config=settings)
+    now = grant_lease(owner, now)
+    cached = keys_of(1, 150)  # the cache fills the member, in partition 1
+    for call_id, start in enumerate(range(0, 150, 10), start=1):
+        request_ = m.MapRequest(
+            call_id=call_id,
+            kind=m.PUT,
+            map_name="cache",
+            partition_ids=(1,) * 10,
+            keys=tuple(cached[start : start + 10]),
+            values=(VALUE,) * 10,
+        )
+        assert (
+            replies(owner.handle(now + call_id, Receive("c", None, None, request_)))[0].codes == (m.ReplyCode.OK,) * 10
+        )
+    cache_bytes = owner.data.memory_bytes_of(1)
+    assert cache_bytes > limit * 2 // 3
+    stored = keys(0, 100)  # the store writes in partition 0: the cache makes room
+    for call_id, start in enumerate(range(0, 100, 10), start=100):
+        request_ = m.MapRequest(
+            call_id=call_id,
+            kind=m.PUT,
+            map_name="store",
+            partition_ids=(0,) * 10,
+            keys=tuple(stored[start : start + 10]),
+            values=(VALUE,) * 10,
+        )
+        assert (
+            replies(owner.handle(now + call_id, Receive("c", None, None, request_)))[0].codes == (m.ReplyCode.OK,) * 10
+        )
+    view = owner.data.view(0)
+    assert view is not None
+    assert set(view.maps["store"]) == set(stored)
+    assert owner.data.memory_bytes_of(0) + owner.data.memory_bytes_of(1) <= limit
+    assert owner.data.memory_bytes_of(1) < cache_bytes - 10_000  # the cache yielded a third of it

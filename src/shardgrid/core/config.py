@@ -221,6 +221,7 @@ class MemberConfig:
 
     _settings_digest: str = field(init=False, repr=False, compare=False, hash=False)
     _serving_maps: frozenset[str] = field(init=False, repr=False, compare=False, hash=False)
+    _evicting_maps: tuple[str, ...] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         # Looked up on every write: built once, here.
@@ -240,6 +241,7 @@ class MemberConfig:
         # Which maps a stand-in serves: a member that disagreed would serve or clear them alone.
         serving = sorted(name for name, m in self.maps if m.serve_when_unavailable)
         object.__setattr__(self, "_serving_maps", frozenset(serving))
+        object.__setattr__(self, "_evicting_maps", tuple(sorted(name for name, m in self.maps if m.evicts)))
         if serving:
             shared = (*shared, serving)
         digest = hashlib.sha256(json.dumps(shared).encode()).hexdigest()[:32]
@@ -254,6 +256,11 @@ class MemberConfig:
 
     def map_config(self, map_name: str) -> MapConfig:
         return self._map_configs.get(map_name, self._default_map)
+
+    @property
+    def evicting_maps(self) -> tuple[str, ...]:
+        """The maps with an eviction policy, by name."""
+        return self._evicting_maps
 
     @property
     def serving_maps(self) -> frozenset[str]:

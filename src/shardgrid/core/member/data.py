@@ -198,6 +198,8 @@ class DataPath:
         self.entry_count = 0
         self.entries_evicted = 0  # by every map's eviction policy, since the member started
         self._owners: tuple[object, int] = (None, 0)  # (table, members owning a partition in it)
+        self._eviction_cursor = -1  # the partition the eviction for memory last took entries from
+        self._nothing_to_evict = False  # no evicting map had entries to free, as of this tick
         self._expiry_cursor = -1  # the partition the active expiry last looked at
 
     # --- what others ask ---------------------------------------------------------------------------
@@ -1123,12 +1125,76 @@ class DataPath:
         if not limit:
             return True
         growth = size + len(run_keys) * RECORD_GROWTH_BYTES  # at most: every key new
-        if self._held_bytes() + growth > limit and map_config.evicts:
-            self._evict(pid, data, message.map_name, slots, 0, self._held_bytes() + growth - limit)
+        if self._held_bytes() + growth > limit:
+            self._evict_for_memory(pid, data, message.map_name, slots, self._held_bytes() + growth - limit)
         if self._held_bytes() + growth > limit:
             self._refuse_memory_full(call, message, data, unit)
             return False
         return True
+
+    def _evict_for_memory(
+        self,
+        pid: int,
+        data: PartitionData,
+        map_name: str,
+        slots: Sequence[MemberId | None] | None,
+        need_bytes: int,
+    ) -> None:
+        """Free ``need_bytes`` of the member's count for a write, by evicting entries of the maps
+        that evict: the written map in its partition first, then the partition's other evicting
+        maps, then those of the other partitions this member owns and may write now (from where
+        the last search stopped), so that a cache yields its memory to a map that evicts nothing.
+        At most MAX_OPERATIONS_PER_REQUEST entries for one write. A search that finds nothing
+        to evict is not repeated before the next count (the next tick)."""
+        evicting = self.ctx.config.evicting_maps
+        if not evicting or self._nothing_to_evict:
+            return
+        budget = MAX_OPERATIONS_PER_REQUEST
+        order = [map_name] if map_name in evicting else []
+        order += [name for name in evicting if name != map_name]
+        places: list[tuple[int, PartitionData, str, Sequence[MemberId | None] | None]]
+        places = [(pid, data, name, slots) for name in order]
+        if slots is not None:
+            places += self._evictable_elsewhere(pid, evicting)
+        for place_pid, place_data, name, place_slots in places:
+            if need_bytes <= 0 or budget <= 0:
+                return
+            records = place_data.maps.get(name)
+            if not records:
+                continue
+            count, freed = self._evict(place_pid, place_data, name, place_slots, 0, need_bytes, budget)
+            need_bytes -= freed
+            budget -= count
+        if need_bytes > 0 and budget > 0:
+            self._nothing_to_evict = True
+
+    def _evictable_elsewhere(
+        self, pid: int, evicting: tuple[str, ...]
+    ) -> list[tuple[int, PartitionData, str, Sequence[MemberId | None] | None]]:
+        """The evicting maps of the partitions other than ``pid`` this member owns and may
+        write to now, as the active expiry chooses them (no migration, no sync reading the map,
+        no stand-in that may serve it), from the partition after the last one evicted from."""
+        table = self.consensus.state.table
+        migrations = self.migrations
+        if table is None or migrations is None or not self.leases.holds():
+            return []
+        me = self.ctx.identity
+        owned = [p for p in sorted(self.stores) if p != pid and table.replicas[p][0] == me]
+        start = bisect_right(owned, self._eviction_cursor)
+        places: list[tuple[int, PartitionData, str, Sequence[MemberId | None] | None]] = []
+        for other in owned[start:] + owned[:start]:
+            if self.consensus.state.unavailable(other) or migrations.writes_blocked(other):
+                continue
+            other_data = self.stores[other]
+            for name in evicting:
+                if not other_data.maps.get(name):
+                    continue
+                if other in self.outgoing_syncs and self._syncing(other, name):
+                    continue
+                if self.stand_ins.owner_waits(other, name, self.ctx.now_ms):
+                    continue
+                places.append((other, other_data, name, table.replicas[other]))
+        return places
 
     def _size_caps(self, map_name: str) -> tuple[int, int]:
         """A map's entries and bytes in one partition, at most (0: no bound): its per-partition
@@ -1196,14 +1262,16 @@ class DataPath:
         slots: Sequence[MemberId | None] | None,
         min_entries: int,
         min_bytes: int,
-    ) -> None:
+        max_entries: int = MAX_OPERATIONS_PER_REQUEST,
+    ) -> tuple[int, int]:
         """Evict at least ``min_entries`` entries of the map in ``pid``, freeing ``min_bytes`` of
-        the engine's count (as much as its copy holds, at most MAX_OPERATIONS_PER_REQUEST), chosen
-        by its policy from the member's seeded generator: the owner's removes, replicated as any
-        (``slots`` None: a stand-in's copy, with no backups)."""
+        the engine's count (as much as its copy holds, at most ``max_entries``), chosen by its
+        policy from the member's seeded generator: the owner's removes, replicated as any
+        (``slots`` None: a stand-in's copy, with no backups). Returns the entries evicted and the
+        bytes freed."""
         records = data.maps.get(map_name)
         if not records:
-            return
+            return 0, 0
         policy = self.ctx.config.map_config(map_name).eviction_policy
         before = records.memory_bytes()
         keys = records.evictable(
@@ -1213,7 +1281,7 @@ class DataPath:
             min(min_entries, MAX_OPERATIONS_PER_REQUEST),
             min(min_bytes, MAX_COUNTER),
             self.ctx.records_ms,
-        )
+        )[:max_entries]
         for start in range(0, len(keys), MAX_EXPIRED_PER_RUN):
             chunk = tuple(keys[start : start + MAX_EXPIRED_PER_RUN])
             if slots is None:
@@ -1225,6 +1293,9 @@ class DataPath:
         after = records.memory_bytes() if data.maps.get(map_name) is records else 0
         self._written_since_count_bytes -= before - after
         self.entries_evicted += len(keys)
+        if pid != self._eviction_cursor and slots is not None:
+            self._eviction_cursor = pid
+        return len(keys), before - after
 
     def _refuse_memory_full(
         self, call: PendingCall, message: MapRequest, data: PartitionData, unit: Indexes, reason: str = ""
@@ -1276,6 +1347,7 @@ class DataPath:
                 memory += records.memory_bytes()
                 entries += len(records)
         self.memory_bytes, self.entry_count, self._written_since_count_bytes = memory, entries, 0
+        self._nothing_to_evict = False
 
     def tick(self) -> None:
         self.count_memory()
