@@ -155,6 +155,19 @@ def keys_of(pid: int, count: int) -> list[bytes]:
     return found[:count]
 
 
+def put_to(owner, now: int, call_id: int, map_name: str, pid: int, batch: list[bytes]) -> tuple[m.ReplyCode, ...]:
+    request_ = m.MapRequest(
+        call_id=call_id,
+        kind=m.PUT,
+        map_name=map_name,
+        partition_ids=(pid,) * len(batch),
+        keys=tuple(batch),
+        values=(VALUE,) * len(batch),
+    )
+    (reply,) = replies(owner.handle(now, Receive("c", None, None, request_)))
+    return reply.codes
+
+
 def test_a_map_that_evicts_nothing_takes_the_memory_a_cache_holds_in_other_partitions() -> None:
     limit = 40_000
     maps = (("cache", MapConfig(backup_count=0, eviction_policy="LRU")), ("store", MapConfig(backup_count=0)))
@@ -163,32 +176,12 @@ def test_a_map_that_evicts_nothing_takes_the_memory_a_cache_holds_in_other_parti
     now = grant_lease(owner, now)
     cached = keys_of(1, 150)  # the cache fills the member, in partition 1
     for call_id, start in enumerate(range(0, 150, 10), start=1):
-        request_ = m.MapRequest(
-            call_id=call_id,
-            kind=m.PUT,
-            map_name="cache",
-            partition_ids=(1,) * 10,
-            keys=tuple(cached[start : start + 10]),
-            values=(VALUE,) * 10,
-        )
-        assert (
-            replies(owner.handle(now + call_id, Receive("c", None, None, request_)))[0].codes == (m.ReplyCode.OK,) * 10
-        )
+        assert put_to(owner, now + call_id, call_id, "cache", 1, cached[start : start + 10]) == (m.ReplyCode.OK,) * 10
     cache_bytes = owner.data.memory_bytes_of(1)
     assert cache_bytes > limit * 2 // 3
     stored = keys(0, 100)  # the store writes in partition 0: the cache makes room
     for call_id, start in enumerate(range(0, 100, 10), start=100):
-        request_ = m.MapRequest(
-            call_id=call_id,
-            kind=m.PUT,
-            map_name="store",
-            partition_ids=(0,) * 10,
-            keys=tuple(stored[start : start + 10]),
-            values=(VALUE,) * 10,
-        )
-        assert (
-            replies(owner.handle(now + call_id, Receive("c", None, None, request_)))[0].codes == (m.ReplyCode.OK,) * 10
-        )
+        assert put_to(owner, now + call_id, call_id, "store", 0, stored[start : start + 10]) == (m.ReplyCode.OK,) * 10
     view = owner.data.view(0)
     assert view is not None
     assert set(view.maps["store"]) == set(stored)
