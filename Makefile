@@ -43,13 +43,14 @@ docs: venv
 test: lint rust docs java netlab
 	$(BIN)/python -m pytest
 
-# The planning, simulator, data-path and storage-engine benchmarks, each kept in benchmarks/results/
+# The planning, simulator, data-path, storage-engine and memory-limit benchmarks, each kept in benchmarks/results/
 # (the manual's benchmarks page shows the latest); make stops at the first that misses a target.
 bench: venv
 	$(BIN)/shardgrid bench plan --record
 	$(BIN)/shardgrid bench sim --record
 	$(BIN)/shardgrid bench member --record
 	$(BIN)/shardgrid bench engine --record
+	$(BIN)/shardgrid bench memory --record
 
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache .hypothesis docs/_build native/engine/target src/shardgrid/_engine.*.so

@@ -311,6 +311,25 @@ def bench_engine(record: bool) -> None:
     conclude("engine", report, headline(report), record)
 
 
+@bench.command("memory")
+@click.option(
+    "--limit-mb",
+    type=click.IntRange(16, 4_096),
+    default=48,
+    show_default=True,
+    help="Each member's max_memory_bytes, in MiB.",
+)
+@record_option
+def bench_memory(limit_mb: int, record: bool) -> None:
+    """Member processes with a small max_memory_bytes written past it: an LRU map evicts, a NONE map
+    refuses, then a member is SIGKILLed while full and two join; refused writes, evictions, peak RSS
+    against the limit, acknowledged writes lost. Exits 1 on a loss, a member that died, or no recovery."""
+    from shardgrid.cli.bench_memory import headline, run_memory_bench
+
+    report = run_memory_bench(limit_mb)
+    conclude("memory", report, headline(report), record)
+
+
 SCENARIOS = ("scale-up", "scale-up-backup-0", "scale-down", "crash")
 
 
