@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
+import pytest
+
 from shardgrid.core import messages as m
 from shardgrid.core.config import MapConfig
 from shardgrid.core.hashing import partition_ids_of_serialized
 from shardgrid.core.inputs import Receive
+from shardgrid.core.limits import MAX_TTL_MS
 from shardgrid.core.member.data import MAX_EXPIRED_PER_TICK
 from shardgrid.core.table import PartitionTable
 from tests.core.test_member import CONFIG, A, B, following, grant_lease, key_in, replies, run_ticks, sent
@@ -173,3 +177,40 @@ def test_set_ttl_answers_whether_each_key_was_held_and_never_its_value() -> None
     assert reply.values == (b"", None)
     (later,) = replies(owner.handle(now + 1_500, Receive("c", None, None, get(3, [held, absent]))))
     assert later.values == (b"v", None)  # ttl 0: until removed
+
+
+def test_a_put_may_give_each_key_its_own_ttl_which_reaches_the_backups() -> None:
+    owner, now = following(B, B_A)
+    now = grant_lease(owner, now)
+    keys = keys_in_0(3)
+    ttls = b"".join(ms.to_bytes(8, "little") for ms in (100, 0, 5_000))
+    request = msgspec.structs.replace(put(1, keys), ttls_ms=ttls)
+    (batch,) = sent(owner.handle(now, Receive("c", None, None, request)), m.BackupBatch)
+    assert batch.runs[0].ttls_ms == ttls
+    view = owner.data.view(0)
+    assert view is not None
+    assert {key: expiry for key, (_, expiry) in view.entries["m"].items()} == dict(
+        zip(keys, (now + 100, 0, now + 5_000), strict=True)
+    )
+
+
+@pytest.mark.parametrize(
+    ("ttls_ms", "ttl_ms", "kind"),
+    [
+        ((5).to_bytes(8, "little") * 2, -1, m.PUT),  # one short
+        ((5).to_bytes(8, "little") * 3, 7, m.PUT),  # and a TTL for the request
+        ((MAX_TTL_MS + 1).to_bytes(8, "little") * 3, -1, m.PUT),  # past the longest TTL
+        ((5).to_bytes(8, "little") * 3, -1, m.REMOVE),  # not a put
+    ],
+)
+def test_ttls_per_key_that_do_not_fit_the_request_are_refused_whole(ttls_ms: bytes, ttl_ms: int, kind) -> None:
+    owner, now = following(B, B_ALONE, config=ALONE)
+    now = grant_lease(owner, now)
+    keys = keys_in_0(3)
+    request = msgspec.structs.replace(put(1, keys), ttls_ms=ttls_ms, ttl_ms=ttl_ms, kind=kind)
+    if kind == m.REMOVE:
+        request = msgspec.structs.replace(request, values=())
+    (reply,) = replies(owner.handle(now, Receive("c", None, None, request)))
+    assert set(reply.codes) == {m.ReplyCode.REJECTED}
+    assert "TTL" in reply.reason
+    assert owner.data.view(0) is None or not owner.data.view(0).maps

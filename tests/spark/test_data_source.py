@@ -99,6 +99,30 @@ def test_write_ttl_seconds_makes_the_written_rows_expire(spark, cluster):
         ).mode("append").save()
 
 
+def test_a_ttl_column_gives_each_row_its_own_expiry_and_is_not_stored(spark, cluster):
+    frame = spark.createDataFrame([(1, "a", 5.0), (2, "b", 0.0), (3, "c", 3600.25)], "id long, v string, ttl double")
+    frame.write.format("shardgrid").options(
+        **options(cluster, "own-ttls", **{"key.column": "id", "ttl.column": "ttl"})
+    ).mode("append").save()
+    with Client(cluster.addresses, cluster_secret=SECRET) as client:
+        held = client.get_map("own-ttls", key_type=int)
+        assert held.get(1) == {"v": "a"}  # the TTL column sets the expiry, and is not in the value
+        lives = {}
+        for key in (1, 2, 3):
+            view = held.get_entry_view(key)
+            lives[key] = view.expire_at_ms - view.updated_ms if view.expire_at_ms else 0
+        assert lives == {1: 5_000, 2: 0, 3: 3_600_250}
+    nulls = spark.createDataFrame([(4, "d", None)], "id long, v string, ttl long")
+    with pytest.raises(Exception, match="null TTL"):
+        nulls.write.format("shardgrid").options(
+            **options(cluster, "own-ttls", **{"key.column": "id", "ttl.column": "ttl"})
+        ).mode("append").save()
+    with pytest.raises(Exception, match="exclude each other"):
+        frame.write.format("shardgrid").options(
+            **options(cluster, "own-ttls", **{"key.column": "id", "ttl.column": "ttl", "write.ttl.seconds": "1"})
+        ).mode("append").save()
+
+
 def test_put_if_absent_keeps_what_is_there_and_overwrite_needs_confirming(spark, cluster):
     write = {"key.column": "id", "write.mode": "put_if_absent"}
     spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string").write.format("shardgrid").options(

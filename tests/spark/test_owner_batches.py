@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardgrid.client.encoded_columns import EncodedColumns
 from shardgrid.client.routing import TableView
+from shardgrid.core.errors import InvariantViolation
 from shardgrid.core.hashing import partition_ids_of_serialized
 from shardgrid.spark.owner_batches import OwnerBatches
 
@@ -151,10 +153,10 @@ def test_large_batches_over_many_owners_are_not_sorted_again_on_every_add():
     sorts = 0
     by_owner = grouped._by_owner
 
-    def counted(keys, values):
+    def counted(keys, values, ttls):
         nonlocal sorts
         sorts += 1
-        return by_owner(keys, values)
+        return by_owner(keys, values, ttls)
 
     grouped._by_owner = counted
     for chunk in range(200):
@@ -188,3 +190,37 @@ def test_a_single_held_tail_is_a_copy():
     (held,) = grouped._values
     assert held.offset == 0
     assert len(held.buffers()[2]) == grouped.rows * 1_000 == 300_000
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    owner_of=st.lists(st.sampled_from(["a:1", "b:2", None]), min_size=PARTITIONS, max_size=PARTITIONS),
+    chunks=st.lists(st.integers(0, 200), max_size=6),
+    batch_rows=st.integers(1, 40),
+    held_rows=st.integers(1, 300),
+)
+def test_each_rows_ttl_travels_with_it(owner_of, chunks, batch_rows, held_rows) -> None:
+    grouped = OwnerBatches(_table(owner_of), batch_rows, held_rows)
+    batches: list[EncodedColumns] = []
+    written = 0
+    for size in chunks:
+        keys = [b"k%d" % (written + i) for i in range(size)]
+        values = [b"%d" % (written + i) for i in range(size)]
+        ttls = np.array([7 * (written + i) for i in range(size)], dtype="<u8")
+        batches += grouped.add(keys, values, ttls)
+        written += size
+    batches += grouped.rest()
+    seen = 0
+    for batch in batches:
+        _, values, _, _ = batch.checked()
+        ttls = np.frombuffer(batch.ttls_ms, dtype="<u8").tolist()
+        assert ttls == [7 * int(value) for value in values]
+        seen += len(values)
+    assert seen == written
+
+
+def test_a_task_gives_ttls_with_every_add_or_none() -> None:
+    grouped = OwnerBatches(TableView(), 2, held_rows=10)
+    grouped.add([b"a"], [b"1"], np.array([5], dtype="<u8"))
+    with pytest.raises(InvariantViolation, match="TTLs"):
+        grouped.add([b"b"], [b"2"])

@@ -323,6 +323,7 @@ class AsyncClient:
         *,
         ttl_ms: int = -1,
         expected: Sequence[bytes] | None = None,
+        ttls_ms: bytes = b"",
     ) -> list[bytes | None]:
         """Run one operation on many keys (already serialized), through every retry its answers
         call for; returns one value per key (a get's, or a put's or remove's previous value when
@@ -330,7 +331,8 @@ class AsyncClient:
         the caller hashed them already under this cluster's partition count (a member refuses a
         request whose partition ids do not match its keys). ``ttl_ms``: how long a put's entries
         live (-1: the map's time_to_live_seconds; 0: until removed). ``expected``: a
-        replace_if_same's values the keys must hold."""
+        replace_if_same's values the keys must hold. ``ttls_ms``: a put's TTL per key instead,
+        one unsigned 64-bit little-endian number each (0: until removed)."""
         if self._closed:
             raise ClientClosedError("the client is closed")
         _check_map_name(map_name)
@@ -343,9 +345,22 @@ class AsyncClient:
             raise OperationRejectedError(
                 f"{kind.value}: one expected value per key, of at most {MAX_VALUE_BYTES} bytes"
             )
+        if ttls_ms and (len(ttls_ms) != 8 * count or ttl_ms != -1):
+            raise ValueError(f"{kind.value}: one packed TTL per key ({8 * count} bytes), and no ttl_ms besides")
         progress = CallProgress(self._now_ms(), kind not in m.READS)
         await self._map_rounds(
-            kind, map_name, keys, values, pids, previous, progress, results, None, ttl_ms=ttl_ms, expected=expected
+            kind,
+            map_name,
+            keys,
+            values,
+            pids,
+            previous,
+            progress,
+            results,
+            None,
+            ttl_ms=ttl_ms,
+            expected=expected,
+            ttls_ms=ttls_ms,
         )
         return results
 
@@ -404,7 +419,9 @@ class AsyncClient:
             or len(columns.keys) + len(columns.values) > MAX_REQUEST_BYTES
             or max(pids) >= table.partition_count
         ):
-            await self.map_call(kind, map_name, keys, values, partition_ids=pids, ttl_ms=ttl_ms)
+            await self.map_call(
+                kind, map_name, keys, values, partition_ids=pids, ttl_ms=ttl_ms, ttls_ms=columns.ttls_ms
+            )
             return
         (owner,) = owners
         progress = CallProgress(self._now_ms(), True)
@@ -423,6 +440,7 @@ class AsyncClient:
                 client_id=self.client_id,
                 write_id=write_id,
                 ttl_ms=ttl_ms,
+                ttls_ms=columns.ttls_ms,
             )
 
         reply = await self._attempt(owner, progress, request)
@@ -432,7 +450,18 @@ class AsyncClient:
         answered = [(list(range(columns.count)), reply)]
         write_ids = [write_id] * columns.count
         await self._map_rounds(
-            kind, map_name, keys, values, pids, False, progress, [None] * len(keys), answered, write_ids, ttl_ms=ttl_ms
+            kind,
+            map_name,
+            keys,
+            values,
+            pids,
+            False,
+            progress,
+            [None] * len(keys),
+            answered,
+            write_ids,
+            ttl_ms=ttl_ms,
+            ttls_ms=columns.ttls_ms,
         )
 
     async def _map_rounds(
@@ -450,6 +479,7 @@ class AsyncClient:
         *,
         ttl_ms: int = -1,
         expected: Sequence[bytes] | None = None,
+        ttls_ms: bytes = b"",
     ) -> None:
         """Rounds of attempts, each key to its owner, until every key is answered or the policy
         ends the call; ``results`` gets the values answered. ``answered``: the answers of a
@@ -481,6 +511,7 @@ class AsyncClient:
                             write_id,
                             ttl_ms,
                             expected,
+                            ttls_ms,
                         )
                     )
                 answers = await asyncio.gather(*attempts)
@@ -577,6 +608,7 @@ class AsyncClient:
         write_id: int,
         ttl_ms: int = -1,
         expected: Sequence[bytes] | None = None,
+        ttls_ms: bytes = b"",
     ) -> tuple[list[int], m.MapReply | _NotSent | None]:
         client_id = self.client_id if write_id else ""
 
@@ -594,6 +626,7 @@ class AsyncClient:
                     write_id=write_id,
                     ttl_ms=ttl_ms,
                     expected=tuple(expected or ()),
+                    ttls_ms=ttls_ms,
                 )
             return m.MapRequest(
                 call_id=call_id,
@@ -607,6 +640,7 @@ class AsyncClient:
                 write_id=write_id,
                 ttl_ms=ttl_ms,
                 expected=tuple(map(expected.__getitem__, batch)) if expected is not None else (),
+                ttls_ms=b"".join([ttls_ms[8 * i : 8 * i + 8] for i in batch]) if ttls_ms else b"",
             )
 
         return batch, await self._attempt(owner, progress, request)

@@ -68,6 +68,9 @@ class EncodedColumns:
     values: bytes
     partition_ids: bytes | None
     partitions: tuple[int, ...]
+    # Each entry's TTL in ms (0: until removed), one unsigned 64-bit little-endian number per
+    # entry; empty: the put's ``ttl_ms`` says.
+    ttls_ms: bytes = b""
 
     def problem(self) -> str:
         """What makes the columns unfit to send as they are ('' when nothing): every array must
@@ -79,6 +82,8 @@ class EncodedColumns:
             length = array_length(column)
             if length != self.count:
                 return f"the {name} column holds {length} items, not {self.count}"
+        if self.ttls_ms and len(self.ttls_ms) != 8 * self.count:
+            return f"the TTL column holds {len(self.ttls_ms)} bytes, not 8 for each of {self.count} entries"
         return ""
 
     def checked(self) -> tuple[list[bytes], list[bytes], list[int] | None, bool]:

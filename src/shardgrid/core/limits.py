@@ -88,3 +88,4 @@ NEVER_MS: Final = -(10**12)
 # The longest TTL an entry may have, in seconds (about 285 years): an expiry time of the record
 # clock plus it stays far below MAX_COUNTER, the engine's bound on times.
 MAX_TTL_SECONDS: Final = 9_000_000_000
+MAX_TTL_MS: Final = MAX_TTL_SECONDS * 1000

@@ -481,6 +481,9 @@ class MapRequest(Message, tag=122, kw_only=True):
     ttl_ms: TtlMs = -1
     # REPLACE_IF_SAME: the value each key must hold for ``values``' to replace it (one per key).
     expected: ValueColumn = ()
+    # How long each key's entry lives, in ms (0: until removed): one unsigned 64-bit little-endian
+    # number per key, instead of ``ttl_ms`` (which is then -1). Empty: ``ttl_ms`` says.
+    ttls_ms: PackedBytes = b""
 
 
 class PartitionRedirect(Record):

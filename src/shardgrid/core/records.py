@@ -50,14 +50,14 @@ class ScanPage:
 EMPTY_SCAN_PAGE = ScanPage(b"", b"", b"", b"", 0)
 
 
-def ttls_fit(ttls_ms: bytes, count: int) -> bool:
-    """Whether a run's packed TTLs suit its ``count`` keys: none, or one within ``MAX_COUNTER``
-    each (what the engine takes)."""
+def ttls_fit(ttls_ms: bytes, count: int, max_ttl_ms: int = MAX_COUNTER) -> bool:
+    """Whether a run's packed TTLs suit its ``count`` keys: none, or one within ``max_ttl_ms``
+    each (by default ``MAX_COUNTER``, what the engine takes)."""
     if not ttls_ms:
         return True
     if len(ttls_ms) != 8 * count:
         return False
-    return max(memoryview(ttls_ms).cast("Q")) <= MAX_COUNTER
+    return max(memoryview(ttls_ms).cast("Q")) <= max_ttl_ms
 
 
 def chunk_problem(map_name: str, page: RecordPage) -> str:

@@ -18,10 +18,12 @@ from operator import attrgetter
 from typing import Any
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 
 from shardgrid.client.serialization import KeySerializer
 from shardgrid.core.hashing import INT32_MAX, INT32_MIN
+from shardgrid.core.limits import MAX_TTL_SECONDS
 from shardgrid.spark.column_decoding import MapColumns, key_column
 from shardgrid.spark.column_encoding import BYTES, as_binary, map_values, serialized_keys
 from shardgrid.spark.options import KeyType, SparkOptionError
@@ -53,10 +55,11 @@ class Layout:
     value_column: str | None  # None: the other columns, as a msgpack map
     value_is_text: bool  # value.column is a string column (stored as UTF-8)
     field_names: tuple[str, ...]  # every column of the schema, in order
+    ttl_column: str | None = None  # each row's TTL in seconds (a write's; not stored in the value)
 
     @property
     def map_fields(self) -> tuple[str, ...]:
-        return tuple(name for name in self.field_names if name != self.key_column)
+        return tuple(name for name in self.field_names if name not in (self.key_column, self.ttl_column))
 
 
 def key_type_of(arrow_type: pa.DataType, column: str) -> KeyType:
@@ -69,7 +72,7 @@ def key_type_of(arrow_type: pa.DataType, column: str) -> KeyType:
     raise SparkOptionError(f"shardgrid: key column '{column}' is {arrow_type}; a key is a string, an integer or binary")
 
 
-def layout_of(schema: pa.Schema, key_column: str, value_column: str | None) -> Layout:
+def layout_of(schema: pa.Schema, key_column: str, value_column: str | None, ttl_column: str | None = None) -> Layout:
     """Checks the columns the options name against the schema; raises SparkOptionError."""
     names = tuple(schema.names)
     repeated = sorted({name for name in names if names.count(name) > 1})
@@ -108,13 +111,45 @@ def layout_of(schema: pa.Schema, key_column: str, value_column: str | None) -> L
                 f"shardgrid: option 'value.column': column '{value_column}' is {value_type}; a value stored as "
                 "it is must be binary or string (leave the option out to store the columns as a msgpack map)"
             )
+    if ttl_column is not None:
+        if ttl_column not in names:
+            raise SparkOptionError(
+                f"shardgrid: option 'ttl.column': no column '{ttl_column}' in the schema (columns: {', '.join(names)})"
+            )
+        if ttl_column in (key_column, value_column):
+            raise SparkOptionError("shardgrid: option 'ttl.column' names the key or the value column")
+        ttl_type = schema.field(ttl_column).type
+        if not (pa.types.is_integer(ttl_type) or pa.types.is_floating(ttl_type)):
+            raise SparkOptionError(
+                f"shardgrid: option 'ttl.column': column '{ttl_column}' is {ttl_type}; a TTL is a number of seconds"
+            )
     return Layout(
         key_column=key_column,
         key_type=key_type,
         value_column=value_column,
         value_is_text=value_is_text,
         field_names=names,
+        ttl_column=ttl_column,
     )
+
+
+def ttls_ms_of(seconds: pa.Array | Sequence[Any], column: str) -> np.ndarray:
+    """A TTL column (seconds, integer or floating) as each row's TTL in ms, unsigned 64-bit
+    little-endian; raises RowError on a null, a negative, a NaN or one past MAX_TTL_SECONDS."""
+    array = seconds if isinstance(seconds, pa.Array) else pa.array(list(seconds))
+    if array.null_count:
+        raise RowError(f"shardgrid: a row has a null TTL (column '{column}'); give every row its seconds (0: none)")
+    if len(array) == 0:
+        return np.zeros(0, dtype="<u8")
+    numbers = array.to_numpy(zero_copy_only=False).astype(np.float64)
+    if np.isnan(numbers).any() or numbers.min() < 0 or numbers.max() > MAX_TTL_SECONDS:
+        raise RowError(
+            f"shardgrid: column '{column}': a TTL is 0 (until removed) to {MAX_TTL_SECONDS} seconds; "
+            f"found {numbers.min()} to {numbers.max()}"
+        )
+    if pa.types.is_integer(array.type):  # exact, whatever the magnitude
+        return array.to_numpy(zero_copy_only=False).astype("<u8") * np.uint64(1000)
+    return np.rint(numbers * 1000).astype("<u8")
 
 
 def _holds_map(arrow_type: pa.DataType) -> bool:
@@ -160,6 +195,21 @@ class RowEncoder:
             values = pa.array([encode(row) for row in batch.select(list(layout.map_fields)).to_pylist()], BYTES)
         return keys, values
 
+    def ttls_of_batch(self, batch: pa.RecordBatch) -> np.ndarray | None:
+        """Each row's TTL in ms (``ttls_ms_of``), or None when the layout has no TTL column."""
+        column = self.layout.ttl_column
+        if column is None:
+            return None
+        return ttls_ms_of(batch.column(batch.schema.get_field_index(column)), column)
+
+    def ttls_of_rows(self, rows: Sequence[Any]) -> np.ndarray | None:
+        """``ttls_of_batch`` for Spark ``Row`` objects."""
+        column = self.layout.ttl_column
+        if column is None:
+            return None
+        index = self.layout.field_names.index(column)
+        return ttls_ms_of([row[index] for row in rows], column)
+
     def encode_rows(self, rows: Sequence[Any]) -> tuple[list[bytes], list[bytes]]:
         """Spark ``Row`` objects (the streaming writer's input), in schema order."""
         layout = self.layout
@@ -172,11 +222,11 @@ class RowEncoder:
             value_index = layout.field_names.index(layout.value_column)
             return keys, self._plain_values([row[value_index] for row in rows], keys)
         encode = self._encoder.encode
-        key_column = layout.key_column
+        left_out = (layout.key_column, layout.ttl_column)
         # asDict(recursive=True): a struct is a Row (a tuple) inside a Row; stored as the batch
         # writer stores it, a map of its fields, so either writer's entries read back alike.
         return keys, [
-            encode({name: value for name, value in row.asDict(recursive=True).items() if name != key_column})
+            encode({name: value for name, value in row.asDict(recursive=True).items() if name not in left_out})
             for row in rows
         ]
 

@@ -62,6 +62,8 @@ WRITE_OPTIONS = {
     "write.concurrency": f"batches one task keeps in flight (default 8, at most {MAX_WRITE_CONCURRENCY})",
     "write.mode": "put (default) or put_if_absent",
     "write.ttl.seconds": "seconds the written entries live (0: until removed; unset: the map's time_to_live_seconds)",
+    "ttl.column": "a column of seconds each row's entry lives (integer or floating, no nulls; 0: until removed); "
+    "it sets the expiry and is not stored in the value; not with write.ttl.seconds",
     "confirm.truncate": "true lets save mode overwrite clear the map first",
     "write.report.file": "a file the driver writes the write's summary to as JSON (rows, bytes, tasks) at commit",
 }
@@ -98,6 +100,7 @@ class SourceOptions:
     write_concurrency: int
     write_mode: WriteMode
     write_ttl_ms: int  # -1: the map's own
+    ttl_column: str | None  # each row's own TTL, in seconds
     confirm_truncate: bool
     write_report_file: str | None
     read_batch_size: int
@@ -195,6 +198,12 @@ def parse(options: Mapping[str, str], *, writing: bool) -> SourceOptions:
     if (connection.tls_cert_file is None) != (connection.tls_key_file is None):
         raise SparkOptionError("shardgrid: options 'tls.cert.file' and 'tls.key.file' go together")
     read_tasks = lowered.get("read.tasks")
+    ttl_column = _text(lowered, "ttl.column")
+    if ttl_column is not None and "write.ttl.seconds" in lowered:
+        raise SparkOptionError(
+            "shardgrid: options 'ttl.column' and 'write.ttl.seconds' exclude each other: each row's TTL comes "
+            "from the column, or every row gets the option's"
+        )
     return SourceOptions(
         connection=connection,
         map_name=map_name,
@@ -209,6 +218,7 @@ def parse(options: Mapping[str, str], *, writing: bool) -> SourceOptions:
             if "write.ttl.seconds" not in lowered
             else 1000 * _int(lowered, "write.ttl.seconds", 0, 0, MAX_TTL_SECONDS)
         ),
+        ttl_column=ttl_column,
         confirm_truncate=_bool(lowered, "confirm.truncate"),
         write_report_file=_text(lowered, "write.report.file"),
         # A member walks a partition's map to each page's offset: pages of 10,000 keep that walk

@@ -41,8 +41,9 @@ from shardgrid.core.errors import invariant
 from shardgrid.spark.column_encoding import BYTES, as_binary, bin_items, binary_lengths, small_int_items, spans
 from shardgrid.spark.column_hashing import partition_ids_of_column
 
-# Keys and values a task takes in: large_binary arrays, or lists of bytes.
-Rows = tuple[pa.Array | Sequence[bytes], pa.Array | Sequence[bytes]]
+# Keys and values a task takes in (large_binary arrays, or lists of bytes), and each row's TTL in
+# ms (unsigned 64-bit; None: the write's own TTL for every row).
+Rows = tuple[pa.Array | Sequence[bytes], pa.Array | Sequence[bytes], np.ndarray | None]
 
 # Rows a task holds before it sorts and lets out full batches: about 6 MB of Arrow buffers at
 # 100-byte values (twice that while they are sorted). At 271 partitions a batch of 1,000 rows
@@ -68,17 +69,30 @@ class OwnerBatches:
         self.held_bytes = held_bytes
         self._keys: list[pa.Array] = []
         self._values: list[pa.Array] = []
+        self._ttls: list[np.ndarray] = []  # with the rows, when they come with their TTLs
+        self._with_ttls = False
         self.rows = 0  # held
         self.bytes = 0  # of the keys and values held
         # What it took in, all told: the task's write report.
         self.rows_taken = self.key_bytes_taken = self.value_bytes_taken = 0
 
-    def add(self, keys: pa.Array | Sequence[bytes], values: pa.Array | Sequence[bytes]) -> list[EncodedColumns]:
-        """Takes rows in (large_binary arrays, or lists of bytes); returns the batches let out
-        (none until ``held_rows`` are held)."""
+    def add(
+        self,
+        keys: pa.Array | Sequence[bytes],
+        values: pa.Array | Sequence[bytes],
+        ttls_ms: np.ndarray | None = None,
+    ) -> list[EncodedColumns]:
+        """Takes rows in (large_binary arrays, or lists of bytes, and each row's TTL in ms, in all
+        rows of a task or none); returns the batches let out (none until ``held_rows`` are held)."""
         keys, values = as_binary(keys), as_binary(values)
         invariant(len(keys) == len(values), "a key for every value")
         invariant(keys.null_count == 0 and values.null_count == 0, "no null key or value")
+        if self.rows_taken == 0:
+            self._with_ttls = ttls_ms is not None
+        invariant((ttls_ms is not None) == self._with_ttls, "rows come with their TTLs in every add of a task, or none")
+        if ttls_ms is not None:
+            invariant(len(ttls_ms) == len(keys), "a TTL for every row")
+            self._ttls.append(ttls_ms.astype("<u8", copy=False))
         key_bytes, value_bytes = _bytes_of(keys), _bytes_of(values)
         self._keys.append(keys)
         self._values.append(values)
@@ -98,7 +112,8 @@ class OwnerBatches:
     def _let_out(self, whole: bool) -> list[EncodedColumns]:
         if not self.rows:
             return []
-        keys, values, pids, ranges = self._by_owner(_concat(self._keys), _concat(self._values))
+        held_ttls = np.concatenate(self._ttls) if self._with_ttls else None
+        keys, values, ttls, pids, ranges = self._by_owner(_concat(self._keys), _concat(self._values), held_ttls)
         # Bytes of rows [0, i) of the sorted columns: a range's bytes by one subtraction.
         before = np.zeros(len(keys) + 1, dtype=np.int64)
         np.cumsum(binary_lengths(keys) + binary_lengths(values), out=before[1:])
@@ -116,13 +131,15 @@ class OwnerBatches:
         # single tail was, found by an outside tester, and its owner's whole let-out stayed held).
         self._keys = [pa.concat_arrays([keys.slice(cut, end - cut) for cut, end in tails])] if tails else []
         self._values = [pa.concat_arrays([values.slice(cut, end - cut) for cut, end in tails])] if tails else []
+        self._ttls = [np.concatenate([ttls[cut:end] for cut, end in tails])] if tails and ttls is not None else []
         self.rows, self.bytes = tail_rows, tail_bytes
-        return self._encoded(keys, values, pids, ranges, cuts)
+        return self._encoded(keys, values, ttls, pids, ranges, cuts)
 
     def _encoded(
         self,
         keys: pa.Array,
         values: pa.Array,
+        ttls: np.ndarray | None,
         pids: np.ndarray | None,
         ranges: list[tuple[int, int]],
         cuts: list[int],
@@ -159,20 +176,21 @@ class OwnerBatches:
                         values=b"".join((header, value_data[value_offsets[first] : value_offsets[end]])),
                         partition_ids=encoded_pids,
                         partitions=partitions,
+                        ttls_ms=ttls[first:end].tobytes() if ttls is not None else b"",
                     )
                 )
         return batches
 
     def _by_owner(
-        self, keys: pa.Array, values: pa.Array
-    ) -> tuple[pa.Array, pa.Array, np.ndarray | None, list[tuple[int, int]]]:
-        """The rows sorted by owner, then partition, and each owner's rows as a (start, end)
-        range. Rows of partitions without a known owner form one range of their own (the
-        client finds their owner)."""
+        self, keys: pa.Array, values: pa.Array, ttls: np.ndarray | None
+    ) -> tuple[pa.Array, pa.Array, np.ndarray | None, np.ndarray | None, list[tuple[int, int]]]:
+        """The rows (and their TTLs) sorted by owner, then partition, their partition ids, and
+        each owner's rows as a (start, end) range. Rows of partitions without a known owner form
+        one range of their own (the client finds their owner)."""
         table = self.table
         count = table.partition_count
         if not count:
-            return keys, values, None, [(0, len(keys))]
+            return keys, values, ttls, None, [(0, len(keys))]
         groups: dict[str | None, int] = {}
         owners = table.owners
         # A rank per partition: its owner's group, then the partition; one stable sort by rank.
@@ -193,7 +211,7 @@ class OwnerBatches:
         ranks = ranks[order]
         bounds = np.searchsorted(ranks, np.arange(len(groups) + 1, dtype=np.int64) * count).tolist()
         ranges = [(start, end) for start, end in pairwise(bounds) if start < end]
-        return keys.take(order), values.take(order), pids[order], ranges
+        return keys.take(order), values.take(order), ttls[order] if ttls is not None else None, pids[order], ranges
 
 
 def _bytes_of(column: pa.Array) -> int:

@@ -237,7 +237,9 @@ def _check_report_file(options: SourceOptions) -> None:
 def _write_layout(options: SourceOptions, schema: StructType) -> Layout:
     if options.key_column is None:  # parse() requires it for a write
         raise SparkOptionError("shardgrid: option 'key.column' is required to write")
-    return layout_of(to_arrow_schema(schema, timezone="UTC"), options.key_column, options.value_column)
+    return layout_of(
+        to_arrow_schema(schema, timezone="UTC"), options.key_column, options.value_column, options.ttl_column
+    )
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -274,8 +276,8 @@ async def _write_batches(client: AsyncClient, options: SourceOptions, chunks: It
             )
 
     try:
-        for keys, values in chunks:
-            await send(grouped.add(keys, values))
+        for keys, values, ttls_ms in chunks:
+            await send(grouped.add(keys, values, ttls_ms))
         await send(grouped.rest())
         for task in asyncio.as_completed(in_flight):
             await task
@@ -311,7 +313,7 @@ class ShardgridWriter(DataSourceArrowWriter):
 
         def batches() -> Iterator[Rows]:
             for batch in iterator:  # Spark's Arrow batches: spark.sql.execution.arrow.maxRecordsPerBatch rows
-                yield encoder.encode_batch(batch)
+                yield (*encoder.encode_batch(batch), encoder.ttls_of_batch(batch))
 
         return _with_client(self.options, lambda client: _write_batches(client, self.options, batches()))
 
@@ -346,10 +348,10 @@ class ShardgridStreamWriter(DataSourceStreamWriter):
             for row in iterator:
                 rows.append(to_utc(row) if to_utc is not None else row)
                 if len(rows) >= size:
-                    yield encoder.encode_rows(rows)
+                    yield (*encoder.encode_rows(rows), encoder.ttls_of_rows(rows))
                     rows = []
             if rows:
-                yield encoder.encode_rows(rows)
+                yield (*encoder.encode_rows(rows), encoder.ttls_of_rows(rows))
 
         return _with_client(self.options, lambda client: _write_batches(client, self.options, batches()))
 

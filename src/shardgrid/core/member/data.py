@@ -38,6 +38,7 @@ from shardgrid.core.limits import (
     MAX_REPLY_VALUE_BYTES,
     MAX_RUNS_PER_BACKUP_BATCH,
     MAX_TABLE_REPLY_PARTITIONS,
+    MAX_TTL_MS,
     MAX_VALUE_BYTES,
 )
 from shardgrid.core.member.consensus import Consensus
@@ -384,6 +385,11 @@ class DataPath:
             return "one expected value per key for a replace_if_same (none otherwise)", unchecked
         if message.ttl_ms >= 0 and kind not in WITH_TTL:
             return f"a TTL is a put's or a replace's, not a {kind.value}'s", unchecked
+        if message.ttls_ms:
+            if kind not in WITH_TTL or message.ttl_ms >= 0:
+                return "TTLs per key are a put's or a replace's, and not given with a TTL for the request", unchecked
+            if len(message.ttls_ms) != 8 * len(keys) or not ttls_fit(message.ttls_ms, len(keys), MAX_TTL_MS):
+                return f"TTLs per key are one unsigned 64-bit number per key, each at most {MAX_TTL_MS} ms", unchecked
         # The codec already checked every field's type; lengths and partitions are checked here,
         # in C-speed passes over the columns rather than a Python step per key. Each column's
         # lengths are taken once: the limits, the request's size and its runs' sizes come from
@@ -500,10 +506,10 @@ class DataPath:
             return
         first = data.sequence + 1
         written_ms = self.ctx.records_ms
-        ttl_ms = self._ttl_of(message) if kind == PUT else 0
+        ttls_ms = self._ttls_of(message, indexes) if kind == PUT else b""
         answered = None if message.kind == SET_TTL else out  # a set_ttl answers b"", never the value
         self._written_since_count_bytes += self._apply(
-            data, message, kind, indexes, answered, run_keys, run_values, written_ms, ttl_ms
+            data, message, kind, indexes, answered, run_keys, run_values, written_ms, ttls_ms
         )
         answer = self._remember(data, message, unit, out, expires_ms) if named else None
         targets = self._targets_of(pid, slots, message.map_name)
@@ -524,7 +530,7 @@ class DataPath:
             record_ttl_ms=max(0, expires_ms - self.ctx.now_ms) if named else 0,
             answer=answer,
             written_ms=written_ms,
-            ttls_ms=ttl_ms.to_bytes(8, "little") * len(run_keys) if ttl_ms else b"",
+            ttls_ms=ttls_ms,
         )
         self.outbox.append((run, size, targets.copies, targets.sequence_only))
         pending = self.pending.get(pid)
@@ -570,17 +576,18 @@ class DataPath:
         run_keys: Sequence[bytes],
         run_values: Sequence[bytes],
         now_ms: int,
-        ttl_ms: int = 0,
+        ttls_ms: bytes = b"",
     ) -> int:
         """A put or remove of the keys at ``indexes`` (``run_keys``, ``run_values`` at them), into
-        ``data`` at ``now_ms`` (the record clock), the previous values into ``out`` when the
-        caller asked for them. One engine call, whatever the number of keys. Returns how much the
-        engine's memory count grew (negative: shrank)."""
+        ``data`` at ``now_ms`` (the record clock), living ``ttls_ms`` (packed, one per key; empty:
+        until removed), the previous values into ``out`` when the caller asked for them. One
+        engine call, whatever the number of keys. Returns how much the engine's memory count grew
+        (negative: shrank)."""
         previous = out is not None
         if kind == PUT:
             records = data.records_for_writing(message.map_name)
             before = records.memory_bytes()
-            found = records.put(run_keys, run_values, now_ms, ttl_ms=ttl_ms, previous=previous)
+            found = records.put(run_keys, run_values, now_ms, ttls_ms=ttls_ms or None, previous=previous)
         else:
             records = data.maps.get(message.map_name)
             before = records.memory_bytes() if records is not None else 0
@@ -630,10 +637,10 @@ class DataPath:
             size = columns_bytes(run_keys, run_values)
             if kind == PUT and not self._make_room(call, message, pid, data, None, unit, run_keys, size):
                 return
-            ttl_ms = self._ttl_of(message) if kind == PUT else 0
+            ttls_ms = self._ttls_of(message, indexes) if kind == PUT else b""
             answered = None if message.kind == SET_TTL else out
             self._written_since_count_bytes += self._apply(
-                data, message, kind, indexes, answered, run_keys, run_values, self.ctx.records_ms, ttl_ms
+                data, message, kind, indexes, answered, run_keys, run_values, self.ctx.records_ms, ttls_ms
             )
             if kind == PUT:
                 self._evict_over_size(pid, data, message.map_name, None)
@@ -1084,6 +1091,17 @@ class DataPath:
         for write in writes:
             write.call.mark(write.indexes, ReplyCode.INDETERMINATE)
             self._finish_write(write)
+
+    def _ttls_of(self, message: MapRequest, indexes: Indexes) -> bytes:
+        """How long the entries of a put at ``indexes`` live, packed (8 bytes each; empty: until
+        removed): the request's own per-key TTLs, its TTL, or its map's time_to_live_seconds."""
+        if message.ttls_ms:
+            packed = message.ttls_ms
+            if isinstance(indexes, range):
+                return packed[8 * indexes.start : 8 * indexes.stop]
+            return b"".join([packed[8 * i : 8 * i + 8] for i in indexes])
+        ttl_ms = self._ttl_of(message)
+        return ttl_ms.to_bytes(8, "little") * len(indexes) if ttl_ms else b""
 
     def _ttl_of(self, message: MapRequest) -> int:
         """How long a put's entries live, in ms (0: until removed): the request's own TTL, or its
