@@ -31,3 +31,22 @@ def test_the_columns_use_the_words_of_the_json(capsys: pytest.CaptureFixture[str
     assert "owned partitions" in header
     assert "primaries" not in header
     assert " state " not in header
+
+
+def test_each_maps_records_are_summed_over_the_members(capsys: pytest.CaptureFixture[str]) -> None:
+    member = {
+        "reachable": True, "role": "member", "lifecycle": "active", "leaving": False, "owned_partitions": 1,
+        "backup_replicas": 1, "migrations_here": 0, "syncs_in_flight": 0, "writes_awaiting_backups": 0,
+        "entries": 3, "memory_bytes": 3 * 2**20, "max_memory_bytes": 0, "entries_evicted": 0,
+    }  # fmt: skip
+    render_status(
+        {
+            **status_document(ClusterStatus(members=())),
+            "members": [
+                {**member, "address": "127.0.0.1:1", "maps": {"users": {"entries": 2, "memory_bytes": 2 * 2**20}}},
+                {**member, "address": "127.0.0.1:2", "maps": {"users": {"entries": 2, "memory_bytes": 2**20}}},
+            ],
+        }
+    )
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.lstrip().startswith("users"))
+    assert row.split() == ["users", "│", "4", "│", "3.0", "MiB", "│", "2"]

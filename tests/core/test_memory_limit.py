@@ -102,6 +102,7 @@ def test_the_status_reports_the_engines_count_and_the_limit() -> None:
     (status,) = replies(owner.handle(now + 1, Receive("c", None, None, m.MemberStatusRequest(7))))
     assert (status.entries, status.max_memory_bytes) == (5, LIMIT_BYTES)
     assert status.memory_bytes == owner.data.memory_bytes_of(0) > 5 * 100
+    assert status.maps == (m.MapUsage(map_name="m", entries=5, memory_bytes=status.memory_bytes),)
 
 
 def test_a_backup_applies_what_its_owner_applied_whatever_its_own_limit() -> None:

@@ -65,3 +65,30 @@ def test_operations_are_counted_by_reply_code():
     assert count("ok") == 5
     assert count("wrong_owner") == 4
     assert count("ok", "get") is None
+
+
+def test_each_maps_records_and_the_evictions_are_gauged_from_the_status():
+    from shardgrid.core import messages as m
+    from shardgrid.runtime.metrics import MemberMetrics
+
+    metrics = MemberMetrics()
+
+    def status(evicted: int, *usage: m.MapUsage) -> m.MemberStatus:
+        return m.MemberStatus(
+            call_id=1, address="a:1", uuid="u", lifecycle="active", lite=False, leader_address="", term=1,
+            cluster_state=m.ClusterState.ACTIVE, applied_index=1, members=(), lite_members=(), leaving_members=(),
+            partition_count=1, table_stamp=None, owned_partitions=0, backup_replicas=0, missing_replicas=0,
+            migrations_in_log=0, migrations_here=0, migrations_planned=0, migrations_finished=0,
+            writes_awaiting_backups=0, syncs_in_flight=0, leader_idle=True, quiet=True,
+            entries_evicted=evicted, maps=usage,
+        )  # fmt: skip
+
+    def sample(name: str, map_name: str | None = None) -> float | None:
+        return metrics.registry.get_sample_value(name, {"map": map_name} if map_name else {})
+
+    metrics.on_status(status(5, m.MapUsage(map_name="a", entries=3, memory_bytes=900)))
+    metrics.on_status(status(12, m.MapUsage(map_name="b", entries=1, memory_bytes=100)))
+    assert sample("shardgrid_entries_evicted_total") == 12
+    assert sample("shardgrid_map_entries", "b") == 1
+    assert sample("shardgrid_map_memory_bytes", "b") == 100
+    assert sample("shardgrid_map_entries", "a") is None  # no longer held: no series

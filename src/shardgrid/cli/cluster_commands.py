@@ -149,6 +149,7 @@ def status_document(status: ClusterStatus) -> dict[str, Any]:
                 "memory_bytes": reply.memory_bytes,
                 "max_memory_bytes": reply.max_memory_bytes,
                 "entries_evicted": reply.entries_evicted,
+                "maps": {u.map_name: {"entries": u.entries, "memory_bytes": u.memory_bytes} for u in reply.maps},
                 "applied_index": reply.applied_index,
                 "quiet": reply.quiet,
             }
@@ -183,6 +184,26 @@ STATUS_COLUMNS = (
     "memory",
     "evicted",
 )
+
+
+def _render_maps(console: Console, members: list[dict[str, Any]]) -> None:
+    """Each map's entries and memory over the members that answered (every replica counted)."""
+    totals: dict[str, list[int]] = {}
+    for member in members:
+        for name, usage in member.get("maps", {}).items():
+            total = totals.setdefault(name, [0, 0, 0])
+            total[0] += usage["entries"]
+            total[1] += usage["memory_bytes"]
+            total[2] += 1
+    if not totals:
+        return
+    table = Table(show_edge=False)
+    for column in ("map", "entries", "memory", "members"):
+        table.add_column(column, justify="left" if column == "map" else "right")
+    for name in sorted(totals):
+        entries, memory, holders = totals[name]
+        table.add_row(name, str(entries), f"{memory / 2**20:.1f} MiB", str(holders))
+    console.print(table)
 
 
 def _memory_cell(used_bytes: int, limit_bytes: int) -> str:
@@ -224,6 +245,7 @@ def render_status(document: dict[str, Any]) -> None:
         )
     if document["members"]:
         console.print(table)
+    _render_maps(console, document["members"])
     if document["leader"] is None:
         # Nothing to say of the cluster state or the partitions without a leader ("state None
         # partitions None" was printed for a cluster that had not formed).

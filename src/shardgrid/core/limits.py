@@ -21,6 +21,8 @@ MAX_PARALLEL_MIGRATIONS_LIMIT: Final = 1_000
 
 # Members: a cluster larger than this is outside what the core is designed and tested for.
 MAX_MEMBER_COUNT: Final = 1_000
+# Maps a member's status lists with their entries and memory (the largest, when it holds more).
+MAX_STATUS_MAPS: Final = 1_000
 
 # The planner walks at most this many links when it looks for an enabling migration at a colder
 # index; the chain can never be longer than the replica array, so hitting it is a planner bug.

@@ -28,6 +28,7 @@ from shardgrid.core.limits import (
     MAX_PARTITION_COUNT,
     MAX_REPLICA_COUNT,
     MAX_RUNS_PER_BACKUP_BATCH,
+    MAX_STATUS_MAPS,
     MAX_TABLE_REPLY_PARTITIONS,
     MAX_TTL_SECONDS,
     MAX_VALUE_BYTES,
@@ -562,6 +563,14 @@ class MemberStatusRequest(Message, tag=129):
     call_id: Counter
 
 
+class MapUsage(Record, kw_only=True):
+    """One map's records on one member, of every replica it holds, as the engine counts them."""
+
+    map_name: MapName
+    entries: Counter
+    memory_bytes: Counter
+
+
 class MemberStatus(Message, tag=130, kw_only=True):
     """One member's own view: what it is, what its applied log says of the cluster, and whether
     its own part is quiet. The cluster is safe when every member of the list answers ``quiet``,
@@ -605,6 +614,8 @@ class MemberStatus(Message, tag=130, kw_only=True):
     max_memory_bytes: Counter = 0
     entries: Counter = 0  # records held, of every replica
     entries_evicted: Counter = 0  # entries it evicted as owner (a map's eviction_policy) since it started
+    # Per map, by name: the MAX_STATUS_MAPS that take the most memory, when it holds more.
+    maps: Annotated[tuple[MapUsage, ...], msgspec.Meta(max_length=MAX_STATUS_MAPS)] = ()
 
 
 class ListenRequest(Message, tag=131):

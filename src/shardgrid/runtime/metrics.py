@@ -82,6 +82,15 @@ class MemberMetrics:
             "shardgrid_entries_evicted", "Entries this member evicted as owner, by its maps' eviction_policy."
         )
         self._entries_evicted_seen = 0
+        self.map_entries = self._gauge(
+            "shardgrid_map_entries", "Records of one map this member holds, of every replica.", ("map",)
+        )
+        self.map_memory_bytes = self._gauge(
+            "shardgrid_map_memory_bytes",
+            "Bytes of one map's records this member holds, as the engine counts them.",
+            ("map",),
+        )
+        self._maps_shown: set[str] = set()
         self.connections = self._gauge("shardgrid_connections", "Open connections by kind.", ("kind",))
         self.client_frame_bytes_claimed = self._gauge(
             "shardgrid_client_frame_bytes_claimed",
@@ -170,3 +179,12 @@ class MemberMetrics:
         # The status counts since the member started; the counter takes what is new since.
         self.entries_evicted.inc(max(0, status.entries_evicted - self._entries_evicted_seen))
         self._entries_evicted_seen = status.entries_evicted
+        shown = set()
+        for usage in status.maps:
+            self.map_entries.labels(usage.map_name).set(usage.entries)
+            self.map_memory_bytes.labels(usage.map_name).set(usage.memory_bytes)
+            shown.add(usage.map_name)
+        for gone in self._maps_shown - shown:  # a map this member no longer holds is no series
+            self.map_entries.remove(gone)
+            self.map_memory_bytes.remove(gone)
+        self._maps_shown = shown

@@ -198,6 +198,7 @@ class DataPath:
         self._written_since_count_bytes = 0
         self.entry_count = 0
         self.entries_evicted = 0  # by every map's eviction policy, since the member started
+        self.map_usage: dict[str, tuple[int, int]] = {}  # per map: (entries, bytes), as of the last count
         self._owners: tuple[object, int] = (None, 0)  # (table, members owning a partition in it)
         self._eviction_cursor = -1  # the partition the eviction for memory last took entries from
         self._nothing_to_evict = False  # no evicting map had entries to free, as of this tick
@@ -1357,13 +1358,19 @@ class DataPath:
         )
 
     def count_memory(self) -> None:
-        """Count what the engine holds for every replica of this member (a pass over its maps,
-        once a tick: the engine keeps each map's count exact)."""
+        """Count what the engine holds for every replica of this member, per map and in all (a
+        pass over its maps, once a tick: the engine keeps each map's count exact)."""
         memory = entries = 0
+        usage: dict[str, list[int]] = {}
         for data in [*self.stores.values(), *self.stand_ins.held()]:
-            for records in data.maps.values():
-                memory += records.memory_bytes()
-                entries += len(records)
+            for name, records in data.maps.items():
+                map_bytes, map_entries = records.memory_bytes(), len(records)
+                memory += map_bytes
+                entries += map_entries
+                counted = usage.setdefault(name, [0, 0])
+                counted[0] += map_entries
+                counted[1] += map_bytes
+        self.map_usage = {name: (counted[0], counted[1]) for name, counted in usage.items()}
         self.memory_bytes, self.entry_count, self._written_since_count_bytes = memory, entries, 0
         self._nothing_to_evict = False
 

@@ -26,7 +26,7 @@ from shardgrid.core.effects import Effect
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import MemberId
 from shardgrid.core.inputs import Input, LinkRestored, Receive, Start, StopSignalled, TimerFired
-from shardgrid.core.limits import NEVER_MS
+from shardgrid.core.limits import MAX_STATUS_MAPS, NEVER_MS
 from shardgrid.core.member.admin import Admin, Respond
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
@@ -244,6 +244,15 @@ class Member:
             max_memory_bytes=self.ctx.config.max_memory_bytes,
             entries=data.entry_count,
             entries_evicted=data.entries_evicted,
+            maps=self._map_usage(),
+        )
+
+    def _map_usage(self) -> tuple[m.MapUsage, ...]:
+        """The maps this member holds, by name: the MAX_STATUS_MAPS that take the most memory."""
+        usage = self.data.map_usage
+        names = sorted(usage, key=lambda name: (-usage[name][1], name))[:MAX_STATUS_MAPS]
+        return tuple(
+            m.MapUsage(map_name=name, entries=usage[name][0], memory_bytes=usage[name][1]) for name in sorted(names)
         )
 
     # --- events ----------------------------------------------------------------------------------
