@@ -88,10 +88,12 @@ class RecordStore:
     name's heap block. Spare capacity left after a table grew is not counted.
     """
 
-    def __init__(self, hash_seed: int | None = None) -> None:
+    def __init__(self, hash_seed: int | None = None, *, max_idle_ms: int | None = None) -> None:
         """An empty store whose hash tables are keyed by ``hash_seed`` (0 to 2**64 - 1; None: 0),
         from the core's seeded generator: a client that does not know it cannot choose colliding
-        keys, and nothing observable depends on it."""
+        keys, and nothing observable depends on it. ``max_idle_ms``: an entry not read
+        or written for this long is expired too (0 or None: never), judged on this replica's
+        access times."""
 
     def put(
         self,
@@ -172,6 +174,15 @@ class RecordStore:
         reaches ``entry_count``. Pages fit together while the map takes no write between them. The live
         entries' bytes (keys, and values unless ``keys_only``) stay within ``max_bytes`` (None: no
         bound but ``MAX_COUNTER``), except a first entry alone."""
+
+    def idle(
+        self, map_name: str, now_ms: int, offset: int, max_scanned: int, max_entries: int
+    ) -> tuple[bytes, bytes, int]:
+        """The keys (packed, lengths) of records from position ``offset`` on that are no longer
+        live at ``now_ms`` (idle past ``max_idle_ms``, or expired), looking at ``max_scanned``
+        records (up to ``MAX_ENTRIES_PER_CHUNK``) and listing ``max_entries`` at most, and the
+        position to go on from (at or past the end: the pass is over). Nothing for a store
+        without a max idle. Removes nothing: the owner replicates the removal."""
 
     def expired(self, map_name: str, now_ms: int, max_entries: int) -> tuple[bytes, bytes]:
         """The keys (packed, lengths) of up to ``max_entries`` records expired at ``now_ms``,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
 import pytest
 
 from shardgrid.core import messages as m
@@ -187,3 +188,74 @@ def test_a_map_that_evicts_nothing_takes_the_memory_a_cache_holds_in_other_parti
     assert set(view.maps["store"]) == set(stored)
     assert owner.data.memory_bytes_of(0) + owner.data.memory_bytes_of(1) <= limit
     assert owner.data.memory_bytes_of(1) < cache_bytes - 10_000  # the cache yielded a third of it
+
+
+# --- found by an outside tester ------------------------------------------------------------------
+
+
+def test_a_write_refused_at_the_members_limit_evicts_nothing() -> None:
+    owner, now = owner_with(MapConfig(backup_count=0, eviction_policy="LRU"), max_memory_bytes=40_000)
+    batch = keys(0, 10)
+    assert put(owner, now, 1, batch).codes == (m.ReplyCode.OK,) * 10
+    too_large = put(owner, now + 1, 2, keys(10, 1), b"x" * 60_000)
+    assert too_large.codes == (m.ReplyCode.MEMORY_FULL,)
+    assert held(owner) == set(batch)
+    assert owner.data.entries_evicted == 0
+
+
+def test_a_map_that_evicts_nothing_takes_a_rewrite_at_its_bytes() -> None:
+    partitions = CONFIG.partition_count
+    owner, now = owner_with(MapConfig(backup_count=0, max_bytes_per_member=partitions * 4_000))
+    value = b"v" * 700
+    taken = []
+    for n in range(20):
+        if put(owner, now + n, n + 1, keys(n, 1), value).codes == (m.ReplyCode.OK,):
+            taken += keys(n, 1)
+    assert 0 < len(taken) < 20
+    assert put(owner, now + 30, 50, taken[:1], b"w" * 700).codes == (m.ReplyCode.OK,)
+    assert put(owner, now + 31, 51, taken[:1], b"w" * 600).codes == (m.ReplyCode.OK,)
+
+
+def test_expired_entries_in_a_full_maps_way_are_removed_for_a_new_key() -> None:
+    owner, now = owner_with(MapConfig(backup_count=0, max_entries_per_partition=3))
+    request_ = msgspec.structs.replace(request(1, m.PUT, keys(0, 3), VALUE), ttl_ms=100)
+    assert replies(owner.handle(now, Receive("c", None, None, request_)))[0].codes == (m.ReplyCode.OK,) * 3
+    assert put(owner, now + 150, 2, keys(3, 1)).codes == (m.ReplyCode.OK,)  # before any tick swept them
+    assert held(owner) == set(keys(3, 1))
+
+
+def test_set_ttl_is_taken_at_the_members_limit() -> None:
+    owner, now = owner_with(MapConfig(backup_count=0), max_memory_bytes=20_000)
+    written: list[bytes] = []
+    for call_id in range(1, 60):
+        batch = keys(len(written), 10)
+        if put(owner, now, call_id, batch).codes[0] is m.ReplyCode.MEMORY_FULL:
+            break
+        written += batch
+    set_ttl = m.MapRequest(
+        call_id=99, kind=m.SET_TTL, map_name="m", partition_ids=(0,), keys=(written[0],), previous=True, ttl_ms=5_000
+    )
+    (reply,) = replies(owner.handle(now + 1, Receive("c", None, None, set_ttl)))
+    assert reply.codes == (m.ReplyCode.OK,)
+    assert reply.values == (b"",)
+
+
+def test_a_set_ttl_whose_values_would_pass_a_request_is_refused_whole() -> None:
+    b_c = PartitionTable.from_lists([[B, C]] * 4, [1, 1, 1, 1])
+    owner, now = following(B, b_c, config=replace(CONFIG, maps=(("m", MapConfig(backup_count=1)),)))
+    now = grant_lease(owner, now)
+    big = keys(0, 6)
+    for n, key in enumerate(big):
+        effects = owner.handle(now + n, Receive("c", None, None, request(n + 1, m.PUT, [key], b"v" * (3 << 20))))
+        (batch,) = sent(effects, m.BackupBatch)
+        owner.handle(now + n, Receive(C.address, C, B.uuid, m.BackupAckBatch(((0, batch.runs[0].last_sequence),))))
+    sequence = owner.data.sequence_of(0)
+    set_ttl = m.MapRequest(
+        call_id=50, kind=m.SET_TTL, map_name="m", partition_ids=(0,) * 6, keys=tuple(big), previous=True, ttl_ms=5_000
+    )
+    effects = owner.handle(now + 10, Receive("c", None, None, set_ttl))
+    (reply,) = replies(effects)
+    assert set(reply.codes) == {m.ReplyCode.REJECTED}
+    assert "fewer keys" in reply.reason
+    assert not sent(effects, m.BackupBatch)
+    assert owner.data.sequence_of(0) == sequence

@@ -214,3 +214,22 @@ def test_ttls_per_key_that_do_not_fit_the_request_are_refused_whole(ttls_ms: byt
     assert set(reply.codes) == {m.ReplyCode.REJECTED}
     assert "TTL" in reply.reason
     assert owner.data.view(0) is None or not owner.data.view(0).maps
+
+
+def test_an_entry_idle_past_max_idle_is_not_read_and_the_owner_removes_it_through_its_backups() -> None:
+    idle_map = replace(CONFIG, maps=(("m", MapConfig(backup_count=1, max_idle_seconds=1)),))
+    owner, now = following(B, B_A, config=idle_map)
+    now = grant_lease(owner, now)
+    read, left = keys_in_0(2)
+    (batch,) = sent(owner.handle(now, Receive("c", None, None, put(1, [read, left]))), m.BackupBatch)
+    owner.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupAckBatch(((0, batch.runs[0].last_sequence),))))
+    (kept,) = replies(owner.handle(now + 600, Receive("c", None, None, get(2, [read]))))
+    assert kept.values == (b"v",)  # a read keeps it another second
+    (later,) = replies(owner.handle(now + 1_100, Receive("c", None, None, get(3, [read, left]))))
+    assert later.values == (b"v", None)  # never read since its write a second ago: idle
+    effects, _ = run_ticks(owner, now + 1_100, now + 1_400)
+    runs = [run for batch in sent(effects, m.BackupBatch) for run in batch.runs if run.kind == m.REMOVE]
+    assert [run.keys for run in runs] == [(left,)]
+    view = owner.data.view(0)
+    assert view is not None
+    assert set(view.maps["m"]) == {read}

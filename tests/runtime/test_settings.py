@@ -100,6 +100,7 @@ def test_every_public_field_is_a_setting_and_no_private_one_is() -> None:
         "read_backup_data",
         "serve_when_unavailable",
         "time_to_live_seconds",
+        "max_idle_seconds",
         "eviction_policy",
         "max_entries_per_member",
         "max_entries_per_partition",

@@ -32,13 +32,18 @@ impl Policy {
             "LRU" => Ok(Policy::Lru),
             "LFU" => Ok(Policy::Lfu),
             "RANDOM" => Ok(Policy::Random),
-            other => invalid(format!("an eviction policy is LRU, LFU or RANDOM, not {other:?}")),
+            other => {
+                // A name from a peer is bounded on the wire; from Python it may be any length.
+                let shown: String = other.chars().take(40).collect();
+                let cut = if shown.len() < other.len() { "..." } else { "" };
+                invalid(format!("an eviction policy is LRU, LFU or RANDOM, not {shown:?}{cut}"))
+            }
         }
     }
 
     /// Whether `candidate` should go rather than `best`, at `now_ms`.
-    fn prefers(self, candidate: &Record, best: &Record, now_ms: u64) -> bool {
-        let (candidate_live, best_live) = (candidate.is_live(now_ms), best.is_live(now_ms));
+    fn prefers(self, table: &MapTable, candidate: &Record, best: &Record, now_ms: u64) -> bool {
+        let (candidate_live, best_live) = (table.is_live(candidate, now_ms), table.is_live(best, now_ms));
         if candidate_live != best_live {
             return !candidate_live; // an expired entry goes first
         }
@@ -98,7 +103,7 @@ pub fn candidates(
             if taken.contains(&at) {
                 continue;
             }
-            if best.is_none_or(|b| policy.prefers(&records[at], &records[b], now_ms)) {
+            if best.is_none_or(|b| policy.prefers(table, &records[at], &records[b], now_ms)) {
                 best = Some(at);
             }
         }

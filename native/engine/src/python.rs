@@ -69,15 +69,40 @@ pub struct PyRecordStore {
 #[pymethods]
 impl PyRecordStore {
     #[new]
-    #[pyo3(signature = (hash_seed = None))]
-    fn new(hash_seed: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (hash_seed = None, *, max_idle_ms = None))]
+    fn new(hash_seed: Option<&Bound<'_, PyAny>>, max_idle_ms: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let seed = match hash_seed {
             Some(seed) => int_arg(seed, "hash_seed", u64::MAX)?,
             None => 0,
         };
+        let max_idle_ms = match max_idle_ms {
+            Some(idle) => int_arg(idle, "max_idle_ms", MAX_COUNTER)?,
+            None => 0,
+        };
         Ok(PyRecordStore {
-            store: RecordStore::new(seed),
+            store: RecordStore::with_max_idle(seed, max_idle_ms),
         })
+    }
+
+    fn idle<'py>(
+        &self,
+        py: Python<'py>,
+        map_name: &str,
+        now_ms: &Bound<'py, PyAny>,
+        offset: &Bound<'py, PyAny>,
+        max_scanned: &Bound<'py, PyAny>,
+        max_entries: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, u64)> {
+        let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
+        let offset = int_arg(offset, "offset", MAX_COUNTER)?;
+        let max_scanned = int_arg(max_scanned, "max_scanned", MAX_ENTRIES_PER_CHUNK as u64)?;
+        let max_entries = int_arg(max_entries, "max_entries", MAX_OPERATIONS_PER_REQUEST as u64)?;
+        let (keys, next_offset) = self.store.idle(map_name, now_ms, offset, max_scanned, max_entries)?;
+        Ok((
+            PyBytes::new(py, &keys.data),
+            PyBytes::new(py, &keys.lengths),
+            next_offset,
+        ))
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -68,6 +68,8 @@ pub struct RecordStore {
     /// dropped (so its name's memory goes too).
     maps: IndexMap<Box<str>, MapTable, FixedState>,
     hash_seed: u64,
+    /// Every map's max idle (0: none): see [`MapTable::with_max_idle`].
+    max_idle_ms: u64,
 }
 
 impl RecordStore {
@@ -75,10 +77,45 @@ impl RecordStore {
     /// caller (the core's seeded generator): a client that does not know it cannot choose keys
     /// that collide, and nothing observable depends on it (order and memory count do not).
     pub fn new(hash_seed: u64) -> Self {
+        Self::with_max_idle(hash_seed, 0)
+    }
+
+    /// An empty store whose entries also expire once not read or written for `max_idle_ms` (0:
+    /// never), judged on this replica's access times: reads reach only the owner, so it alone
+    /// knows them (a backup knows each entry's last write).
+    pub fn with_max_idle(hash_seed: u64, max_idle_ms: u64) -> Self {
         RecordStore {
             maps: IndexMap::with_hasher(FixedState::with_seed(hash_seed)),
             hash_seed,
+            max_idle_ms,
         }
+    }
+
+    /// Keys of records from position `offset` on that went idle (or expired) at `now_ms`, looking
+    /// at `max_scanned` records at most and listing `max_entries` at most, and the position to
+    /// look on from (past the end: the pass is over). As with `expired`, nothing is removed.
+    pub fn idle(
+        &self,
+        map_name: &str,
+        now_ms: u64,
+        offset: u64,
+        max_scanned: u64,
+        max_entries: u64,
+    ) -> Checked<(Packed, u64)> {
+        check_map_name(map_name)?;
+        check_time("now_ms", now_ms)?;
+        check_bounded("offset", offset, MAX_COUNTER)?;
+        check_bounded("max_scanned", max_scanned, MAX_ENTRIES_PER_CHUNK as u64)?;
+        check_bounded("max_entries", max_entries, MAX_OPERATIONS_PER_REQUEST as u64)?;
+        let mut keys = Packed::default();
+        let Some(table) = self.maps.get(map_name) else {
+            return Ok((keys, offset));
+        };
+        let (found, next) = table.idle(now_ms, offset as usize, max_scanned as usize, max_entries as usize);
+        for record in found {
+            keys.push(record.key());
+        }
+        Ok((keys, next as u64))
     }
 
     /// Set each key to its value at `now_ms`, each entry living `ttl`. The answer says which keys
@@ -214,8 +251,9 @@ impl RecordStore {
             return Ok(found);
         };
         for key in keys.iter() {
+            let was_live = table.live(key, now_ms).is_some();
             let removed = table.remove(key);
-            let live = removed.as_ref().filter(|r| r.is_live(now_ms));
+            let live = removed.as_ref().filter(|_| was_live);
             found.record(live.map(|r| r.value()), return_previous);
         }
         self.drop_if_empty(map_name);
@@ -285,7 +323,7 @@ impl RecordStore {
         // first live entry always goes, however large).
         let (mut stop, mut used, mut count, mut key_bytes, mut value_bytes) = (start, 0u64, 0usize, 0usize, 0usize);
         for record in &records[start..end] {
-            if record.is_live(now_ms) {
+            if table.is_live(record, now_ms) {
                 if count > 0 && used + size(record) > max_bytes {
                     break;
                 }
@@ -304,7 +342,7 @@ impl RecordStore {
             ),
             next_offset: stop as u64,
         };
-        for record in records[start..stop].iter().filter(|r| r.is_live(now_ms)) {
+        for record in records[start..stop].iter().filter(|r| table.is_live(r, now_ms)) {
             page.keys.push(record.key());
             if !keys_only {
                 page.values.push(record.value());
@@ -466,7 +504,10 @@ impl RecordStore {
 
     fn table_for_writing(&mut self, map_name: &str) -> &mut MapTable {
         if !self.maps.contains_key(map_name) {
-            self.maps.insert(map_name.into(), MapTable::new(self.hash_seed));
+            self.maps.insert(
+                map_name.into(),
+                MapTable::with_max_idle(self.hash_seed, self.max_idle_ms),
+            );
         }
         self.maps.get_mut(map_name).expect("inserted above")
     }

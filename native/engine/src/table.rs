@@ -138,17 +138,54 @@ pub struct MapTable {
     hasher: FixedState,
     /// The sum of `heap_block_bytes` over the records' bytes.
     heap_bytes: u64,
+    /// An entry not read or written for this long is expired too (0: never): the map's
+    /// max_idle, judged on this replica's access times.
+    max_idle_ms: u64,
 }
 
 impl MapTable {
     pub fn new(hash_seed: u64) -> Self {
+        Self::with_max_idle(hash_seed, 0)
+    }
+
+    /// A table whose entries also expire once not read or written for `max_idle_ms` (0: never).
+    pub fn with_max_idle(hash_seed: u64, max_idle_ms: u64) -> Self {
         MapTable {
             records: Vec::new(),
             index: HashTable::new(),
             expiry: BTreeSet::new(),
             hasher: FixedState::with_seed(hash_seed),
             heap_bytes: 0,
+            max_idle_ms,
         }
+    }
+
+    /// Whether `record` is live at `now_ms`: not past its expiry time, and read or written within
+    /// the last `max_idle_ms` (it goes idle at `accessed_ms + max_idle_ms` itself).
+    pub fn is_live(&self, record: &Record, now_ms: u64) -> bool {
+        record.is_live(now_ms)
+            && (self.max_idle_ms == 0 || now_ms < record.accessed_ms.saturating_add(self.max_idle_ms))
+    }
+
+    /// Keys of records among positions `offset..offset + max_scanned` that are no longer live
+    /// at `now_ms` because they went idle or expired (at most `max_entries`), and the position
+    /// after the last one looked at. Nothing when the table has no max idle: its expired
+    /// entries are listed by `expired`. The work is bounded by `max_scanned`.
+    pub fn idle(&self, now_ms: u64, offset: usize, max_scanned: usize, max_entries: usize) -> (Vec<&Record>, usize) {
+        if self.max_idle_ms == 0 {
+            return (Vec::new(), self.records.len());
+        }
+        let start = offset.min(self.records.len());
+        let end = start.saturating_add(max_scanned).min(self.records.len());
+        let mut found = Vec::new();
+        let mut at = start;
+        while at < end && found.len() < max_entries {
+            if !self.is_live(&self.records[at], now_ms) {
+                found.push(&self.records[at]);
+            }
+            at += 1;
+        }
+        (found, at)
     }
 
     /// Records held, expired ones not yet removed included (they take memory until removed).
@@ -197,7 +234,7 @@ impl MapTable {
     /// `key`'s record if it is held and live at `now_ms`.
     pub fn live(&self, key: &[u8], now_ms: u64) -> Option<&Record> {
         let record = &self.records[self.position(key)?];
-        record.is_live(now_ms).then_some(record)
+        self.is_live(record, now_ms).then_some(record)
     }
 
     /// Read `key` at `now_ms`: a live entry counts a hit, is marked accessed at `now_ms`, and its
@@ -206,10 +243,10 @@ impl MapTable {
         let Some(at) = self.position(key) else {
             return false;
         };
-        let record = &mut self.records[at];
-        if !record.is_live(now_ms) {
+        if !self.is_live(&self.records[at], now_ms) {
             return false;
         }
+        let record = &mut self.records[at];
         record.hits = record.hits.saturating_add(1);
         record.accessed_ms = now_ms;
         out.push(record.value());
@@ -240,8 +277,8 @@ impl MapTable {
             self.insert(hash, Record::new(key, value, 1, now_ms, expire_at_ms));
             return Written::Created;
         };
+        let live = self.is_live(&self.records[at], now_ms);
         let record = &mut self.records[at];
-        let live = record.is_live(now_ms);
         previous(live.then(|| record.value()));
         let old_blocks = heap_block_bytes(record.data.len());
         let old_expiry = record.expire_at_ms;
@@ -497,6 +534,25 @@ mod tests {
             table.write(&n.to_le_bytes(), b"longer value", 1, if n % 3 == 0 { 0 } else { 5 });
             table.check();
         }
+    }
+
+    #[test]
+    fn an_entry_not_read_or_written_for_max_idle_is_expired_and_a_write_over_it_starts_anew() {
+        let mut table = MapTable::with_max_idle(0, 100);
+        table.write(b"read", b"v", 0, 0);
+        table.write(b"left", b"v", 0, 0);
+        let mut out = Packed::default();
+        assert!(table.read(b"read", 90, &mut out)); // a read keeps it live 100 ms more
+        assert!(table.live(b"read", 150).is_some());
+        assert!(table.live(b"left", 99).is_some());
+        assert!(table.live(b"left", 100).is_none(), "idle at accessed + max_idle itself");
+        assert!(!table.read(b"left", 100, &mut out));
+        let (idle, next) = table.idle(150, 0, 10, 10);
+        assert_eq!(idle.iter().map(|r| r.key()).collect::<Vec<_>>(), [b"left"]);
+        assert_eq!(next, 2);
+        assert_eq!(table.write(b"left", b"w", 150, 0), Written::Created);
+        assert_eq!(table.live(b"left", 150).unwrap().metadata()[0], 150);
+        assert!(MapTable::new(0).idle(1_000, 0, 10, 10).0.is_empty());
     }
 
     #[test]

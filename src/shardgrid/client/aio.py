@@ -713,7 +713,10 @@ class AsyncClient:
                 applied = f"; the other {done} were done" if done and kind not in m.READS else ""
                 raise PartitionUnavailableError(f"{what}: {reason}{applied}", decision.outcome_unknown)
             if verdict is Verdict.MEMORY_FULL:
-                reason = next((r for r in reasons if "max_memory_bytes" in r), "a member is at its max_memory_bytes")
+                # The member's own words: its max_memory_bytes, or a map's size (an outside tester
+                # found a map's refusal reported as the member's memory, at 0% of it).
+                refusals = (r for r in reasons if "refused (not applied)" in r)
+                reason = next(refusals, "a member is at its max_memory_bytes")
                 done = count - left
                 applied = f"; the other {done} were done" if done else ""
                 raise MemoryFullError(f"{what}: {reason}{applied}", decision.outcome_unknown)

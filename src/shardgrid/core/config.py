@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal, get_args
 
 from shardgrid.core.errors import require
@@ -54,6 +56,10 @@ class MapConfig:
     own TTL (the clients' ``ttl``) takes precedence. The owner removes expired entries, through
     its backups as any remove; no read returns one meanwhile."""
 
+    max_idle_seconds: int = 0
+    """How long an entry may go unread and unwritten before it expires, in seconds (0: no limit).
+    Its owner judges it by the reads it served: a read or a write keeps the entry another
+    max_idle_seconds. The owner removes idle entries as it removes expired ones."""
     eviction_policy: EvictionPolicy = "NONE"
     """What the owner does with a write that would take the map past one of its sizes below, or
     its member past max_memory_bytes. NONE refuses it (MEMORY_FULL, nothing applied); LRU, LFU and
@@ -92,6 +98,10 @@ class MapConfig:
         require(
             0 <= self.time_to_live_seconds <= MAX_TTL_SECONDS,
             f"map {name!r}: time_to_live_seconds is 0 (no expiry) to {MAX_TTL_SECONDS}",
+        )
+        require(
+            0 <= self.max_idle_seconds <= MAX_TTL_SECONDS,
+            f"map {name!r}: max_idle_seconds is 0 (no limit) to {MAX_TTL_SECONDS}",
         )
         require(
             self.eviction_policy in EVICTION_POLICIES,
@@ -222,6 +232,7 @@ class MemberConfig:
     _settings_digest: str = field(init=False, repr=False, compare=False, hash=False)
     _serving_maps: frozenset[str] = field(init=False, repr=False, compare=False, hash=False)
     _evicting_maps: tuple[str, ...] = field(init=False, repr=False, compare=False, hash=False)
+    _max_idle_ms: Mapping[str, int] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         # Looked up on every write: built once, here.
@@ -242,6 +253,8 @@ class MemberConfig:
         serving = sorted(name for name, m in self.maps if m.serve_when_unavailable)
         object.__setattr__(self, "_serving_maps", frozenset(serving))
         object.__setattr__(self, "_evicting_maps", tuple(sorted(name for name, m in self.maps if m.evicts)))
+        idle = {name: m.max_idle_seconds * 1000 for name, m in self.maps if m.max_idle_seconds}
+        object.__setattr__(self, "_max_idle_ms", MappingProxyType(idle))
         if serving:
             shared = (*shared, serving)
         digest = hashlib.sha256(json.dumps(shared).encode()).hexdigest()[:32]
@@ -256,6 +269,11 @@ class MemberConfig:
 
     def map_config(self, map_name: str) -> MapConfig:
         return self._map_configs.get(map_name, self._default_map)
+
+    @property
+    def max_idle_ms(self) -> Mapping[str, int]:
+        """Per map with a max_idle_seconds, that many ms."""
+        return self._max_idle_ms
 
     @property
     def evicting_maps(self) -> tuple[str, ...]:

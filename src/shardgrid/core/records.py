@@ -81,11 +81,12 @@ class MapRecords:
     data path, a transfer's staging) changes them; checkers and tests read them through
     ``snapshot`` and ``entries``."""
 
-    __slots__ = ("_store", "name")
+    __slots__ = ("_store", "max_idle_ms", "name")
 
-    def __init__(self, name: str, hash_seed: int) -> None:
+    def __init__(self, name: str, hash_seed: int, max_idle_ms: int = 0) -> None:
         self.name = name
-        self._store = RecordStore(hash_seed)
+        self.max_idle_ms = max_idle_ms  # an entry not read or written this long is expired (0: never)
+        self._store = RecordStore(hash_seed, max_idle_ms=max_idle_ms)
 
     # --- what it holds ---------------------------------------------------------------------------
 
@@ -175,6 +176,12 @@ class MapRecords:
         """Keys of up to ``max_entries`` records expired at ``now_ms``, earliest first."""
         return [key for key in split(*self._store.expired(self.name, now_ms, max_entries)) if key is not None]
 
+    def idle(self, now_ms: int, offset: int, max_scanned: int, max_entries: int) -> tuple[list[bytes], int]:
+        """Keys of records from position ``offset`` on, among ``max_scanned``, that went idle (or
+        expired) at ``now_ms``, at most ``max_entries``; and the position to go on from."""
+        keys, lengths, next_offset = self._store.idle(self.name, now_ms, offset, max_scanned, max_entries)
+        return [key for key in split(keys, lengths) if key is not None], next_offset
+
     def evictable(
         self, policy: str, seed: int, samples: int, min_entries: int, min_bytes: int, now_ms: int
     ) -> list[bytes]:
@@ -209,7 +216,7 @@ class MapRecords:
 
     def copy(self) -> MapRecords:
         """An independent copy holding the same records, metadata and order."""
-        other = MapRecords(self.name, 0)
+        other = MapRecords(self.name, 0, self.max_idle_ms)
         for page in self.pages(100_000, 1 << 40):
             other.load(page)
         return other

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +50,8 @@ class PartitionData:
     writes: WriteRecords = field(default_factory=WriteRecords)
     # Keys the engine's hash tables: the member's, from the core (a client cannot know it).
     hash_seed: int = 0
+    # Per map, how long an entry may go unread and unwritten (MapConfig.max_idle_seconds; none: 0).
+    max_idle_ms: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def holding(cls, maps: dict[str, dict[bytes, bytes]], *, now_ms: int = 0, **fields: Any) -> PartitionData:
@@ -64,7 +66,7 @@ class PartitionData:
     def records_for_writing(self, map_name: str) -> MapRecords:
         records = self.maps.get(map_name)
         if records is None:
-            records = self.maps[map_name] = MapRecords(map_name, self.hash_seed)
+            records = self.maps[map_name] = MapRecords(map_name, self.hash_seed, self.max_idle_ms.get(map_name, 0))
         return records
 
     def changed(self, map_name: str, sequence: int) -> None:

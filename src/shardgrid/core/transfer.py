@@ -10,7 +10,7 @@ Hazelcast does with them disabled.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -145,6 +145,7 @@ class Staging(Generic[C]):
     versions_from: int = 0
     writers: tuple[WriterRecord, ...] = ()  # the last chunk's
     hash_seed: int = 0  # the member's (``PartitionData.hash_seed``)
+    max_idle_ms: Mapping[str, int] = field(default_factory=dict)  # per map (``PartitionData.max_idle_ms``)
 
     def receive(self, chunk: C, window: int) -> None:
         if not self.complete and self.next_index < chunk.sequence < self.next_index + window:
@@ -154,7 +155,9 @@ class Staging(Generic[C]):
             if page_count(current.records):
                 records = self.maps.get(current.map_name)
                 if records is None:
-                    records = self.maps[current.map_name] = MapRecords(current.map_name, self.hash_seed)
+                    records = self.maps[current.map_name] = MapRecords(
+                        current.map_name, self.hash_seed, self.max_idle_ms.get(current.map_name, 0)
+                    )
                 records.load(current.records)
                 self.versions[current.map_name] = current.map_version
             self.next_index += 1
@@ -182,6 +185,7 @@ class Staging(Generic[C]):
             versions=self.versions,
             versions_from=self.versions_from,
             hash_seed=self.hash_seed,
+            max_idle_ms=self.max_idle_ms,
         )
         data.writes.install(self.writers, now_ms)
         return data

@@ -23,13 +23,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from shardgrid._engine import INDEX_BYTES, RECORD_BYTES, split
+from shardgrid._engine import EXPIRY_BYTES, INDEX_BYTES, RECORD_BYTES, split
 from shardgrid.core.errors import invariant
 from shardgrid.core.hashing import partition_ids_of_serialized
 from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import (
     MAX_BACKUP_BATCH_BYTES,
     MAX_COUNTER,
+    MAX_ENTRIES_PER_CHUNK,
     MAX_FRAME_BYTES,
     MAX_GET_ANSWER_BYTES,
     MAX_KEY_BYTES,
@@ -97,6 +98,9 @@ RECORD_GROWTH_BYTES = RECORD_BYTES + INDEX_BYTES + 16
 # expired keys stays far below a backup batch: keys are at most 64 KiB).
 MAX_EXPIRED_PER_TICK = 2_000
 MAX_EXPIRED_PER_RUN = 200
+# Records the owner looks at a tick for entries gone idle (max_idle_seconds): idle entries are in
+# no order, so they are found by a pass over each map, resumed where the last tick stopped.
+MAX_IDLE_SCANNED_PER_TICK = 20_000
 # Records drawn to choose each entry to evict (Redis's maxmemory-samples is 5; more samples come
 # closer to true LRU and LFU at a cost the engine bounds).
 EVICTION_SAMPLES = 16
@@ -203,13 +207,16 @@ class DataPath:
         self._eviction_cursor = -1  # the partition the eviction for memory last took entries from
         self._nothing_to_evict = False  # no evicting map had entries to free, as of this tick
         self._expiry_cursor = -1  # the partition the active expiry last looked at
+        self._idle_offsets: dict[tuple[int, str], int] = {}  # per (partition, map): where its idle pass is
 
     # --- what others ask ---------------------------------------------------------------------------
 
     def store(self, pid: int) -> PartitionData:
         data = self.stores.get(pid)
         if data is None:
-            data = self.stores[pid] = PartitionData(hash_seed=self.ctx.hash_seed)
+            data = self.stores[pid] = PartitionData(
+                hash_seed=self.ctx.hash_seed, max_idle_ms=self.ctx.config.max_idle_ms
+            )
         return data
 
     def view(self, pid: int) -> ReplicaView | None:
@@ -496,6 +503,8 @@ class DataPath:
             run_keys = [keys[i] for i in indexes]
             run_values = renewed if message.kind == SET_TTL else [values[i] for i in indexes] if kind == PUT else []
             size = columns_bytes(run_keys, run_values)
+            if message.kind == SET_TTL and self._renewal_too_large(call, message, unit, size):
+                return
         config = self.ctx.config
         over_count = self.pending_count + len(indexes) > config.max_pending_writes
         if over_count or self.pending_bytes + size > config.max_pending_write_bytes:
@@ -503,7 +512,7 @@ class DataPath:
             return
         # After the backlog's check: a write refused OVERLOADED (retried) takes no memory allowance
         # (found by an outside tester: five OVERLOADED refusals made the next write MEMORY_FULL).
-        if kind == PUT and not self._make_room(call, message, pid, data, slots, unit, run_keys, size):
+        if kind == PUT and not self._make_room(call, message, pid, data, slots, unit, run_keys, run_values, size):
             return
         first = data.sequence + 1
         written_ms = self.ctx.records_ms
@@ -636,7 +645,9 @@ class DataPath:
             else:
                 run_values = [message.values[i] for i in indexes] if kind == PUT else []
             size = columns_bytes(run_keys, run_values)
-            if kind == PUT and not self._make_room(call, message, pid, data, None, unit, run_keys, size):
+            if message.kind == SET_TTL and self._renewal_too_large(call, message, unit, size):
+                return
+            if kind == PUT and not self._make_room(call, message, pid, data, None, unit, run_keys, run_values, size):
                 return
             ttls_ms = self._ttls_of(message, indexes) if kind == PUT else b""
             answered = None if message.kind == SET_TTL else out
@@ -1125,6 +1136,7 @@ class DataPath:
         slots: Sequence[MemberId | None] | None,
         unit: Indexes,
         run_keys: Sequence[bytes],
+        run_values: Sequence[bytes],
         size: int,
     ) -> bool:
         """Whether a put of ``run_keys`` (``size`` bytes of keys and values, counted) may go
@@ -1136,14 +1148,16 @@ class DataPath:
         config = self.ctx.config
         map_config = config.map_config(message.map_name)
         if map_config.bounded and not map_config.evicts:
-            reason = self._over_map_size(pid, data, message.map_name, run_keys, size)
+            reason = self._over_map_size(pid, data, message.map_name, run_keys, run_values, slots)
             if reason:
                 self._refuse_memory_full(call, message, data, unit, reason)
                 return False
         limit = config.max_memory_bytes
         if not limit:
             return True
-        growth = size + len(run_keys) * RECORD_GROWTH_BYTES  # at most: every key new
+        # At most: every key new; a set_ttl writes the values held again, adding their expiry's place.
+        per_key = EXPIRY_BYTES if message.kind == SET_TTL else RECORD_GROWTH_BYTES
+        growth = len(run_keys) * per_key + (0 if message.kind == SET_TTL else size)
         if self._held_bytes() + growth > limit:
             self._evict_for_memory(pid, data, message.map_name, slots, self._held_bytes() + growth - limit)
         if self._held_bytes() + growth > limit:
@@ -1172,9 +1186,15 @@ class DataPath:
         order = [map_name] if map_name in evicting else []
         order += [name for name in evicting if name != map_name]
         places: list[tuple[int, PartitionData, str, Sequence[MemberId | None] | None]]
-        places = [(pid, data, name, slots) for name in order]
+        places = [(pid, data, name, slots) for name in order if data.maps.get(name)]
         if slots is not None:
             places += self._evictable_elsewhere(pid, evicting)
+        evictable_bytes = sum(place_data.maps[name].memory_bytes() for _, place_data, name, _ in places)
+        if evictable_bytes < need_bytes:
+            # Evicting all of it would not make room: the write is refused, and nothing is
+            # evicted for it (found by an outside tester: refused writes emptied partitions).
+            self._nothing_to_evict = self._nothing_to_evict or not evictable_bytes
+            return
         for place_pid, place_data, name, place_slots in places:
             if need_bytes <= 0 or budget <= 0:
                 return
@@ -1234,30 +1254,69 @@ class DataPath:
         entries = [n for n in (map_config.max_entries_per_partition, share(map_config.max_entries_per_member)) if n]
         return min(entries, default=0), share(map_config.max_bytes_per_member)
 
-    def _over_map_size(self, pid: int, data: PartitionData, map_name: str, run_keys: Sequence[bytes], size: int) -> str:
-        """Why a put of ``run_keys`` would take a map that evicts nothing past one of its sizes in
-        partition ``pid`` ('' when it would not): only keys it does not hold yet count as new."""
+    def _over_map_size(
+        self,
+        pid: int,
+        data: PartitionData,
+        map_name: str,
+        run_keys: Sequence[bytes],
+        run_values: Sequence[bytes],
+        slots: Sequence[MemberId | None] | None,
+    ) -> str:
+        """Why a put of ``run_keys`` (to ``run_values``) would take a map that evicts nothing past
+        one of its sizes in partition ``pid`` ('' when it would not). Only what the put adds
+        counts: keys it does not hold yet, and a value's growth over the one it replaces, so that
+        a rewrite of held keys is taken even at the size (found by an outside tester: every
+        overwrite was refused once a crash had shrunk the partition's share). Entries that
+        expired but are not removed yet are removed first when they are in the way."""
         max_entries, max_bytes = self._size_caps(map_name)
         records = data.maps.get(map_name)
-        distinct = list(dict.fromkeys(run_keys))
-        if records is None:
-            held, held_bytes, new = 0, 0, len(distinct)
-        else:
-            held, held_bytes = len(records), records.memory_bytes()
-            new = sum(value is None for value in records.peek(distinct, self.ctx.records_ms))
-        if max_entries and held + new > max_entries:
+        final = dict(zip(run_keys, run_values, strict=True))  # a key named twice ends at its last value
+        held_values: dict[bytes, bytes | None] = {}
+        if records is not None:
+            held_values = dict(zip(final, records.peek(list(final), self.ctx.records_ms), strict=True))
+        new_keys = [key for key in final if held_values.get(key) is None]
+        growth = sum(len(key) + len(final[key]) + RECORD_GROWTH_BYTES for key in new_keys)
+        growth += sum(len(final[key]) - len(old) for key, old in held_values.items() if old is not None)
+
+        def over() -> tuple[bool, bool]:
+            held = len(records) if records else 0
+            held_bytes = records.memory_bytes() if records else 0
+            too_many = bool(max_entries and new_keys and held + len(new_keys) > max_entries)
+            too_large = bool(max_bytes and growth > 0 and held_bytes + growth > max_bytes)
+            return too_many, too_large
+
+        too_many, too_large = over()
+        if (too_many or too_large) and records:
+            self._remove_expired(pid, data, map_name, slots)
+            records = data.maps.get(map_name)
+            too_many, too_large = over()
+        if too_many:
             return (
-                f"map {map_name!r} holds {held} entries in partition {pid}, at its size there ({max_entries}, from its "
-                f"max_entries_per_partition or its share of max_entries_per_member) and its eviction_policy is "
-                "NONE: the write is refused (not applied); remove entries, or set an eviction policy"
+                f"map {map_name!r} holds {len(records or ())} entries in partition {pid}, at its size there "
+                f"({max_entries}, from its max_entries_per_partition or its share of max_entries_per_member) and its "
+                "eviction_policy is NONE: the write is refused (not applied); remove entries, or set an eviction policy"
             )
-        if max_bytes and held_bytes + size + new * RECORD_GROWTH_BYTES > max_bytes:
+        if too_large:
             return (
-                f"map {map_name!r} takes {held_bytes} bytes in partition {pid}, at its share ({max_bytes}) of its "
-                "max_bytes_per_member and its eviction_policy is NONE: the write is refused (not applied); remove "
-                "entries, or set an eviction policy"
+                f"map {map_name!r} takes {records.memory_bytes() if records else 0} bytes in partition {pid}, at its "
+                f"share ({max_bytes}) of its max_bytes_per_member and its eviction_policy is NONE: the write is "
+                "refused (not applied); remove entries, or set an eviction policy"
             )
         return ""
+
+    def _remove_expired(
+        self, pid: int, data: PartitionData, map_name: str, slots: Sequence[MemberId | None] | None
+    ) -> None:
+        """Remove entries of the map that expired, before the active expiry gets to them (at most
+        ``MAX_EXPIRED_PER_RUN``): the owner's replicated remove, or a stand-in's own."""
+        records = data.maps.get(map_name)
+        if not records:
+            return
+        keys = tuple(records.expired(self.ctx.records_ms, MAX_EXPIRED_PER_RUN))
+        if not keys:
+            return
+        self._remove_owned(pid, data, map_name, slots, keys)
 
     def _evict_over_size(
         self, pid: int, data: PartitionData, map_name: str, slots: Sequence[MemberId | None] | None
@@ -1302,13 +1361,7 @@ class DataPath:
             self.ctx.records_ms,
         )[:max_entries]
         for start in range(0, len(keys), MAX_EXPIRED_PER_RUN):
-            chunk = tuple(keys[start : start + MAX_EXPIRED_PER_RUN])
-            if slots is None:
-                records.remove(chunk, self.ctx.records_ms)
-                data.sequence += len(chunk)
-                data.changed(map_name, data.sequence)
-            else:
-                self._remove_owned(pid, data, map_name, slots, chunk)
+            self._remove_owned(pid, data, map_name, slots, tuple(keys[start : start + MAX_EXPIRED_PER_RUN]))
         after = records.memory_bytes() if data.maps.get(map_name) is records else 0
         self._written_since_count_bytes -= before - after
         self.entries_evicted += len(keys)
@@ -1346,6 +1399,23 @@ class DataPath:
         call.reason = (
             f"the values this {message.kind.value} would answer come to {answer_bytes} bytes, over the "
             f"{MAX_GET_ANSWER_BYTES} one call may answer: nothing applied; ask for fewer keys, or no previous values"
+        )
+        return True
+
+    def _renewal_too_large(self, call: PendingCall, message: MapRequest, unit: Indexes, size: int) -> bool:
+        """Whether a set_ttl's run (the values it writes again) would pass what one request may
+        carry: then its keys are refused, nothing applied, as its run could not reach the backups
+        in one frame (found by an outside tester: six 3 MiB values made a 19 MB backup batch,
+        which the owner could not send, and it stopped working)."""
+        if size <= MAX_REQUEST_DATA_BYTES:
+            return False
+        if call.values is not None:
+            for index in unit:
+                call.values[index] = None
+        call.mark(unit, ReplyCode.REJECTED)
+        call.reason = (
+            f"the values this set_ttl would write again come to {size} bytes, over the {MAX_REQUEST_DATA_BYTES} "
+            "one write may carry: nothing applied; name fewer keys"
         )
         return True
 
@@ -1692,7 +1762,10 @@ class DataPath:
             if message.base_sequence >= 0 and not self._holds_base(pid, message):
                 self.ctx.send(sender, ReplicaSyncAck(message.sync_id, -1, False))
                 return
-            incoming = IncomingSync(message.sync_id, message.base_sequence, Staging(hash_seed=self.ctx.hash_seed))
+            staging: Staging[ReplicaSyncChunk] = Staging(
+                hash_seed=self.ctx.hash_seed, max_idle_ms=self.ctx.config.max_idle_ms
+            )
+            incoming = IncomingSync(message.sync_id, message.base_sequence, staging)
             self.incoming_syncs[pid] = incoming
         config = self.ctx.config
         staging = incoming.staging
@@ -1884,20 +1957,28 @@ class DataPath:
             self._remove_owned(pid, data, map_name, slots, tuple(key for key in keys if key is not None))
 
     def _remove_owned(
-        self, pid: int, data: PartitionData, map_name: str, slots: Sequence[MemberId | None], chunk: tuple[bytes, ...]
+        self,
+        pid: int,
+        data: PartitionData,
+        map_name: str,
+        slots: Sequence[MemberId | None] | None,
+        chunk: tuple[bytes, ...],
     ) -> None:
-        """A remove the owner decided itself (no client asked: the entries expired, or a cache
-        map is emptied), applied and replicated as one run of writes (no larger than a request).
-        Nobody waits for its acknowledgement, but it is resent until every backup has it."""
+        """A remove the owner decided itself (no client asked: the entries expired or went idle,
+        were evicted, or a cache map is emptied), applied and replicated as one run of writes (no
+        larger than a request). Nobody waits for its acknowledgement, but it is resent until
+        every backup has it. ``slots`` None: a stand-in's copy, which has no backups."""
         records = data.maps.get(map_name)
         if records is None or not chunk:
             return
-        targets = self._targets_of(pid, slots, map_name)
         now_ms = self.ctx.records_ms
         first = data.sequence + 1
         records.remove(chunk, now_ms)
         data.sequence += len(chunk)
         data.changed(map_name, data.sequence)
+        if slots is None:
+            return
+        targets = self._targets_of(pid, slots, map_name)
         if not targets.backups:
             return
         run = WriteRun(
@@ -1930,6 +2011,7 @@ class DataPath:
             return
         start = bisect_right(owned, self._expiry_cursor)
         budget = MAX_EXPIRED_PER_TICK
+        scan_budget = MAX_IDLE_SCANNED_PER_TICK
         now_ms = self.ctx.records_ms
         for pid in owned[start:] + owned[:start]:
             self._expiry_cursor = pid
@@ -1951,7 +2033,45 @@ class DataPath:
                         break
                     budget -= len(keys)
                     self._remove_owned(pid, data, map_name, table.replicas[pid], tuple(keys))
+                if scan_budget > 0 and budget > 0 and map_name in self.ctx.config.max_idle_ms:
+                    scanned, removed = self._remove_idle(pid, data, map_name, table.replicas[pid], scan_budget, budget)
+                    scan_budget -= scanned
+                    budget -= removed
         self._send_outbox()
+
+    def _remove_idle(
+        self,
+        pid: int,
+        data: PartitionData,
+        map_name: str,
+        slots: Sequence[MemberId | None],
+        max_scanned: int,
+        max_removed: int,
+    ) -> tuple[int, int]:
+        """Remove entries of the map gone idle, looking on from where the last look at it stopped
+        (at most ``max_scanned`` records, ``max_removed`` removed); records looked at and removed.
+        A removal moves the map's last record into its place, behind the pass: the next pass
+        finds it."""
+        records = data.maps.get(map_name)
+        if not records:
+            self._idle_offsets.pop((pid, map_name), None)
+            return 0, 0
+        offset = self._idle_offsets.get((pid, map_name), 0)
+        keys, next_offset = records.idle(
+            self.ctx.records_ms,
+            offset,
+            min(max_scanned, MAX_ENTRIES_PER_CHUNK),
+            min(max_removed, MAX_EXPIRED_PER_RUN),
+        )
+        scanned = max(1, next_offset - offset)
+        if keys:
+            self._remove_owned(pid, data, map_name, slots, tuple(keys))
+        held = len(records) if data.maps.get(map_name) is records else 0
+        if next_offset >= held:
+            self._idle_offsets.pop((pid, map_name), None)  # the pass is over: the next starts again
+        else:
+            self._idle_offsets[(pid, map_name)] = next_offset
+        return scanned, len(keys)
 
     def drop_everything(self) -> None:
         """This member left (or was removed): its data is no longer any replica's."""

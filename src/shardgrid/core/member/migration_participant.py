@@ -129,7 +129,10 @@ class MigrationParticipant:
             return  # a CLEAR: the source drops its data when the outcome is applied
         if destination == self.ctx.identity:
             # A lost partition restarts empty.
-            self.incoming[pid] = Incoming(record, Staging(complete=owner is None, hash_seed=self.ctx.hash_seed))
+            staging: Staging[MigrationChunk] = Staging(
+                complete=owner is None, hash_seed=self.ctx.hash_seed, max_idle_ms=self.ctx.config.max_idle_ms
+            )
+            self.incoming[pid] = Incoming(record, staging)
             early = self._take_early(record.migration_id)
             if early is not None:
                 sender, chunks = early

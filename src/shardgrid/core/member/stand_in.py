@@ -94,7 +94,9 @@ class StandIns:
         """The entries this member serves as ``pid``'s stand-in (asked only once ``refusal`` is None)."""
         data = self._stores.get(pid)
         if data is None:
-            data = self._stores[pid] = PartitionData(hash_seed=self.ctx.hash_seed)
+            data = self._stores[pid] = PartitionData(
+                hash_seed=self.ctx.hash_seed, max_idle_ms=self.ctx.config.max_idle_ms
+            )
         return data
 
     def after_applied(self) -> None:
