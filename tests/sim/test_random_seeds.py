@@ -74,8 +74,9 @@ MEMORY_LIMIT = SimParams(
     fault_gap_ms=(1_000, 4_000),
 )
 # The same, with the cache map evicting (LRU, 3 entries a partition): owners evict it to take its
-# writes, at its size and at the memory limit, replicated as removes while partitions move.
-EVICTING_CACHE = replace(MEMORY_LIMIT, cache_eviction="LRU")
+# writes, at its size and at the memory limit, replicated as removes while partitions move; and a
+# share of the writes compare-and-sets, whose answers are checked as reads.
+EVICTING_CACHE = replace(MEMORY_LIMIT, cache_eviction="LRU", compare_and_set=True)
 # Members' record clocks seconds apart: an entry created on one owner's clock is rewritten and
 # expired on the next one's, and must still move between members (an outside tester found records
 # "updated before created" that no transfer would take).
@@ -125,6 +126,10 @@ REGRESSION_SEEDS = [
             faults=("crash", "leader-crash", "join", "split", "restart", "pause"),
         ),
     ),
+    # The first runs with compare-and-sets: an eviction for a compare-and-set's room took its key,
+    # and the put's previous value (none) was answered: "not swapped", though it was applied.
+    (7, EVICTING_CACHE),
+    (9, EVICTING_CACHE),
 ]
 
 
@@ -143,7 +148,7 @@ CONFIGURATIONS: dict[str, tuple[SimParams, int]] = {
     "tight-whole-transfers": (replace(TIGHT_TRANSFERS, fragments=False), SCALE // 15),
     "a-ttl-map": (TTL_MAP, SCALE // 15),
     "members-at-their-memory-limit": (MEMORY_LIMIT, SCALE // 15),
-    "an-evicting-cache-at-the-memory-limit": (EVICTING_CACHE, SCALE // 30),
+    "an-evicting-cache-and-compare-and-sets": (EVICTING_CACHE, SCALE // 30),
     "clocks-seconds-apart": (CLOCK_SKEW, SCALE // 15),
 }
 

@@ -76,6 +76,7 @@ class Simulation:
         call_settings: CallSettings | None = None,
         attempt_timeout_ms: int = SimClient.ATTEMPT_TIMEOUT_MS,
         clock_skew_ms: int = 0,
+        compare_and_set: bool = False,
     ) -> None:
         self.seed = seed
         # Each member's record clock is off the simulated time by up to this much either way (its
@@ -83,6 +84,7 @@ class Simulation:
         # next on another clock.
         self.clock_skew_ms = clock_skew_ms
         self.attempt_timeout_ms = attempt_timeout_ms  # the workload clients' (SimClient)
+        self.compare_and_set = compare_and_set  # the clients' writes include compare-and-sets
         # How the workload's clients treat answers (seed 001's call semantics, core.call_policy).
         self.call_settings = call_settings or CallSettings(
             operation_call_timeout_ms=10_000, fail_on_indeterminate_operation_state=True
@@ -185,6 +187,7 @@ class Simulation:
             attempt_timeout_ms=self.attempt_timeout_ms,
             use_ttl_map=self.config.map_config(TTL_MAP_NAME).time_to_live_seconds > 0,
             ttl_slack_ms=2 * self.clock_skew_ms,
+            compare_and_set=self.compare_and_set,
         )
         self.clients[name] = client
         self._schedule(self.now_ms + 1, "client", name)

@@ -108,6 +108,7 @@ _RUN_FIELDS = {
     "max_memory_bytes",
     "ttl_map",
     "clock_skew_ms",
+    "compare_and_set",
 }
 _STEP_FIELDS = {
     "action",

@@ -97,6 +97,10 @@ class SimParams:
     ttl_map: bool = False
     # Each member's record clock off by up to this much either way (0: one clock for all).
     clock_skew_ms: int = 0
+    # A share of the clients' writes are compare-and-sets of the key's last acknowledged value
+    # (REPLACE_IF_SAME): its answer is checked as a read, and it counts as applied only when the
+    # key held that value.
+    compare_and_set: bool = False
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -108,6 +112,7 @@ class SimParams:
             call_settings=CallSettings(self.operation_call_timeout_ms, self.fail_on_indeterminate),
             attempt_timeout_ms=self.attempt_timeout_ms,
             clock_skew_ms=self.clock_skew_ms,
+            compare_and_set=self.compare_and_set,
         )
         install_checks(sim)
         return sim

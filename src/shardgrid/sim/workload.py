@@ -33,6 +33,7 @@ from shardgrid.core.hashing import partition_id_of_serialized, serialize_key
 from shardgrid.core.messages import (
     GET,
     PUT,
+    REPLACE_IF_SAME,
     MapReply,
     MapRequest,
     ReplyCode,
@@ -157,6 +158,8 @@ class Call:
     target: str | None = None
     first_sent_ms: int = 0
     write_id: int = 0  # a write's name at its client, the same in every attempt (0: a read)
+    expected: bytes | None = None  # a compare-and-set's: the value it replaces
+    swapped: bool | None = None  # a compare-and-set's answer: whether the key held ``expected``
 
 
 class SimClient:
@@ -179,7 +182,11 @@ class SimClient:
         attempt_timeout_ms: int = ATTEMPT_TIMEOUT_MS,
         use_ttl_map: bool = False,
         ttl_slack_ms: int = 0,
+        compare_and_set: bool = False,
     ) -> None:
+        # A share of the writes are compare-and-sets (REPLACE_IF_SAME) of the key's last
+        # acknowledged value: applied only where the key still holds it, as the answer says.
+        self.compare_and_set = compare_and_set
         self.attempt_timeout_ms = attempt_timeout_ms
         self.address = name
         self.settings = settings or CallSettings()
@@ -242,10 +249,15 @@ class SimClient:
         self.counter += 1
         key = self.rng.choice(self.keys)
         pid = partition_id_of_serialized(key, self.partition_count)
+        expected = None
         if self.rng.random() < 0.7:
             write = Write(f"{self.address}:{self.counter}".encode(), now_ms)
-            self.ledger.writes.setdefault(key, []).append(write)
             kind = PUT
+            if self.compare_and_set and self.rng.random() < 0.3:
+                acked = [w for w in self.ledger.writes.get(key, []) if w.outcome == ACKED]
+                if acked:
+                    kind, expected = REPLACE_IF_SAME, acked[-1].value
+            self.ledger.writes.setdefault(key, []).append(write)
         else:
             write = None
             kind = GET
@@ -256,8 +268,9 @@ class SimClient:
             partition_id=pid,
             write=write,
             map_name=self.map_of[key],
-            progress=CallProgress(now_ms, kind == PUT),
+            progress=CallProgress(now_ms, write is not None),
             write_id=self.counter if write is not None else 0,
+            expected=expected,
         )
 
     def _send(self, now_ms: int, members: list[str]) -> list[tuple[str, Any]]:
@@ -293,6 +306,8 @@ class SimClient:
             deadline_ms=max(1, deadline_ms - now_ms),
             client_id=self.address if call.write_id else "",
             write_id=call.write_id,
+            previous=call.expected is not None,
+            expected=(call.expected,) if call.expected is not None else (),
         )
         return [(target, request)]
 
@@ -326,6 +341,13 @@ class SimClient:
         if status is ReplyCode.OK and call.write is None:
             value = message.values[0] if message.values else None
             self.ledger.check_read(call.key, value, call.first_sent_ms, now_ms, call.target or "?")
+        if status is ReplyCode.OK and call.expected is not None:
+            # The value the key held when the owner judged the compare-and-set: a read, checked
+            # as one (before this write, which is not in the ledger's reach yet), and whether the
+            # write was applied.
+            held = message.values[0] if message.values else None
+            call.swapped = held == call.expected
+            self._check_held(call, held, now_ms)
         if status is ReplyCode.WRONG_OWNER:
             redirect = next((r for r in message.redirects if r.partition_id == call.partition_id), None)
             self.owners[call.partition_id] = redirect.owner_address if redirect is not None else None
@@ -351,10 +373,23 @@ class SimClient:
             self._finish(now_ms, MAYBE if decision.outcome_unknown else FAILED)
         return []
 
+    def _check_held(self, call: Call, held: bytes | None, now_ms: int) -> None:
+        """A compare-and-set's answer, checked as a read of the key just before the write: the
+        write itself is set aside while the ledger looks (it is the key's latest)."""
+        writes = self.ledger.writes[call.key]
+        own = writes.pop()
+        try:
+            self.ledger.check_read(call.key, held, call.first_sent_ms, now_ms, call.target or "?")
+        finally:
+            writes.append(own)
+
     def _finish(self, now_ms: int, outcome: str) -> None:
         call = self.call
         if call is None:
             raise InvariantViolation("a client finishes only a call it has")
+        if call.swapped is False and outcome == ACKED:
+            outcome = FAILED  # answered: the key held another value, and nothing was written
+            call.progress.maybe_applied = False
         if call.write is not None:
             call.write.outcome = MAYBE if (outcome == FAILED and call.progress.maybe_applied) else outcome
             call.write.finished_ms = now_ms

@@ -517,7 +517,11 @@ class DataPath:
         first = data.sequence + 1
         written_ms = self.ctx.records_ms
         ttls_ms = self._ttls_of(message, indexes) if kind == PUT else b""
-        answered = None if message.kind == SET_TTL else out  # a set_ttl answers b"", never the value
+        # A conditional write's answer is what it was judged on (``_conditioned``): an eviction for
+        # its room may have taken the key since, and the put's own previous value would then say
+        # the key held nothing (found by the simulator: a compare-and-set answered "not swapped"
+        # though it was applied).
+        answered = None if message.kind in CONDITIONAL else out
         self._written_since_count_bytes += self._apply(
             data, message, kind, indexes, answered, run_keys, run_values, written_ms, ttls_ms
         )
@@ -650,7 +654,7 @@ class DataPath:
             if kind == PUT and not self._make_room(call, message, pid, data, None, unit, run_keys, run_values, size):
                 return
             ttls_ms = self._ttls_of(message, indexes) if kind == PUT else b""
-            answered = None if message.kind == SET_TTL else out
+            answered = None if message.kind in CONDITIONAL else out
             self._written_since_count_bytes += self._apply(
                 data, message, kind, indexes, answered, run_keys, run_values, self.ctx.records_ms, ttls_ms
             )
