@@ -259,3 +259,40 @@ def test_a_set_ttl_whose_values_would_pass_a_request_is_refused_whole() -> None:
     assert "fewer keys" in reply.reason
     assert not sent(effects, m.BackupBatch)
     assert owner.data.sequence_of(0) == sequence
+
+
+def test_a_compare_and_set_whose_key_is_evicted_for_its_room_answers_what_it_was_judged_on() -> None:
+    """Found by the simulator (compare-and-sets in the random runs): the eviction that made room
+    for a replace_if_same took its own key, and the put's previous value (none) was answered:
+    'not swapped', though the new value was written."""
+    maps = (("cache", MapConfig(backup_count=0, eviction_policy="LRU")), ("store", MapConfig(backup_count=0)))
+    owner, now = following(B, B_ALONE, config=replace(CONFIG, backup_count=0, maps=maps, max_memory_bytes=20_000))
+    now = grant_lease(owner, now)
+    (key,) = keys(0, 1)
+    stored = []
+    for call_id, one in enumerate(keys_of(1, 200), start=2):  # the store fills the member, a key at a time
+        if put_to(owner, now, call_id, "store", 1, [one]) != (m.ReplyCode.OK,):
+            break
+        stored.append(one)
+    remove = m.MapRequest(call_id=300, kind=m.REMOVE, map_name="store", partition_ids=(1,), keys=tuple(stored[:1]))
+    owner.handle(now, Receive("c", None, None, remove))
+    _, now = run_ticks(owner, now, now + CONFIG.tick_ms)  # counted again: room for one entry
+    assert put_to(owner, now, 301, "cache", 0, [key]) == (m.ReplyCode.OK,)
+    assert owner.data.entries_evicted == 0
+    swap = m.MapRequest(
+        call_id=500,
+        kind=m.REPLACE_IF_SAME,
+        map_name="cache",
+        partition_ids=(0,),
+        keys=(key,),
+        values=(b"w" * 100,),
+        expected=(VALUE,),
+        previous=True,
+    )
+    (reply,) = replies(owner.handle(now + 1, Receive("c", None, None, swap)))
+    assert reply.codes == (m.ReplyCode.OK,)
+    assert owner.data.entries_evicted == 1  # its own key made the room
+    assert reply.values == (VALUE,)  # judged on the value it replaced: swapped
+    view = owner.data.view(0)
+    assert view is not None
+    assert view.maps["cache"] == {key: b"w" * 100}
