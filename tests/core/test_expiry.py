@@ -15,7 +15,7 @@ from shardgrid.core.config import MapConfig
 from shardgrid.core.hashing import partition_ids_of_serialized
 from shardgrid.core.inputs import Receive
 from shardgrid.core.limits import MAX_TTL_MS
-from shardgrid.core.member.data import MAX_EXPIRED_PER_TICK
+from shardgrid.core.member.upkeep import MAX_EXPIRED_PER_TICK
 from shardgrid.core.table import PartitionTable
 from tests.core.test_member import CONFIG, A, B, following, grant_lease, key_in, replies, run_ticks, sent
 

@@ -249,5 +249,5 @@ def test_a_stand_in_takes_no_write_past_its_members_memory_limit_and_counts_what
     assert m.ReplyCode.MEMORY_FULL in codes
     assert codes.count(m.ReplyCode.OK) < 10
     member = scenario.sim.nodes[stand_in].member
-    member.data.count_memory()
+    member.data.upkeep.count()
     assert 10_000 * codes.count(m.ReplyCode.OK) < member.data.memory_bytes <= limit

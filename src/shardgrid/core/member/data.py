@@ -23,14 +23,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from shardgrid._engine import EXPIRY_BYTES, INDEX_BYTES, RECORD_BYTES, split
+from shardgrid._engine import split
 from shardgrid.core.errors import invariant
 from shardgrid.core.hashing import partition_ids_of_serialized
 from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import (
     MAX_BACKUP_BATCH_BYTES,
-    MAX_COUNTER,
-    MAX_ENTRIES_PER_CHUNK,
     MAX_FRAME_BYTES,
     MAX_GET_ANSWER_BYTES,
     MAX_KEY_BYTES,
@@ -47,6 +45,7 @@ from shardgrid.core.member.context import Context
 from shardgrid.core.member.leases import Leases
 from shardgrid.core.member.replication import Indexes, PendingCall, PendingPartition, PendingWrite
 from shardgrid.core.member.stand_in import StandIns
+from shardgrid.core.member.upkeep import Upkeep
 from shardgrid.core.messages import (
     ENTRY_VIEW,
     PUT,
@@ -90,20 +89,6 @@ from shardgrid.core.write_records import NO_DEADLINE_TTL_MS, RECORD_GRACE_MS, WI
 
 # What a run takes on the wire beyond its keys, values and map name (partition, lineage, sequences).
 RUN_HEADER_BYTES = 64
-# What a new record costs the engine beyond its key's and value's bytes (its slot, its share of the
-# index, the heap block's header and rounding): how much a write is taken to add to the memory
-# count until the next tick counts it exactly.
-RECORD_GROWTH_BYTES = RECORD_BYTES + INDEX_BYTES + 16
-# The owner's active expiry: entries it removes a tick at most, and in one run of writes (a run of
-# expired keys stays far below a backup batch: keys are at most 64 KiB).
-MAX_EXPIRED_PER_TICK = 2_000
-MAX_EXPIRED_PER_RUN = 200
-# Records the owner looks at a tick for entries gone idle (max_idle_seconds): idle entries are in
-# no order, so they are found by a pass over each map, resumed where the last tick stopped.
-MAX_IDLE_SCANNED_PER_TICK = 20_000
-# Records drawn to choose each entry to evict (Redis's maxmemory-samples is 5; more samples come
-# closer to true LRU and LFU at a cost the engine bounds).
-EVICTION_SAMPLES = 16
 # Every operation a request may name (a set of its members: ``in`` takes any value, in every
 # Python version, unlike ``in OpKind`` on 3.11).
 KINDS = frozenset(OpKind)
@@ -195,19 +180,8 @@ class DataPath:
         self._syncs_by_id: dict[str, OutgoingSync] = {}
         self.incoming_syncs: dict[int, IncomingSync] = {}
         self._sync_counter = 0
-        # What the engine counts for every replica held, as of the last tick, and what writes
-        # this member applied as owner since (their keys' and values' bytes): the memory limit
-        # is checked against the two on every write, without a pass over the stores.
-        self.memory_bytes = 0
-        self._written_since_count_bytes = 0
-        self.entry_count = 0
-        self.entries_evicted = 0  # by every map's eviction policy, since the member started
-        self.map_usage: dict[str, tuple[int, int]] = {}  # per map: (entries, bytes), as of the last count
-        self._owners: tuple[object, int] = (None, 0)  # (table, members owning a partition in it)
-        self._eviction_cursor = -1  # the partition the eviction for memory last took entries from
-        self._nothing_to_evict = False  # no evicting map had entries to free, as of this tick
-        self._expiry_cursor = -1  # the partition the active expiry last looked at
-        self._idle_offsets: dict[tuple[int, str], int] = {}  # per (partition, map): where its idle pass is
+        # The records' memory, sizes, evictions and expiry: the owner's own removals.
+        self.upkeep = Upkeep(ctx, consensus, self)
 
     # --- what others ask ---------------------------------------------------------------------------
 
@@ -233,6 +207,44 @@ class DataPath:
         """What the engine counts for this member's copy of ``pid`` (0: it holds none)."""
         data = self.stores.get(pid)
         return data.memory_bytes() if data is not None else 0
+
+    @property
+    def memory_bytes(self) -> int:
+        """What the engine counts for every copy this member holds, as of the last tick."""
+        return self.upkeep.memory_bytes
+
+    @property
+    def entries_evicted(self) -> int:
+        return self.upkeep.entries_evicted
+
+    # --- what the upkeep asks (``upkeep.OwnerWrites``) ---------------------------------------------
+
+    def owned_partitions(self) -> list[int]:
+        table = self.consensus.state.table
+        if table is None or self.migrations is None or not self.leases.holds():
+            return []
+        me = self.ctx.identity
+        return [pid for pid in sorted(self.stores) if table.replicas[pid][0] == me]
+
+    def blocked(self, pid: int) -> bool:
+        migrations = self.migrations
+        return migrations is None or self.consensus.state.unavailable(pid) or migrations.writes_blocked(pid)
+
+    def map_blocked(self, pid: int, map_name: str) -> bool:
+        if pid in self.outgoing_syncs and self._syncing(pid, map_name):
+            return True
+        return self.stand_ins.owner_waits(pid, map_name, self.ctx.now_ms)  # a stand-in may serve it
+
+    def replica(self, pid: int) -> PartitionData:
+        return self.stores[pid]
+
+    def slots_of(self, pid: int) -> Sequence[MemberId | None]:
+        table = self.consensus.state.table
+        invariant(table is not None, "a partition's slots are asked for under a table")
+        return table.replicas[pid]
+
+    def copies_held(self) -> list[PartitionData]:
+        return [*self.stores.values(), *self.stand_ins.held()]
 
     def held_partitions(self) -> list[int]:
         """The partitions this member holds a copy of."""
@@ -522,14 +534,14 @@ class DataPath:
         # the key held nothing (found by the simulator: a compare-and-set answered "not swapped"
         # though it was applied).
         answered = None if message.kind in CONDITIONAL else out
-        self._written_since_count_bytes += self._apply(
-            data, message, kind, indexes, answered, run_keys, run_values, written_ms, ttls_ms
+        self.upkeep.changed(
+            self._apply(data, message, kind, indexes, answered, run_keys, run_values, written_ms, ttls_ms)
         )
         answer = self._remember(data, message, unit, out, expires_ms) if named else None
         targets = self._targets_of(pid, slots, message.map_name)
         if not targets.backups:
             if kind == PUT:
-                self._evict_over_size(pid, data, message.map_name, slots)
+                self.upkeep.evict_over_size(pid, data, message.map_name, slots)
             return
         run = WriteRun(
             partition_id=pid,
@@ -553,7 +565,7 @@ class DataPath:
         if targets.sync:  # async backups only: nobody is waited on (the run is still resent until they have it)
             self._wait_for_backups(pending, call, first, data.sequence, indexes, targets.sync, size)
         if kind == PUT:
-            self._evict_over_size(pid, data, message.map_name, slots)
+            self.upkeep.evict_over_size(pid, data, message.map_name, slots)
 
     def _wait_for_backups(
         self,
@@ -655,11 +667,11 @@ class DataPath:
                 return
             ttls_ms = self._ttls_of(message, indexes) if kind == PUT else b""
             answered = None if message.kind in CONDITIONAL else out
-            self._written_since_count_bytes += self._apply(
-                data, message, kind, indexes, answered, run_keys, run_values, self.ctx.records_ms, ttls_ms
+            self.upkeep.changed(
+                self._apply(data, message, kind, indexes, answered, run_keys, run_values, self.ctx.records_ms, ttls_ms)
             )
             if kind == PUT:
-                self._evict_over_size(pid, data, message.map_name, None)
+                self.upkeep.evict_over_size(pid, data, message.map_name, None)
         if named:
             self._remember(data, message, unit, out, expires_ms)
 
@@ -681,7 +693,7 @@ class DataPath:
         now = self.ctx.now_ms
         if data.writes.refused(message.client_id, message.write_id, now):
             call.mark(unit, ReplyCode.MEMORY_FULL)
-            call.reason = self._memory_full_reason()
+            call.reason = self.upkeep.memory_full_reason()
             return False
         seen, writer = data.writes.seen(message.client_id, message.write_id, now)
         if seen is Seen.NEW:
@@ -1126,11 +1138,6 @@ class DataPath:
             return message.ttl_ms
         return self.ctx.config.map_config(message.map_name).time_to_live_ms
 
-    def _held_bytes(self) -> int:
-        """The engine's count as of the last tick, and what this member's own writes and
-        evictions changed since (exact: the engine's count before and after each)."""
-        return self.memory_bytes + self._written_since_count_bytes
-
     def _make_room(
         self,
         call: PendingCall,
@@ -1143,235 +1150,14 @@ class DataPath:
         run_values: Sequence[bytes],
         size: int,
     ) -> bool:
-        """Whether a put of ``run_keys`` (``size`` bytes of keys and values, counted) may go
-        ahead: within its map's sizes and its member's max_memory_bytes, after evicting what the
-        map's policy lets go (applied, and replicated to the partition's backups, before the put,
-        in the partition's sequence; ``slots`` None: a stand-in's copy, which has none). Refused
-        MEMORY_FULL otherwise, nothing applied. A map that evicts is brought back within its own
-        sizes after the put instead (``_evict_over_size``), so that an overwrite evicts nothing."""
-        config = self.ctx.config
-        map_config = config.map_config(message.map_name)
-        if map_config.bounded and not map_config.evicts:
-            reason = self._over_map_size(pid, data, message.map_name, run_keys, run_values, slots)
-            if reason:
-                self._refuse_memory_full(call, message, data, unit, reason)
-                return False
-        limit = config.max_memory_bytes
-        if not limit:
-            return True
-        # At most: every key new; a set_ttl writes the values held again, adding their expiry's place.
-        per_key = EXPIRY_BYTES if message.kind == SET_TTL else RECORD_GROWTH_BYTES
-        growth = len(run_keys) * per_key + (0 if message.kind == SET_TTL else size)
-        if self._held_bytes() + growth > limit:
-            self._evict_for_memory(pid, data, message.map_name, slots, self._held_bytes() + growth - limit)
-        if self._held_bytes() + growth > limit:
-            self._refuse_memory_full(call, message, data, unit)
+        """Whether a put of ``run_keys`` may go ahead (``Upkeep.room_for``, which may evict for
+        it); refused MEMORY_FULL otherwise, nothing applied."""
+        renewal = message.kind == SET_TTL
+        reason = self.upkeep.room_for(pid, data, message.map_name, slots, run_keys, run_values, size, renewal)
+        if reason:
+            self._refuse_memory_full(call, message, data, unit, reason)
             return False
         return True
-
-    def _evict_for_memory(
-        self,
-        pid: int,
-        data: PartitionData,
-        map_name: str,
-        slots: Sequence[MemberId | None] | None,
-        need_bytes: int,
-    ) -> None:
-        """Free ``need_bytes`` of the member's count for a write, by evicting entries of the maps
-        that evict: the written map in its partition first, then the partition's other evicting
-        maps, then those of the other partitions this member owns and may write now (from where
-        the last search stopped), so that a cache yields its memory to a map that evicts nothing.
-        At most MAX_OPERATIONS_PER_REQUEST entries for one write. A search that finds nothing
-        to evict is not repeated before the next count (the next tick)."""
-        evicting = self.ctx.config.evicting_maps
-        if not evicting or self._nothing_to_evict:
-            return
-        budget = MAX_OPERATIONS_PER_REQUEST
-        order = [map_name] if map_name in evicting else []
-        order += [name for name in evicting if name != map_name]
-        places: list[tuple[int, PartitionData, str, Sequence[MemberId | None] | None]]
-        places = [(pid, data, name, slots) for name in order if data.maps.get(name)]
-        if slots is not None:
-            places += self._evictable_elsewhere(pid, evicting)
-        evictable_bytes = sum(place_data.maps[name].memory_bytes() for _, place_data, name, _ in places)
-        if evictable_bytes < need_bytes:
-            # Evicting all of it would not make room: the write is refused, and nothing is
-            # evicted for it (found by an outside tester: refused writes emptied partitions).
-            self._nothing_to_evict = self._nothing_to_evict or not evictable_bytes
-            return
-        for place_pid, place_data, name, place_slots in places:
-            if need_bytes <= 0 or budget <= 0:
-                return
-            records = place_data.maps.get(name)
-            if not records:
-                continue
-            count, freed = self._evict(place_pid, place_data, name, place_slots, 0, need_bytes, budget)
-            need_bytes -= freed
-            budget -= count
-        if need_bytes > 0 and budget > 0:
-            self._nothing_to_evict = True
-
-    def _evictable_elsewhere(
-        self, pid: int, evicting: tuple[str, ...]
-    ) -> list[tuple[int, PartitionData, str, Sequence[MemberId | None] | None]]:
-        """The evicting maps of the partitions other than ``pid`` this member owns and may
-        write to now, as the active expiry chooses them (no migration, no sync reading the map,
-        no stand-in that may serve it), from the partition after the last one evicted from."""
-        table = self.consensus.state.table
-        migrations = self.migrations
-        if table is None or migrations is None or not self.leases.holds():
-            return []
-        me = self.ctx.identity
-        owned = [p for p in sorted(self.stores) if p != pid and table.replicas[p][0] == me]
-        start = bisect_right(owned, self._eviction_cursor)
-        places: list[tuple[int, PartitionData, str, Sequence[MemberId | None] | None]] = []
-        for other in owned[start:] + owned[:start]:
-            if self.consensus.state.unavailable(other) or migrations.writes_blocked(other):
-                continue
-            other_data = self.stores[other]
-            for name in evicting:
-                if not other_data.maps.get(name):
-                    continue
-                if other in self.outgoing_syncs and self._syncing(other, name):
-                    continue
-                if self.stand_ins.owner_waits(other, name, self.ctx.now_ms):
-                    continue
-                places.append((other, other_data, name, table.replicas[other]))
-        return places
-
-    def _size_caps(self, map_name: str) -> tuple[int, int]:
-        """A map's entries and bytes in one partition, at most (0: no bound): its per-partition
-        size, and its partition's share of its per-member sizes (as Hazelcast's PER_NODE: the
-        size times the members that own partitions, over the partitions, rounded up)."""
-        config = self.ctx.config
-        map_config = config.map_config(map_name)
-        table = self.consensus.state.table
-        if self._owners[0] is not table:
-            owners = len({slots[0] for slots in table.replicas if slots[0] is not None}) if table else 0
-            self._owners = (table, owners)
-        owners = max(1, self._owners[1])
-        partitions = config.partition_count
-
-        def share(per_member: int) -> int:
-            return -(-per_member * owners // partitions) if per_member else 0
-
-        entries = [n for n in (map_config.max_entries_per_partition, share(map_config.max_entries_per_member)) if n]
-        return min(entries, default=0), share(map_config.max_bytes_per_member)
-
-    def _over_map_size(
-        self,
-        pid: int,
-        data: PartitionData,
-        map_name: str,
-        run_keys: Sequence[bytes],
-        run_values: Sequence[bytes],
-        slots: Sequence[MemberId | None] | None,
-    ) -> str:
-        """Why a put of ``run_keys`` (to ``run_values``) would take a map that evicts nothing past
-        one of its sizes in partition ``pid`` ('' when it would not). Only what the put adds
-        counts: keys it does not hold yet, and a value's growth over the one it replaces, so that
-        a rewrite of held keys is taken even at the size (found by an outside tester: every
-        overwrite was refused once a crash had shrunk the partition's share). Entries that
-        expired but are not removed yet are removed first when they are in the way."""
-        max_entries, max_bytes = self._size_caps(map_name)
-        records = data.maps.get(map_name)
-        final = dict(zip(run_keys, run_values, strict=True))  # a key named twice ends at its last value
-        held_values: dict[bytes, bytes | None] = {}
-        if records is not None:
-            held_values = dict(zip(final, records.peek(list(final), self.ctx.records_ms), strict=True))
-        new_keys = [key for key in final if held_values.get(key) is None]
-        growth = sum(len(key) + len(final[key]) + RECORD_GROWTH_BYTES for key in new_keys)
-        growth += sum(len(final[key]) - len(old) for key, old in held_values.items() if old is not None)
-
-        def over() -> tuple[bool, bool]:
-            held = len(records) if records else 0
-            held_bytes = records.memory_bytes() if records else 0
-            too_many = bool(max_entries and new_keys and held + len(new_keys) > max_entries)
-            too_large = bool(max_bytes and growth > 0 and held_bytes + growth > max_bytes)
-            return too_many, too_large
-
-        too_many, too_large = over()
-        if (too_many or too_large) and records:
-            self._remove_expired(pid, data, map_name, slots)
-            records = data.maps.get(map_name)
-            too_many, too_large = over()
-        if too_many:
-            return (
-                f"map {map_name!r} holds {len(records or ())} entries in partition {pid}, at its size there "
-                f"({max_entries}, from its max_entries_per_partition or its share of max_entries_per_member) and its "
-                "eviction_policy is NONE: the write is refused (not applied); remove entries, or set an eviction policy"
-            )
-        if too_large:
-            return (
-                f"map {map_name!r} takes {records.memory_bytes() if records else 0} bytes in partition {pid}, at its "
-                f"share ({max_bytes}) of its max_bytes_per_member and its eviction_policy is NONE: the write is "
-                "refused (not applied); remove entries, or set an eviction policy"
-            )
-        return ""
-
-    def _remove_expired(
-        self, pid: int, data: PartitionData, map_name: str, slots: Sequence[MemberId | None] | None
-    ) -> None:
-        """Remove entries of the map that expired, before the active expiry gets to them (at most
-        ``MAX_EXPIRED_PER_RUN``): the owner's replicated remove, or a stand-in's own."""
-        records = data.maps.get(map_name)
-        if not records:
-            return
-        keys = tuple(records.expired(self.ctx.records_ms, MAX_EXPIRED_PER_RUN))
-        if not keys:
-            return
-        self._remove_owned(pid, data, map_name, slots, keys)
-
-    def _evict_over_size(
-        self, pid: int, data: PartitionData, map_name: str, slots: Sequence[MemberId | None] | None
-    ) -> None:
-        """After a put: bring a map that evicts back within its sizes in partition ``pid``."""
-        map_config = self.ctx.config.map_config(map_name)
-        records = data.maps.get(map_name)
-        if not (map_config.evicts and map_config.bounded and records):
-            return
-        max_entries, max_bytes = self._size_caps(map_name)
-        extra_entries = len(records) - max_entries if max_entries else 0
-        extra_bytes = records.memory_bytes() - max_bytes if max_bytes else 0
-        if extra_entries > 0 or extra_bytes > 0:
-            self._evict(pid, data, map_name, slots, max(0, extra_entries), max(0, extra_bytes))
-
-    def _evict(
-        self,
-        pid: int,
-        data: PartitionData,
-        map_name: str,
-        slots: Sequence[MemberId | None] | None,
-        min_entries: int,
-        min_bytes: int,
-        max_entries: int = MAX_OPERATIONS_PER_REQUEST,
-    ) -> tuple[int, int]:
-        """Evict at least ``min_entries`` entries of the map in ``pid``, freeing ``min_bytes`` of
-        the engine's count (as much as its copy holds, at most ``max_entries``), chosen by its
-        policy from the member's seeded generator: the owner's removes, replicated as any
-        (``slots`` None: a stand-in's copy, with no backups). Returns the entries evicted and the
-        bytes freed."""
-        records = data.maps.get(map_name)
-        if not records:
-            return 0, 0
-        policy = self.ctx.config.map_config(map_name).eviction_policy
-        before = records.memory_bytes()
-        keys = records.evictable(
-            policy,
-            self.ctx.rng.getrandbits(64),
-            EVICTION_SAMPLES,
-            min(min_entries, MAX_OPERATIONS_PER_REQUEST),
-            min(min_bytes, MAX_COUNTER),
-            self.ctx.records_ms,
-        )[:max_entries]
-        for start in range(0, len(keys), MAX_EXPIRED_PER_RUN):
-            self._remove_owned(pid, data, map_name, slots, tuple(keys[start : start + MAX_EXPIRED_PER_RUN]))
-        after = records.memory_bytes() if data.maps.get(map_name) is records else 0
-        self._written_since_count_bytes -= before - after
-        self.entries_evicted += len(keys)
-        if pid != self._eviction_cursor and slots is not None:
-            self._eviction_cursor = pid
-        return len(keys), before - after
 
     def _refuse_memory_full(
         self, call: PendingCall, message: MapRequest, data: PartitionData, unit: Indexes, reason: str = ""
@@ -1381,7 +1167,7 @@ class DataPath:
         applied once memory is freed (the client was told it was not applied; found by an outside
         tester: a duplicated request applied 3 ms after its refusal)."""
         call.mark(unit, ReplyCode.MEMORY_FULL)
-        call.reason = reason or self._memory_full_reason()
+        call.reason = reason or self.upkeep.memory_full_reason()
         if message.client_id and message.write_id:
             data.writes.refuse(message.client_id, message.write_id, self.ctx.now_ms + NO_DEADLINE_TTL_MS)
 
@@ -1423,34 +1209,10 @@ class DataPath:
         )
         return True
 
-    def _memory_full_reason(self) -> str:
-        limit = self.ctx.config.max_memory_bytes
-        return (
-            f"member {self.ctx.identity.address} holds {self._held_bytes()} bytes "
-            f"of records, at its max_memory_bytes of {limit}: writes are refused (not applied), reads and "
-            "removes go on; remove data, let it expire, add members, or raise the limit"
-        )
-
-    def count_memory(self) -> None:
-        """Count what the engine holds for every replica of this member, per map and in all (a
-        pass over its maps, once a tick: the engine keeps each map's count exact)."""
-        memory = entries = 0
-        usage: dict[str, list[int]] = {}
-        for data in [*self.stores.values(), *self.stand_ins.held()]:
-            for name, records in data.maps.items():
-                map_bytes, map_entries = records.memory_bytes(), len(records)
-                memory += map_bytes
-                entries += map_entries
-                counted = usage.setdefault(name, [0, 0])
-                counted[0] += map_entries
-                counted[1] += map_bytes
-        self.map_usage = {name: (counted[0], counted[1]) for name, counted in usage.items()}
-        self.memory_bytes, self.entry_count, self._written_since_count_bytes = memory, entries, 0
-        self._nothing_to_evict = False
-
     def tick(self) -> None:
-        self.count_memory()
-        self._expire_some()
+        self.upkeep.count()
+        self.upkeep.expire_some()
+        self._send_outbox()
         now = self.ctx.now_ms
         for pid in sorted(self.pending):
             pending = self.pending[pid]
@@ -1958,9 +1720,9 @@ class DataPath:
         pages = list(records.pages(MAX_OPERATIONS_PER_REQUEST, MAX_REQUEST_DATA_BYTES))
         for page in pages:
             keys = split(page.keys, page.key_lengths)
-            self._remove_owned(pid, data, map_name, slots, tuple(key for key in keys if key is not None))
+            self.remove_owned(pid, data, map_name, slots, tuple(key for key in keys if key is not None))
 
-    def _remove_owned(
+    def remove_owned(
         self,
         pid: int,
         data: PartitionData,
@@ -1998,84 +1760,6 @@ class DataPath:
         self.outbox.append((run, columns_bytes(chunk, ()), targets.copies, targets.sequence_only))
         if pid not in self.pending:
             self.pending[pid] = PendingPartition(required=set(targets.backups), last_sent_ms=self.ctx.now_ms)
-
-    def _expire_some(self) -> None:
-        """The owner's active expiry: remove entries that expired, at most
-        ``MAX_EXPIRED_PER_TICK`` a tick, partition after partition from where the last tick
-        stopped (so every partition gets its turn), skipping what may take no write now (a
-        migration, a sync reading the map, no lease). Reads never see an expired entry meanwhile:
-        the engine hides it."""
-        table = self.consensus.state.table
-        migrations = self.migrations
-        if table is None or migrations is None or not self.leases.holds():
-            return
-        me = self.ctx.identity
-        owned = [pid for pid in sorted(self.stores) if table.replicas[pid][0] == me]
-        if not owned:
-            return
-        start = bisect_right(owned, self._expiry_cursor)
-        budget = MAX_EXPIRED_PER_TICK
-        scan_budget = MAX_IDLE_SCANNED_PER_TICK
-        now_ms = self.ctx.records_ms
-        for pid in owned[start:] + owned[:start]:
-            self._expiry_cursor = pid
-            if budget <= 0:
-                break
-            if self.consensus.state.unavailable(pid) or migrations.writes_blocked(pid):
-                continue
-            data = self.stores[pid]
-            for map_name in list(data.maps):
-                if budget <= 0:
-                    break
-                if pid in self.outgoing_syncs and self._syncing(pid, map_name):
-                    continue
-                if self.stand_ins.owner_waits(pid, map_name, self.ctx.now_ms):
-                    continue  # a stand-in may serve the map: its owner writes nothing to it now
-                while budget > 0 and map_name in data.maps:
-                    keys = data.maps[map_name].expired(now_ms, min(budget, MAX_EXPIRED_PER_RUN))
-                    if not keys:
-                        break
-                    budget -= len(keys)
-                    self._remove_owned(pid, data, map_name, table.replicas[pid], tuple(keys))
-                if scan_budget > 0 and budget > 0 and map_name in self.ctx.config.max_idle_ms:
-                    scanned, removed = self._remove_idle(pid, data, map_name, table.replicas[pid], scan_budget, budget)
-                    scan_budget -= scanned
-                    budget -= removed
-        self._send_outbox()
-
-    def _remove_idle(
-        self,
-        pid: int,
-        data: PartitionData,
-        map_name: str,
-        slots: Sequence[MemberId | None],
-        max_scanned: int,
-        max_removed: int,
-    ) -> tuple[int, int]:
-        """Remove entries of the map gone idle, looking on from where the last look at it stopped
-        (at most ``max_scanned`` records, ``max_removed`` removed); records looked at and removed.
-        A removal moves the map's last record into its place, behind the pass: the next pass
-        finds it."""
-        records = data.maps.get(map_name)
-        if not records:
-            self._idle_offsets.pop((pid, map_name), None)
-            return 0, 0
-        offset = self._idle_offsets.get((pid, map_name), 0)
-        keys, next_offset = records.idle(
-            self.ctx.records_ms,
-            offset,
-            min(max_scanned, MAX_ENTRIES_PER_CHUNK),
-            min(max_removed, MAX_EXPIRED_PER_RUN),
-        )
-        scanned = max(1, next_offset - offset)
-        if keys:
-            self._remove_owned(pid, data, map_name, slots, tuple(keys))
-        held = len(records) if data.maps.get(map_name) is records else 0
-        if next_offset >= held:
-            self._idle_offsets.pop((pid, map_name), None)  # the pass is over: the next starts again
-        else:
-            self._idle_offsets[(pid, map_name)] = next_offset
-        return scanned, len(keys)
 
     def drop_everything(self) -> None:
         """This member left (or was removed): its data is no longer any replica's."""

@@ -240,16 +240,16 @@ class Member:
             entries_migrated=self.migrations.entries_sent,
             bytes_migrated=self.migrations.bytes_sent,
             chunks_resent=self.migrations.chunks_resent,
-            memory_bytes=data.memory_bytes,
+            memory_bytes=data.upkeep.memory_bytes,
             max_memory_bytes=self.ctx.config.max_memory_bytes,
-            entries=data.entry_count,
-            entries_evicted=data.entries_evicted,
+            entries=data.upkeep.entry_count,
+            entries_evicted=data.upkeep.entries_evicted,
             maps=self._map_usage(),
         )
 
     def _map_usage(self) -> tuple[m.MapUsage, ...]:
         """The maps this member holds, by name: the MAX_STATUS_MAPS that take the most memory."""
-        usage = self.data.map_usage
+        usage = self.data.upkeep.map_usage
         names = sorted(usage, key=lambda name: (-usage[name][1], name))[:MAX_STATUS_MAPS]
         return tuple(
             m.MapUsage(map_name=name, entries=usage[name][0], memory_bytes=usage[name][1]) for name in sorted(names)
