@@ -77,6 +77,9 @@ MEMORY_LIMIT = SimParams(
 # writes, at its size and at the memory limit, replicated as removes while partitions move; and a
 # share of the writes compare-and-sets, whose answers are checked as reads.
 EVICTING_CACHE = replace(MEMORY_LIMIT, cache_eviction="LRU", compare_and_set=True)
+# The TTL map's runs with a third of the keys in a map whose entries go after a second unused
+# (max_idle_seconds), removed by their owners through their backups, and compare-and-sets.
+IDLE_MAP = replace(TTL_MAP, idle_map=True, compare_and_set=True)
 # Members' record clocks seconds apart: an entry created on one owner's clock is rewritten and
 # expired on the next one's, and must still move between members (an outside tester found records
 # "updated before created" that no transfer would take).
@@ -150,6 +153,7 @@ CONFIGURATIONS: dict[str, tuple[SimParams, int]] = {
     "members-at-their-memory-limit": (MEMORY_LIMIT, SCALE // 15),
     "an-evicting-cache-and-compare-and-sets": (EVICTING_CACHE, SCALE // 30),
     "clocks-seconds-apart": (CLOCK_SKEW, SCALE // 15),
+    "an-idle-map-and-compare-and-sets": (IDLE_MAP, SCALE // 30),
 }
 
 

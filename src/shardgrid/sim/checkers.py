@@ -25,11 +25,11 @@ from shardgrid.core.messages import MapReply, ReplyCode
 from shardgrid.core.placement import replica_count_for
 from shardgrid.core.store import ReplicaView
 from shardgrid.sim.cluster import Simulation
-from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, MAP_NAME, TTL_MAP_NAME
+from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, IDLE_MAP_NAME, MAP_NAME, TTL_MAP_NAME
 
 # How long after its expiry an entry may still be held by a replica of a settled cluster.
 EXPIRED_GRACE_MS = 10_000
-WORKLOAD_MAPS = (MAP_NAME, ASYNC_MAP_NAME, CACHE_MAP_NAME, TTL_MAP_NAME)
+WORKLOAD_MAPS = (MAP_NAME, ASYNC_MAP_NAME, CACHE_MAP_NAME, TTL_MAP_NAME, IDLE_MAP_NAME)
 
 
 class SimulationFailure(AssertionError):

@@ -24,7 +24,7 @@ from shardgrid.core.inputs import LinkRestored, Receive, Start, StopSignalled, T
 from shardgrid.core.member import Member
 from shardgrid.core.messages import AdminReply, AdminRequest, MapReply, ReplyCode, TableRequest
 from shardgrid.sim.network import Network, NetworkConfig
-from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, TTL_MAP_NAME, Ledger, SimClient
+from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, IDLE_MAP_NAME, TTL_MAP_NAME, Ledger, SimClient
 
 FIRST_PORT = 5701
 ADMIN_ADDRESS = "admin"
@@ -188,6 +188,7 @@ class Simulation:
             use_ttl_map=self.config.map_config(TTL_MAP_NAME).time_to_live_seconds > 0,
             ttl_slack_ms=2 * self.clock_skew_ms,
             compare_and_set=self.compare_and_set,
+            use_idle_map=self.config.map_config(IDLE_MAP_NAME).max_idle_seconds > 0,
         )
         self.clients[name] = client
         self._schedule(self.now_ms + 1, "client", name)

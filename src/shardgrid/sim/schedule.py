@@ -109,6 +109,7 @@ _RUN_FIELDS = {
     "ttl_map",
     "clock_skew_ms",
     "compare_and_set",
+    "idle_map",
 }
 _STEP_FIELDS = {
     "action",

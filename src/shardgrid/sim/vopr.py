@@ -24,7 +24,14 @@ from shardgrid.sim.checkers import SimulationFailure, final_violations, install_
 from shardgrid.sim.cluster import Simulation
 from shardgrid.sim.network import NetworkConfig
 from shardgrid.sim.schedule import Schedule, ScheduleRunner, check_schedule
-from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, TTL_MAP_NAME, TTL_MAP_SECONDS
+from shardgrid.sim.workload import (
+    ASYNC_MAP_NAME,
+    CACHE_MAP_NAME,
+    IDLE_MAP_NAME,
+    IDLE_MAP_SECONDS,
+    TTL_MAP_NAME,
+    TTL_MAP_SECONDS,
+)
 
 FAULTS = (
     "crash",
@@ -101,6 +108,10 @@ class SimParams:
     # (REPLACE_IF_SAME): its answer is checked as a read, and it counts as applied only when the
     # key held that value.
     compare_and_set: bool = False
+    # A third of the keys go to a map whose entries go after IDLE_MAP_SECONDS unread and
+    # unwritten (max_idle_seconds): owners remove them through their backups; reads of them may be
+    # empty, never older than a value acknowledged.
+    idle_map: bool = False
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -130,6 +141,8 @@ class SimParams:
             maps = (*maps, (CACHE_MAP_NAME, cache))
         if self.ttl_map:
             maps = (*maps, (TTL_MAP_NAME, MapConfig(self.backups, time_to_live_seconds=TTL_MAP_SECONDS)))
+        if self.idle_map:
+            maps = (*maps, (IDLE_MAP_NAME, MapConfig(self.backups, max_idle_seconds=IDLE_MAP_SECONDS)))
         return maps
 
     def member_config(self) -> MemberConfig:

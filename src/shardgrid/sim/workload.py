@@ -53,6 +53,11 @@ CACHE_MAP_NAME = "ledger-cache"
 # their last write could have expired, and must never read a value that surely expired.
 TTL_MAP_NAME = "ledger-ttl"
 TTL_MAP_SECONDS = 1
+# A map whose entries go after IDLE_MAP_SECONDS unread and unwritten (its max_idle_seconds): its
+# keys may read empty at any time (idleness is judged by its owner, from the reads it served), and
+# never read a value older than one acknowledged.
+IDLE_MAP_NAME = "ledger-idle"
+IDLE_MAP_SECONDS = 1
 DEADLINE_MARGIN_MS = 20  # the smart client's (client/aio.py)
 ACKED = "acked"
 MAYBE = "maybe"
@@ -183,6 +188,7 @@ class SimClient:
         use_ttl_map: bool = False,
         ttl_slack_ms: int = 0,
         compare_and_set: bool = False,
+        use_idle_map: bool = False,
     ) -> None:
         # A share of the writes are compare-and-sets (REPLACE_IF_SAME) of the key's last
         # acknowledged value: applied only where the key still holds it, as the answer says.
@@ -203,6 +209,10 @@ class SimClient:
             for key in self.keys[1::3]:
                 self.map_of[key] = TTL_MAP_NAME
                 ledger.ttl_keys[key] = TTL_MAP_SECONDS * 1000
+        if use_idle_map:
+            for key in self.keys[0::3]:
+                self.map_of[key] = IDLE_MAP_NAME
+                ledger.cache_keys.add(key)  # may read empty, never older
         ledger.ttl_slack_ms = ttl_slack_ms
         self.owners: list[str | None] = [None] * partition_count
         self.budget = 0
