@@ -27,7 +27,7 @@ from shardgrid.cli.bench_results import Target, with_targets
 from shardgrid.cli.local_cluster import LocalMember, alive, end, loopback_addresses, start_member, wait_until_formed
 from shardgrid.client import Client, MemoryFullError
 
-BENCH_FIRST_PORT = 5901  # apart from `local up` (5701) and `bench cluster` (5801)
+BENCH_FIRST_PORT = 6001  # apart from `local up` (5701), `bench cluster` (5801) and `bench pipeline` (5901)
 MEMBERS = 3
 PARTITIONS = 71
 VALUE_BYTES = 1_000

@@ -53,7 +53,7 @@ from shardgrid.cli.bench_results import Target, with_targets
 from shardgrid.cli.local_cluster import loopback_addresses, wait_until_formed
 from shardgrid.client import Client
 
-SHARE_TARGET = 0.5
+SHARE_TARGET = 0.6
 TIMED_ROUNDS = 5  # odd: a median share is one round's
 PIPELINE_FIRST_PORT = 5901  # apart from bench cluster's 5801 on: two benches may run at once
 SCHEMA = "id long, payload string"
