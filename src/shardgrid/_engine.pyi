@@ -175,6 +175,11 @@ class RecordStore:
         entries' bytes (keys, and values unless ``keys_only``) stay within ``max_bytes`` (None: no
         bound but ``MAX_COUNTER``), except a first entry alone."""
 
+    def touch(self, map_name: str, now_ms: int) -> None:
+        """Count every record of the map as accessed at ``now_ms`` (never earlier than it was):
+        what a copy that becomes its partition's owner's does for a map with a max idle, as it
+        knows only each entry's last write, not the reads its old owner served."""
+
     def idle(
         self, map_name: str, now_ms: int, offset: int, max_scanned: int, max_entries: int
     ) -> tuple[bytes, bytes, int]:

@@ -148,12 +148,9 @@ def test_evictions_reach_the_backups_as_removes_after_the_put() -> None:
 def keys_of(pid: int, count: int) -> list[bytes]:
     from shardgrid.core.hashing import partition_ids_of_serialized
 
-    found = [
-        k
-        for k in (b"p-%d" % n for n in range(20_000))
-        if partition_ids_of_serialized([k], CONFIG.partition_count)[0] == pid
-    ]
-    return found[:count]
+    candidates = [b"p-%d" % n for n in range(count * CONFIG.partition_count * 2)]
+    pids = partition_ids_of_serialized(candidates, CONFIG.partition_count)
+    return [key for key, of in zip(candidates, pids, strict=True) if of == pid][:count]
 
 
 def put_to(owner, now: int, call_id: int, map_name: str, pid: int, batch: list[bytes]) -> tuple[m.ReplyCode, ...]:
@@ -296,3 +293,35 @@ def test_a_compare_and_set_whose_key_is_evicted_for_its_room_answers_what_it_was
     view = owner.data.view(0)
     assert view is not None
     assert view.maps["cache"] == {key: b"w" * 100}
+
+
+def test_a_write_that_eviction_within_its_budget_cannot_fit_evicts_nothing() -> None:
+    """Found by an outside tester: a refused 2 MB write first evicted 10,000 small entries (all
+    one write may evict) and freed too little anyway."""
+    maps = (("cache", MapConfig(backup_count=0, eviction_policy="LRU")), ("store", MapConfig(backup_count=0)))
+    owner, now = following(B, B_ALONE, config=replace(CONFIG, backup_count=0, maps=maps, max_memory_bytes=3_000_000))
+    now = grant_lease(owner, now)
+    small = keys_of(0, 20_000)
+    for call_id, start in enumerate(range(0, 20_000, 10_000), start=1):
+        batch = small[start : start + 10_000]
+        request_ = m.MapRequest(
+            call_id=call_id, kind=m.PUT, map_name="cache", partition_ids=(0,) * len(batch), keys=tuple(batch),
+            values=(b"x",) * len(batch),
+        )  # fmt: skip
+        assert set(replies(owner.handle(now, Receive("c", None, None, request_)))[0].codes) == {m.ReplyCode.OK}
+    _, now = run_ticks(owner, now, now + CONFIG.tick_ms)
+    assert put_to(owner, now, 10, "store", 1, keys_of(1, 1)[:1]) == (m.ReplyCode.OK,)
+    big = m.MapRequest(
+        call_id=11, kind=m.PUT, map_name="store", partition_ids=(1,), keys=(b"big",), values=(b"v" * 2_000_000,)
+    )
+    big = msgspec.structs.replace(big, partition_ids=(partition_id_of(b"big"),))
+    (reply,) = replies(owner.handle(now + 1, Receive("c", None, None, big)))
+    assert reply.codes == (m.ReplyCode.MEMORY_FULL,)
+    assert owner.data.entries_evicted == 0
+    assert len(owner.data.view(0).maps["cache"]) == 20_000
+
+
+def partition_id_of(key: bytes) -> int:
+    from shardgrid.core.hashing import partition_ids_of_serialized
+
+    return partition_ids_of_serialized([key], CONFIG.partition_count)[0]

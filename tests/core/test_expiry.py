@@ -233,3 +233,67 @@ def test_an_entry_idle_past_max_idle_is_not_read_and_the_owner_removes_it_throug
     view = owner.data.view(0)
     assert view is not None
     assert set(view.maps["m"]) == {read}
+
+
+# --- max idle, found by an outside tester ----------------------------------------------------------
+
+IDLE_ALONE = replace(ALONE, maps=(("m", MapConfig(backup_count=0, max_idle_seconds=1)),))
+
+
+def keys_in(pid: int, count: int) -> list[bytes]:
+    found = [k for k in (b"i-%d" % n for n in range(40_000)) if partition_ids_of_serialized([k], 4)[0] == pid]
+    return found[:count]
+
+
+def test_the_idle_sweep_reaches_every_partition_whatever_the_first_ones_hold(monkeypatch) -> None:
+    """The sweep's scan ended in the first partitions every tick (they hold more records than a
+    tick looks at), and an idle entry further on was never removed."""
+    from shardgrid.core.member import upkeep
+
+    monkeypatch.setattr(upkeep, "MAX_IDLE_SCANNED_PER_TICK", 100)
+    owner, now = following(B, B_ALONE, config=IDLE_ALONE)
+    now = grant_lease(owner, now)
+    busy = keys_in(0, 300)  # read all the time: never idle
+    request = m.MapRequest(
+        call_id=1, kind=m.PUT, map_name="m", partition_ids=(0,) * 300, keys=tuple(busy), values=(b"v",) * 300
+    )
+    owner.handle(now, Receive("c", None, None, request))
+    (idle,) = keys_in(3, 1)
+    owner.handle(now, Receive("c", None, None, msgspec.structs.replace(put(2, [idle]), partition_ids=(3,))))
+    read = m.MapRequest(call_id=3, kind=m.GET, map_name="m", partition_ids=(0,) * 300, keys=tuple(busy))
+    for step in range(1, 40):
+        now += CONFIG.tick_ms
+        owner.handle(now, Receive("c", None, None, msgspec.structs.replace(read, call_id=10 + step)))
+        effects, _ = run_ticks(owner, now - CONFIG.tick_ms, now)
+        for lease_request in sent(effects, m.LeaseRequest):  # the lease renewed, as its leader would
+            grant = m.LeaseGrant(lease_request.sent_ms, 2_000, 1)
+            owner.handle(now, Receive(A.address, A, owner.identity.uuid, grant))
+    view = owner.data.view(3)
+    assert view is None or idle not in view.maps.get("m", {})
+    assert set(owner.data.view(0).maps["m"]) == set(busy)
+
+
+def test_idle_entries_in_a_full_maps_way_are_removed_for_a_new_key() -> None:
+    bounded = replace(ALONE, maps=(("m", MapConfig(backup_count=0, max_idle_seconds=1, max_entries_per_partition=2)),))
+    owner, now = following(B, B_ALONE, config=bounded)
+    now = grant_lease(owner, now)
+    two = keys_in_0(3)
+    assert replies(owner.handle(now, Receive("c", None, None, put(1, two[:2]))))[0].codes == (m.ReplyCode.OK,) * 2
+    (reply,) = replies(owner.handle(now + 1_001, Receive("c", None, None, put(2, two[2:]))))
+    assert reply.codes == (m.ReplyCode.OK,)  # before any tick swept the two idle ones
+
+
+def test_a_backup_promoted_to_owner_gives_its_idle_maps_entries_a_whole_max_idle() -> None:
+    """A promoted backup knew only each entry's last write, not the reads its old owner served,
+    and dropped every entry that reads had kept alive (all 74 keys of a killed owner)."""
+    from tests.core.test_member import synced
+    from tests.core.test_replica_sync import A_OWNS_B_BACKS, _snapshot_makes_b_owner
+
+    idle_map = replace(CONFIG, maps=(("m", MapConfig(max_idle_seconds=1)),))
+    backup, now = following(B, A_OWNS_B_BACKS, config=idle_map)
+    synced(backup, 0, now, maps={"m": {b"k": b"1"}}, sequence=5, lineage="L")
+    now += 5_000  # written long ago: idle by its write alone
+    _snapshot_makes_b_owner(backup, now)
+    records = backup.data.stores[0].maps["m"]
+    assert records.peek([b"k"], now + 900) == [b"1"]
+    assert records.peek([b"k"], now + 1_000) == [None]

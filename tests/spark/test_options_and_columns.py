@@ -317,3 +317,18 @@ def test_a_read_by_value_column_with_other_columns_in_the_schema_is_refused_befo
     with pytest.raises(SparkOptionError, match="also has x"):
         ShardgridReader(parse(read, writing=False), schema)
     ShardgridReader(parse(read, writing=False), StructType(schema.fields[:2]))  # key and value: fine
+
+
+def test_a_ttl_column_is_read_to_the_millisecond_and_a_positive_one_never_to_zero() -> None:
+    """Found by an outside tester: 0.0004 s was rounded to 0 ms, which means 'until removed'."""
+    import numpy as np
+
+    from shardgrid.spark.columns import RowError, ttls_ms_of
+
+    seconds = pa.array([0.0, 0.0004, 0.0015, 3600.25, 1e-9], pa.float64())
+    assert ttls_ms_of(seconds, "ttl").tolist() == [0, 1, 2, 3_600_250, 1]
+    assert ttls_ms_of(pa.array([0, 7, 9_000_000_000], pa.int64()), "ttl").tolist() == [0, 7_000, 9_000_000_000_000]
+    assert ttls_ms_of([5, 0], "ttl").dtype == np.dtype("<u8")
+    for bad in ([None], [-1.0], [float("nan")], [9_000_000_001]):
+        with pytest.raises(RowError):
+            ttls_ms_of(bad, "ttl")

@@ -84,6 +84,11 @@ impl PyRecordStore {
         })
     }
 
+    fn touch(&mut self, map_name: &str, now_ms: &Bound<'_, PyAny>) -> PyResult<()> {
+        let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
+        Ok(self.store.touch(map_name, now_ms)?)
+    }
+
     fn idle<'py>(
         &self,
         py: Python<'py>,

@@ -91,6 +91,16 @@ impl RecordStore {
         }
     }
 
+    /// Count every record of the map as accessed at `now_ms` (see [`MapTable::touch_all`]).
+    pub fn touch(&mut self, map_name: &str, now_ms: u64) -> Checked<()> {
+        check_map_name(map_name)?;
+        check_time("now_ms", now_ms)?;
+        if let Some(table) = self.maps.get_mut(map_name) {
+            table.touch_all(now_ms);
+        }
+        Ok(())
+    }
+
     /// Keys of records from position `offset` on that went idle (or expired) at `now_ms`, looking
     /// at `max_scanned` records at most and listing `max_entries` at most, and the position to
     /// look on from (past the end: the pass is over). As with `expired`, nothing is removed.

@@ -167,6 +167,15 @@ impl MapTable {
             && (self.max_idle_ms == 0 || now_ms < record.accessed_ms.saturating_add(self.max_idle_ms))
     }
 
+    /// Count every record as accessed at `now_ms` (never earlier than it was): a copy that becomes
+    /// its partition's owner's knows only each entry's last write, not the reads its old owner
+    /// served, so it gives every entry a whole max idle from now rather than drop those reads kept.
+    pub fn touch_all(&mut self, now_ms: u64) {
+        for record in &mut self.records {
+            record.accessed_ms = record.accessed_ms.max(now_ms);
+        }
+    }
+
     /// Keys of records among positions `offset..offset + max_scanned` that are no longer live
     /// at `now_ms` because they went idle or expired (at most `max_entries`), and the position
     /// after the last one looked at. Nothing when the table has no max idle: its expired
@@ -553,6 +562,10 @@ mod tests {
         assert_eq!(table.write(b"left", b"w", 150, 0), Written::Created);
         assert_eq!(table.live(b"left", 150).unwrap().metadata()[0], 150);
         assert!(MapTable::new(0).idle(1_000, 0, 10, 10).0.is_empty());
+        table.touch_all(1_000);
+        assert!(table.live(b"read", 1_099).is_some(), "a touch counts as an access");
+        table.touch_all(10);
+        assert!(table.live(b"read", 1_099).is_some(), "and never moves one back");
     }
 
     #[test]

@@ -198,7 +198,7 @@ def _render_maps(console: Console, members: list[dict[str, Any]]) -> None:
     if not totals:
         return
     table = Table(show_edge=False)
-    for column in ("map", "entries", "memory", "members"):
+    for column in ("map", "entries (every copy)", "memory", "members"):
         table.add_column(column, justify="left" if column == "map" else "right")
     for name in sorted(totals):
         entries, memory, holders = totals[name]

@@ -59,7 +59,9 @@ class MapConfig:
     max_idle_seconds: int = 0
     """How long an entry may go unread and unwritten before it expires, in seconds (0: no limit).
     Its owner judges it by the reads it served: a read or a write keeps the entry another
-    max_idle_seconds. The owner removes idle entries as it removes expired ones."""
+    max_idle_seconds, and a backup that becomes owner gives every entry a whole max idle from
+    then. The owner removes idle entries as it removes expired ones; the map is always read
+    from its owner, even with read_backup_data."""
     eviction_policy: EvictionPolicy = "NONE"
     """What the owner does with a write that would take the map past one of its sizes below, or
     its member past max_memory_bytes. NONE refuses it (MEMORY_FULL, nothing applied); LRU, LFU and

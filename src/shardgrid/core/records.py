@@ -176,6 +176,10 @@ class MapRecords:
         """Keys of up to ``max_entries`` records expired at ``now_ms``, earliest first."""
         return [key for key in split(*self._store.expired(self.name, now_ms, max_entries)) if key is not None]
 
+    def touch(self, now_ms: int) -> None:
+        """Count every record as accessed at ``now_ms`` (never earlier than it was)."""
+        self._store.touch(self.name, now_ms)
+
     def idle(self, now_ms: int, offset: int, max_scanned: int, max_entries: int) -> tuple[list[bytes], int]:
         """Keys of records from position ``offset`` on, among ``max_scanned``, that went idle (or
         expired) at ``now_ms``, at most ``max_entries``; and the position to go on from."""

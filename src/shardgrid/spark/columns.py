@@ -149,7 +149,11 @@ def ttls_ms_of(seconds: pa.Array | Sequence[Any], column: str) -> np.ndarray:
         )
     if pa.types.is_integer(array.type):  # exact, whatever the magnitude
         return array.to_numpy(zero_copy_only=False).astype("<u8") * np.uint64(1000)
-    return np.rint(numbers * 1000).astype("<u8")
+    # To the nearest ms, and a positive TTL under half a ms to 1 ms, not to 0, which would mean
+    # "until removed" (found by an outside tester: 0.0004 s was stored to live for ever).
+    ms = np.rint(numbers * 1000)
+    ms[(numbers > 0) & (ms == 0)] = 1
+    return ms.astype("<u8")
 
 
 def _holds_map(arrow_type: pa.DataType) -> bool:

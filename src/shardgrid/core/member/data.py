@@ -840,6 +840,8 @@ class DataPath:
         map_config = self.ctx.config.map_config(message.map_name)
         if not map_config.read_backup_data or self.ctx.identity not in slots:
             return False
+        if map_config.max_idle_seconds:
+            return False  # idleness is the owner's to judge: a backup knows no reads (the owner answers)
         index = slots.index(self.ctx.identity)
         data = self.stores.get(pid)
         migrations = self.migrations
@@ -1601,6 +1603,8 @@ class DataPath:
                 self.incoming_syncs.pop(pid, None)
             data = self.stores.get(pid)
             if data is not None:
+                if index == 0 and data.copy_index >= 1:
+                    self._refresh_idle(data)
                 self._trim(data, index)
             if index == 0:
                 self.incoming_syncs.pop(pid, None)  # an owner takes no sync (it may have been promoted mid-one)
@@ -1616,6 +1620,15 @@ class DataPath:
                 self._fail_pending_writes(pid)
                 for sync in list(self.outgoing_syncs.get(pid, {}).values()):
                     self._end_sync(sync)
+
+    def _refresh_idle(self, data: PartitionData) -> None:
+        """A backup's copy becomes the owner's: its maps with a max idle know each entry's last
+        write only, not the reads the old owner served, so every entry gets a whole max idle
+        from now (found by an outside tester: a failover dropped every entry reads kept alive)."""
+        for name in self.ctx.config.max_idle_ms:
+            records = data.maps.get(name)
+            if records:
+                records.touch(self.ctx.records_ms)
 
     def _fail_pending_writes(self, pid: int) -> None:
         """No longer the owner: writes still waiting for backups cannot be confirmed here."""
@@ -1663,6 +1676,8 @@ class DataPath:
             if table is not None and table.owner(pid) == self.ctx.identity:
                 data = self.store(pid)
                 data.lineage = f"{self.ctx.identity.uuid[:8]}@{table.versions[pid]}"
+                if data.copy_index >= 1:
+                    self._refresh_idle(data)
                 data.copy_index = 0  # the owner's copy now, whatever slot it was kept for
                 self.reorder.pop(pid, None)  # runs held from the old owner belong to its lineage
                 self.incoming_syncs.pop(pid, None)

@@ -33,6 +33,8 @@ MAX_EXPIRED_PER_RUN = 200
 # Records the owner looks at a tick for entries gone idle (max_idle_seconds): idle entries are in
 # no order, so they are found by a pass over each map, resumed where the last tick stopped.
 MAX_IDLE_SCANNED_PER_TICK = 20_000
+# And for one write to a full map that evicts nothing: idle entries in its way go first.
+MAX_IDLE_SCANNED_PER_WRITE = 2_000
 # Records drawn to choose each entry to evict (Redis's maxmemory-samples is 5; more samples come
 # closer to true LRU and LFU at a cost the engine bounds).
 EVICTION_SAMPLES = 16
@@ -96,6 +98,7 @@ class Upkeep:
         self._nothing_to_evict = False  # no evicting map had entries to free, as of this tick
         self._expiry_cursor = -1  # the partition the active expiry last looked at
         self._idle_offsets: dict[tuple[int, str], int] = {}  # per (partition, map): where its idle pass is
+        self._idle_cursor = -1  # the last partition whose maps' idle passes were over
 
     # --- memory -------------------------------------------------------------------------------
 
@@ -184,7 +187,15 @@ class Upkeep:
         places: list[Place] = [(pid, data, name, slots) for name in order if data.maps.get(name)]
         if slots is not None:
             places += self._evictable_elsewhere(pid, evicting)
-        evictable_bytes = sum(place_data.maps[name].memory_bytes() for _, place_data, name, _ in places)
+        # What evicting within the write's budget could free, at each map's mean entry size: short
+        # of the need, nothing is evicted (found by an outside tester: a refused 2 MB write first
+        # evicted 10,000 small entries, all the budget allowed, and freed too little anyway).
+        evictable_bytes, left = 0, budget
+        for _, place_data, name, _ in places:
+            records = place_data.maps[name]
+            taken = min(left, len(records))
+            evictable_bytes += records.memory_bytes() * taken // max(1, len(records))
+            left -= taken
         if evictable_bytes < need_bytes:
             # Evicting all of it would not make room: the write is refused, and nothing is
             # evicted for it (found by an outside tester: refused writes emptied partitions).
@@ -276,9 +287,10 @@ class Upkeep:
             too_many, too_large = over()
         if too_many:
             return (
-                f"map {map_name!r} holds {len(records or ())} entries in partition {pid}, at its size there "
-                f"({max_entries}, from its max_entries_per_partition or its share of max_entries_per_member) and its "
-                "eviction_policy is NONE: the write is refused (not applied); remove entries, or set an eviction policy"
+                f"map {map_name!r} holds {len(records or ())} entries in partition {pid}, and this write's "
+                f"{len(new_keys)} new keys would take it past its size there ({max_entries}, from its "
+                "max_entries_per_partition or its share of max_entries_per_member); its eviction_policy is NONE: the "
+                "write is refused (not applied); remove entries, write fewer keys at once, or set an eviction policy"
             )
         if too_large:
             return (
@@ -289,14 +301,17 @@ class Upkeep:
         return ""
 
     def _remove_expired(self, pid: int, data: PartitionData, map_name: str, slots: Slots) -> None:
-        """Remove entries of the map that expired, before the active expiry gets to them (at most
-        ``MAX_EXPIRED_PER_RUN``)."""
+        """Remove entries of the map that expired or went idle, before the sweeps get to them (at
+        most ``MAX_EXPIRED_PER_RUN``, looking at ``MAX_IDLE_SCANNED_PER_WRITE`` records for idle
+        ones)."""
         records = data.maps.get(map_name)
         if not records:
             return
         keys = tuple(records.expired(self.ctx.records_ms, MAX_EXPIRED_PER_RUN))
         if keys:
             self.writes.remove_owned(pid, data, map_name, slots, keys)
+        if map_name in self.ctx.config.max_idle_ms and data.maps.get(map_name):
+            self._remove_idle(pid, data, map_name, slots, MAX_IDLE_SCANNED_PER_WRITE, MAX_EXPIRED_PER_RUN)
 
     def evict_over_size(self, pid: int, data: PartitionData, map_name: str, slots: Slots) -> None:
         """After a put: bring a map that evicts back within its sizes in partition ``pid``."""
@@ -360,7 +375,6 @@ class Upkeep:
             return
         start = bisect_right(owned, self._expiry_cursor)
         budget = MAX_EXPIRED_PER_TICK
-        scan_budget = MAX_IDLE_SCANNED_PER_TICK
         now_ms = self.ctx.records_ms
         for pid in owned[start:] + owned[:start]:
             self._expiry_cursor = pid
@@ -381,10 +395,35 @@ class Upkeep:
                         break
                     budget -= len(keys)
                     writes.remove_owned(pid, data, map_name, slots, tuple(keys))
-                if scan_budget > 0 and budget > 0 and map_name in self.ctx.config.max_idle_ms:
-                    scanned, removed = self._remove_idle(pid, data, map_name, slots, scan_budget, budget)
-                    scan_budget -= scanned
-                    budget -= removed
+        if budget > 0 and self.ctx.config.max_idle_ms:
+            self._sweep_idle(owned, budget)
+
+    def _sweep_idle(self, owned: list[int], max_removed: int) -> None:
+        """The idle entries' sweep: a pass over each map with a max idle, partition after
+        partition, at most MAX_IDLE_SCANNED_PER_TICK records a tick, resumed where the last tick
+        stopped, a partition left only once its maps' passes are over (found by an outside
+        tester: with the expiry's rotation, a tick's scan ended in the first partitions every
+        time, and idle entries further on were never removed)."""
+        writes = self.writes
+        idle_maps = sorted(self.ctx.config.max_idle_ms)
+        start = bisect_right(owned, self._idle_cursor)
+        scan_budget = MAX_IDLE_SCANNED_PER_TICK
+        for pid in owned[start:] + owned[:start]:
+            if scan_budget <= 0 or max_removed <= 0:
+                return
+            if not writes.blocked(pid):
+                data = writes.replica(pid)
+                slots = writes.slots_of(pid)
+                for map_name in idle_maps:
+                    while data.maps.get(map_name) and not writes.map_blocked(pid, map_name):
+                        if scan_budget <= 0 or max_removed <= 0:
+                            return  # this partition again at the next tick, from where it stopped
+                        scanned, removed = self._remove_idle(pid, data, map_name, slots, scan_budget, max_removed)
+                        scan_budget -= scanned
+                        max_removed -= removed
+                        if (pid, map_name) not in self._idle_offsets:
+                            break  # the pass over this map is over
+            self._idle_cursor = pid
 
     def _remove_idle(
         self, pid: int, data: PartitionData, map_name: str, slots: Slots, max_scanned: int, max_removed: int
