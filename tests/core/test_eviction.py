@@ -224,8 +224,8 @@ def test_expired_entries_in_a_full_maps_way_are_removed_for_a_new_key() -> None:
 def test_set_ttl_is_taken_at_the_members_limit() -> None:
     owner, now = owner_with(MapConfig(backup_count=0), max_memory_bytes=20_000)
     written: list[bytes] = []
-    for call_id in range(1, 60):
-        batch = keys(len(written), 10)
+    for call_id in range(1, 600):  # a key at a time: full to within one entry
+        batch = keys(len(written), 1)
         if put(owner, now, call_id, batch).codes[0] is m.ReplyCode.MEMORY_FULL:
             break
         written += batch
