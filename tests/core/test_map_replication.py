@@ -249,3 +249,21 @@ def test_the_settings_digest_covers_what_decides_the_copies_and_nothing_else() -
     assert MemberConfig(partition_count=7).settings_digest != base.settings_digest
     two = (("a", MapConfig(2)), ("b", MapConfig(0, 1)))
     assert MemberConfig(maps=two).settings_digest == MemberConfig(maps=two[::-1]).settings_digest
+
+
+def test_a_map_with_a_max_idle_is_read_from_its_owner_even_with_read_backup_data() -> None:
+    """Found by an outside tester: a backup, which sees no reads, answered entries the owner's
+    reads kept alive as idle (absent)."""
+    idle = replace(
+        MAPS,
+        maps=(
+            *MAPS.maps,
+            ("idle", MapConfig(backup_count=1, async_backup_count=1, read_backup_data=True, max_idle_seconds=1)),
+        ),
+    )
+    backup, now = following(C, B_A_C, config=idle)
+    now = grant_lease(backup, now)
+    synced(backup, 0, now, owner=B, maps={"idle": {key_in(0): b"i"}})
+    request = m.MapRequest(call_id=9, kind=m.GET, map_name="idle", partition_ids=(0,), keys=(key_in(0),))
+    (reply,) = replies(backup.handle(now + 1, Receive("c", None, None, request)))
+    assert reply.codes == (m.ReplyCode.WRONG_OWNER,)
