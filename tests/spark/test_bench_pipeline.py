@@ -18,11 +18,11 @@ def test_a_share_just_under_the_target_does_not_read_as_the_target() -> None:
     seconds = {"parquet": [0.9902] * 5, "grid": [2.0] * 5}
     share = _share(seconds, "grid", "parquet")
     assert share["value"] == 0.495 < SHARE_TARGET
-    seconds["parquet"] = [1.0, 1.2, 0.9, 1.0, 1.1]
-    seconds["grid"] = [2.0, 2.0, 2.0, 1.0, 3.0]  # shares 0.5, 0.6, 0.45, 1.0, 0.366
+    seconds["parquet"] = [1.2, 1.5, 0.9, 1.0, 1.1]
+    seconds["grid"] = [2.0, 2.0, 1.5, 1.0, 3.0]  # shares 0.6, 0.75, 0.6, 1.0, 0.366
     share = _share(seconds, "grid", "parquet")
-    assert share["value"] == 0.5 == SHARE_TARGET
-    assert share["round_shares"] == [0.5, 0.6, 0.45, 1.0, 0.366]
+    assert share["value"] == 0.6 == SHARE_TARGET  # a share at the target reads as the target
+    assert share["round_shares"] == [0.6, 0.75, 0.6, 1.0, 0.366]
 
 
 def test_a_small_pipeline_bench_reports_every_figure(commands_on_test_session):
