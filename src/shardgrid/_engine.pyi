@@ -33,6 +33,8 @@ MAX_OPERATIONS_PER_REQUEST: Final[int]
 """The most entries one call takes or returns (``shardgrid.core.limits.MAX_OPERATIONS_PER_REQUEST``)."""
 MAX_MAP_NAME_CHARS: Final[int]
 """The longest map name, in characters (``shardgrid.core.limits.MAX_MAP_NAME_CHARS``)."""
+MAX_PARTITION_COUNT: Final[int]
+"""The most partitions a cluster may have (``shardgrid.core.limits.MAX_PARTITION_COUNT``)."""
 MAX_COUNTER: Final[int]
 """The largest ``now_ms``, TTL or offset (``shardgrid.core.limits.MAX_COUNTER``, 2**53)."""
 MAX_ENTRIES_PER_CHUNK: Final[int]
@@ -66,6 +68,35 @@ def pack(items: list[bytes] | tuple[bytes, ...]) -> tuple[bytes, bytes]:
 def split(data: bytes, lengths: bytes, present: bytes | None = None) -> list[bytes | None]:
     """A packed column's items; with ``present`` (a byte per item, 1 or 0) an item marked 0 is
     None, and must be empty (the place the engine leaves for an absent entry)."""
+
+def check_column(data: bytes, lengths: bytes, *, max_items: int, max_item_bytes: int, what: str = "column") -> int:
+    """Check a packed column whole (its lengths a whole number of 4-byte lengths adding up to the
+    buffer, at most ``max_items`` of them, each at most ``max_item_bytes``): its item count, or a
+    ``ColumnError`` that names the column ``what`` (its first 40 characters)."""
+
+def partition_ids(keys: bytes, key_lengths: bytes, partition_count: int) -> bytes:
+    """The partition of each key of a packed column among ``partition_count`` (1 to
+    ``MAX_PARTITION_COUNT``), as ``shardgrid.core.hashing`` computes it (Hazelcast's
+    MurmurHash3_x86_32 and fold), as packed unsigned 32-bit little-endian numbers. Each key is
+    at most ``MAX_KEY_BYTES``."""
+
+def split_by_partition(
+    partition_count: int,
+    keys: bytes,
+    key_lengths: bytes,
+    values: bytes | None = None,
+    value_lengths: bytes | None = None,
+    ttls_ms: bytes | None = None,
+) -> tuple[list[tuple[int, int, int, bytes, bytes, bytes, bytes, bytes]], bytes | None]:
+    """A request's columns cut by partition, checked whole first: at most
+    ``MAX_OPERATIONS_PER_REQUEST`` keys of at most ``MAX_KEY_BYTES`` each, no values or one per
+    key of at most ``MAX_VALUE_BYTES`` each, no TTLs or one 64-bit number per key. Returns, per
+    partition in the order the partitions first come, ``(partition_id, start, end, keys,
+    key_lengths, values, value_lengths, ttls_ms)``: the positions of its keys and their own packed
+    columns (values and TTLs empty when the request has none). The second item is None when every
+    partition's keys come side by side (positions are the request's), else the packed positions
+    (unsigned 32-bit numbers) of the stable order that brings them together, which the positions
+    refer to."""
 
 def check_records(keys: bytes, key_lengths: bytes, values: bytes, value_lengths: bytes, metadata: bytes) -> None:
     """Check records as ``RecordStore.load`` takes them, whole, without taking them: raises

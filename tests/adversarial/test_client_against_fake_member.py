@@ -11,8 +11,10 @@ import pytest
 
 from shardgrid.client import Client, ClientClosedError, OperationTimeoutError, PartitionUnavailableError
 from shardgrid.core import messages as m
+from shardgrid.core.hashing import partition_ids_of_serialized
+from tests.wire import map_reply
 
-from .fake_member import FakeMember
+from .fake_member import PARTITIONS, FakeMember
 
 
 def test_a_call_ends_within_operation_call_timeout_when_the_member_is_silent():
@@ -33,7 +35,7 @@ def test_a_call_told_not_ready_ends_within_its_timeout_when_the_table_refresh_go
     (and each page the attempt timeout, 10 s by default)."""
 
     def not_ready(message):
-        return [m.MapReply(call_id=message.call_id, codes=(m.ReplyCode.NOT_READY,), retry_after_ms=50)]
+        return [map_reply(call_id=message.call_id, codes=(m.ReplyCode.NOT_READY,), retry_after_ms=50)]
 
     with (
         FakeMember(not_ready, tables_answered=1) as member,
@@ -52,12 +54,11 @@ def test_a_put_all_refused_unavailable_in_one_partition_says_how_many_keys_it_wr
     refused_pid = []
 
     def one_partition_unavailable(message):
-        refused_pid[:] = refused_pid or [message.partition_ids[0]]
-        codes = tuple(
-            m.ReplyCode.UNAVAILABLE if pid == refused_pid[0] else m.ReplyCode.OK for pid in message.partition_ids
-        )
+        pids = partition_ids_of_serialized(message.keys.items(), PARTITIONS)
+        refused_pid[:] = refused_pid or [pids[0]]
+        codes = tuple(m.ReplyCode.UNAVAILABLE if pid == refused_pid[0] else m.ReplyCode.OK for pid in pids)
         reason = f"partition {refused_pid[0]} is unavailable: every replica of it is on members that stopped answering"
-        return [m.MapReply(call_id=message.call_id, codes=codes, reason=reason)]
+        return [map_reply(call_id=message.call_id, codes=codes, reason=reason)]
 
     with FakeMember(one_partition_unavailable) as member, Client([member.address]) as client:
         data = client.get_map("m")

@@ -20,9 +20,10 @@ import pytest
 from shardgrid.client import Client
 from shardgrid.core import codec
 from shardgrid.core import messages as m
-from shardgrid.core.hashing import partition_id_of_serialized, serialize_key
+from shardgrid.core.hashing import serialize_key
 from shardgrid.core.limits import MAX_REQUEST_BYTES
 from tests.runtime.local_cluster import LocalCluster
+from tests.wire import map_request
 
 from .conftest import rss_mb
 from .raw import Raw
@@ -120,13 +121,9 @@ def test_a_client_that_reads_no_answers_keeps_its_claim_no_longer_than_the_frame
     until its call timed out."""
     address = member.addresses[0]
     key = serialize_key("k")
-    pid = partition_id_of_serialized(key)
     with Client([address], operation_call_timeout_ms=30_000) as client:
         client.get_map("m").set("k", b"v" * (3 * MIB))
-    gets = b"".join(
-        codec.encode(m.MapRequest(call_id=10 + i, kind=m.GET, map_name="m", partition_ids=(pid,), keys=(key,)))
-        for i in range(20)
-    )
+    gets = b"".join(codec.encode(map_request(call_id=10 + i, kind=m.GET, map_name="m", keys=(key,))) for i in range(20))
     attackers = [Raw(address) for _ in range(2)]
     try:
         for raw in attackers:

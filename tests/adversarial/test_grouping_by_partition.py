@@ -1,13 +1,14 @@
-"""Outside tester: ``_by_partition`` ranges against key-by-key grouping, on a member that owns
+"""Outside tester: a request's keys in any order against the same keys with each partition's side
+by side (the order the engine's ``split_by_partition`` brings them into), on a member that owns
 some partitions and backs others (WRONG_OWNER redirects, backup reads), with a small pending
-bound (OVERLOADED), writes acked by a real backup member, and writes left unacked past the
-ack timeout (INDETERMINATE): every effect either member emits must be the same."""
+bound (OVERLOADED), writes acked by a real backup member, and writes left unacked past the ack
+timeout (INDETERMINATE): every effect either member emits must be the same, each key's answer
+read at its own place in its request."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,9 +16,9 @@ from shardgrid.core import messages as m
 from shardgrid.core.effects import ReplyToClient, Send
 from shardgrid.core.hashing import hash_to_index, partition_id_of_serialized, partition_ids_of_serialized
 from shardgrid.core.inputs import Receive
-from shardgrid.core.member import data as data_module
 from shardgrid.core.table import PartitionTable
 from tests.core.test_member import CONFIG, A, B, C, following, grant_lease, run_ticks, synced
+from tests.wire import codes, map_request, values
 
 _KEYS = {
     pid: [k for k in (f"adv-{i}".encode() for i in range(400)) if partition_id_of_serialized(k, 4) == pid][:3]
@@ -27,14 +28,29 @@ _KEYS = {
 _TABLE = PartitionTable.from_lists([[B, C], [C, B], [B, C], [A, C]], [1, 1, 1, 1])
 
 
-def _key_by_key(partition_ids):
-    groups: dict[int, list[int]] = {}
-    for index, pid in enumerate(partition_ids):
-        groups.setdefault(pid, []).append(index)
-    return groups
+def _side_by_side(picked: list[tuple[int, int]]) -> list[int]:
+    """The positions of ``picked`` with each partition's keys brought together, in the order the
+    partitions first come (stable)."""
+    first = {pid: rank for rank, pid in reversed(list(enumerate(pid for pid, _ in picked)))}
+    return sorted(range(len(picked)), key=lambda position: first[picked[position][0]])
 
 
-def _run(requests, read_backup: bool, max_pending: int, deliver_acks: bool):
+def _seen(effects, orders: dict[int, list[int]]) -> list[str]:
+    """The effects, each answer's codes and values read at their keys' places in the request."""
+    out = []
+    for effect in effects:
+        if isinstance(effect, ReplyToClient) and isinstance(effect.message, m.MapReply):
+            reply = effect.message
+            order = orders[reply.call_id]
+            answered, got = codes(reply), values(reply)
+            per_key = sorted((order[i], answered[i], got[i] if got else None) for i in range(len(answered)))
+            out.append(repr((reply.call_id, per_key, reply.redirects, reply.retry_after_ms, reply.reason)))
+        elif isinstance(effect, ReplyToClient | Send):
+            out.append(repr(effect))
+    return out
+
+
+def _run(requests, read_backup: bool, max_pending: int, deliver_acks: bool, grouped: bool):
     config = replace(CONFIG, max_pending_writes=max_pending, read_backup_data=read_backup)
     owner, now = following(B, _TABLE, config=config)
     backup, _ = following(C, _TABLE, config=config)
@@ -44,14 +60,15 @@ def _run(requests, read_backup: bool, max_pending: int, deliver_acks: bool):
     synced(owner, 1, now, owner=C, maps={"m": {_KEYS[1][0]: b"held-0", _KEYS[1][2]: b"held-2"}}, sequence=2)
     now = grant_lease(owner, now)
     log = []
-    for call_id, (kind, picked, order, previous) in enumerate(requests, start=1):
-        if order == "sorted":
+    orders: dict[int, list[int]] = {}
+    for call_id, (kind, picked, drawn_order, previous) in enumerate(requests, start=1):
+        if drawn_order == "sorted":
             picked = sorted(picked, key=lambda pick: pick[0])
-        elif order == "reversed":
+        elif drawn_order == "reversed":
             picked = sorted(picked, key=lambda pick: -pick[0])
-        pids = tuple(pid for pid, _ in picked)
-        keys = tuple(_KEYS[pid][which] for pid, which in picked)
-        values = tuple(b"v%d-%d" % (call_id, i) for i in range(len(keys))) if kind in (m.PUT, m.PUT_IF_ABSENT) else ()
+        order = orders[call_id] = _side_by_side(picked) if grouped else list(range(len(picked)))
+        keys = tuple(_KEYS[picked[p][0]][picked[p][1]] for p in order)
+        written = tuple(b"v%d-%d" % (call_id, p) for p in order) if kind in (m.PUT, m.PUT_IF_ABSENT) else ()
         now += 1
         effects = owner.handle(
             now,
@@ -59,28 +76,25 @@ def _run(requests, read_backup: bool, max_pending: int, deliver_acks: bool):
                 "c",
                 None,
                 None,
-                m.MapRequest(
+                map_request(
                     call_id=call_id,
                     kind=kind,
                     map_name="m",
-                    partition_ids=pids,
                     keys=keys,
-                    values=values,
+                    values=written,
                     previous=previous,
                 ),
             ),
         )
-        log.append([repr(e) for e in effects if isinstance(e, ReplyToClient | Send)])
+        log.append(_seen(effects, orders))
         if deliver_acks and call_id % 2:
             for effect in effects:
                 if isinstance(effect, Send) and effect.target == C:
                     for back in backup.handle(now, Receive(B.address, B, C.uuid, effect.message)):
                         if isinstance(back, Send) and back.target == B:
-                            log.append(
-                                [repr(e) for e in owner.handle(now, Receive(C.address, C, B.uuid, back.message))]
-                            )
+                            log.append(_seen(owner.handle(now, Receive(C.address, C, B.uuid, back.message)), orders))
     effects, now = run_ticks(owner, now, now + CONFIG.backup_ack_timeout_ms + 1_000)
-    log.append([repr(e) for e in effects if isinstance(e, ReplyToClient)])
+    log.append(_seen([e for e in effects if isinstance(e, ReplyToClient)], orders))
     stores = {pid: (repr(d.maps), d.sequence) for pid, d in owner.data.stores.items()}
     backup_stores = {pid: (repr(d.maps), d.sequence) for pid, d in backup.data.stores.items()}
     return log, stores, backup_stores
@@ -102,13 +116,10 @@ def _run(requests, read_backup: bool, max_pending: int, deliver_acks: bool):
     st.sampled_from([3, 8, 10_000]),
     st.booleans(),
 )
-def test_ranges_match_key_by_key_with_refusals_overload_acks_and_timeouts(requests, read_backup, max_pending, acks):
-    outcomes = []
-    for grouping in (None, _key_by_key):
-        with pytest.MonkeyPatch.context() as patch:
-            if grouping is not None:
-                patch.setattr(data_module, "_by_partition", grouping)
-            outcomes.append(_run(requests, read_backup, max_pending, acks))
+def test_any_order_matches_side_by_side_with_refusals_overload_acks_and_timeouts(
+    requests, read_backup, max_pending, acks
+):
+    outcomes = [_run(requests, read_backup, max_pending, acks, grouped) for grouped in (False, True)]
     assert outcomes[0] == outcomes[1]
 
 

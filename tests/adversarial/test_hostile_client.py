@@ -14,6 +14,7 @@ from shardgrid.core import codec
 from shardgrid.core import messages as m
 from shardgrid.core.config import MemberConfig
 from shardgrid.core.hashing import partition_ids_of_serialized, serialize_key
+from tests.wire import map_request
 
 from .conftest import peak_rss_mb_while, rss_mb
 from .raw import Raw, fake_member
@@ -66,8 +67,7 @@ def test_pipelined_reads_of_a_big_value_keep_the_member_bounded(cluster):
         raw.handshake()
         raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         burst = b"".join(
-            codec.encode(m.MapRequest(call_id=i + 1, kind=m.GET, map_name="amplify", partition_ids=(pid,), keys=(key,)))
-            for i in range(400)
+            codec.encode(map_request(call_id=i + 1, kind=m.GET, map_name="amplify", keys=(key,))) for i in range(400)
         )
         peak = peak_rss_mb_while(process.pid, lambda: raw.send_bytes(burst), 8)
     finally:

@@ -20,10 +20,11 @@ import socket
 from shardgrid.client import Client
 from shardgrid.core import codec
 from shardgrid.core import messages as m
-from shardgrid.core.hashing import partition_ids_of_serialized, serialize_key
+from shardgrid.core.hashing import serialize_key
 from tests.adversarial.conftest import peak_rss_mb_while, rss_mb
 from tests.adversarial.raw import Raw
 from tests.runtime.local_cluster import LocalCluster
+from tests.wire import map_request
 
 COPIES = 400
 
@@ -35,18 +36,13 @@ def test_one_get_of_one_key_many_times_keeps_the_member_bounded(tmp_path):
         with Client([address], operation_call_timeout_ms=10_000) as client:
             client.get_map("amplify").set("blob", b"x" * (1024 * 1024))
         key = serialize_key("blob")
-        pid = partition_ids_of_serialized([key], 7)[0]
         process = running.processes[address]
         before = peak = rss_mb(process.pid)
         raw = Raw(address)
         try:
             raw.handshake()
             raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            request = codec.encode(
-                m.MapRequest(
-                    call_id=1, kind=m.GET, map_name="amplify", partition_ids=(pid,) * COPIES, keys=(key,) * COPIES
-                )
-            )
+            request = codec.encode(map_request(call_id=1, kind=m.GET, map_name="amplify", keys=(key,) * COPIES))
             peak = peak_rss_mb_while(process.pid, lambda: raw.send_bytes(request), 6)
         finally:
             raw.close()

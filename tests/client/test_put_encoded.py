@@ -1,34 +1,33 @@
-"""``put_encoded``: columns already in msgpack go out as they are when one owner holds them, and
+"""``put_encoded``: columns already packed go out as they are when one owner holds them, and
 every key a first answer leaves unfinished (migrating, moved, over the limits) goes on as a put's,
-through the same retries; columns that do not say what they hold are refused before anything is
+through the same retries; columns that do not hold together are refused before anything is
 sent."""
 
 from __future__ import annotations
 
 import asyncio
+import struct
 
-import msgspec
 import pytest
 
 from shardgrid.client import Client
-from shardgrid.client.encoded_columns import EncodedColumns, array_header, array_length
+from shardgrid.client.encoded_columns import EncodedColumns
 from shardgrid.client.errors import OperationRejectedError
 from shardgrid.core import messages as m
-from shardgrid.core.hashing import partition_ids_of_serialized
+from shardgrid.core.hashing import partition_id_of_serialized, partition_ids_of_serialized
 from shardgrid.core.limits import MAX_KEY_BYTES
 from tests.adversarial.fake_member import PARTITIONS, FakeMember
+from tests.wire import map_reply, run_keys
 
 KEYS = [b"\0\0\0\4key%d" % i for i in range(40)]
 VALUES = [b"value %d" % i for i in range(40)]
 
 
 def _encoded(keys: list[bytes], values: list[bytes], with_pids: bool = True) -> EncodedColumns:
-    pids = partition_ids_of_serialized(keys, PARTITIONS)
+    pids = [partition_id_of_serialized(key, PARTITIONS) for key in keys]  # keys past the limit too
     return EncodedColumns(
-        count=len(keys),
-        keys=msgspec.msgpack.encode(keys),
-        values=msgspec.msgpack.encode(values),
-        partition_ids=msgspec.msgpack.encode(pids) if with_pids else None,
+        keys=m.Column(b"".join(keys), struct.pack(f"<{len(keys)}I", *map(len, keys))),
+        values=m.Column.of(values),
         partitions=tuple(sorted(set(pids))) if with_pids else (),
     )
 
@@ -41,14 +40,14 @@ def _storing(stored: dict[bytes, bytes], refuse_first: set[bytes] | None = None)
         if type(message) is not m.MapRequest:
             return []
         codes = []
-        for key, value in zip(message.keys, message.values, strict=True):
+        for key, value in zip(message.keys.items(), message.values.items(), strict=True):
             if key in refused:
                 refused.discard(key)
                 codes.append(m.ReplyCode.MIGRATING)
                 continue
             stored[key] = value
             codes.append(m.ReplyCode.OK)
-        return [m.MapReply(call_id=message.call_id, codes=tuple(codes), values=(), redirects=(), retry_after_ms=1)]
+        return [map_reply(call_id=message.call_id, codes=tuple(codes), retry_after_ms=1)]
 
     return behave
 
@@ -64,7 +63,7 @@ def test_columns_of_one_owner_go_as_one_request_as_they_are():
         requests = [r for r in member.received if type(r) is m.MapRequest]
     assert stored == dict(zip(KEYS, VALUES, strict=True))
     assert len(requests) == 1
-    assert list(requests[0].partition_ids) == partition_ids_of_serialized(KEYS, PARTITIONS)
+    assert requests[0].keys.items() == KEYS
 
 
 def test_keys_answered_migrating_go_again_alone():
@@ -73,8 +72,8 @@ def test_keys_answered_migrating_go_again_alone():
         _put(client, _encoded(KEYS, VALUES))
         requests = [r for r in member.received if type(r) is m.MapRequest]
     assert stored == dict(zip(KEYS, VALUES, strict=True))
-    assert [len(r.keys) for r in requests] == [40, 2]
-    assert set(requests[1].keys) == {KEYS[3], KEYS[17]}
+    assert [len(run_keys(r)) for r in requests] == [40, 2]
+    assert set(run_keys(requests[1])) == {KEYS[3], KEYS[17]}
 
 
 def test_a_moved_partition_follows_its_redirect():
@@ -84,13 +83,11 @@ def test_a_moved_partition_follows_its_redirect():
     def moved(message):
         if type(message) is not m.MapRequest:
             return []
-        redirects = tuple(m.PartitionRedirect(pid, 5, holder["b"]) for pid in sorted(set(message.partition_ids)))
+        pids = sorted(set(partition_ids_of_serialized(message.keys.items(), PARTITIONS)))
+        redirects = tuple(m.PartitionRedirect(pid, 5, holder["b"]) for pid in pids)
         return [
-            m.MapReply(
-                call_id=message.call_id,
-                codes=(m.ReplyCode.WRONG_OWNER,) * len(message.keys),
-                values=(),
-                redirects=redirects,
+            map_reply(
+                call_id=message.call_id, codes=(m.ReplyCode.WRONG_OWNER,) * len(message.keys), redirects=redirects
             )
         ]
 
@@ -101,7 +98,7 @@ def test_a_moved_partition_follows_its_redirect():
     assert stored == dict(zip(KEYS, VALUES, strict=True))
 
 
-def test_columns_over_owners_or_without_partition_ids_are_put_key_by_key():
+def test_columns_over_owners_or_without_their_partitions_are_put_key_by_key():
     stored: dict[bytes, bytes] = {}
     with FakeMember(_storing(stored)) as a, FakeMember(_storing(stored)) as b:
         with Client([a.address]) as client:
@@ -118,15 +115,15 @@ def test_columns_over_owners_or_without_partition_ids_are_put_key_by_key():
     assert to_b
 
 
-def test_columns_that_do_not_say_what_they_hold_are_refused_before_sending():
+def test_columns_that_do_not_hold_together_are_refused_before_sending():
     with FakeMember(_storing({})) as member, Client([member.address]) as client:
         good = _encoded(KEYS, VALUES)
-        short = EncodedColumns(**{**_fields(good), "count": 39})
-        with pytest.raises(ValueError, match="holds 40 items, not 39"):
+        short = EncodedColumns(**{**_fields(good), "values": m.Column.of(VALUES[:39])})
+        with pytest.raises(ValueError, match="hold 40 keys and 39 values"):
             _put(client, short)
-        not_array = EncodedColumns(**{**_fields(good), "values": b"\xc4\x01x"})
-        with pytest.raises(ValueError, match="values column holds None items"):
-            _put(client, not_array)
+        cut = EncodedColumns(**{**_fields(good), "values": m.Column(good.values.data[:-1], good.values.lengths)})
+        with pytest.raises(ValueError, match="do not hold together"):
+            _put(client, cut)
         with pytest.raises(ValueError, match="not a put"):
             _put(client, good, m.GET)
         too_long = _encoded([b"k" * (MAX_KEY_BYTES + 1)], [b"v"])
@@ -134,6 +131,8 @@ def test_columns_that_do_not_say_what_they_hold_are_refused_before_sending():
             _put(client, too_long)
         with pytest.raises(ValueError, match="a map name is 1 to"):
             client._run(client.async_client.put_encoded(m.PUT, "", good))
+        with pytest.raises(ValueError, match="TTL column holds 8 bytes"):
+            _put(client, EncodedColumns(**{**_fields(good), "ttls_ms": bytes(8)}))
         assert not [r for r in member.received if type(r) is m.MapRequest]
 
 
@@ -141,25 +140,20 @@ def _fields(columns: EncodedColumns) -> dict[str, object]:
     return {name: getattr(columns, name) for name in EncodedColumns.__slots__}
 
 
-@pytest.mark.parametrize("count", [0, 1, 15, 16, 65_535, 65_536, 70_000])
-def test_array_headers_are_msgspecs(count):
-    encoded = msgspec.msgpack.encode([0] * count)
-    assert encoded.startswith(array_header(count))
-    assert array_length(encoded) == count
-
-
 def test_columns_a_member_would_refuse_never_leave():
-    """Found by an outside tester: such columns went out as they were, the member closed the
-    connection at the bad frame, and a put in flight on it lost its answer (failing as
+    """Found by an outside tester: such columns went out as they were, the member refused them (or
+    closed the connection at the bad frame), and a put in flight on it lost its answer (failing as
     indeterminate under fail_on_indeterminate_operation_state). Now they fail before sending."""
     good = _encoded(KEYS, VALUES)
-    pids = list(msgspec.msgpack.decode(good.partition_ids))
     hostile = {
-        "items of another kind": EncodedColumns(**{**_fields(good), "values": msgspec.msgpack.encode(list(range(40)))}),
-        "a trailing byte": EncodedColumns(**{**_fields(good), "keys": good.keys + b"\xc0"}),
-        "truncated": EncodedColumns(**{**_fields(good), "values": good.values[:-3]}),
-        "a partition id out of range": EncodedColumns(
-            **{**_fields(good), "partition_ids": msgspec.msgpack.encode([*pids[:-1], 10**6])}
+        "lengths past the data": EncodedColumns(
+            **{**_fields(good), "keys": m.Column(good.keys.data, good.keys.lengths[:-4] + struct.pack("<I", 10**6))}
+        ),
+        "a trailing byte": EncodedColumns(
+            **{**_fields(good), "keys": m.Column(good.keys.data + b"x", good.keys.lengths)}
+        ),
+        "lengths cut short": EncodedColumns(
+            **{**_fields(good), "values": m.Column(good.values.data, good.values.lengths[:-3])}
         ),
     }
     stored: dict[bytes, bytes] = {}
@@ -172,7 +166,7 @@ def test_columns_a_member_would_refuse_never_leave():
             async def hostile_beside_a_put(columns: EncodedColumns) -> None:
                 innocent = asyncio.ensure_future(aio.map_call(m.PUT, "other", KEYS[:10], VALUES[:10]))
                 await asyncio.sleep(0)
-                with pytest.raises(ValueError, match=r"do not decode|partition ids are ints"):
+                with pytest.raises(ValueError, match=r"do not hold together"):
                     await aio.put_encoded(m.PUT, "m", columns)
                 await innocent
 

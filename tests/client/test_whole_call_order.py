@@ -13,6 +13,7 @@ from shardgrid.client import Client
 from shardgrid.core import messages as m
 from shardgrid.core.hashing import partition_id_of_serialized
 from tests.adversarial.fake_member import PARTITIONS, FakeMember
+from tests.wire import map_reply
 
 KEYS = [b"\0\0\0\1a", b"\0\0\0\1b", b"\0\0\0\1c", b"\0\0\0\1d"]
 
@@ -23,13 +24,11 @@ def _moved_to(holder: dict[str, str]):
     def behave(message):
         if type(message) is not m.MapRequest:
             return []
-        redirects = tuple(m.PartitionRedirect(pid, 5, holder["b"]) for pid in sorted(set(message.partition_ids)))
+        pids = sorted({partition_id_of_serialized(key, PARTITIONS) for key in message.keys.items()})
+        redirects = tuple(m.PartitionRedirect(pid, 5, holder["b"]) for pid in pids)
         return [
-            m.MapReply(
-                call_id=message.call_id,
-                codes=(m.ReplyCode.WRONG_OWNER,) * len(message.keys),
-                values=(),
-                redirects=redirects,
+            map_reply(
+                call_id=message.call_id, codes=(m.ReplyCode.WRONG_OWNER,) * len(message.keys), redirects=redirects
             )
         ]
 
@@ -54,16 +53,10 @@ def test_a_retried_whole_call_answers_each_key_with_its_own_value():
         if migrating_once["left"]:
             migrating_once["left"] -= 1
             return [
-                m.MapReply(
-                    call_id=message.call_id,
-                    codes=(m.ReplyCode.MIGRATING,) * len(message.keys),
-                    values=(),
-                    redirects=(),
-                    retry_after_ms=1,
-                )
+                map_reply(call_id=message.call_id, codes=(m.ReplyCode.MIGRATING,) * len(message.keys), retry_after_ms=1)
             ]
-        values = tuple(b"value of " + key for key in message.keys)
-        return [m.MapReply(call_id=message.call_id, codes=(m.ReplyCode.OK,) * len(message.keys), values=values)]
+        values = tuple(b"value of " + key for key in message.keys.items())
+        return [map_reply(call_id=message.call_id, codes=(m.ReplyCode.OK,) * len(message.keys), values=values)]
 
     with FakeMember(_moved_to(holder)) as a, FakeMember(behave_b) as b:
         holder["b"] = b.address
@@ -87,22 +80,16 @@ def test_a_retried_whole_put_writes_every_key():
         round_of_b["n"] += 1
         if round_of_b["n"] == 1:  # migrating for a moment
             return [
-                m.MapReply(
-                    call_id=message.call_id,
-                    codes=(m.ReplyCode.MIGRATING,) * len(message.keys),
-                    values=(),
-                    redirects=(),
-                    retry_after_ms=1,
-                )
+                map_reply(call_id=message.call_id, codes=(m.ReplyCode.MIGRATING,) * len(message.keys), retry_after_ms=1)
             ]
         codes = []
-        for key, value in zip(message.keys, message.values, strict=True):
+        for key, value in zip(message.keys.items(), message.values.items(), strict=True):
             if round_of_b["n"] == 2 and key == KEYS[1]:  # key 1's partition migrates a moment longer
                 codes.append(m.ReplyCode.MIGRATING)
                 continue
             stored[key] = value
             codes.append(m.ReplyCode.OK)
-        return [m.MapReply(call_id=message.call_id, codes=tuple(codes), values=(), redirects=(), retry_after_ms=1)]
+        return [map_reply(call_id=message.call_id, codes=tuple(codes), retry_after_ms=1)]
 
     with FakeMember(_moved_to(holder)) as a, FakeMember(behave_b) as b:
         holder["b"] = b.address
@@ -125,25 +112,27 @@ def test_random_retry_rounds_answer_and_write_each_key_as_its_own():
         if type(message) is not m.MapRequest:
             return []
         codes, redirects = [], []
-        for index, key in enumerate(message.keys):
+        keys, written = message.keys.items(), message.values.items()
+        for index, key in enumerate(keys):
             roll = rng.random()
             if roll < plan["refuse_rate"] / 3:
                 codes.append(m.ReplyCode.MIGRATING)
             elif roll < plan["refuse_rate"]:
                 codes.append(m.ReplyCode.WRONG_OWNER)
-                redirects.append(m.PartitionRedirect(message.partition_ids[index], 10**6, plan["moved_to"]))
+                pid = partition_id_of_serialized(key, PARTITIONS)
+                redirects.append(m.PartitionRedirect(pid, 10**6, plan["moved_to"]))
             else:
                 codes.append(m.ReplyCode.OK)
                 if message.kind is m.PUT:
-                    stored[key] = message.values[index]
-        values = ()
+                    stored[key] = written[index]
+        values = None
         if message.kind is m.GET:  # a refused key's value is never read: any bytes stand in for it
             values = tuple(
-                b"value of " + key if s is m.ReplyCode.OK else b"" for key, s in zip(message.keys, codes, strict=True)
+                b"value of " + key if s is m.ReplyCode.OK else b"" for key, s in zip(keys, codes, strict=True)
             )
         plan["refuse_rate"] /= 2  # refusals die out: the call ends
         return [
-            m.MapReply(
+            map_reply(
                 call_id=message.call_id, codes=tuple(codes), values=values, redirects=tuple(redirects), retry_after_ms=1
             )
         ]

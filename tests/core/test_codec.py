@@ -30,6 +30,7 @@ from shardgrid.core.raft.log import Snapshot
 from shardgrid.core.raft.membership import ConfChange, Membership
 from shardgrid.core.session import Welcome
 from shardgrid.core.table import PartitionTable
+from tests.wire import map_reply, map_request, values
 
 replicas = st.builds(MemberId, st.uuids().map(str), st.text(min_size=1, max_size=30))
 counters = st.integers(0, MAX_COUNTER)  # Raft's own records carry no Meta: the codec bounds them
@@ -258,7 +259,7 @@ def test_codes_are_explicit_unique_and_stable() -> None:
     assert codec.WIRE_CODES[m.JoinRequest] == 20
     assert codec.WIRE_CODES[r.AppendEntries] == 42
     assert codec.WIRE_CODES[c.AddMembers] == 61
-    assert codec.WIRE_CODES[m.MapRequest] == 122
+    assert codec.WIRE_CODES[m.MapRequest] == 138
     # The tag is the first element of the encoded array.
     assert msgspec.msgpack.decode(codec.encode(r.Heartbeat(1, 2, 3))[4:]) == [codec.PROTOCOL_VERSION, [44, 1, 2, 3]]
 
@@ -282,7 +283,7 @@ def test_frames_in_chunks_of_any_size_and_type_decode_the_same(sizes: list[int],
     """Whole frames decode from views of what was read, a partial one is held: any split of a
     stream (mid-prefix, mid-body, empty reads, many frames in one read) gives the same messages."""
     messages = [
-        m.MapReply(
+        map_reply(
             call_id=i, codes=(m.ReplyCode.OK,) * (size // 100), values=tuple(b"v" * 100 for _ in range(size // 100))
         )
         for i, size in enumerate(sizes)
@@ -350,7 +351,7 @@ def test_garbage_unknown_codes_and_other_versions_are_refused() -> None:
 def test_a_body_is_one_message_whichever_way_its_header_is_written() -> None:
     """Frames of our version skip the header's decode (the message is the rest of the body): what
     follows the message is refused as before, and a version written in a wider form still decodes."""
-    reply = m.MapReply(call_id=7, codes=(m.ReplyCode.OK,))
+    reply = map_reply(call_id=7, codes=(m.ReplyCode.OK,))
     body = _body(reply)
     assert body[:2] == bytes([0x92, codec.PROTOCOL_VERSION])
     assert codec.decode_body(body) == reply
@@ -475,8 +476,10 @@ def _snapshot_of(index: int, term: int, membership: list | None = None) -> bytes
         _snapshot_of(MAX_COUNTER + 1, 1),  # a snapshot's index
         _snapshot_of(1, 2**64 - 1),  # a snapshot's term
         _body([26, 2**64 - 1, 0, None]),  # LeaseRequest's clock
-        _body([122, 2**64 - 1, "get", "m", [], [], []]),  # MapRequest's call id
-        _body([120, [[0, "lineage", MAX_COUNTER + 1, "remove", "m", [b"k"], []]]]),  # a run's sequence
+        _body([138, 2**64 - 1, "get", "m", [b"", b""]]),  # MapRequest's call id
+        _body(
+            [140, [[0, "lineage", MAX_COUNTER + 1, "remove", "m", [b"k", b"\x01\0\0\0"], [b"", b""]]]]
+        ),  # a run's sequence
         _body([121, [[0, 2**64 - 1]]]),  # an acknowledged replica sequence
     ],
 )
@@ -590,11 +593,15 @@ def _snapshot_table(rows: int) -> bytes:
 OVER_THE_BOUNDS = {
     # The outside tester's four, one item past each bound.
     "Bootstrap voters": b"\x93\x18\x90" + _array(limits.MAX_MEMBER_COUNT + 1, _REPLICA),
-    "MapRequest keys": b"\x97\x7a\x01\xa3get\xa1m\x90"
-    + _array(limits.MAX_OPERATIONS_PER_REQUEST + 1, b"\xc4\x00")
-    + b"\x90",
-    "BackupBatch runs": b"\x92\x78"
-    + _array(limits.MAX_RUNS_PER_BACKUP_BATCH + 1, b"\x97\x00\xa0\x01\xa6remove\xa1m\x91\xc4\x00\x90"),
+    # Keys and values are packed columns: one bytes object each, bounded by the frame; the codes
+    # of a reply are a byte per key, bounded as the keys of a request are.
+    "MapReply codes": b"\x93\xcc\x8b\x01\xc5"
+    + (limits.MAX_OPERATIONS_PER_REQUEST + 1).to_bytes(2, "big")
+    + bytes(limits.MAX_OPERATIONS_PER_REQUEST + 1),
+    "BackupBatch runs": b"\x92\xcc\x8c"
+    + _array(
+        limits.MAX_RUNS_PER_BACKUP_BATCH + 1, b"\x97\x00\xa0\x01\xa6remove\xa1m\x92\xc4\x00\xc4\x00\x92\xc4\x00\xc4\x00"
+    ),
     "snapshot table rows": _snapshot_table(limits.MAX_PARTITION_COUNT + 1),
     # The same through Raft's own records, which the codec mirrors to bound them.
     "AppendEntries entries": b"\x97\x2a\x01\x00\x00"
@@ -636,7 +643,7 @@ def test_a_collection_over_its_bound_is_refused_before_its_items_are_built(messa
 
 def test_collections_at_their_bound_are_taken() -> None:
     keys = tuple(b"k%d" % i for i in range(limits.MAX_OPERATIONS_PER_REQUEST))
-    request = m.MapRequest(call_id=1, kind=m.GET, map_name="m", partition_ids=(0,) * len(keys), keys=keys)
+    request = map_request(call_id=1, kind=m.GET, map_name="m", keys=keys)
     (decoded,) = codec.FrameDecoder().feed(codec.encode(request))
     assert decoded == request
     voters = tuple(MemberId(f"{i:04d}", "a") for i in range(limits.MAX_MEMBER_COUNT))
@@ -760,7 +767,7 @@ def test_a_frame_holds_its_own_bytes_only() -> None:
     """Found by an outside tester: the buffer msgspec encodes into grows by half at a time; handed
     out as the frame, a queued frame held up to 1.5 times the bytes it counted for."""
     frame = codec.encode(
-        m.MapReply(call_id=1, codes=(m.ReplyCode.OK,) * 20_000, values=tuple(b"v" * 100 for _ in range(20_000)))
+        map_reply(call_id=1, codes=(m.ReplyCode.OK,) * 10_000, values=tuple(b"v" * 100 for _ in range(10_000)))
     )
     assert type(frame) is bytes
     assert sys.getsizeof(frame) - len(frame) < 100
@@ -829,7 +836,7 @@ def test_a_frame_completed_across_reads_is_not_held_twice_while_it_decodes() -> 
     """Found by an outside tester: completing a held frame kept the held bytes while the copy
     decoded, a peak of three frames (46.6 MiB for a 16 MB frame in 256 KiB reads)."""
     value = b"v" * (4 * 1024 * 1024)
-    frame = codec.encode(m.MapReply(call_id=1, codes=(m.ReplyCode.OK,), values=(value,)))
+    frame = codec.encode(map_reply(call_id=1, codes=(m.ReplyCode.OK,), values=(value,)))
     decoder = codec.FrameDecoder()
     reads = [frame[i : i + 256 * 1024] for i in range(0, len(frame), 256 * 1024)]
     tracemalloc.start()  # before the held bytes are, so that they count
@@ -841,7 +848,7 @@ def test_a_frame_completed_across_reads_is_not_held_twice_while_it_decodes() -> 
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert reply.values == (value,)
+    assert values(reply) == (value,)
     assert peak < 2.5 * len(frame), f"completing a {len(frame)}-byte frame peaked at {peak} bytes"
 
 

@@ -12,6 +12,7 @@ from shardgrid.core.inputs import Receive
 from shardgrid.core.table import PartitionTable
 from tests.core.test_expiry import keys_in_0
 from tests.core.test_member import CONFIG, A, B, following, grant_lease, replies, sent
+from tests.wire import codes, map_request, run_keys, run_values, values
 
 B_A = PartitionTable.from_lists([[B, A]] * 4, [1, 1, 1, 1])
 B_ALONE = PartitionTable.from_lists([[B]] * 4, [1, 1, 1, 1])
@@ -27,11 +28,10 @@ def call(
     expected: list[bytes] = (),  # type: ignore[assignment]
     write_id: int = 0,
 ) -> m.MapRequest:
-    return m.MapRequest(
+    return map_request(
         call_id=call_id,
         kind=kind,
         map_name="m",
-        partition_ids=(0,) * len(keys),
         keys=tuple(keys),
         values=tuple(values),
         expected=tuple(expected),
@@ -58,12 +58,12 @@ def held(owner) -> dict[bytes, bytes]:
 
 def test_replace_writes_only_a_key_that_has_a_value() -> None:
     owner, now = owner_alone()
-    assert ask(owner, now, call(1, m.REPLACE, [K], [b"x"])).values == (None,)
+    assert values(ask(owner, now, call(1, m.REPLACE, [K], [b"x"]))) == (None,)
     assert held(owner) == {}
     ask(owner, now + 1, call(2, m.PUT, [K], [b"1"]))
     reply = ask(owner, now + 2, call(3, m.REPLACE, [K, L], [b"2", b"y"]))
-    assert reply.codes == (m.ReplyCode.OK, m.ReplyCode.OK)
-    assert reply.values == (b"1", None)
+    assert codes(reply) == (m.ReplyCode.OK, m.ReplyCode.OK)
+    assert values(reply) == (b"1", None)
     assert held(owner) == {K: b"2"}
 
 
@@ -71,14 +71,14 @@ def test_replace_if_same_is_a_compare_and_set_judged_key_by_key_in_order() -> No
     owner, now = owner_alone()
     ask(owner, now, call(1, m.PUT, [K], [b"1"]))
     missed = ask(owner, now + 1, call(2, m.REPLACE_IF_SAME, [K], [b"2"], expected=[b"0"]))
-    assert missed.values == (b"1",)  # not what was expected: nothing written
+    assert values(missed) == (b"1",)  # not what was expected: nothing written
     assert held(owner) == {K: b"1"}
     # Twice in one request: the second is judged on what the first left.
     both = ask(owner, now + 2, call(3, m.REPLACE_IF_SAME, [K, K], [b"2", b"3"], expected=[b"1", b"2"]))
-    assert both.values == (b"1", b"2")
+    assert values(both) == (b"1", b"2")
     assert held(owner) == {K: b"3"}
     absent = ask(owner, now + 3, call(4, m.REPLACE_IF_SAME, [L], [b"2"], expected=[b""]))
-    assert absent.values == (None,)
+    assert values(absent) == (None,)
     assert held(owner) == {K: b"3"}
 
 
@@ -91,7 +91,7 @@ def test_remove_if_same_removes_only_that_value_and_the_backup_gets_a_plain_remo
     effects = owner.handle(now + 2, Receive("c", None, None, call(3, m.REMOVE_IF_SAME, [K], [b"1"])))
     (batch,) = sent(effects, m.BackupBatch)
     (run,) = batch.runs
-    assert (run.kind, run.keys, run.values) == (m.REMOVE, (K,), ())
+    assert (run.kind, run_keys(run), run_values(run)) == (m.REMOVE, (K,), ())
     assert held(owner) == {}
 
 
@@ -100,7 +100,7 @@ def test_a_retried_conditional_write_gets_its_first_answer() -> None:
     ask(owner, now, call(1, m.PUT, [K], [b"1"]))
     first = ask(owner, now + 1, call(2, m.REPLACE_IF_SAME, [K], [b"2"], expected=[b"1"], write_id=7))
     again = ask(owner, now + 2, call(3, m.REPLACE_IF_SAME, [K], [b"2"], expected=[b"1"], write_id=7))
-    assert first.values == again.values == (b"1",)  # the client reads "replaced" both times
+    assert values(first) == values(again) == (b"1",)  # the client reads "replaced" both times
     assert held(owner) == {K: b"2"}
 
 
@@ -109,13 +109,13 @@ def test_an_entry_view_carries_the_metadata_and_counts_no_read() -> None:
     ask(owner, now, call(1, m.PUT, [K], [b"1"]))
     ask(owner, now + 5, call(2, m.PUT, [K], [b"2"]))
     ask(owner, now + 6, call(3, m.GET, [K, K]))
-    (view_data, absent) = ask(owner, now + 7, call(4, m.ENTRY_VIEW, [K, L])).values
+    (view_data, absent) = values(ask(owner, now + 7, call(4, m.ENTRY_VIEW, [K, L])))
     assert absent is None
     view = entry_view_of(view_data, bytes)
     assert view.value == b"2"
     assert (view.created_ms, view.updated_ms, view.accessed_ms, view.expire_at_ms) == (now, now + 5, now + 6, 0)
     assert (view.hits, view.version) == (2, 2)
-    again = entry_view_of(ask(owner, now + 8, call(5, m.ENTRY_VIEW, [K])).values[0], bytes)
+    again = entry_view_of(values(ask(owner, now + 8, call(5, m.ENTRY_VIEW, [K])))[0], bytes)
     assert (again.hits, again.accessed_ms) == (2, now + 6)
 
 
@@ -128,5 +128,5 @@ def test_conditional_requests_that_break_the_rules_are_refused_whole() -> None:
         call(4, m.ENTRY_VIEW, [K], [b"1"]),  # a read with values
     ):
         reply = ask(owner, now, request)
-        assert reply.codes == (m.ReplyCode.REJECTED,), request
+        assert codes(reply) == (m.ReplyCode.REJECTED,), request
     assert held(owner) == {}

@@ -16,6 +16,7 @@ from shardgrid.core.inputs import Receive
 from shardgrid.core.table import PartitionTable
 from tests.core.test_member import CONFIG, B, C, following, grant_lease, replies, run_ticks, sent
 from tests.core.test_memory_limit import B_ALONE, keys, request
+from tests.wire import codes, map_request, run_keys, values
 
 VALUE = b"v" * 100
 
@@ -56,7 +57,7 @@ def test_an_evicting_map_at_the_members_limit_takes_every_write(policy: str) -> 
     written: list[bytes] = []
     for call_id in range(1, 80):
         batch = keys(len(written), 10)
-        assert put(owner, now + call_id, call_id, batch).codes == (m.ReplyCode.OK,) * 10
+        assert codes(put(owner, now + call_id, call_id, batch)) == (m.ReplyCode.OK,) * 10
         written += batch
         assert owner.data.memory_bytes_of(0) <= limit
     _, now = run_ticks(owner, now + 100, now + 100 + CONFIG.tick_ms)
@@ -69,11 +70,11 @@ def test_an_evicting_map_at_the_members_limit_takes_every_write(policy: str) -> 
 def test_lru_keeps_what_is_read() -> None:
     owner, now = owner_with(MapConfig(backup_count=0, eviction_policy="LRU", max_entries_per_partition=50))
     hot = keys(0, 10)
-    assert put(owner, now, 1, hot).codes == (m.ReplyCode.OK,) * 10
+    assert codes(put(owner, now, 1, hot)) == (m.ReplyCode.OK,) * 10
     for call_id in range(2, 40):
         now += 10
-        assert get(owner, now, 1000 + call_id, hot).values == (VALUE,) * 10
-        assert put(owner, now + 1, call_id, keys(10 * call_id, 10)).codes == (m.ReplyCode.OK,) * 10
+        assert values(get(owner, now, 1000 + call_id, hot)) == (VALUE,) * 10
+        assert codes(put(owner, now + 1, call_id, keys(10 * call_id, 10))) == (m.ReplyCode.OK,) * 10
     assert len(held(owner)) == 50
     assert set(hot) <= held(owner)
 
@@ -81,11 +82,11 @@ def test_lru_keeps_what_is_read() -> None:
 def test_lfu_keeps_what_is_read_often() -> None:
     owner, now = owner_with(MapConfig(backup_count=0, eviction_policy="LFU", max_entries_per_partition=30))
     often = keys(0, 5)
-    assert put(owner, now, 1, often).codes == (m.ReplyCode.OK,) * 5
+    assert codes(put(owner, now, 1, often)) == (m.ReplyCode.OK,) * 5
     for call_id in range(1, 6):
         get(owner, now + call_id, 1000 + call_id, often)
     for call_id in range(2, 30):
-        assert put(owner, now + 10 + call_id, call_id, keys(10 * call_id, 10)).codes == (m.ReplyCode.OK,) * 10
+        assert codes(put(owner, now + 10 + call_id, call_id, keys(10 * call_id, 10))) == (m.ReplyCode.OK,) * 10
     assert len(held(owner)) == 30
     assert set(often) <= held(owner)
 
@@ -95,7 +96,7 @@ def test_an_overwrite_at_the_size_evicts_nothing() -> None:
     batch = keys(0, 20)
     put(owner, now, 1, batch)
     for call_id in range(2, 10):
-        assert put(owner, now + call_id, call_id, batch, b"w" * 100).codes == (m.ReplyCode.OK,) * 20
+        assert codes(put(owner, now + call_id, call_id, batch, b"w" * 100)) == (m.ReplyCode.OK,) * 20
     assert held(owner) == set(batch)
     assert owner.data.entries_evicted == 0
 
@@ -111,23 +112,23 @@ def test_the_per_member_size_is_shared_out_per_partition() -> None:
 def test_a_map_that_evicts_nothing_refuses_new_keys_at_its_size_but_takes_overwrites() -> None:
     owner, now = owner_with(MapConfig(backup_count=0, max_entries_per_partition=10))
     batch = keys(0, 10)
-    assert put(owner, now, 1, batch).codes == (m.ReplyCode.OK,) * 10
+    assert codes(put(owner, now, 1, batch)) == (m.ReplyCode.OK,) * 10
     refused = put(owner, now + 1, 2, keys(10, 1))
-    assert refused.codes == (m.ReplyCode.MEMORY_FULL,)
+    assert codes(refused) == (m.ReplyCode.MEMORY_FULL,)
     assert "'m'" in refused.reason
     assert "max_entries_per_partition" in refused.reason
-    assert put(owner, now + 2, 3, batch[:5], b"w").codes == (m.ReplyCode.OK,) * 5
+    assert codes(put(owner, now + 2, 3, batch[:5], b"w")) == (m.ReplyCode.OK,) * 5
     assert held(owner) == set(batch)
     owner.handle(now + 3, Receive("c", None, None, request(4, m.REMOVE, batch[:1])))
-    assert put(owner, now + 4, 5, keys(10, 1)).codes == (m.ReplyCode.OK,)
+    assert codes(put(owner, now + 4, 5, keys(10, 1))) == (m.ReplyCode.OK,)
 
 
 def test_a_map_that_evicts_nothing_refuses_past_its_bytes() -> None:
     partitions = CONFIG.partition_count
     owner, now = owner_with(MapConfig(backup_count=0, max_bytes_per_member=partitions * 2_000))
-    codes = [put(owner, now + n, n, keys(n, 1)).codes[0] for n in range(20)]
-    assert codes[:5] == [m.ReplyCode.OK] * 5
-    assert codes[-1] is m.ReplyCode.MEMORY_FULL
+    answered = [codes(put(owner, now + n, n, keys(n, 1)))[0] for n in range(20)]
+    assert answered[:5] == [m.ReplyCode.OK] * 5
+    assert answered[-1] is m.ReplyCode.MEMORY_FULL
     assert owner.data.memory_bytes_of(0) <= 2_000
 
 
@@ -140,8 +141,8 @@ def test_evictions_reach_the_backups_as_removes_after_the_put() -> None:
     now = grant_lease(owner, now)
     effects = owner.handle(now, Receive("c", None, None, request(1, m.PUT, keys(0, 8), VALUE)))
     runs = [run for batch in sent(effects, m.BackupBatch) for run in batch.runs]
-    assert [(run.kind, run.first_sequence, len(run.keys)) for run in runs] == [(m.PUT, 1, 8), (m.REMOVE, 9, 3)]
-    assert set(runs[1].keys) == set(keys(0, 8)) - held(owner)
+    assert [(run.kind, run.first_sequence, len(run_keys(run))) for run in runs] == [(m.PUT, 1, 8), (m.REMOVE, 9, 3)]
+    assert set(run_keys(runs[1])) == set(keys(0, 8)) - held(owner)
     assert owner.data.sequence_of(0) == 11
 
 
@@ -154,16 +155,15 @@ def keys_of(pid: int, count: int) -> list[bytes]:
 
 
 def put_to(owner, now: int, call_id: int, map_name: str, pid: int, batch: list[bytes]) -> tuple[m.ReplyCode, ...]:
-    request_ = m.MapRequest(
+    request_ = map_request(
         call_id=call_id,
         kind=m.PUT,
         map_name=map_name,
-        partition_ids=(pid,) * len(batch),
         keys=tuple(batch),
         values=(VALUE,) * len(batch),
     )
     (reply,) = replies(owner.handle(now, Receive("c", None, None, request_)))
-    return reply.codes
+    return codes(reply)
 
 
 def test_a_map_that_evicts_nothing_takes_the_memory_a_cache_holds_in_other_partitions() -> None:
@@ -193,9 +193,9 @@ def test_a_map_that_evicts_nothing_takes_the_memory_a_cache_holds_in_other_parti
 def test_a_write_refused_at_the_members_limit_evicts_nothing() -> None:
     owner, now = owner_with(MapConfig(backup_count=0, eviction_policy="LRU"), max_memory_bytes=40_000)
     batch = keys(0, 10)
-    assert put(owner, now, 1, batch).codes == (m.ReplyCode.OK,) * 10
+    assert codes(put(owner, now, 1, batch)) == (m.ReplyCode.OK,) * 10
     too_large = put(owner, now + 1, 2, keys(10, 1), b"x" * 60_000)
-    assert too_large.codes == (m.ReplyCode.MEMORY_FULL,)
+    assert codes(too_large) == (m.ReplyCode.MEMORY_FULL,)
     assert held(owner) == set(batch)
     assert owner.data.entries_evicted == 0
 
@@ -206,18 +206,18 @@ def test_a_map_that_evicts_nothing_takes_a_rewrite_at_its_bytes() -> None:
     value = b"v" * 700
     taken = []
     for n in range(20):
-        if put(owner, now + n, n + 1, keys(n, 1), value).codes == (m.ReplyCode.OK,):
+        if codes(put(owner, now + n, n + 1, keys(n, 1), value)) == (m.ReplyCode.OK,):
             taken += keys(n, 1)
     assert 0 < len(taken) < 20
-    assert put(owner, now + 30, 50, taken[:1], b"w" * 700).codes == (m.ReplyCode.OK,)
-    assert put(owner, now + 31, 51, taken[:1], b"w" * 600).codes == (m.ReplyCode.OK,)
+    assert codes(put(owner, now + 30, 50, taken[:1], b"w" * 700)) == (m.ReplyCode.OK,)
+    assert codes(put(owner, now + 31, 51, taken[:1], b"w" * 600)) == (m.ReplyCode.OK,)
 
 
 def test_expired_entries_in_a_full_maps_way_are_removed_for_a_new_key() -> None:
     owner, now = owner_with(MapConfig(backup_count=0, max_entries_per_partition=3))
     request_ = msgspec.structs.replace(request(1, m.PUT, keys(0, 3), VALUE), ttl_ms=100)
-    assert replies(owner.handle(now, Receive("c", None, None, request_)))[0].codes == (m.ReplyCode.OK,) * 3
-    assert put(owner, now + 150, 2, keys(3, 1)).codes == (m.ReplyCode.OK,)  # before any tick swept them
+    assert codes(replies(owner.handle(now, Receive("c", None, None, request_)))[0]) == (m.ReplyCode.OK,) * 3
+    assert codes(put(owner, now + 150, 2, keys(3, 1))) == (m.ReplyCode.OK,)  # before any tick swept them
     assert held(owner) == set(keys(3, 1))
 
 
@@ -226,15 +226,13 @@ def test_set_ttl_is_taken_at_the_members_limit() -> None:
     written: list[bytes] = []
     for call_id in range(1, 600):  # a key at a time: full to within one entry
         batch = keys(len(written), 1)
-        if put(owner, now, call_id, batch).codes[0] is m.ReplyCode.MEMORY_FULL:
+        if codes(put(owner, now, call_id, batch))[0] is m.ReplyCode.MEMORY_FULL:
             break
         written += batch
-    set_ttl = m.MapRequest(
-        call_id=99, kind=m.SET_TTL, map_name="m", partition_ids=(0,), keys=(written[0],), previous=True, ttl_ms=5_000
-    )
+    set_ttl = map_request(call_id=99, kind=m.SET_TTL, map_name="m", keys=(written[0],), previous=True, ttl_ms=5_000)
     (reply,) = replies(owner.handle(now + 1, Receive("c", None, None, set_ttl)))
-    assert reply.codes == (m.ReplyCode.OK,)
-    assert reply.values == (b"",)
+    assert codes(reply) == (m.ReplyCode.OK,)
+    assert values(reply) == (b"",)
 
 
 def test_a_set_ttl_whose_values_would_pass_a_request_is_refused_whole() -> None:
@@ -247,12 +245,10 @@ def test_a_set_ttl_whose_values_would_pass_a_request_is_refused_whole() -> None:
         (batch,) = sent(effects, m.BackupBatch)
         owner.handle(now + n, Receive(C.address, C, B.uuid, m.BackupAckBatch(((0, batch.runs[0].last_sequence),))))
     sequence = owner.data.sequence_of(0)
-    set_ttl = m.MapRequest(
-        call_id=50, kind=m.SET_TTL, map_name="m", partition_ids=(0,) * 6, keys=tuple(big), previous=True, ttl_ms=5_000
-    )
+    set_ttl = map_request(call_id=50, kind=m.SET_TTL, map_name="m", keys=tuple(big), previous=True, ttl_ms=5_000)
     effects = owner.handle(now + 10, Receive("c", None, None, set_ttl))
     (reply,) = replies(effects)
-    assert set(reply.codes) == {m.ReplyCode.REJECTED}
+    assert set(codes(reply)) == {m.ReplyCode.REJECTED}
     assert "fewer keys" in reply.reason
     assert not sent(effects, m.BackupBatch)
     assert owner.data.sequence_of(0) == sequence
@@ -271,25 +267,24 @@ def test_a_compare_and_set_whose_key_is_evicted_for_its_room_answers_what_it_was
         if put_to(owner, now, call_id, "store", 1, [one]) != (m.ReplyCode.OK,):
             break
         stored.append(one)
-    remove = m.MapRequest(call_id=300, kind=m.REMOVE, map_name="store", partition_ids=(1,), keys=tuple(stored[:1]))
+    remove = map_request(call_id=300, kind=m.REMOVE, map_name="store", keys=tuple(stored[:1]))
     owner.handle(now, Receive("c", None, None, remove))
     _, now = run_ticks(owner, now, now + CONFIG.tick_ms)  # counted again: room for one entry
     assert put_to(owner, now, 301, "cache", 0, [key]) == (m.ReplyCode.OK,)
     assert owner.data.entries_evicted == 0
-    swap = m.MapRequest(
+    swap = map_request(
         call_id=500,
         kind=m.REPLACE_IF_SAME,
         map_name="cache",
-        partition_ids=(0,),
         keys=(key,),
         values=(b"w" * 100,),
         expected=(VALUE,),
         previous=True,
     )
     (reply,) = replies(owner.handle(now + 1, Receive("c", None, None, swap)))
-    assert reply.codes == (m.ReplyCode.OK,)
+    assert codes(reply) == (m.ReplyCode.OK,)
     assert owner.data.entries_evicted == 1  # its own key made the room
-    assert reply.values == (VALUE,)  # judged on the value it replaced: swapped
+    assert values(reply) == (VALUE,)  # judged on the value it replaced: swapped
     view = owner.data.view(0)
     assert view is not None
     assert view.maps["cache"] == {key: b"w" * 100}
@@ -304,19 +299,16 @@ def test_a_write_that_eviction_within_its_budget_cannot_fit_evicts_nothing() -> 
     small = keys_of(0, 20_000)
     for call_id, start in enumerate(range(0, 20_000, 10_000), start=1):
         batch = small[start : start + 10_000]
-        request_ = m.MapRequest(
-            call_id=call_id, kind=m.PUT, map_name="cache", partition_ids=(0,) * len(batch), keys=tuple(batch),
+        request_ = map_request(
+            call_id=call_id, kind=m.PUT, map_name="cache", keys=tuple(batch),
             values=(b"x",) * len(batch),
         )  # fmt: skip
-        assert set(replies(owner.handle(now, Receive("c", None, None, request_)))[0].codes) == {m.ReplyCode.OK}
+        assert set(codes(replies(owner.handle(now, Receive("c", None, None, request_)))[0])) == {m.ReplyCode.OK}
     _, now = run_ticks(owner, now, now + CONFIG.tick_ms)
     assert put_to(owner, now, 10, "store", 1, keys_of(1, 1)[:1]) == (m.ReplyCode.OK,)
-    big = m.MapRequest(
-        call_id=11, kind=m.PUT, map_name="store", partition_ids=(1,), keys=(b"big",), values=(b"v" * 2_000_000,)
-    )
-    big = msgspec.structs.replace(big, partition_ids=(partition_id_of(b"big"),))
+    big = map_request(call_id=11, kind=m.PUT, map_name="store", keys=(b"big",), values=(b"v" * 2_000_000,))
     (reply,) = replies(owner.handle(now + 1, Receive("c", None, None, big)))
-    assert reply.codes == (m.ReplyCode.MEMORY_FULL,)
+    assert codes(reply) == (m.ReplyCode.MEMORY_FULL,)
     assert owner.data.entries_evicted == 0
     assert len(owner.data.view(0).maps["cache"]) == 20_000
 

@@ -18,6 +18,7 @@ from shardgrid.core.limits import MAX_TTL_MS
 from shardgrid.core.member.upkeep import MAX_EXPIRED_PER_TICK
 from shardgrid.core.table import PartitionTable
 from tests.core.test_member import CONFIG, A, B, following, grant_lease, key_in, replies, run_ticks, sent
+from tests.wire import codes, map_request, run_keys, run_values, values
 
 
 def keys_in_0(count: int) -> list[bytes]:
@@ -38,11 +39,10 @@ ALONE = replace(CONFIG, backup_count=0)
 
 
 def put(call_id: int, keys: list[bytes], ttl_ms: int = -1, kind: m.OpKind = m.PUT, map_name: str = "m") -> m.MapRequest:
-    return m.MapRequest(
+    return map_request(
         call_id=call_id,
         kind=kind,
         map_name=map_name,
-        partition_ids=(0,) * len(keys),
         keys=tuple(keys),
         values=(b"v",) * len(keys),
         ttl_ms=ttl_ms,
@@ -50,21 +50,19 @@ def put(call_id: int, keys: list[bytes], ttl_ms: int = -1, kind: m.OpKind = m.PU
 
 
 def get(call_id: int, keys: list[bytes], map_name: str = "m") -> m.MapRequest:
-    return m.MapRequest(
-        call_id=call_id, kind=m.GET, map_name=map_name, partition_ids=(0,) * len(keys), keys=tuple(keys)
-    )
+    return map_request(call_id=call_id, kind=m.GET, map_name=map_name, keys=tuple(keys))
 
 
 def test_an_entry_is_read_until_it_expires_and_never_after() -> None:
     owner, now = following(B, B_ALONE, config=ALONE)
     now = grant_lease(owner, now)
     (ok,) = replies(owner.handle(now, Receive("c", None, None, put(1, [key_in(0)], ttl_ms=500))))
-    assert ok.codes == (m.ReplyCode.OK,)
+    assert codes(ok) == (m.ReplyCode.OK,)
     (before,) = replies(owner.handle(now + 499, Receive("c", None, None, get(2, [key_in(0)]))))
-    assert before.values == (b"v",)
+    assert values(before) == (b"v",)
     # At its expiry time exactly it is gone (before any tick removed it).
     (after,) = replies(owner.handle(now + 500, Receive("c", None, None, get(3, [key_in(0)]))))
-    assert after.values == (None,)
+    assert values(after) == (None,)
 
 
 def test_a_backup_holds_the_owners_expiry_and_the_owners_tick_removes_the_entry_on_both() -> None:
@@ -83,7 +81,7 @@ def test_a_backup_holds_the_owners_expiry_and_the_owners_tick_removes_the_entry_
     owner.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupAckBatch(((0, run.last_sequence),))))
     effects, now = run_ticks(owner, now + 1, now + 600)
     removals = [r for b in sent(effects, m.BackupBatch) for r in b.runs if r.kind == m.REMOVE]
-    assert {k for r in removals for k in r.keys} == set(two)  # (resent until acknowledged)
+    assert {k for r in removals for k in run_keys(r)} == set(two)  # (resent until acknowledged)
     assert owner.data.view(0).maps == {}
     assert owner.data.sequence_of(0) == 4  # two writes, two removals
 
@@ -105,16 +103,16 @@ def test_a_put_if_absent_takes_the_place_of_an_expired_entry() -> None:
     now = grant_lease(owner, now)
     owner.handle(now, Receive("c", None, None, put(1, [key_in(0)], ttl_ms=10)))
     (reply,) = replies(owner.handle(now + 10, Receive("c", None, None, put(2, [key_in(0)], kind=m.PUT_IF_ABSENT))))
-    assert reply.codes == (m.ReplyCode.OK,)
+    assert codes(reply) == (m.ReplyCode.OK,)
     assert owner.data.view(0).entries["m"][key_in(0)] == (b"v", 0)
 
 
 def test_a_ttl_on_a_read_is_refused() -> None:
     owner, now = following(B, B_ALONE, config=ALONE)
     now = grant_lease(owner, now)
-    request = m.MapRequest(call_id=1, kind=m.GET, map_name="m", partition_ids=(0,), keys=(key_in(0),), ttl_ms=5)
+    request = map_request(call_id=1, kind=m.GET, map_name="m", keys=(key_in(0),), ttl_ms=5)
     (reply,) = replies(owner.handle(now, Receive("c", None, None, request)))
-    assert reply.codes == (m.ReplyCode.REJECTED,)
+    assert codes(reply) == (m.ReplyCode.REJECTED,)
     assert "TTL" in reply.reason
 
 
@@ -140,11 +138,10 @@ def test_set_ttl_gives_held_entries_a_new_expiry_through_the_backups() -> None:
     now = grant_lease(owner, now)
     held, absent = keys_in_0(2)
     owner.handle(now, Receive("c", None, None, put(1, [held])))
-    set_ttl = m.MapRequest(
+    set_ttl = map_request(
         call_id=2,
         kind=m.SET_TTL,
         map_name="m",
-        partition_ids=(0, 0),
         keys=(held, absent),
         previous=True,
         ttl_ms=400,
@@ -152,16 +149,16 @@ def test_set_ttl_gives_held_entries_a_new_expiry_through_the_backups() -> None:
     effects = owner.handle(now + 10, Receive("c", None, None, set_ttl))
     (batch,) = sent(effects, m.BackupBatch)
     (run,) = batch.runs
-    assert (run.kind, run.keys, run.values) == (m.PUT, (held,), (b"v",))  # the held value, written again
+    assert (run.kind, run_keys(run), run_values(run)) == (m.PUT, (held,), (b"v",))  # the held value, written again
     assert run.ttls_ms == (400).to_bytes(8, "little")
     owner.handle(now + 11, Receive(A.address, A, B.uuid, m.BackupAckBatch(((0, run.last_sequence),))))
     (answer,) = [r for r in replies(owner.handle(now + 12, Receive("c", None, None, get(3, [held])))) if r.call_id == 3]
-    assert answer.values == (b"v",)
+    assert values(answer) == (b"v",)
     view = owner.data.view(0)
     assert view is not None
     assert view.entries["m"] == {held: (b"v", now + 10 + 400)}
     (gone,) = replies(owner.handle(now + 410, Receive("c", None, None, get(4, [held]))))
-    assert gone.values == (None,)
+    assert values(gone) == (None,)
 
 
 def test_set_ttl_answers_whether_each_key_was_held_and_never_its_value() -> None:
@@ -169,14 +166,12 @@ def test_set_ttl_answers_whether_each_key_was_held_and_never_its_value() -> None
     now = grant_lease(owner, now)
     held, absent = keys_in_0(2)
     owner.handle(now, Receive("c", None, None, put(1, [held], ttl_ms=100)))
-    request = m.MapRequest(
-        call_id=2, kind=m.SET_TTL, map_name="m", partition_ids=(0, 0), keys=(held, absent), previous=True, ttl_ms=0
-    )
+    request = map_request(call_id=2, kind=m.SET_TTL, map_name="m", keys=(held, absent), previous=True, ttl_ms=0)
     (reply,) = replies(owner.handle(now + 50, Receive("c", None, None, request)))
-    assert reply.codes == (m.ReplyCode.OK, m.ReplyCode.OK)
-    assert reply.values == (b"", None)
+    assert codes(reply) == (m.ReplyCode.OK, m.ReplyCode.OK)
+    assert values(reply) == (b"", None)
     (later,) = replies(owner.handle(now + 1_500, Receive("c", None, None, get(3, [held, absent]))))
-    assert later.values == (b"v", None)  # ttl 0: until removed
+    assert values(later) == (b"v", None)  # ttl 0: until removed
 
 
 def test_a_put_may_give_each_key_its_own_ttl_which_reaches_the_backups() -> None:
@@ -211,7 +206,7 @@ def test_ttls_per_key_that_do_not_fit_the_request_are_refused_whole(ttls_ms: byt
     if kind == m.REMOVE:
         request = msgspec.structs.replace(request, values=())
     (reply,) = replies(owner.handle(now, Receive("c", None, None, request)))
-    assert set(reply.codes) == {m.ReplyCode.REJECTED}
+    assert set(codes(reply)) == {m.ReplyCode.REJECTED}
     assert "TTL" in reply.reason
     assert owner.data.view(0) is None or not owner.data.view(0).maps
 
@@ -224,12 +219,12 @@ def test_an_entry_idle_past_max_idle_is_not_read_and_the_owner_removes_it_throug
     (batch,) = sent(owner.handle(now, Receive("c", None, None, put(1, [read, left]))), m.BackupBatch)
     owner.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupAckBatch(((0, batch.runs[0].last_sequence),))))
     (kept,) = replies(owner.handle(now + 600, Receive("c", None, None, get(2, [read]))))
-    assert kept.values == (b"v",)  # a read keeps it another second
+    assert values(kept) == (b"v",)  # a read keeps it another second
     (later,) = replies(owner.handle(now + 1_100, Receive("c", None, None, get(3, [read, left]))))
-    assert later.values == (b"v", None)  # never read since its write a second ago: idle
+    assert values(later) == (b"v", None)  # never read since its write a second ago: idle
     effects, _ = run_ticks(owner, now + 1_100, now + 1_400)
     runs = [run for batch in sent(effects, m.BackupBatch) for run in batch.runs if run.kind == m.REMOVE]
-    assert [run.keys for run in runs] == [(left,)]
+    assert [run_keys(run) for run in runs] == [(left,)]
     view = owner.data.view(0)
     assert view is not None
     assert set(view.maps["m"]) == {read}
@@ -254,13 +249,11 @@ def test_the_idle_sweep_reaches_every_partition_whatever_the_first_ones_hold(mon
     owner, now = following(B, B_ALONE, config=IDLE_ALONE)
     now = grant_lease(owner, now)
     busy = keys_in(0, 300)  # read all the time: never idle
-    request = m.MapRequest(
-        call_id=1, kind=m.PUT, map_name="m", partition_ids=(0,) * 300, keys=tuple(busy), values=(b"v",) * 300
-    )
+    request = map_request(call_id=1, kind=m.PUT, map_name="m", keys=tuple(busy), values=(b"v",) * 300)
     owner.handle(now, Receive("c", None, None, request))
     (idle,) = keys_in(3, 1)
-    owner.handle(now, Receive("c", None, None, msgspec.structs.replace(put(2, [idle]), partition_ids=(3,))))
-    read = m.MapRequest(call_id=3, kind=m.GET, map_name="m", partition_ids=(0,) * 300, keys=tuple(busy))
+    owner.handle(now, Receive("c", None, None, put(2, [idle])))
+    read = map_request(call_id=3, kind=m.GET, map_name="m", keys=tuple(busy))
     for step in range(1, 40):
         now += CONFIG.tick_ms
         owner.handle(now, Receive("c", None, None, msgspec.structs.replace(read, call_id=10 + step)))
@@ -278,9 +271,9 @@ def test_idle_entries_in_a_full_maps_way_are_removed_for_a_new_key() -> None:
     owner, now = following(B, B_ALONE, config=bounded)
     now = grant_lease(owner, now)
     two = keys_in_0(3)
-    assert replies(owner.handle(now, Receive("c", None, None, put(1, two[:2]))))[0].codes == (m.ReplyCode.OK,) * 2
+    assert codes(replies(owner.handle(now, Receive("c", None, None, put(1, two[:2]))))[0]) == (m.ReplyCode.OK,) * 2
     (reply,) = replies(owner.handle(now + 1_001, Receive("c", None, None, put(2, two[2:]))))
-    assert reply.codes == (m.ReplyCode.OK,)  # before any tick swept the two idle ones
+    assert codes(reply) == (m.ReplyCode.OK,)  # before any tick swept the two idle ones
 
 
 def test_a_backup_promoted_to_owner_gives_its_idle_maps_entries_a_whole_max_idle() -> None:

@@ -86,13 +86,3 @@ def test_stamp_depends_on_position_not_only_on_the_multiset() -> None:
 @given(st.lists(st.binary(max_size=40), max_size=50), st.integers(1, 100_000))
 def test_the_columnar_partition_ids_match_one_key_at_a_time(keys: list[bytes], partitions: int) -> None:
     assert partition_ids_of_serialized(keys, partitions) == [partition_id_of_serialized(k, partitions) for k in keys]
-
-
-@given(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=50), st.integers(1, 100_000))
-def test_the_columnar_fold_is_hazelcasts_fold(hashes: list[int], partitions: int) -> None:
-    """-2**31 (no key found here hashes to it) folds to partition 0, as one key at a time."""
-    given_hashes = dict(zip([b"%d" % i for i in range(len(hashes) + 1)], [-(2**31), *hashes], strict=True))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(mmh3, "hash", lambda key, seed=0, signed=True: given_hashes[key])
-        folded = partition_ids_of_serialized(list(given_hashes), partitions)
-    assert folded == [0] + [hash_to_index(h, partitions) for h in hashes]

@@ -15,16 +15,16 @@ from shardgrid.core.transfer import Staging
 from shardgrid.core.write_records import WINDOW_IDS, Seen, WriteRecords
 from tests.core.test_map_replication import B_A_C, batches_to
 from tests.core.test_member import A, B, C, following, grant_lease, key_in, replies, synced
+from tests.wire import codes, map_request, values, write_run
 
 
 def named(
     call_id: int, value: bytes | None, write_id: int, kind: m.OpKind = m.PUT, previous: bool = True
 ) -> m.MapRequest:
-    return m.MapRequest(
+    return map_request(
         call_id=call_id,
         kind=kind,
         map_name="m",
-        partition_ids=(0,),
         keys=(key_in(0),),
         values=(value,) if value is not None else (),
         previous=previous,
@@ -46,14 +46,14 @@ def test_a_retry_of_an_applied_write_gets_the_first_answer_and_changes_nothing()
     now = grant_lease(owner, now)
     owner.handle(now, Receive("c", None, None, named(1, b"v1", write_id=7)))
     (first,) = ack(owner, now + 1, 1)
-    assert (first.codes, first.values) == ((m.ReplyCode.OK,), (None,))
+    assert (codes(first), values(first)) == ((m.ReplyCode.OK,), (None,))
     owner.handle(now + 2, Receive("c", None, None, named(2, b"v2", write_id=8)))
     ack(owner, now + 3, 2)
     sequence = owner.data.store(0).sequence
     # The first write's first attempt, held up on its way, arrives now: answered, not applied.
     effects = owner.handle(now + 4, Receive("c", None, None, named(3, b"v1", write_id=7)))
     (late,) = replies(effects)
-    assert (late.codes, late.values) == ((m.ReplyCode.OK,), (None,))
+    assert (codes(late), values(late)) == ((m.ReplyCode.OK,), (None,))
     assert held(owner) == b"v2"
     assert owner.data.store(0).sequence == sequence
     assert batches_to(effects, A) == []  # nothing sent to the backups either
@@ -69,11 +69,11 @@ def test_a_retry_while_the_first_attempt_waits_for_its_backups_is_asked_to_come_
     now = grant_lease(owner, now)
     owner.handle(now, Receive("c", None, None, named(1, b"v1", write_id=7, previous=previous)))
     (settling,) = replies(owner.handle(now + 1, Receive("c", None, None, named(2, b"v1", 7, previous=previous))))
-    assert settling.codes == (m.ReplyCode.SETTLING,)
+    assert codes(settling) == (m.ReplyCode.SETTLING,)
     assert settling.retry_after_ms > 0
     ack(owner, now + 2, 1)
     (again,) = replies(owner.handle(now + 3, Receive("c", None, None, named(3, b"v1", 7, previous=previous))))
-    assert again.codes == (m.ReplyCode.OK,)
+    assert codes(again) == (m.ReplyCode.OK,)
 
 
 def test_a_put_if_absent_that_wrote_nothing_answers_a_retry_the_same_after_the_key_went():
@@ -82,11 +82,11 @@ def test_a_put_if_absent_that_wrote_nothing_answers_a_retry_the_same_after_the_k
     owner.handle(now, Receive("c", None, None, named(1, b"first", write_id=1)))
     ack(owner, now + 1, 1)
     (kept,) = replies(owner.handle(now + 2, Receive("c", None, None, named(2, b"second", 2, m.PUT_IF_ABSENT))))
-    assert kept.values == (b"first",)
+    assert values(kept) == (b"first",)
     owner.handle(now + 3, Receive("c", None, None, named(3, None, 3, m.REMOVE)))
     ack(owner, now + 4, 2)
     (again,) = replies(owner.handle(now + 5, Receive("c", None, None, named(4, b"second", 2, m.PUT_IF_ABSENT))))
-    assert (again.codes, again.values) == ((m.ReplyCode.OK,), (b"first",))
+    assert (codes(again), values(again)) == ((m.ReplyCode.OK,), (b"first",))
     assert held(owner) is None  # the retry wrote nothing
 
 
@@ -96,7 +96,7 @@ def test_a_write_too_old_to_tell_is_refused_and_not_applied():
     owner.handle(now, Receive("c", None, None, named(1, b"new", write_id=WINDOW_IDS + 10)))
     ack(owner, now + 1, 1)
     (refused,) = replies(owner.handle(now + 2, Receive("c", None, None, named(2, b"old", write_id=5))))
-    assert refused.codes == (m.ReplyCode.REJECTED,)
+    assert codes(refused) == (m.ReplyCode.REJECTED,)
     assert "cannot be told" in refused.reason
     assert held(owner) == b"new"
 
@@ -104,7 +104,7 @@ def test_a_write_too_old_to_tell_is_refused_and_not_applied():
 def test_the_backup_remembers_what_its_owner_applied():
     backup, now = following(C, PartitionTable.from_lists([[B, C, A]] * 4, [1, 1, 1, 1]))
     synced(backup, 0, now, owner=B)
-    run = m.WriteRun(
+    run = write_run(
         partition_id=0,
         lineage="",
         first_sequence=1,

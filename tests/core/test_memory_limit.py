@@ -16,6 +16,7 @@ from shardgrid.core.errors import ConfigError
 from shardgrid.core.inputs import Receive
 from shardgrid.core.table import PartitionTable
 from tests.core.test_member import CONFIG, B, C, following, grant_lease, key_in, replies, run_ticks, synced
+from tests.wire import codes, column, map_request, values, write_run
 
 # B owns every partition, with no backup: its answers come at once.
 B_ALONE = PartitionTable.from_lists([[B]] * 4, [1, 1, 1, 1])
@@ -25,9 +26,7 @@ LIMITED = replace(CONFIG, backup_count=0, max_memory_bytes=LIMIT_BYTES)
 
 def request(call_id: int, kind: m.OpKind, keys: list[bytes], value: bytes = b"") -> m.MapRequest:
     values = (value,) * len(keys) if kind in (m.PUT, m.PUT_IF_ABSENT) else ()
-    return m.MapRequest(
-        call_id=call_id, kind=kind, map_name="m", partition_ids=(0,) * len(keys), keys=tuple(keys), values=values
-    )
+    return map_request(call_id=call_id, kind=kind, map_name="m", keys=tuple(keys), values=values)
 
 
 def keys(start: int, count: int) -> list[bytes]:
@@ -63,14 +62,14 @@ def test_an_owner_at_its_limit_refuses_writes_and_serves_reads_and_removes() -> 
         (reply,) = replies(
             owner.handle(now + call_id, Receive("c", None, None, request(call_id, m.PUT, batch, b"v" * 100)))
         )
-        if reply.codes[0] is m.ReplyCode.MEMORY_FULL:
+        if codes(reply)[0] is m.ReplyCode.MEMORY_FULL:
             refused = reply
             break
-        assert reply.codes == (m.ReplyCode.OK,) * 10
+        assert codes(reply) == (m.ReplyCode.OK,) * 10
         written += batch
         _, now = run_ticks(owner, now + call_id, now + call_id + CONFIG.tick_ms)  # the exact count
     assert refused is not None, "the owner never reached its limit"
-    assert set(refused.codes) == {m.ReplyCode.MEMORY_FULL}
+    assert set(codes(refused)) == {m.ReplyCode.MEMORY_FULL}
     assert B.address in refused.reason
     assert str(LIMIT_BYTES) in refused.reason
     status_before = owner.data.memory_bytes
@@ -80,18 +79,18 @@ def test_an_owner_at_its_limit_refuses_writes_and_serves_reads_and_removes() -> 
     assert len(view.maps["m"]) == len(written)  # nothing of the refused write
     now += 100
     (read,) = replies(owner.handle(now, Receive("c", None, None, request(90, m.GET, written[:3]))))
-    assert read.codes == (m.ReplyCode.OK,) * 3
-    assert read.values == (b"v" * 100,) * 3
+    assert codes(read) == (m.ReplyCode.OK,) * 3
+    assert values(read) == (b"v" * 100,) * 3
     (absent,) = replies(
         owner.handle(now + 1, Receive("c", None, None, request(91, m.PUT_IF_ABSENT, keys(500, 1), b"x" * LIMIT_BYTES)))
     )
-    assert absent.codes == (m.ReplyCode.MEMORY_FULL,)
+    assert codes(absent) == (m.ReplyCode.MEMORY_FULL,)
     (removed,) = replies(owner.handle(now + 2, Receive("c", None, None, request(92, m.REMOVE, written[:20]))))
-    assert removed.codes == (m.ReplyCode.OK,) * 20
+    assert codes(removed) == (m.ReplyCode.OK,) * 20
     _, now = run_ticks(owner, now + 3, now + 3 + CONFIG.tick_ms)
     assert owner.data.memory_bytes < status_before
     (again,) = replies(owner.handle(now + 1, Receive("c", None, None, request(93, m.PUT, keys(600, 5), b"v" * 100))))
-    assert again.codes == (m.ReplyCode.OK,) * 5
+    assert codes(again) == (m.ReplyCode.OK,) * 5
 
 
 def test_the_status_reports_the_engines_count_and_the_limit() -> None:
@@ -110,7 +109,7 @@ def test_a_backup_applies_what_its_owner_applied_whatever_its_own_limit() -> Non
     tiny = replace(CONFIG, max_memory_bytes=1)
     backup, now = following(C, b_c, config=tiny)
     synced(backup, 0, now, owner=B)
-    run = m.WriteRun(
+    run = write_run(
         partition_id=0, lineage="", first_sequence=1, kind=m.PUT, map_name="m", keys=(b"k",), values=(b"v" * 1000,)
     )
     effects = backup.handle(now + 1, Receive(B.address, B, C.uuid, m.BackupBatch((run,))))
@@ -128,20 +127,20 @@ def test_a_late_copy_of_a_write_refused_at_the_limit_is_refused_again_once_memor
     for call_id in range(100, 140):  # full, ten keys at a time
         batch = keys(len(filler), 10)
         (reply,) = replies(owner.handle(now, Receive("c", None, None, request(call_id, m.PUT, batch, b"v" * 100))))
-        if reply.codes[0] is m.ReplyCode.MEMORY_FULL:
+        if codes(reply)[0] is m.ReplyCode.MEMORY_FULL:
             break
         filler += batch
     named = msgspec.structs.replace(request(2, m.PUT, keys(500, 1), b"w" * 3_000), client_id="c1", write_id=9)
     (refused,) = replies(owner.handle(now + 1, Receive("c", None, None, named)))
-    assert refused.codes == (m.ReplyCode.MEMORY_FULL,)
+    assert codes(refused) == (m.ReplyCode.MEMORY_FULL,)
     owner.handle(now + 2, Receive("c", None, None, request(3, m.REMOVE, filler)))
     _, now = run_ticks(owner, now + 3, now + 3 + CONFIG.tick_ms)  # counted again: room now
     (again,) = replies(owner.handle(now + 1, Receive("c", None, None, named)))  # the network's copy
-    assert again.codes == (m.ReplyCode.MEMORY_FULL,)
+    assert codes(again) == (m.ReplyCode.MEMORY_FULL,)
     assert owner.data.view(0).maps == {}
     fresh = msgspec.structs.replace(named, call_id=4, write_id=10)  # the same data, a new write: taken
     (taken,) = replies(owner.handle(now + 2, Receive("c", None, None, fresh)))
-    assert taken.codes == (m.ReplyCode.OK,)
+    assert codes(taken) == (m.ReplyCode.OK,)
 
 
 def test_a_conditional_write_whose_answer_would_pass_the_budget_is_refused_whole() -> None:
@@ -151,22 +150,21 @@ def test_a_conditional_write_whose_answer_would_pass_the_budget_is_refused_whole
     now = grant_lease(owner, now)
     (key,) = keys(0, 1)
     owner.handle(now, Receive("c", None, None, request(1, m.PUT, [key], b"v" * (1 << 20))))
-    many = m.MapRequest(
+    many = map_request(
         call_id=2,
         kind=m.PUT_IF_ABSENT,
         map_name="m",
-        partition_ids=(0,) * 400,
         keys=(key,) * 400,
         values=(b"w",) * 400,
         previous=True,
     )
     (reply,) = replies(owner.handle(now + 1, Receive("c", None, None, many)))
-    assert set(reply.codes) == {m.ReplyCode.REJECTED}
+    assert set(codes(reply)) == {m.ReplyCode.REJECTED}
     assert "fewer keys" in reply.reason
-    assert set(reply.values) <= {None}
-    few = msgspec.structs.replace(many, call_id=3, keys=(key,) * 4, partition_ids=(0,) * 4, values=(b"w",) * 4)
+    assert set(values(reply)) <= {None}
+    few = msgspec.structs.replace(many, call_id=3, keys=column((key,) * 4), values=column((b"w",) * 4))
     (answered,) = replies(owner.handle(now + 2, Receive("c", None, None, few)))
-    assert answered.values == (b"v" * (1 << 20),) * 4
+    assert values(answered) == (b"v" * (1 << 20),) * 4
 
 
 def test_writes_refused_overloaded_take_no_memory_allowance() -> None:
@@ -176,9 +174,11 @@ def test_writes_refused_overloaded_take_no_memory_allowance() -> None:
     b_c = PartitionTable.from_lists([[B, C]] * 4, [1, 1, 1, 1])
     owner, now = following(B, b_c, config=small_backlog)
     now = grant_lease(owner, now)
-    codes = []
+    answered = []
     for call_id in range(1, 13):  # the backup never answers: one write waits, the others are OVERLOADED
         write = request(call_id, m.PUT, keys(call_id, 1), b"v" * 15_000)
-        codes += [code for reply in replies(owner.handle(now, Receive("c", None, None, write))) for code in reply.codes]
-    assert codes.count(m.ReplyCode.OVERLOADED) == 11
-    assert m.ReplyCode.MEMORY_FULL not in codes
+        answered += [
+            code for reply in replies(owner.handle(now, Receive("c", None, None, write))) for code in codes(reply)
+        ]
+    assert answered.count(m.ReplyCode.OVERLOADED) == 11
+    assert m.ReplyCode.MEMORY_FULL not in answered

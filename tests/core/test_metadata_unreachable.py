@@ -24,6 +24,7 @@ from shardgrid.core.raft import Membership, Snapshot
 from shardgrid.core.raft.messages import InstallSnapshot
 from shardgrid.core.table import PartitionTable
 from tests.core.test_member import CONFIG, SEEDS, grant_lease, key_in, replies
+from tests.wire import codes, map_request
 
 A, B, C, D = (MemberId(f"{n}" * 8, f"127.0.0.1:{5701 + i}") for i, n in enumerate("abcd"))
 # Partition 0 on D and C (both to be cut off), 1 on C and A, 2 on A and B, 3 on D alone.
@@ -97,9 +98,9 @@ def test_a_request_for_an_unavailable_partition_is_refused_naming_it_and_its_mem
     snapshot = Snapshot(7, 1, Membership.of([a], [b, c]), MetadataState(CONFIG.partition_count, records, table))
     member.handle(10, Receive(a.address, a, b.uuid, InstallSnapshot(1, snapshot, 10)))
     now = grant_lease(member, 10)
-    get = m.MapRequest(call_id=1, kind=m.GET, map_name="m", partition_ids=(0,), keys=(key_in(0),))
+    get = map_request(call_id=1, kind=m.GET, map_name="m", keys=(key_in(0),))
     (reply,) = replies(member.handle(now, Receive("client", None, None, get)))
-    assert reply.codes == (m.ReplyCode.UNAVAILABLE,)
+    assert codes(reply) == (m.ReplyCode.UNAVAILABLE,)
     assert "partition 0 is unavailable" in reply.reason
     assert c.address in reply.reason
     (table_reply,) = replies(member.handle(now + 1, Receive("client", None, None, m.TableRequest())))

@@ -32,6 +32,7 @@ from tests.core.test_member import (
     sent,
     synced,
 )
+from tests.wire import codes, map_request
 
 
 def keys_in(pid: int, count: int) -> list[bytes]:
@@ -45,9 +46,7 @@ def _pid(key: bytes) -> int:
 
 
 def put(call_id: int, map_name: str, key: bytes, value: bytes = b"v") -> m.MapRequest:
-    return m.MapRequest(
-        call_id=call_id, kind=m.PUT, map_name=map_name, partition_ids=(_pid(key),), keys=(key,), values=(value,)
-    )
+    return map_request(call_id=call_id, kind=m.PUT, map_name=map_name, keys=(key,), values=(value,))
 
 
 def acked_put(owner: Member, now: int, call_id: int, map_name: str, key: bytes, value: bytes = b"v") -> None:
@@ -55,7 +54,7 @@ def acked_put(owner: Member, now: int, call_id: int, map_name: str, key: bytes, 
     (batch,) = sent(owner.handle(now, Receive("c", None, None, put(call_id, map_name, key, value))), m.BackupBatch)
     ack = m.BackupAckBatch(((batch.runs[0].partition_id, batch.runs[0].last_sequence),))
     (reply,) = replies(owner.handle(now, Receive(A.address, A, B.uuid, ack)))
-    assert reply.codes == (m.ReplyCode.OK,)
+    assert codes(reply) == (m.ReplyCode.OK,)
 
 
 def test_a_backup_behind_gets_just_the_maps_changed_since_and_writes_to_the_others_go_on() -> None:
@@ -75,7 +74,7 @@ def test_a_backup_behind_gets_just_the_maps_changed_since_and_writes_to_the_othe
 
     # While "b" is sent, its writes wait; "a" takes writes as usual.
     waits = replies(owner.handle(now + 5, Receive("c", None, None, put(4, "b", first))))
-    assert waits[0].codes == (m.ReplyCode.MIGRATING,)
+    assert codes(waits[0]) == (m.ReplyCode.MIGRATING,)
     goes = owner.handle(now + 6, Receive("c", None, None, put(5, "a", second)))
     assert [run.map_name for batch in sent(goes, m.BackupBatch) for run in batch.runs] == ["a"]
 
@@ -102,7 +101,7 @@ def test_a_backup_whose_base_is_unknown_or_too_old_gets_the_whole_partition() ->
             "c",
             None,
             None,
-            m.MapRequest(call_id=4, kind=m.REMOVE, map_name="b", partition_ids=(0,), keys=(first,), values=()),
+            map_request(call_id=4, kind=m.REMOVE, map_name="b", keys=(first,), values=()),
         ),
     )
     assert owner.data.stores[0].versions_from == 4  # "b" was emptied: versions before 4 say too little
@@ -432,9 +431,7 @@ def test_a_cache_map_emptied_under_its_sync_ends_that_sync_and_starts_another() 
     owner, now = following(B, table, config=config)
     now = grant_lease(owner, now)
     keys = [k for k in (key_in(0) + b"-%d" % i for i in range(200)) if partition_id_of_serialized(k, 4) == 0][:4]
-    request = m.MapRequest(
-        call_id=1, kind=m.PUT, map_name="cache", partition_ids=(0,) * 4, keys=tuple(keys), values=(b"v",) * 4
-    )
+    request = map_request(call_id=1, kind=m.PUT, map_name="cache", keys=tuple(keys), values=(b"v",) * 4)
     owner.handle(now + 1, Receive("c", None, None, request))
     owner.handle(now + 2, Receive(C.address, C, B.uuid, m.BackupAckBatch(((0, 4),))))
     (first,) = sent(
@@ -449,8 +446,8 @@ def test_a_cache_map_emptied_under_its_sync_ends_that_sync_and_starts_another() 
     assert fresh.last  # the map is empty now: the new sync is one chunk
     late = owner.handle(now + 5, Receive(C.address, C, B.uuid, m.ReplicaSyncAck(first.sync_id, 0, True)))
     assert not sent(late, m.ReplicaSyncChunk)  # the old sync is over
-    write = m.MapRequest(call_id=2, kind=m.PUT, map_name="cache", partition_ids=(0,), keys=(keys[0],), values=(b"w",))
+    write = map_request(call_id=2, kind=m.PUT, map_name="cache", keys=(keys[0],), values=(b"w",))
     assert all(
-        reply.codes != (m.ReplyCode.MIGRATING,)
+        codes(reply) != (m.ReplyCode.MIGRATING,)
         for reply in replies(owner.handle(now + 6, Receive("c", None, None, write)))
     )

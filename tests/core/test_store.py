@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardgrid._engine import DUMP_RECORD_BYTES
-from shardgrid.core.messages import PUT, REMOVE, WriteRun
+from shardgrid.core.messages import PUT, REMOVE
 from shardgrid.core.records import page_count, page_items
 from shardgrid.core.store import PartitionData, stream_pieces
+from tests.wire import write_run
 
 maps_strategy = st.dictionaries(
     st.text(min_size=1, max_size=5),
@@ -66,7 +67,7 @@ def test_a_replica_at_any_sequence_from_versions_from_on_becomes_the_owner_by_ta
     for kind, name, keys in writes:
         values = tuple(b"v%d" % (owner.sequence + i) for i in range(len(keys))) if kind == PUT else ()
         owner.apply_run(
-            WriteRun(
+            write_run(
                 partition_id=0,
                 lineage="",
                 first_sequence=owner.sequence + 1,
@@ -93,25 +94,27 @@ def test_a_replica_at_any_sequence_from_versions_from_on_becomes_the_owner_by_ta
 def test_emptying_a_map_raises_versions_from_and_a_no_op_does_not() -> None:
     data = PartitionData()
     data.apply_run(
-        WriteRun(partition_id=0, lineage="", first_sequence=1, kind=PUT, map_name="m", keys=(b"a",), values=(b"1",)),
+        write_run(partition_id=0, lineage="", first_sequence=1, kind=PUT, map_name="m", keys=(b"a",), values=(b"1",)),
         0,
         0,
     )
     data.apply_run(
-        WriteRun(partition_id=0, lineage="", first_sequence=2, kind=REMOVE, map_name="other", keys=(b"a",), values=()),
+        write_run(partition_id=0, lineage="", first_sequence=2, kind=REMOVE, map_name="other", keys=(b"a",), values=()),
         0,
         0,
     )  # nothing held: no change
     assert (data.versions, data.versions_from) == ({"m": 1}, 0)
     data.apply_run(
-        WriteRun(partition_id=0, lineage="", first_sequence=3, kind=REMOVE, map_name="m", keys=(b"a",), values=()), 0, 0
+        write_run(partition_id=0, lineage="", first_sequence=3, kind=REMOVE, map_name="m", keys=(b"a",), values=()),
+        0,
+        0,
     )
     assert (data.view().maps, data.versions, data.versions_from) == ({}, {}, 3)
 
 
 def test_a_run_applies_from_where_the_replica_stands() -> None:
     data = PartitionData(sequence=1)
-    run = WriteRun(
+    run = write_run(
         partition_id=0,
         lineage="",
         first_sequence=1,
@@ -124,7 +127,7 @@ def test_a_run_applies_from_where_the_replica_stands() -> None:
     assert data.view().maps == {"m": {b"b": b"2", b"c": b"3"}}
     assert data.sequence == 3
     data.apply_run(
-        WriteRun(
+        write_run(
             partition_id=0, lineage="", first_sequence=4, kind=REMOVE, map_name="m", keys=(b"b", b"c", b"zz"), values=()
         ),
         0,

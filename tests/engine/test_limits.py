@@ -13,6 +13,7 @@ def test_the_engine_bounds_are_the_cores() -> None:
     assert engine.MAX_MAP_NAME_CHARS == limits.MAX_MAP_NAME_CHARS
     assert engine.MAX_COUNTER == limits.MAX_COUNTER
     assert engine.MAX_ENTRIES_PER_CHUNK == limits.MAX_ENTRIES_PER_CHUNK
+    assert engine.MAX_PARTITION_COUNT == limits.MAX_PARTITION_COUNT
 
 
 def test_the_packed_format_is_the_cores() -> None:

@@ -40,5 +40,6 @@ def test_each_method_takes_the_stubs_arguments() -> None:
 
 def test_each_function_takes_the_stubs_arguments() -> None:
     for function in (n for n in STUB.body if isinstance(n, ast.FunctionDef)):
-        parameters = inspect.signature(getattr(engine, function.name)).parameters
-        assert list(parameters) == [a.arg for a in function.args.args], function.name
+        parameters = inspect.signature(getattr(engine, function.name)).parameters.values()
+        assert [p.name for p in parameters if p.kind is not p.KEYWORD_ONLY] == [a.arg for a in function.args.args]
+        assert [p.name for p in parameters if p.kind is p.KEYWORD_ONLY] == [a.arg for a in function.args.kwonlyargs]

@@ -17,6 +17,7 @@ from shardgrid.core.errors import InvariantViolation
 from shardgrid.runtime.frame_budget import UNBUDGETED_FRAME_BYTES, FrameBudget
 from shardgrid.runtime.process import _CLIENT_CODES
 from shardgrid.runtime.stream import FrameStream
+from tests.wire import map_request
 
 MIB = 1024 * 1024
 
@@ -195,9 +196,7 @@ def _client_stream(budget: FrameBudget, clock: Clock) -> tuple[FrameStream, Tran
 
 def _put_frame(value_bytes: int, call_id: int = 1) -> bytes:
     return codec.encode(
-        m.MapRequest(
-            call_id=call_id, kind=m.PUT, map_name="map", partition_ids=(0,), keys=(b"k",), values=(bytes(value_bytes),)
-        )
+        map_request(call_id=call_id, kind=m.PUT, map_name="map", keys=(b"k",), values=(bytes(value_bytes),))
     )
 
 

@@ -7,6 +7,7 @@ import time
 import urllib.request
 
 from shardgrid.client import Client
+from tests.wire import map_reply
 
 from .local_cluster import LocalCluster, free_ports
 
@@ -52,10 +53,10 @@ def test_operations_are_counted_by_reply_code():
 
     metrics = MemberMetrics()
     ok, moved = m.ReplyCode.OK, m.ReplyCode.WRONG_OWNER
-    metrics.on_reply("users", "put", m.MapReply(call_id=1, codes=(ok,) * 3), 0.001)
-    metrics.on_reply("users", "put", m.MapReply(call_id=2, codes=(ok, moved, ok, moved, moved)), 0.001)
-    metrics.on_reply("users", "put", m.MapReply(call_id=3, codes=(moved,)), 0.001)
-    metrics.on_reply("users", "get", m.MapReply(call_id=4, codes=()), 0.001)
+    metrics.on_reply("users", "put", map_reply(call_id=1, codes=(ok,) * 3), 0.001)
+    metrics.on_reply("users", "put", map_reply(call_id=2, codes=(ok, moved, ok, moved, moved)), 0.001)
+    metrics.on_reply("users", "put", map_reply(call_id=3, codes=(moved,)), 0.001)
+    metrics.on_reply("users", "get", map_reply(call_id=4, codes=()), 0.001)
 
     def count(code: str, op: str = "put") -> float | None:
         return metrics.registry.get_sample_value(

@@ -17,6 +17,7 @@ from shardgrid.core.hashing import partition_id_of_serialized, serialize_key
 from shardgrid.sim.scenario import Scenario
 from shardgrid.sim.schedule import parse_schedule
 from shardgrid.sim.vopr import Run, SimParams, params_of
+from tests.wire import codes, map_request, values
 
 PARTITIONS = 31
 CACHE = "cache"
@@ -44,11 +45,8 @@ class Probe:
     def call(self, address: str, kind: m.OpKind, map_name: str, key: bytes, value: bytes | None = None) -> m.MapReply:
         self.call_id += 1
         call_id = self.call_id
-        pid = partition_id_of_serialized(key, PARTITIONS)
         values = (value,) if value is not None else ()
-        request = m.MapRequest(
-            call_id=call_id, kind=kind, map_name=map_name, partition_ids=(pid,), keys=(key,), values=values
-        )
+        request = map_request(call_id=call_id, kind=kind, map_name=map_name, keys=(key,), values=values)
         sim = self.scenario.sim
         sim._send("probe", None, address, None, request)
         self.scenario.run_until(lambda: call_id in self.replies, limit_ms=20_000)
@@ -60,7 +58,7 @@ class Probe:
 
         def answered() -> bool:
             replies.append(self.call(address, kind, map_name, key, value))
-            return replies[-1].codes != (m.ReplyCode.NOT_READY,)
+            return codes(replies[-1]) != (m.ReplyCode.NOT_READY,)
 
         self.scenario.run_until(answered, limit_ms=15_000)
         return replies[-1]
@@ -92,7 +90,7 @@ def test_a_cache_map_is_served_by_a_stand_in_and_restarts_empty_when_the_replica
     assert owner is not None
     key = _key_of(pid)
     for map_name in (CACHE, KEPT):
-        assert probe.ok(owner.address, m.PUT, map_name, key, b"before").codes == (m.ReplyCode.OK,)
+        assert codes(probe.ok(owner.address, m.PUT, map_name, key, b"before")) == (m.ReplyCode.OK,)
 
     sim.split([away, [a for a in addresses if a not in away]])
     scenario.run_until(lambda: scenario.leader.consensus.state.unavailable(pid), limit_ms=60_000)
@@ -100,29 +98,29 @@ def test_a_cache_map_is_served_by_a_stand_in_and_restarts_empty_when_the_replica
     assert stand_in is not None
     assert stand_in.address not in away
     reply = probe.call(stand_in.address, m.GET, KEPT, key)
-    assert reply.codes == (m.ReplyCode.UNAVAILABLE,)
+    assert codes(reply) == (m.ReplyCode.UNAVAILABLE,)
     assert "unavailable" in reply.reason
     # Another member sends the cache map's requests to the stand-in.
     other = next(a for a in addresses if a not in away and a != stand_in.address)
     redirected = probe.call(other, m.GET, CACHE, key)
-    assert redirected.codes == (m.ReplyCode.WRONG_OWNER,)
+    assert codes(redirected) == (m.ReplyCode.WRONG_OWNER,)
     assert [r.owner_address for r in redirected.redirects] == [stand_in.address]
 
     def served() -> bool:
-        return probe.call(stand_in.address, m.GET, CACHE, key).codes == (m.ReplyCode.OK,)
+        return codes(probe.call(stand_in.address, m.GET, CACHE, key)) == (m.ReplyCode.OK,)
 
     scenario.run_until(served, limit_ms=10_000)  # once it has stood in for a lease's length
     reply = probe.call(stand_in.address, m.GET, CACHE, key)
-    assert reply.values == (None,)  # from empty: the entry from before is with the replicas cut off
-    assert probe.call(stand_in.address, m.PUT, CACHE, key, b"during").codes == (m.ReplyCode.OK,)
-    assert probe.call(stand_in.address, m.GET, CACHE, key).values == (b"during",)
+    assert values(reply) == (None,)  # from empty: the entry from before is with the replicas cut off
+    assert codes(probe.call(stand_in.address, m.PUT, CACHE, key, b"during")) == (m.ReplyCode.OK,)
+    assert values(probe.call(stand_in.address, m.GET, CACHE, key)) == (b"during",)
 
     sim.heal()
     scenario.run_until(lambda: not scenario.leader.consensus.state.unavailable_partitions(), limit_ms=60_000)
     owner_now = scenario.leader.consensus.state.table.replicas[pid][0]
     assert owner_now is not None
-    assert probe.ok(owner_now.address, m.GET, KEPT, key).values == (b"before",)  # waited, whole
-    assert probe.ok(owner_now.address, m.GET, CACHE, key).values == (None,)  # neither side's entry
+    assert values(probe.ok(owner_now.address, m.GET, KEPT, key)) == (b"before",)  # waited, whole
+    assert values(probe.ok(owner_now.address, m.GET, CACHE, key)) == (None,)  # neither side's entry
     assert all(not node.member.data.stand_ins.standing_in_for() for node in sim.nodes.values() if node.alive)
     # The owner's backup emptied the cache map too, at once (not at the next anti-entropy round):
     # the backup that takes over has no entry.
@@ -130,8 +128,8 @@ def test_a_cache_map_is_served_by_a_stand_in_and_restarts_empty_when_the_replica
     scenario.run_until(lambda: scenario.leader.consensus.state.table.replicas[pid][0] not in (None, owner_now))
     promoted = scenario.leader.consensus.state.table.replicas[pid][0]
     scenario.wait_safe()
-    assert probe.call(promoted.address, m.GET, CACHE, key).values == (None,)
-    assert probe.call(promoted.address, m.GET, KEPT, key).values == (b"before",)
+    assert values(probe.call(promoted.address, m.GET, CACHE, key)) == (None,)
+    assert values(probe.call(promoted.address, m.GET, KEPT, key)) == (b"before",)
 
 
 def test_a_cache_map_written_while_unavailable_is_lost_with_its_partition_and_nothing_else() -> None:
@@ -150,7 +148,7 @@ def test_a_cache_map_written_while_unavailable_is_lost_with_its_partition_and_no
     stand_in = scenario.leader.consensus.state.stand_in(pid)
     assert stand_in is not None
     scenario.run_until(
-        lambda: probe.call(stand_in.address, m.PUT, CACHE, key, b"during").codes == (m.ReplyCode.OK,),
+        lambda: codes(probe.call(stand_in.address, m.PUT, CACHE, key, b"during")) == (m.ReplyCode.OK,),
         limit_ms=10_000,
     )
     call_id = sim.admin(scenario.leader.identity.address, m.RevivePartitions())
@@ -160,8 +158,8 @@ def test_a_cache_map_written_while_unavailable_is_lost_with_its_partition_and_no
     assert not sim.nodes[stand_in.address].member.data.stand_ins.standing_in_for()
     scenario.run_until(lambda: scenario.leader.consensus.state.table.replicas[pid][0] is not None)
     owner = scenario.leader.consensus.state.table.replicas[pid][0]
-    scenario.run_until(lambda: probe.call(owner.address, m.GET, CACHE, key).codes == (m.ReplyCode.OK,))
-    assert probe.call(owner.address, m.GET, CACHE, key).values == (None,)
+    scenario.run_until(lambda: codes(probe.call(owner.address, m.GET, CACHE, key)) == (m.ReplyCode.OK,))
+    assert values(probe.call(owner.address, m.GET, CACHE, key)) == (None,)
 
 
 CACHE_SEEDS = int(os.environ.get("SHARDGRID_CACHE_MAP_SEEDS", "20"))
@@ -244,10 +242,10 @@ def test_a_stand_in_takes_no_write_past_its_members_memory_limit_and_counts_what
     scenario.run_until(lambda: scenario.leader.consensus.state.unavailable(pid), limit_ms=60_000)
     stand_in = scenario.leader.consensus.state.stand_in(pid).address
     ok = (m.ReplyCode.OK,)
-    scenario.run_until(lambda: probe.call(stand_in, m.GET, CACHE, _key_of(pid)).codes == ok, limit_ms=10_000)
-    codes = [probe.call(stand_in, m.PUT, CACHE, _key_of(pid, salt=i), b"x" * 10_000).codes[0] for i in range(20)]
-    assert m.ReplyCode.MEMORY_FULL in codes
-    assert codes.count(m.ReplyCode.OK) < 10
+    scenario.run_until(lambda: codes(probe.call(stand_in, m.GET, CACHE, _key_of(pid))) == ok, limit_ms=10_000)
+    answered = [codes(probe.call(stand_in, m.PUT, CACHE, _key_of(pid, salt=i), b"x" * 10_000))[0] for i in range(20)]
+    assert m.ReplyCode.MEMORY_FULL in answered
+    assert answered.count(m.ReplyCode.OK) < 10
     member = scenario.sim.nodes[stand_in].member
     member.data.upkeep.count()
-    assert 10_000 * codes.count(m.ReplyCode.OK) < member.data.memory_bytes <= limit
+    assert 10_000 * answered.count(m.ReplyCode.OK) < member.data.memory_bytes <= limit

@@ -13,6 +13,7 @@ from shardgrid.core.inputs import Receive
 from shardgrid.core.member import Member
 from shardgrid.sim.scenario import Scenario
 from shardgrid.sim.vopr import SimParams
+from tests.wire import codes, map_request
 
 
 def _key_of(pid: int, partitions: int) -> bytes:
@@ -39,13 +40,11 @@ def test_a_read_while_the_owner_streams_the_partition(stale_read_disabled: bool,
     found = sending()
     assert found is not None
     owner, pid = found
-    request = m.MapRequest(call_id=1, kind=m.GET, map_name="m", partition_ids=(pid,), keys=(_key_of(pid, 31),))
+    request = map_request(call_id=1, kind=m.GET, map_name="m", keys=(_key_of(pid, 31),))
     effects = owner.handle(sim.now_ms, Receive("client", None, None, request))
     (reply,) = [e.message for e in effects if isinstance(e, ReplyToClient)]
-    assert reply.codes == (expected,)
-    put = m.MapRequest(
-        call_id=2, kind=m.PUT, map_name="m", partition_ids=(pid,), keys=(_key_of(pid, 31),), values=(b"v",)
-    )
+    assert codes(reply) == (expected,)
+    put = map_request(call_id=2, kind=m.PUT, map_name="m", keys=(_key_of(pid, 31),), values=(b"v",))
     effects = owner.handle(sim.now_ms, Receive("client", None, None, put))
     (reply,) = [e.message for e in effects if isinstance(e, ReplyToClient)]
-    assert reply.codes == (m.ReplyCode.MIGRATING,)  # writes wait either way
+    assert codes(reply) == (m.ReplyCode.MIGRATING,)  # writes wait either way

@@ -23,6 +23,7 @@ from shardgrid.core.store import PartitionData
 from shardgrid.sim.schedule import load_schedule, parse_schedule
 from shardgrid.sim.vopr import Run, SimResult, params_of
 from shardgrid.sim.workload import ACKED, ASYNC_MAP_NAME
+from tests.wire import codes, map_request
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -163,10 +164,10 @@ def test_a_request_reaching_the_old_owner_after_the_commit_is_redirected() -> No
     pid = moved.partition_id
     count = run.sim.config.partition_count
     key = next(k for k in (f"k{i}".encode() for i in range(100_000)) if partition_id_of_serialized(k, count) == pid)
-    request = m.MapRequest(call_id=1, kind=m.PUT, map_name="m", partition_ids=(pid,), keys=(key,), values=(b"v",))
+    request = map_request(call_id=1, kind=m.PUT, map_name="m", keys=(key,), values=(b"v",))
     effects = old_owner.handle(run.sim.now_ms, Receive("client-x", None, None, request))
     (reply,) = [e.message for e in effects if isinstance(e, ReplyToClient)]
-    assert reply.codes == (m.ReplyCode.WRONG_OWNER,)
+    assert codes(reply) == (m.ReplyCode.WRONG_OWNER,)
     assert [r.owner_address for r in reply.redirects] == [table.owner(pid).address]
 
 
@@ -233,7 +234,7 @@ def test_a_seed_member_restarted_cut_off_forms_no_second_cluster() -> None:
     def watch(run: Run) -> None:
         def check(sim: Any, address: str, client: str, reply: Any) -> None:
             there = address == sim.started_addresses[0] and sim.network.groups
-            if there and isinstance(reply, m.MapReply) and m.ReplyCode.OK in reply.codes:
+            if there and isinstance(reply, m.MapReply) and m.ReplyCode.OK in codes(reply):
                 acknowledged_by_isolated.append(sim.now_ms)
 
         run.sim.reply_checks.append(check)
@@ -260,7 +261,7 @@ def test_a_cut_off_minority_commits_nothing_and_stops_acknowledging() -> None:
             split_at = step_time(run, 2)
             if sim.now_ms > split_at + config.lease_ms + config.clock_drift_margin_ms:
                 calls = sim.clients[client].call
-                if calls is not None and calls.write is not None and reply.codes == (m.ReplyCode.OK,):
+                if calls is not None and calls.write is not None and codes(reply) == (m.ReplyCode.OK,):
                     late_acks.append((sim.now_ms, address))
 
         run.sim.reply_checks.append(check)
@@ -294,7 +295,7 @@ def test_a_removed_member_serves_no_stale_reads() -> None:
             cut_off = next((a for a, side in sim.network.groups.items() if side == 1), None)
             split_at = step_time(run, 1) if run.faults else sim.now_ms
             late = sim.now_ms > split_at + config.lease_ms + config.clock_drift_margin_ms
-            if address == cut_off and late and m.ReplyCode.OK in reply.codes:
+            if address == cut_off and late and m.ReplyCode.OK in codes(reply):
                 served_late.append(sim.now_ms)
 
         run.sim.reply_checks.append(check)

@@ -7,14 +7,12 @@ import datetime
 import math
 
 import msgspec
-import numpy as np
 import pyarrow as pa
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardgrid.core.hashing import partition_ids_of_serialized, serialize_key
-from shardgrid.spark.column_encoding import BYTES, bin_items, map_values, serialized_keys, small_int_items
+from shardgrid.spark.column_encoding import BYTES, map_values, serialized_keys
 from shardgrid.spark.column_hashing import partition_ids_of_column
 from shardgrid.spark.columns import RowEncoder, layout_of
 from shardgrid.spark.options import KeyType
@@ -123,34 +121,7 @@ def test_column_partition_ids_are_the_key_by_key_ones(keys, start, partition_cou
 def test_keys_of_one_length_many_lengths_and_too_many_lengths_hash_alike():
     one_length = [b"%08d" % i for i in range(500)]
     many = [b"x" * (i % 40) for i in range(500)]
-    too_many = [b"y" * i for i in range(100)]  # past MAX_LENGTH_GROUPS: key by key
+    too_many = [b"y" * i for i in range(100)]
     for keys in (one_length, many, too_many):
         got = partition_ids_of_column(pa.array(keys, pa.binary()), 271).tolist()
         assert got == partition_ids_of_serialized(keys, 271)
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(_LENGTHS.flatmap(lambda n: st.binary(min_size=n, max_size=n)), max_size=6))
-def test_bin_items_are_msgspecs_bins(values):
-    items = bin_items(pa.array(values, BYTES)).to_pylist()
-    assert items == [msgspec.msgpack.encode(value) for value in values]
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.one_of(st.sampled_from([0, 127, 128, 255, 256, 65_535, 65_536, 2**32 - 1]), st.integers(0, 2**32))))
-def test_small_int_items_are_msgspecs_ints(numbers):
-    numbers = [min(number, 2**32 - 1) for number in numbers]
-    items = small_int_items(np.array(numbers, dtype=np.int64)).to_pylist()
-    assert items == [msgspec.msgpack.encode(number) for number in numbers]
-
-
-@pytest.mark.parametrize("width", [0, 1, 8, 255, 256, 65_535, 65_536])
-def test_bin_items_of_one_width_and_of_slices_are_msgspecs_bins(width):
-    """Columns whose rows all have one length (serialized long keys, fixed-width values) are laid
-    out as a matrix: the same bytes as the join, sliced columns included."""
-    values = [bytes([i % 251]) * width for i in range(7)]
-    column = pa.array([b"before" * 3, *values, b"after"], BYTES).slice(1, len(values))
-    assert bin_items(column).to_pylist() == [msgspec.msgpack.encode(value) for value in values]
-    wider = b"x" * (width + 1)
-    mixed = pa.array([*values, wider], BYTES).slice(2)
-    assert bin_items(mixed).to_pylist() == [msgspec.msgpack.encode(value) for value in [*values[2:], wider]]

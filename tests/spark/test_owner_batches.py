@@ -20,14 +20,18 @@ from shardgrid.spark.owner_batches import OwnerBatches
 PARTITIONS = 17
 
 
-def _decoded(batches: list[EncodedColumns]) -> list[tuple[list[bytes], list[bytes], list[int] | None]]:
-    """The batches' columns as lists, each checked to say what it holds."""
+def _decoded(
+    batches: list[EncodedColumns], partitions: int = PARTITIONS
+) -> list[tuple[list[bytes], list[bytes], list[int] | None]]:
+    """The batches' columns as lists, each checked to hold together, with its keys' partition ids
+    (None for a batch that names no partitions: its table had no partition count)."""
     decoded = []
     for batch in batches:
         assert batch.problem() == ""
-        keys, values, pids, fits = batch.checked()
-        assert fits
+        assert batch.fits()
+        keys, values = batch.lists()
         assert batch.count == len(keys)
+        pids = partition_ids_of_serialized(keys, partitions) if batch.partitions else None
         assert batch.partitions == (tuple(sorted(set(pids))) if pids is not None else ())
         decoded.append((keys, values, pids))
     return decoded
@@ -118,8 +122,8 @@ def test_a_batch_covers_few_partitions():
     batches = []
     for chunk in range(10):
         keys = [b"key-%d" % (chunk * 10_000 + i) for i in range(10_000)]
-        batches.extend(_decoded(grouped.add(keys, keys)))
-    batches.extend(_decoded(grouped.rest()))
+        batches.extend(_decoded(grouped.add(keys, keys), partitions))
+    batches.extend(_decoded(grouped.rest(), partitions))
     touched = [len(set(partition_ids_of_serialized(keys, partitions))) for keys, _, _ in batches]
     assert sum(touched) / len(touched) < 10
     assert sum(len(keys) < 1_000 for keys, _, _ in batches) <= 3  # only each owner's last is short
@@ -134,7 +138,7 @@ def test_owners_take_turns():
     table = TableView(partition_count=partitions, owners=owners, versions=[1] * partitions)
     grouped = OwnerBatches(table, 1_000, 50_000)
     keys = [b"key-%d" % i for i in range(50_000)]
-    batches = _decoded(grouped.add(keys, keys))
+    batches = _decoded(grouped.add(keys, keys), partitions)
     order = [owners[pids[0]] for _, _, pids in batches]
     assert len(order) >= 45
     # Every window of three batches goes to three owners, while each owner still has batches.
@@ -167,17 +171,18 @@ def test_large_batches_over_many_owners_are_not_sorted_again_on_every_add():
 
 
 @pytest.mark.parametrize("partitions", [65_536, 100_000])
-def test_partition_ids_past_16_bits_are_encoded(partitions):
+def test_partitions_past_16_bits_are_named(partitions):
     """Found by an outside tester: partition ids were encoded up to 65,535 only, and a cluster of
-    more partitions (up to 100,000 are allowed) failed every write task."""
+    more partitions (up to 100,000 are allowed) failed every write task. The batches name the
+    partitions they hold (which tell the client the owner), in partition order."""
     keys = [b"\0\0\0\6key%03d" % i for i in range(3_000)]
     table = TableView(partition_count=partitions, owners=["a:1"] * partitions, versions=[1] * partitions)
     grouped = OwnerBatches(table, 1_000)
-    batches = _decoded(grouped.add(keys, [b"v"] * len(keys)) + grouped.rest())
+    batches = _decoded(grouped.add(keys, [b"v"] * len(keys)) + grouped.rest(), partitions)
     assert sorted(key for batch_keys, _, _ in batches for key in batch_keys) == sorted(keys)
-    for batch_keys, _, pids in batches:
-        assert pids == partition_ids_of_serialized(batch_keys, partitions)
-    assert max(pid for _, _, pids in batches for pid in pids) >= partitions * 9 // 10  # the widest forms
+    for _, _, pids in batches:
+        assert pids == sorted(pids)  # each partition's keys side by side, as a member takes them
+    assert max(pid for _, _, pids in batches for pid in pids) >= partitions * 9 // 10
 
 
 def test_a_single_held_tail_is_a_copy():
@@ -212,7 +217,7 @@ def test_each_rows_ttl_travels_with_it(owner_of, chunks, batch_rows, held_rows) 
     batches += grouped.rest()
     seen = 0
     for batch in batches:
-        _, values, _, _ = batch.checked()
+        _, values = batch.lists()
         ttls = np.frombuffer(batch.ttls_ms, dtype="<u8").tolist()
         assert ttls == [7 * int(value) for value in values]
         seen += len(values)

@@ -14,7 +14,8 @@
 //!
 //! Layout: [`limits`] (the bounds, the same as `shardgrid/core/limits.py`), [`columns`] (the
 //! packed format), [`table`] (one map: records, index, expiry order, memory count), [`eviction`]
-//! (which entries a map over its size should lose), [`store`]
+//! (which entries a map over its size should lose), [`partitions`] (keys to partitions, and a
+//! batch grouped by partition), [`store`]
 //! (a replica's maps, and the batch calls the core makes); `python` (behind the `python` feature)
 //! turns them into the `shardgrid._engine` module.
 
@@ -24,6 +25,7 @@
 pub mod columns;
 pub mod eviction;
 pub mod limits;
+pub mod partitions;
 pub mod store;
 pub mod table;
 

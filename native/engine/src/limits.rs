@@ -18,3 +18,5 @@ pub const MAX_COUNTER: u64 = 1 << 53;
 pub const MAX_ENTRIES_PER_CHUNK: usize = 100_000;
 /// Records drawn to choose each entry to evict (`MAX_EVICTION_SAMPLES`).
 pub const MAX_EVICTION_SAMPLES: usize = 64;
+/// The most partitions a cluster may have (`MAX_PARTITION_COUNT`).
+pub const MAX_PARTITION_COUNT: usize = 100_000;

@@ -14,8 +14,9 @@ use pyo3::types::{PyBool, PyBytes, PyInt, PyList, PySequence, PyTuple};
 use crate::columns::{Column, InvalidInput, LENGTH_BYTES, NUMBER_BYTES, Packed};
 use crate::limits::{
     MAX_COUNTER, MAX_ENTRIES_PER_CHUNK, MAX_EVICTION_SAMPLES, MAX_KEY_BYTES, MAX_MAP_NAME_CHARS,
-    MAX_OPERATIONS_PER_REQUEST, MAX_VALUE_BYTES,
+    MAX_OPERATIONS_PER_REQUEST, MAX_PARTITION_COUNT, MAX_VALUE_BYTES,
 };
+use crate::partitions;
 use crate::store::{self, DUMP_RECORD_BYTES, Dump, Found, MAP_BYTES, Page, RecordStore, Ttl};
 use crate::table::{EXPIRY_BYTES, INDEX_BYTES, METADATA_FIELDS, RECORD_BYTES};
 
@@ -480,6 +481,149 @@ fn split<'py>(py: Python<'py>, data: &[u8], lengths: &[u8], present: Option<&[u8
     Ok(list)
 }
 
+/// The partition of each key of a packed column among `partition_count` (Hazelcast's hash and
+/// fold: `shardgrid.core.hashing`), as packed unsigned 32-bit little-endian numbers.
+#[pyfunction]
+fn partition_ids<'py>(
+    py: Python<'py>,
+    keys: &[u8],
+    key_lengths: &[u8],
+    partition_count: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let count = partition_count_arg(partition_count)?;
+    let column = Column::parse("keys", keys, key_lengths, usize::MAX, MAX_KEY_BYTES)?;
+    let ids: Vec<u8> = partitions::partition_ids(&column, count)
+        .iter()
+        .flat_map(|id| id.to_le_bytes())
+        .collect();
+    Ok(PyBytes::new(py, &ids))
+}
+
+fn partition_count_arg(value: &Bound<'_, PyAny>) -> PyResult<u32> {
+    let count = int_arg(value, "partition_count", MAX_PARTITION_COUNT as u64)?;
+    if count == 0 {
+        return Err(ColumnError::new_err("partition_count is 0, not an int from 1"));
+    }
+    Ok(count as u32)
+}
+
+/// One partition's keys in a request: its id, their positions `start..end` (in the request's
+/// order, or in the returned order when the request had to be reordered), and their keys, values
+/// and TTLs as packed columns of their own (values and TTLs empty when the request has none).
+type GroupSlice<'py> = (
+    u32,
+    usize,
+    usize,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+);
+
+/// A request's keys cut by partition, after checking its columns whole: at most
+/// `MAX_OPERATIONS_PER_REQUEST` keys of at most `MAX_KEY_BYTES` each; no values or one per key
+/// of at most `MAX_VALUE_BYTES` each; no TTLs or one 64-bit number per key. Returns a slice per
+/// partition, in the order the partitions first come, and None when every partition's keys come
+/// side by side; otherwise the packed positions (unsigned 32-bit numbers) of the stable order
+/// that brings them together, which the slices' positions refer to. One call per request: the
+/// slices are the columns the engine and the backups take, made here rather than a slice at a
+/// time in Python.
+#[pyfunction]
+#[pyo3(signature = (partition_count, keys, key_lengths, values = None, value_lengths = None, ttls_ms = None))]
+#[allow(clippy::type_complexity)]
+fn split_by_partition<'py>(
+    py: Python<'py>,
+    partition_count: &Bound<'py, PyAny>,
+    keys: &[u8],
+    key_lengths: &[u8],
+    values: Option<&[u8]>,
+    value_lengths: Option<&[u8]>,
+    ttls_ms: Option<&[u8]>,
+) -> PyResult<(Vec<GroupSlice<'py>>, Option<Bound<'py, PyBytes>>)> {
+    let count = partition_count_arg(partition_count)?;
+    let keys = Column::parse("keys", keys, key_lengths, MAX_OPERATIONS_PER_REQUEST, MAX_KEY_BYTES)?;
+    let values = Column::parse(
+        "values",
+        values.unwrap_or_default(),
+        value_lengths.unwrap_or_default(),
+        MAX_OPERATIONS_PER_REQUEST,
+        MAX_VALUE_BYTES,
+    )?;
+    if !values.is_empty() && values.len() != keys.len() {
+        return Err(ColumnError::new_err(format!(
+            "{} values for {} keys: one per key, or none",
+            values.len(),
+            keys.len()
+        )));
+    }
+    let ttls = ttls_ms.unwrap_or_default();
+    if !ttls.is_empty() && ttls.len() != keys.len() * NUMBER_BYTES {
+        return Err(ColumnError::new_err(format!(
+            "{} bytes of TTLs for {} keys: one {NUMBER_BYTES}-byte number per key, or none",
+            ttls.len(),
+            keys.len()
+        )));
+    }
+    let grouping = partitions::group(&partitions::partition_ids(&keys, count));
+    let key_items: Vec<&[u8]> = keys.iter().collect();
+    let value_items: Vec<&[u8]> = values.iter().collect();
+    let position = |at: usize| grouping.order.as_ref().map_or(at, |order| order[at] as usize);
+    let mut slices = Vec::with_capacity(grouping.groups.len());
+    for group in &grouping.groups {
+        let mut key_slice = Packed::default();
+        let mut value_slice = Packed::default();
+        let mut ttl_slice = Vec::with_capacity(if ttls.is_empty() {
+            0
+        } else {
+            (group.end - group.start) * NUMBER_BYTES
+        });
+        for at in group.start..group.end {
+            let p = position(at);
+            key_slice.push(key_items[p]);
+            if !value_items.is_empty() {
+                value_slice.push(value_items[p]);
+            }
+            if !ttls.is_empty() {
+                ttl_slice.extend_from_slice(&ttls[p * NUMBER_BYTES..(p + 1) * NUMBER_BYTES]);
+            }
+        }
+        slices.push((
+            group.partition_id,
+            group.start,
+            group.end,
+            PyBytes::new(py, &key_slice.data),
+            PyBytes::new(py, &key_slice.lengths),
+            PyBytes::new(py, &value_slice.data),
+            PyBytes::new(py, &value_slice.lengths),
+            PyBytes::new(py, &ttl_slice),
+        ));
+    }
+    let order = grouping.order.map(|order| {
+        let packed: Vec<u8> = order.iter().flat_map(|p| p.to_le_bytes()).collect();
+        PyBytes::new(py, &packed)
+    });
+    Ok((slices, order))
+}
+
+/// Check a packed column whole (its lengths a whole number of 4-byte lengths adding up to the
+/// buffer, at most `max_items` of them, each at most `max_item_bytes`): its item count, or a
+/// `ColumnError` saying what is wrong (named `what`).
+#[pyfunction]
+#[pyo3(signature = (data, lengths, *, max_items, max_item_bytes, what = "column"))]
+fn check_column(
+    data: &[u8],
+    lengths: &[u8],
+    max_items: &Bound<'_, PyAny>,
+    max_item_bytes: &Bound<'_, PyAny>,
+    what: &str,
+) -> PyResult<usize> {
+    let max_items = int_arg(max_items, "max_items", MAX_COUNTER)? as usize;
+    let max_item_bytes = int_arg(max_item_bytes, "max_item_bytes", MAX_VALUE_BYTES as u64)? as usize;
+    let what: String = what.chars().take(40).collect();
+    Ok(Column::parse(&what, data, lengths, max_items, max_item_bytes)?.len())
+}
+
 /// shardgrid's storage engine: one partition replica's records, their memory and expiry, and the
 /// packed column codecs (see `shardgrid/_engine.pyi`).
 #[pymodule(name = "_engine")]
@@ -489,6 +633,10 @@ fn engine_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(pack, module)?)?;
     module.add_function(wrap_pyfunction!(split, module)?)?;
     module.add_function(wrap_pyfunction!(check_records, module)?)?;
+    module.add_function(wrap_pyfunction!(check_column, module)?)?;
+    module.add_function(wrap_pyfunction!(partition_ids, module)?)?;
+    module.add_function(wrap_pyfunction!(split_by_partition, module)?)?;
+    module.add("MAX_PARTITION_COUNT", MAX_PARTITION_COUNT)?;
     module.add("DUMP_RECORD_BYTES", DUMP_RECORD_BYTES)?;
     module.add("ColumnError", py.get_type::<ColumnError>())?;
     module.add("MAX_KEY_BYTES", MAX_KEY_BYTES)?;

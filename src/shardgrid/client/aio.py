@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
+from shardgrid._engine import ColumnError
 from shardgrid.client.connection import ConnectionLost, MemberConnection
 from shardgrid.client.encoded_columns import EncodedColumns
 from shardgrid.client.entry_view import EntryView, entry_view_of
@@ -108,6 +107,23 @@ class PackedEntries:
     key_lengths: bytes
     values: bytes
     value_lengths: bytes
+
+
+# The highest reply code a member sends: any other byte in an answer is a malformed answer.
+_MAX_REPLY_CODE = max(m.ReplyCode)
+
+
+def _answered_values(reply: m.MapReply) -> list[bytes | None] | None:
+    """The values an answer carries, one per key (none when it carries none); None when its
+    columns or codes are malformed (no member sends such: the answer is not believed)."""
+    if reply.codes and max(reply.codes) > _MAX_REPLY_CODE:
+        return None
+    if reply.present and len(reply.present) != len(reply.codes):
+        return None
+    try:
+        return reply.value_list()
+    except ColumnError:
+        return None
 
 
 def _check_map_name(name: object) -> None:
@@ -391,51 +407,46 @@ class AsyncClient:
         return pids
 
     async def put_encoded(self, kind: m.OpKind, map_name: str, columns: EncodedColumns, *, ttl_ms: int = -1) -> None:
-        """A put (or put-if-absent) of columns already encoded (``encoded_columns``), through every
+        """A put (or put-if-absent) of columns already packed (``encoded_columns``), through every
         retry its answers call for, as ``map_call`` (without previous values). The columns go as
-        one request, as they are, when a member's codec takes them (``checked``), they fit one
-        request, and one owner the table knows holds every partition of them (the caller grouped
-        the rows so). Otherwise, and for the keys its answer leaves unfinished, they go on as
-        ``map_call``'s lists, checked as any put's."""
+        one request, as they are, when they are within a member's limits, fit one request, and
+        one owner the table knows holds every partition of them (the caller grouped the rows so):
+        no Python object is made per row. Otherwise, and for the keys its answer leaves
+        unfinished, they go on as ``map_call``'s lists, checked as any put's."""
         if self._closed:
             raise ClientClosedError("the client is closed")
         if kind not in (m.PUT, m.PUT_IF_ABSENT):
             raise ValueError(f"put_encoded puts; {kind.value} is not a put")
         _check_map_name(map_name)
-        keys, values, pids, fits = columns.checked()
+        fits = columns.fits()
         if columns.count == 0:
             return
         if not self.table.known:
             await self.refresh_table()
         table = self.table
         owners = {table.owners[pid] if 0 <= pid < len(table.owners) else None for pid in columns.partitions}
-        partition_ids = columns.partition_ids
         if (
             not fits
-            or partition_ids is None
-            or pids is None
+            or not columns.partitions
             or len(owners) != 1
             or None in owners
-            or len(columns.keys) + len(columns.values) > MAX_REQUEST_BYTES
-            or max(pids) >= table.partition_count
+            or columns.count > MAX_OPERATIONS_PER_REQUEST
+            or len(columns.keys.data) + len(columns.values.data) > MAX_REQUEST_BYTES
         ):
-            await self.map_call(
-                kind, map_name, keys, values, partition_ids=pids, ttl_ms=ttl_ms, ttls_ms=columns.ttls_ms
-            )
+            keys, values = columns.lists()
+            await self.map_call(kind, map_name, keys, values, ttl_ms=ttl_ms, ttls_ms=columns.ttls_ms)
             return
         (owner,) = owners
         progress = CallProgress(self._now_ms(), True)
         write_id = self._new_write_id()
 
         def request(call_id: int) -> m.MapRequest:
-            # msgspec writes a Raw's bytes into the frame as they are: the columns' own arrays.
             return m.MapRequest(
                 call_id=call_id,
                 kind=kind,
                 map_name=map_name,
-                partition_ids=msgspec.Raw(partition_ids),  # type: ignore[arg-type]
-                keys=msgspec.Raw(columns.keys),  # type: ignore[arg-type]
-                values=msgspec.Raw(columns.values),  # type: ignore[arg-type]
+                keys=columns.keys,
+                values=columns.values,
                 previous=False,
                 client_id=self.client_id,
                 write_id=write_id,
@@ -444,9 +455,10 @@ class AsyncClient:
             )
 
         reply = await self._attempt(owner, progress, request)
-        codes = reply.codes if isinstance(reply, m.MapReply) else ()
+        codes = reply.codes if isinstance(reply, m.MapReply) else b""
         if len(codes) == columns.count and codes.count(m.ReplyCode.OK) == columns.count:
             return
+        keys, values = columns.lists()
         answered = [(list(range(columns.count)), reply)]
         write_ids = [write_id] * columns.count
         await self._map_rounds(
@@ -454,7 +466,7 @@ class AsyncClient:
             map_name,
             keys,
             values,
-            pids,
+            partition_ids_of_serialized(keys, table.partition_count),
             False,
             progress,
             [None] * len(keys),
@@ -530,23 +542,30 @@ class AsyncClient:
                 for redirect in reply.redirects:
                     self.table.apply_redirect(redirect)
                 seen: set[m.ReplyCode] = set()
-                has_values = len(reply.values) == len(batch)
                 codes = reply.codes
+                found = _answered_values(reply)
+                if found is None:
+                    # Columns no member writes: the answer says nothing of these keys.
+                    remaining += batch
+                    decisions.append(on_answer(self.call_settings, progress, m.ReplyCode.REJECTED, 0, now))
+                    reasons.append(f"a member answered call {reply.call_id} with malformed columns")
+                    continue
+                has_values = len(found) == len(batch)
                 if len(codes) == len(batch) and codes.count(m.ReplyCode.OK) == len(batch):
                     if has_values:  # every key answered OK: no status to look at one by one
-                        for index, value in zip(batch, reply.values, strict=True):
+                        for index, value in zip(batch, found, strict=True):
                             results[index] = value
                     continue
-                for position, (index, status) in enumerate(zip(batch, reply.codes, strict=False)):
-                    if status is m.ReplyCode.OK:
+                for position, (index, status) in enumerate(zip(batch, codes, strict=False)):
+                    if status == m.ReplyCode.OK:
                         if has_values:
-                            results[index] = reply.values[position]
+                            results[index] = found[position]
                     else:
                         remaining.append(index)
-                        seen.add(status)
-                if len(reply.codes) != len(batch):
+                        seen.add(m.ReplyCode(status))
+                if len(codes) != len(batch):
                     seen.add(m.ReplyCode.REJECTED)
-                    reasons.append(f"a member answered {len(reply.codes)} keys of {len(batch)}")
+                    reasons.append(f"a member answered {len(codes)} keys of {len(batch)}")
                 for status in sorted(seen):
                     decisions.append(on_answer(self.call_settings, progress, status, reply.retry_after_ms, now))
                     if status in REASONED and reply.reason:
@@ -611,36 +630,34 @@ class AsyncClient:
         ttls_ms: bytes = b"",
     ) -> tuple[list[int], m.MapReply | _NotSent | None]:
         client_id = self.client_id if write_id else ""
+        # The batch's columns, packed once for every attempt (its keys come in partition order:
+        # ``group_by_owner``).
+        if len(batch) == len(keys) and batch == list(range(len(keys))):
+            key_column = m.Column.of(keys)
+            value_column = m.Column.of(values) if values is not None else m.EMPTY_COLUMN
+            expected_column = m.Column.of(expected) if expected is not None else m.EMPTY_COLUMN
+            batch_ttls = ttls_ms
+        else:
+            key_column = m.Column.of(list(map(keys.__getitem__, batch)))
+            value_column = m.Column.of(list(map(values.__getitem__, batch))) if values is not None else m.EMPTY_COLUMN
+            expected_column = (
+                m.Column.of(list(map(expected.__getitem__, batch))) if expected is not None else m.EMPTY_COLUMN
+            )
+            batch_ttls = b"".join([ttls_ms[8 * i : 8 * i + 8] for i in batch]) if ttls_ms else b""
 
         def request(call_id: int) -> m.MapRequest:
-            if len(batch) == len(keys):  # the whole call: indexes are unique and in call order
-                return m.MapRequest(
-                    call_id=call_id,
-                    kind=kind,
-                    map_name=map_name,
-                    partition_ids=tuple(pids),
-                    keys=tuple(keys),
-                    values=tuple(values or ()),
-                    previous=previous,
-                    client_id=client_id,
-                    write_id=write_id,
-                    ttl_ms=ttl_ms,
-                    expected=tuple(expected or ()),
-                    ttls_ms=ttls_ms,
-                )
             return m.MapRequest(
                 call_id=call_id,
                 kind=kind,
                 map_name=map_name,
-                partition_ids=tuple(map(pids.__getitem__, batch)),
-                keys=tuple(map(keys.__getitem__, batch)),
-                values=tuple(map(values.__getitem__, batch)) if values is not None else (),
+                keys=key_column,
+                values=value_column,
                 previous=previous,
                 client_id=client_id,
                 write_id=write_id,
                 ttl_ms=ttl_ms,
-                expected=tuple(map(expected.__getitem__, batch)) if expected is not None else (),
-                ttls_ms=b"".join([ttls_ms[8 * i : 8 * i + 8] for i in batch]) if ttls_ms else b"",
+                expected=expected_column,
+                ttls_ms=batch_ttls,
             )
 
         return batch, await self._attempt(owner, progress, request)

@@ -246,12 +246,13 @@ def _joined(parts: list[m.MapReply]) -> m.MapReply:
         return parts[0]
     parts.sort(key=lambda part: part.first_index)
     first = parts[0]
-    codes = tuple(status for part in parts for status in part.codes)
-    values = tuple(value for part in parts for value in part.values)
+    codes = b"".join(part.codes for part in parts)
+    values = m.Column(b"".join(part.values.data for part in parts), b"".join(part.values.lengths for part in parts))
     return m.MapReply(
         call_id=first.call_id,
         codes=codes,
         values=values,
+        present=b"".join(part.present for part in parts),
         redirects=first.redirects,
         retry_after_ms=first.retry_after_ms,
         reason=first.reason,

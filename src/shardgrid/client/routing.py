@@ -63,8 +63,10 @@ class TableView:
 
 
 def group_by_owner(indexes: Sequence[int], pids: Sequence[int], view: TableView) -> dict[str | None, list[int]]:
-    """``indexes`` (into a call's key column) grouped by the owner of their key's partition; None
-    gathers the keys whose owner the view does not know."""
+    """``indexes`` (into a call's key column) grouped by the owner of their key's partition, each
+    group in partition order (stable: a key named twice keeps its order), so that a member takes
+    each partition's keys as one slice of the request; None gathers the keys whose owner the view
+    does not know."""
     owners = view.owners
     known = len(owners)
     if not indexes:
@@ -74,10 +76,13 @@ def group_by_owner(indexes: Sequence[int], pids: Sequence[int], view: TableView)
     else:
         column = [owners[pid] if pid < known else None for pid in map(pids.__getitem__, indexes)]
     if column.count(column[0]) == len(column):  # one owner (a batch the caller grouped already)
-        return {column[0]: list(indexes)}
-    groups: dict[str | None, list[int]] = {}
-    for index, owner in zip(indexes, column, strict=True):
-        groups.setdefault(owner, []).append(index)
+        groups = {column[0]: list(indexes)}
+    else:
+        groups = {}
+        for index, owner in zip(indexes, column, strict=True):
+            groups.setdefault(owner, []).append(index)
+    for group in groups.values():
+        group.sort(key=pids.__getitem__)
     return groups
 
 

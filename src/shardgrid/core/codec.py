@@ -48,9 +48,10 @@ from shardgrid.core.raft.membership import ConfChange, Membership
 from shardgrid.core.table import PartitionTable
 from shardgrid.core.wire import Counter, Message, Record
 
-# 8: founding messages name the proposer; 7: deadlines and write ids on map requests, unreachable
+# 9: keys and values as packed columns (map requests, replies and backup runs); 8: founding
+# messages name the proposer; 7: deadlines and write ids on map requests, unreachable
 # members; 6: packed scan pages
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 LENGTH_PREFIX = struct.Struct(">I")
 
 COMMAND_TYPES: tuple[type[Message], ...] = (

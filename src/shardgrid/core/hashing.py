@@ -10,12 +10,13 @@ with one mental model and compare placements.
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from collections.abc import Sequence
-from itertools import repeat
-from operator import mod
 
 import mmh3
 
+from shardgrid._engine import pack, partition_ids
 from shardgrid.core.errors import require
 from shardgrid.core.limits import DEFAULT_PARTITION_COUNT, MAX_PARTITION_COUNT
 
@@ -71,16 +72,17 @@ def partition_id_of_serialized(serialized_key: bytes, partition_count: int = DEF
 
 
 def partition_ids_of_serialized(serialized_keys: Sequence[bytes], partition_count: int) -> list[int]:
-    """The partition ids of many serialized keys: the columnar form for a batch (no call per key)."""
-    # Every pass a C-level map (hash, abs, modulo): no Python step per key, which made most of a
-    # member's check of a request's partition ids. mmh3.hash is signed by default.
-    hashes = list(map(mmh3.hash, serialized_keys, repeat(MURMUR_SEED)))
-    ids = list(map(mod, map(abs, hashes), repeat(partition_count)))
-    if INT32_MIN in hashes:  # folds to 0 (``hash_to_index``), where abs() would give 2**31
-        for index, hashed in enumerate(hashes):
-            if hashed == INT32_MIN:
-                ids[index] = 0
-    return ids
+    """The partition ids of many serialized keys: the columnar form for a batch (the storage
+    engine's hash and fold, one call for the batch; ``tests/engine/test_partitions.py`` checks it
+    against ``partition_id_of_serialized`` key by key)."""
+    if not serialized_keys:
+        return []
+    keys = serialized_keys if isinstance(serialized_keys, list | tuple) else list(serialized_keys)
+    ids = array("I")
+    ids.frombytes(partition_ids(*pack(keys), partition_count))
+    if sys.byteorder == "big":
+        ids.byteswap()
+    return ids.tolist()
 
 
 def partition_id(key: Key, partition_count: int = DEFAULT_PARTITION_COUNT) -> int:

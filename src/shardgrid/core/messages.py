@@ -13,10 +13,12 @@ millions of tiny items that would take many times its size in memory.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import Annotated
 
 import msgspec
 
+from shardgrid._engine import pack, split
 from shardgrid.core.identity import MAX_ADDRESS_CHARS, MemberId, MemberIds
 from shardgrid.core.limits import (
     MAX_COUNTER,
@@ -49,9 +51,11 @@ PartitionId = Annotated[int, msgspec.Meta(ge=0, lt=MAX_PARTITION_COUNT)]
 PartitionVersion = Annotated[int, msgspec.Meta(ge=0, le=MAX_PARTITION_VERSION)]
 # An acknowledged chunk sequence: -1 before the first.
 AckedSequence = Annotated[int, msgspec.Meta(ge=-1, le=MAX_COUNTER)]
-# Columns of one request, or of a run of its writes: one item per key.
+# Columns of one request (an unpacked scan page): one item per key.
 KeyColumn = Annotated[tuple[Key, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
 ValueColumn = Annotated[tuple[Value, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
+# A byte per key of a request: its reply code, or whether its answer holds a value.
+KeyBytes = Annotated[bytes, msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
 # A write's TTL in ms: -1 the map's own, 0 none.
 TtlMs = Annotated[int, msgspec.Meta(ge=-1, le=MAX_TTL_SECONDS * 1000)]
 # A column packed end to end (a scan page), or its entries' lengths.
@@ -172,6 +176,35 @@ class LeaseGrant(Message, tag=27):
 # Codes 80 and 81 (a chunk of one object per entry, acknowledged one by one), 102 (a replica sync
 # chunk of one object per entry), and 88 and 126 (chunks of key and value columns without the
 # records' metadata) are retired.
+
+
+class Column(Record):
+    """A column of byte strings, packed as the storage engine takes and gives them: the items end
+    to end in ``data``, and in ``lengths`` an unsigned 32-bit little-endian number per item. The
+    wire carries keys and values so, never as one object per entry: a member hands a column to
+    the engine as it came, once the engine checked it whole (counts, lengths, bounds), and a bad
+    one is the sender's protocol error."""
+
+    data: PackedBytes = b""
+    lengths: PackedBytes = b""
+
+    def __len__(self) -> int:
+        """The items (a length each; the lengths of a column from a peer are checked before use)."""
+        return len(self.lengths) >> 2
+
+    @classmethod
+    def of(cls, items: Sequence[bytes]) -> Column:
+        """``items`` packed (one engine call)."""
+        if not items:
+            return EMPTY_COLUMN
+        return cls(*pack(items if isinstance(items, list | tuple) else list(items)))
+
+    def items(self) -> list[bytes]:
+        """The items, a ``bytes`` each (for callers that need them one by one)."""
+        return split(self.data, self.lengths)  # type: ignore[return-value]
+
+
+EMPTY_COLUMN = Column()
 
 
 class RecordColumns(Record, kw_only=True):
@@ -309,8 +342,8 @@ class WriteRun(Record, kw_only=True):
     first_sequence: Counter
     kind: OpKind  # PUT or REMOVE
     map_name: str
-    keys: KeyColumn  # a run holds some of one request's keys
-    values: ValueColumn  # one per key for PUT, none for REMOVE
+    keys: Column  # a run holds some of one request's keys
+    values: Column  # one per key for PUT, none for REMOVE
     # For a backup that keeps no copy of this map (its slot is past the map's backup count): the
     # writes' sequences without their keys and values, so that every backup of the partition
     # follows one sequence.
@@ -344,8 +377,8 @@ class WriteRun(Record, kw_only=True):
             first_sequence=first,
             kind=self.kind,
             map_name=self.map_name,
-            keys=(),
-            values=(),
+            keys=EMPTY_COLUMN,
+            values=EMPTY_COLUMN,
             skipped=self.write_count,
             client_id=self.client_id,
             write_id=self.write_id,
@@ -353,10 +386,11 @@ class WriteRun(Record, kw_only=True):
         )
 
 
-# Codes 100 and 101 (one message per write and per acknowledgement) are retired.
+# Codes 100 and 101 (one message per write and per acknowledgement) and 120 (runs of one object
+# per key) are retired.
 
 
-class BackupBatch(Message, tag=120):
+class BackupBatch(Message, tag=140):
     """Owner to one backup: every write it has for that backup from one handled event, in runs."""
 
     runs: Annotated[tuple[WriteRun, ...], msgspec.Meta(max_length=MAX_RUNS_PER_BACKUP_BATCH)]
@@ -452,11 +486,16 @@ RETRYABLE: frozenset[ReplyCode] = frozenset(
 )
 
 
-class MapRequest(Message, tag=122, kw_only=True):
-    """One operation on many keys of one map, as columns: ``partition_ids[i]`` is ``keys[i]``'s
-    partition (the member checks it), ``values[i]`` its value for a put. The keys may span
-    partitions; the member answers for each. ``previous`` asks a put or remove for each key's
-    previous value (a column the member skips otherwise, like a putAll).
+# Codes 122 and 123 (requests and replies of one object per key) are retired.
+
+
+class MapRequest(Message, tag=138, kw_only=True):
+    """One operation on many keys of one map, as packed columns: ``values[i]`` is ``keys[i]``'s
+    value for a write of values. The keys may span partitions; the member works out each key's
+    partition and answers for each. Clients send each partition's keys side by side, which lets
+    a member take each partition's keys as one slice of the columns (any order is served).
+    ``previous`` asks a put or remove for each key's previous value (a column the member skips
+    otherwise, like a putAll).
 
     ``sent_ms`` is when the client sent this attempt, on its clock for the connection (ms since
     the handshake ended: clocks need not agree, only run at the same rate), and ``deadline_ms``
@@ -467,9 +506,8 @@ class MapRequest(Message, tag=122, kw_only=True):
     call_id: Counter
     kind: OpKind
     map_name: MapName
-    partition_ids: Annotated[tuple[PartitionId, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
-    keys: KeyColumn
-    values: ValueColumn = ()
+    keys: Column
+    values: Column = EMPTY_COLUMN
     previous: bool = False
     sent_ms: Counter = 0
     deadline_ms: Counter = 0
@@ -481,7 +519,7 @@ class MapRequest(Message, tag=122, kw_only=True):
     # 0 until removed.
     ttl_ms: TtlMs = -1
     # REPLACE_IF_SAME: the value each key must hold for ``values``' to replace it (one per key).
-    expected: ValueColumn = ()
+    expected: Column = EMPTY_COLUMN
     # How long each key's entry lives, in ms (0: until removed): one unsigned 64-bit little-endian
     # number per key, instead of ``ttl_ms`` (which is then -1). Empty: ``ttl_ms`` says.
     ttls_ms: PackedBytes = b""
@@ -495,22 +533,32 @@ class PartitionRedirect(Record):
     owner_address: str
 
 
-class MapReply(Message, tag=123, kw_only=True):
-    """One reply code per key; ``values`` (a get's values, or a put's or remove's previous values when
-    asked) one per key, or empty; one redirect per partition answered WRONG_OWNER.
+class MapReply(Message, tag=139, kw_only=True):
+    """One reply code per key (a ``ReplyCode`` byte each); for an answer of values (a get's, or a
+    put's or remove's previous values when asked), ``values`` and ``present`` (a byte per key: 1
+    for a value, 0 for none, whose item is then empty), else both empty; one redirect per
+    partition answered WRONG_OWNER.
 
     An answer whose values pass ``MAX_REPLY_VALUE_BYTES`` comes in several replies to the same
     call: each covers the keys from ``first_index`` on, and ``more`` says another follows (the
     redirects, the retry hint and the reason come with the first)."""
 
     call_id: Counter
-    codes: Annotated[tuple[ReplyCode, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)]
-    values: Annotated[tuple[bytes | None, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)] = ()
+    codes: KeyBytes
+    values: Column = EMPTY_COLUMN
+    present: KeyBytes = b""
     redirects: Annotated[tuple[PartitionRedirect, ...], msgspec.Meta(max_length=MAX_OPERATIONS_PER_REQUEST)] = ()
     retry_after_ms: Counter = 0
     reason: str = ""  # why, when a key is REJECTED
     first_index: Annotated[int, msgspec.Meta(ge=0, lt=MAX_OPERATIONS_PER_REQUEST)] = 0
     more: bool = False
+
+    def value_list(self) -> list[bytes | None]:
+        """The answer's values, one per key (None: no value), or none when it carries no values.
+        Raises ``shardgrid._engine.ColumnError`` when the columns do not fit together."""
+        if not self.present:
+            return []
+        return split(self.values.data, self.values.lengths, self.present)
 
 
 class ScanRequest(Message, tag=127, kw_only=True):

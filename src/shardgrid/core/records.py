@@ -1,10 +1,11 @@
 """One map's records in one partition replica, held by the storage engine (``shardgrid._engine``).
 
-The core talks to the engine through this class alone: it turns the columns the wire carries
-today (tuples of ``bytes``) into the engine's packed columns and back, one engine call per batch,
-never one per entry. Times are the core's record clock (``Context.records_ms``): the owner's, for a
-write; a backup applies a write at the time its owner applied it, so two replicas at the same
-sequence hold the same records, metadata and expiry included.
+The core's data path talks to the engine's records through this class alone: it hands the
+engine the packed columns the wire carries (``messages.Column``) as they came and takes packed
+answers back, one engine call per batch, never one per entry. Times are the core's record clock
+(``Context.records_ms``): the owner's, for a write; a backup applies a write at the time its owner
+applied it, so two replicas at the same sequence hold the same records, metadata and expiry
+included.
 
 A map's records iterate in a deterministic order (the engine's: insertion, with a removal moving
 the last record into the hole), so a transfer of the same records sends the same chunks on every
@@ -17,12 +18,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from shardgrid._engine import MAX_COUNTER, METADATA_FIELDS, ColumnError, RecordStore, check_records, pack, split
-from shardgrid.core.messages import RecordColumns
+from shardgrid.core.messages import Column, RecordColumns
 
 # An entry view's metadata before its value: the engine's METADATA_FIELDS, 8 bytes each.
 VIEW_HEADER_BYTES = 8 * len(METADATA_FIELDS)
-# A column of keys or values as the wire carries it today.
+# Separate items (what tools, tests and the conditional writes' per-key judgement hold).
 Items = Sequence[bytes]
+# An engine answer of values, one per key of its call, packed: the values (an absent key's item
+# empty), their lengths, and a presence byte per key (1 or 0).
+Found = tuple[bytes, bytes, bytes]
 
 
 # A page of records: the wire's ``RecordColumns`` is the engine's dump format itself.
@@ -107,30 +111,48 @@ class MapRecords:
 
     def put(
         self,
-        keys: Items,
-        values: Items,
+        keys: Column,
+        values: Column,
         now_ms: int,
         *,
         ttl_ms: int = 0,
         ttls_ms: bytes | None = None,
         previous: bool = False,
-    ) -> list[bytes | None] | None:
+    ) -> Found | None:
         """Set each key to its value, living ``ttl_ms`` (each) or its own of ``ttls_ms`` (0: until
         removed); the live values replaced, when ``previous``."""
         if ttls_ms:
-            found, lengths, present = self._store.put(
-                self.name, *pack(keys), *pack(values), now_ms, ttls_ms=ttls_ms, return_previous=previous
+            found = self._store.put(
+                self.name,
+                keys.data,
+                keys.lengths,
+                values.data,
+                values.lengths,
+                now_ms,
+                ttls_ms=ttls_ms,
+                return_previous=previous,
             )
         else:
-            found, lengths, present = self._store.put(
-                self.name, *pack(keys), *pack(values), now_ms, ttl_ms=ttl_ms, return_previous=previous
+            found = self._store.put(
+                self.name,
+                keys.data,
+                keys.lengths,
+                values.data,
+                values.lengths,
+                now_ms,
+                ttl_ms=ttl_ms,
+                return_previous=previous,
             )
-        return split(found, lengths, present) if previous else None
+        return found if previous else None
 
-    def get(self, keys: Items, now_ms: int, max_bytes: int | None = None) -> list[bytes | None]:
-        """The live values (None: absent or expired); each one found counts a read. With
-        ``max_bytes``, only the first keys whose values fit in it are read (a shorter list)."""
-        return split(*self._store.get(self.name, *pack(keys), now_ms, max_bytes=max_bytes))
+    def put_items(self, keys: Items, values: Items, now_ms: int, *, ttl_ms: int = 0) -> None:
+        """``put`` of separate items (for tools and tests)."""
+        self.put(Column.of(keys), Column.of(values), now_ms, ttl_ms=ttl_ms)
+
+    def get(self, keys: Column, now_ms: int, max_bytes: int | None = None) -> Found:
+        """The live values (absent or expired: none); each one found counts a read. With
+        ``max_bytes``, only the first keys whose values fit in it are read (a shorter answer)."""
+        return self._store.get(self.name, keys.data, keys.lengths, now_ms, max_bytes=max_bytes)
 
     def packed_views(self, keys: Items, now_ms: int, max_bytes: int) -> list[bytes | None]:
         """Each key's live entry as an entry view travels (``OpKind.ENTRY_VIEW``): its metadata
@@ -156,13 +178,13 @@ class MapRecords:
         return views
 
     def peek(self, keys: Items, now_ms: int) -> list[bytes | None]:
-        """``get`` without counting a read."""
+        """The live values of separate keys, as ``get`` finds them, without counting a read."""
         return split(*self._store.peek(self.name, *pack(keys), now_ms))
 
-    def remove(self, keys: Items, now_ms: int, *, previous: bool = False) -> list[bytes | None] | None:
+    def remove(self, keys: Column, now_ms: int, *, previous: bool = False) -> Found | None:
         """Remove the keys' records (expired ones too); the live values removed, when ``previous``."""
-        found, lengths, present = self._store.remove(self.name, *pack(keys), now_ms, return_previous=previous)
-        return split(found, lengths, present) if previous else None
+        found = self._store.remove(self.name, keys.data, keys.lengths, now_ms, return_previous=previous)
+        return found if previous else None
 
     def scan(self, offset: int, max_entries: int, now_ms: int, keys_only: bool, max_bytes: int) -> ScanPage:
         """The live entries among the records from position ``offset``, at most ``max_entries``
@@ -172,28 +194,25 @@ class MapRecords:
         )
         return ScanPage(keys, key_lengths, values, value_lengths, next_offset)
 
-    def expired(self, now_ms: int, max_entries: int) -> list[bytes]:
+    def expired(self, now_ms: int, max_entries: int) -> Column:
         """Keys of up to ``max_entries`` records expired at ``now_ms``, earliest first."""
-        return [key for key in split(*self._store.expired(self.name, now_ms, max_entries)) if key is not None]
+        return Column(*self._store.expired(self.name, now_ms, max_entries))
 
     def touch(self, now_ms: int) -> None:
         """Count every record as accessed at ``now_ms`` (never earlier than it was)."""
         self._store.touch(self.name, now_ms)
 
-    def idle(self, now_ms: int, offset: int, max_scanned: int, max_entries: int) -> tuple[list[bytes], int]:
+    def idle(self, now_ms: int, offset: int, max_scanned: int, max_entries: int) -> tuple[Column, int]:
         """Keys of records from position ``offset`` on, among ``max_scanned``, that went idle (or
         expired) at ``now_ms``, at most ``max_entries``; and the position to go on from."""
         keys, lengths, next_offset = self._store.idle(self.name, now_ms, offset, max_scanned, max_entries)
-        return [key for key in split(keys, lengths) if key is not None], next_offset
+        return Column(keys, lengths), next_offset
 
-    def evictable(
-        self, policy: str, seed: int, samples: int, min_entries: int, min_bytes: int, now_ms: int
-    ) -> list[bytes]:
+    def evictable(self, policy: str, seed: int, samples: int, min_entries: int, min_bytes: int, now_ms: int) -> Column:
         """Keys to evict by ``policy``: at least ``min_entries`` of them, freeing at least
         ``min_bytes`` of the memory count (every key, when the map holds less), each the best of
         ``samples`` records drawn from ``seed``."""
-        keys = split(*self._store.evictable(self.name, policy, seed, samples, min_entries, min_bytes, now_ms))
-        return [key for key in keys if key is not None]
+        return Column(*self._store.evictable(self.name, policy, seed, samples, min_entries, min_bytes, now_ms))
 
     # --- transfers --------------------------------------------------------------------------------
 
@@ -251,7 +270,7 @@ def page_of(keys: Items, values: Items, now_ms: int = 0) -> RecordPage:
     """``keys`` and ``values`` as one page of records written at ``now_ms`` with no expiry, as a
     transfer would carry them (for tools and tests that build a chunk by hand)."""
     records = MapRecords("page", 0)
-    records.put(keys, values, now_ms)
+    records.put_items(keys, values, now_ms)
     pages = list(records.pages(len(keys) or 1, 1 << 53))
     return pages[0] if pages else EMPTY_PAGE
 

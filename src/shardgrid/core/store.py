@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardgrid.core.errors import invariant
-from shardgrid.core.messages import PUT, WriteRun
+from shardgrid.core.messages import PUT, Column, WriteRun
 from shardgrid.core.records import EMPTY_PAGE, MapRecords, RecordPage
 from shardgrid.core.write_records import WriteRecords
 
@@ -60,7 +60,7 @@ class PartitionData:
         data = cls(**fields)
         for name, items in maps.items():
             if items:
-                data.records_for_writing(name).put(tuple(items), tuple(items.values()), now_ms)
+                data.records_for_writing(name).put_items(tuple(items), tuple(items.values()), now_ms)
         return data
 
     def records_for_writing(self, map_name: str) -> MapRecords:
@@ -99,9 +99,12 @@ class PartitionData:
         if run.skipped:
             self.sequence = run.last_sequence  # a map this replica keeps no copy of
             return
-        keys = run.keys[start:] if start else run.keys
+        # A run this replica holds the start of already (sent again, overlapping what it took) is
+        # applied from ``start``: its columns are cut there, item by item (rare, and bounded by
+        # the run).
+        keys = Column.of(run.keys.items()[start:]) if start else run.keys
         if run.kind == PUT:
-            values = run.values[start:] if start else run.values
+            values = Column.of(run.values.items()[start:]) if start else run.values
             ttls_ms = run.ttls_ms[start * 8 :] if start and run.ttls_ms else run.ttls_ms
             self.records_for_writing(run.map_name).put(keys, values, run.written_ms, ttls_ms=ttls_ms or None)
         else:
@@ -188,9 +191,9 @@ def page_bytes(page: RecordPage) -> int:
 ITEM_OVERHEAD_BYTES = 8
 
 
-def columns_bytes(keys: Sequence[bytes], values: Sequence[bytes]) -> int:
+def columns_bytes(keys: Column, values: Column) -> int:
     """The bytes of a key column and a value column (what bounds on runs and chunks count)."""
-    return counted_bytes(sum(map(len, keys)) + sum(map(len, values)), len(keys) + len(values))
+    return counted_bytes(len(keys.data) + len(values.data), len(keys) + len(values))
 
 
 def counted_bytes(data_bytes: int, items: int) -> int:

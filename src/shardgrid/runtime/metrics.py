@@ -150,8 +150,8 @@ class MemberMetrics:
         if ok == len(codes):
             return  # the usual answer: no step per key (a loop over them was ~4% of a member's load)
         for status, count in collections.Counter(codes).items():
-            if status is not m.ReplyCode.OK:
-                self.operations.labels(label, op, status.name.lower()).inc(count)
+            if status != m.ReplyCode.OK:
+                self.operations.labels(label, op, m.ReplyCode(status).name.lower()).inc(count)
 
     def on_sent(self, message: object, frame_bytes: int) -> None:
         kind = type(message)

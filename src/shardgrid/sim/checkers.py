@@ -129,7 +129,7 @@ def check_single_writer(sim: Simulation, address: str, client_address: str, repl
     call = client.call if client is not None else None
     if call is None or call.write is None or not isinstance(reply, MapReply) or reply.call_id != call.call_id:
         return
-    if reply.codes[:1] != (ReplyCode.OK,):
+    if reply.codes[:1] != bytes([ReplyCode.OK]):
         return
     for other_address, node in sim.nodes.items():
         if (

@@ -31,9 +31,11 @@ from shardgrid.core.call_policy import (
 from shardgrid.core.errors import InvariantViolation
 from shardgrid.core.hashing import partition_id_of_serialized, serialize_key
 from shardgrid.core.messages import (
+    EMPTY_COLUMN,
     GET,
     PUT,
     REPLACE_IF_SAME,
+    Column,
     MapReply,
     MapRequest,
     ReplyCode,
@@ -299,7 +301,7 @@ class SimClient:
         call.retry_at_ms = 0
         self.counter += 1
         call.call_id = self.counter
-        values = (call.write.value,) if call.write is not None else ()
+        values = Column.of([call.write.value]) if call.write is not None else EMPTY_COLUMN
         # As the smart client does: the attempt may take effect until the client stops waiting for
         # it (its timeout, within the call's), less a margin; a member that gets it later refuses
         # it (EXPIRED), so a write given up on is never applied after the client moved on.
@@ -309,15 +311,14 @@ class SimClient:
             call_id=call.call_id,
             kind=call.kind,
             map_name=call.map_name,
-            partition_ids=(call.partition_id,),
-            keys=(call.key,),
+            keys=Column.of([call.key]),
             values=values,
             sent_ms=now_ms,
             deadline_ms=max(1, deadline_ms - now_ms),
             client_id=self.address if call.write_id else "",
             write_id=call.write_id,
             previous=call.expected is not None,
-            expected=(call.expected,) if call.expected is not None else (),
+            expected=Column.of([call.expected]) if call.expected is not None else EMPTY_COLUMN,
         )
         return [(target, request)]
 
@@ -347,15 +348,16 @@ class SimClient:
         call = self.call
         if not isinstance(message, MapReply) or call is None or message.call_id != call.call_id:
             return []  # a late answer to a call already given up on
-        status = message.codes[0] if len(message.codes) == 1 else ReplyCode.REJECTED  # makes no sense
+        status = ReplyCode(message.codes[0]) if len(message.codes) == 1 else ReplyCode.REJECTED  # makes no sense
+        values = message.value_list()
         if status is ReplyCode.OK and call.write is None:
-            value = message.values[0] if message.values else None
+            value = values[0] if values else None
             self.ledger.check_read(call.key, value, call.first_sent_ms, now_ms, call.target or "?")
         if status is ReplyCode.OK and call.expected is not None:
             # The value the key held when the owner judged the compare-and-set: a read, checked
             # as one (before this write, which is not in the ledger's reach yet), and whether the
             # write was applied.
-            held = message.values[0] if message.values else None
+            held = values[0] if values else None
             call.swapped = held == call.expected
             self._check_held(call, held, now_ms)
         if status is ReplyCode.WRONG_OWNER:

@@ -15,7 +15,6 @@ left to the row-by-row encoder: the functions return None for the batch.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import msgspec
@@ -23,7 +22,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardgrid.core.errors import invariant
 from shardgrid.core.hashing import INT32_MAX, INT32_MIN
 from shardgrid.spark.options import KeyType
 
@@ -166,58 +164,11 @@ def map_values(batch: pa.RecordBatch, fields: tuple[str, ...]) -> pa.Array | Non
     return pc.binary_join_element_wise(*arguments, _EMPTY)
 
 
-def bin_items(column: pa.Array) -> pa.Array:
-    """Each value of ``column`` (large_binary, no nulls) as msgpack's bin: its length header, then
-    its bytes. The rows of a slice of the result, end to end, are the items of a msgpack array."""
-    lengths = binary_lengths(column)
-    if len(lengths) and int(lengths.min()) == int(lengths.max()):
-        # One length for every row (serialized long keys, a fixed-width value): each item is the
-        # same header before the row's bytes, laid out as the rows of one matrix. A join behind
-        # headers built row by row cost 3 ms a 50,000 rows; this copies the bytes once.
-        width = int(lengths[0])
-        header = np.frombuffer(_length_headers(lengths[:1], None, _BIN_CODES)[0].as_py(), dtype=np.uint8)
-        offsets, data_buffer = spans(column)
-        data = np.frombuffer(data_buffer or b"", dtype=np.uint8)[int(offsets[0]) : int(offsets[-1])]
-        matrix = np.empty((len(lengths), len(header) + width), dtype=np.uint8)
-        matrix[:, : len(header)] = header
-        matrix[:, len(header) :] = data.reshape(len(lengths), width)
-        return _fixed_rows(matrix)
-    return pc.binary_join_element_wise(_length_headers(lengths, None, _BIN_CODES), column, _EMPTY)
-
-
 def spans(items: pa.Array) -> tuple[np.ndarray, pa.Buffer | None]:
     """A large_binary array's offsets (one past its last row too) and its data buffer: rows
     ``[i, j)`` end to end are ``data[offsets[i]:offsets[j]]``."""
     offsets = np.frombuffer(items.buffers()[1], dtype=np.int64)[items.offset : items.offset + len(items) + 1]
     return offsets, items.buffers()[2]
-
-
-def small_int_items(numbers: np.ndarray) -> pa.Array:
-    """Each number (0 to 2**32 - 1, as partition ids are) in msgpack's smallest form, as msgspec
-    writes it: a fixint below 128, else a uint8, uint16 or uint32 after its code. ``_integers``
-    does any int64, with a case per form; this is the few a partition id takes."""
-    numbers = numbers.astype(np.int64)
-    if len(numbers):
-        invariant(int(numbers.min()) >= 0 and int(numbers.max()) < 2**32, "a small int is 0 to 2**32 - 1")
-        if int(numbers.max()) < _SMALL_TABLE_SIZE:
-            # Each number's encoding looked up (a take from the encodings of 0 to 65,535, made
-            # once): built per row, the forms of mixed widths cost 4 ms a 50,000 partition ids.
-            return _small_int_table().take(pa.array(numbers))
-    return _small_int_encodings(numbers)
-
-
-_SMALL_TABLE_SIZE = 0x10000
-
-
-@functools.cache
-def _small_int_table() -> pa.Array:
-    return _small_int_encodings(np.arange(_SMALL_TABLE_SIZE, dtype=np.int64))
-
-
-def _small_int_encodings(numbers: np.ndarray) -> pa.Array:
-    sizes = [numbers < 0x80, numbers < 0x100, numbers < 0x10000]
-    head = np.select(sizes, [numbers, 0xCC, 0xCD], 0xCE).astype(np.uint8)
-    return _head_and_tail(head, numbers, np.select(sizes, [0, 1, 2], 4))
 
 
 def as_binary(column: pa.Array | Sequence[bytes]) -> pa.Array:

@@ -14,12 +14,13 @@ arrival order, a load ran at 36,000-39,000 rows/s with 1,000-row batches; groupe
 106,000-112,000, the members spending 8.2-8.4 s of CPU; in partition order as here, 131,000-153,000
 with 4 batches in flight per task and 173,000-210,000 with 8, the members spending 2.9-3.8 s.
 
-A batch leaves already encoded (``client.encoded_columns``): its keys, values and partition ids
-as the msgpack arrays a put_all request carries, cut from one encoding of all the rows let out
-(Arrow joins each key and value behind its msgpack header). Handed to the client as lists of bytes
+A batch leaves already packed (``client.encoded_columns``): its keys and values as the packed
+columns a put_all request carries, cut from the sorted Arrow buffers (the bytes a slice of the data
+buffer, the lengths the differences of its offsets). Handed to the client as lists of bytes
 instead, a batch cost a bytes object per key and value, the client's length checks over them and
-msgspec's encoding of the lists: outside Spark (2 tasks of 500,000 rows, 3 members) a write task's
-CPU fell from 0.56-0.64 s to 0.41-0.52 s with the encoded batches.
+the codec's pass over the lists: outside Spark (2 tasks of 500,000 rows, 3 members) a write task's
+CPU fell from 0.56-0.64 s to 0.41-0.52 s with batches encoded as msgpack arrays, the form the
+wire carried before its columns were packed.
 
 The grouping follows the client's table as it is when the rows are let out; a table that changed
 since costs the client a re-route (the keys an owner no longer holds come back WRONG_OWNER and go
@@ -35,10 +36,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardgrid.client.encoded_columns import EncodedColumns, array_header
+from shardgrid.client.encoded_columns import EncodedColumns
 from shardgrid.client.routing import TableView
 from shardgrid.core.errors import invariant
-from shardgrid.spark.column_encoding import BYTES, as_binary, bin_items, binary_lengths, small_int_items, spans
+from shardgrid.core.messages import Column
+from shardgrid.spark.column_encoding import BYTES, as_binary, binary_lengths, spans
 from shardgrid.spark.column_hashing import partition_ids_of_column
 
 # Keys and values a task takes in (large_binary arrays, or lists of bytes), and each row's TTL in
@@ -144,11 +146,12 @@ class OwnerBatches:
         ranges: list[tuple[int, int]],
         cuts: list[int],
     ) -> list[EncodedColumns]:
-        """Each owner's rows up to its cut as batches of ``batch_rows``, every column a msgpack
-        array cut from one encoding of the sorted rows (no Python object per row)."""
-        key_offsets, key_data = spans(bin_items(keys))
-        value_offsets, value_data = spans(bin_items(values))
-        pid_offsets, pid_data = spans(small_int_items(pids)) if pids is not None else (None, None)
+        """Each owner's rows up to its cut as batches of ``batch_rows``, every column packed
+        straight from the sorted Arrow buffers (no Python object per row)."""
+        key_offsets, key_data = spans(keys)
+        value_offsets, value_data = spans(values)
+        key_lengths = np.diff(key_offsets).astype("<u4")
+        value_lengths = np.diff(value_offsets).astype("<u4")
         size = self.batch_rows
         # Owners taken in turn (one batch of each, then the next of each): the batches in flight
         # spread over the members. Each owner's batches after one another, a task's window went
@@ -161,20 +164,21 @@ class OwnerBatches:
         batches: list[EncodedColumns] = []
         for turn in zip_longest(*owner_spans):
             for first, end in (span for span in turn if span is not None):
-                header = array_header(end - first)
-                encoded_pids = None
                 partitions: tuple[int, ...] = ()
-                if pids is not None and pid_offsets is not None:
-                    encoded_pids = b"".join((header, pid_data[pid_offsets[first] : pid_offsets[end]]))
+                if pids is not None:
                     # An owner's rows are in partition order: its distinct ids are where they change.
                     batch_pids = pids[first:end]
                     partitions = tuple(batch_pids[np.flatnonzero(np.diff(batch_pids, prepend=-1))].tolist())
                 batches.append(
                     EncodedColumns(
-                        count=end - first,
-                        keys=b"".join((header, key_data[key_offsets[first] : key_offsets[end]])),
-                        values=b"".join((header, value_data[value_offsets[first] : value_offsets[end]])),
-                        partition_ids=encoded_pids,
+                        keys=Column(
+                            _bytes_between(key_data, key_offsets[first], key_offsets[end]),
+                            key_lengths[first:end].tobytes(),
+                        ),
+                        values=Column(
+                            _bytes_between(value_data, value_offsets[first], value_offsets[end]),
+                            value_lengths[first:end].tobytes(),
+                        ),
                         partitions=partitions,
                         ttls_ms=ttls[first:end].tobytes() if ttls is not None else b"",
                     )
@@ -212,6 +216,13 @@ class OwnerBatches:
         bounds = np.searchsorted(ranks, np.arange(len(groups) + 1, dtype=np.int64) * count).tolist()
         ranges = [(start, end) for start, end in pairwise(bounds) if start < end]
         return keys.take(order), values.take(order), ttls[order] if ttls is not None else None, pids[order], ranges
+
+
+def _bytes_between(buffer: pa.Buffer | None, start: int, end: int) -> bytes:
+    """``buffer[start:end]`` as bytes (the one copy a batch's column makes)."""
+    if buffer is None or end <= start:
+        return b""
+    return buffer.slice(int(start), int(end - start)).to_pybytes()
 
 
 def _bytes_of(column: pa.Array) -> int:

@@ -23,9 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from shardgrid._engine import split
+from shardgrid._engine import ColumnError, check_column, split
 from shardgrid.core.errors import invariant
-from shardgrid.core.hashing import partition_ids_of_serialized
 from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import (
     MAX_BACKUP_BATCH_BYTES,
@@ -40,13 +39,16 @@ from shardgrid.core.limits import (
     MAX_TTL_MS,
     MAX_VALUE_BYTES,
 )
+from shardgrid.core.member.answer import Answer, Indexes
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.member.leases import Leases
-from shardgrid.core.member.replication import Indexes, PendingCall, PendingPartition, PendingWrite
+from shardgrid.core.member.replication import PendingCall, PendingPartition, PendingWrite
+from shardgrid.core.member.request_parts import Part, request_parts
 from shardgrid.core.member.stand_in import StandIns
 from shardgrid.core.member.upkeep import Upkeep
 from shardgrid.core.messages import (
+    EMPTY_COLUMN,
     ENTRY_VIEW,
     PUT,
     PUT_IF_ABSENT,
@@ -61,6 +63,7 @@ from shardgrid.core.messages import (
     WITH_VALUES,
     BackupAckBatch,
     BackupBatch,
+    Column,
     MapReply,
     MapRequest,
     OpKind,
@@ -83,6 +86,7 @@ from shardgrid.core.store import (
     ReplicaView,
     columns_bytes,
     counted_bytes,
+    unpacked_lengths,
 )
 from shardgrid.core.transfer import SendWindow, Staging, window_chunks
 from shardgrid.core.write_records import NO_DEADLINE_TTL_MS, RECORD_GRACE_MS, WINDOW_IDS, Seen, records_problem
@@ -99,8 +103,6 @@ MAX_CACHED_TARGETS = 100_000
 # The keys and values of one request: a frame less room for what the owner's backup batch adds to
 # them (its lineage and sequence), so that forwarding an accepted request always fits a frame.
 MAX_REQUEST_DATA_BYTES = MAX_FRAME_BYTES - 64 * 1024
-# A request's keys' lengths and values' lengths, in the request's order.
-ColumnLengths = tuple[list[int], list[int]]
 
 
 class MigrationView(Protocol):
@@ -335,11 +337,11 @@ class DataPath:
 
     def on_map_request(self, client: str, message: MapRequest, sent_ms: int | None = None) -> None:
         """``sent_ms``: when the client sent it, on this member's clock (no later than it was)."""
-        count = len(message.keys) if isinstance(message.keys, tuple) else 0
-        problem, lengths = self._request_problem(message)
+        count = len(message.keys) if len(message.keys) <= MAX_OPERATIONS_PER_REQUEST else 0
+        problem, parts = self._request_problem(message)
         if problem:
             # Nothing of it is applied: every key refused, with the reason.
-            codes = (ReplyCode.REJECTED,) * count
+            codes = bytes([ReplyCode.REJECTED]) * count
             self.ctx.reply(client, MapReply(call_id=message.call_id, codes=codes, reason=problem))
             return
         if message.deadline_ms and sent_ms is not None and self.ctx.now_ms - sent_ms > message.deadline_ms:
@@ -347,7 +349,7 @@ class DataPath:
             # given up and written again since. Refused whole, never applied late.
             late_ms = self.ctx.now_ms - sent_ms - message.deadline_ms
             reason = f"the attempt came {late_ms} ms after its deadline of {message.deadline_ms} ms: not applied"
-            codes = (ReplyCode.EXPIRED,) * count
+            codes = bytes([ReplyCode.EXPIRED]) * count
             self.ctx.reply(client, MapReply(call_id=message.call_id, codes=codes, reason=reason))
             return
         wants_values = message.kind in READS or message.previous
@@ -355,23 +357,22 @@ class DataPath:
             client_address=client,
             call_id=message.call_id,
             codes=[ReplyCode.OK] * count,
-            values=[None] * count if wants_values else None,
+            values=Answer(count) if wants_values else None,
             redirects={},
             open_writes=0,
             deadline_ms=self.ctx.now_ms + self.ctx.config.backup_ack_timeout_ms,
         )
-        groups = _by_partition(message.partition_ids)
         refused = self._refusal(message.kind not in READS)
         if refused is not None:
-            for indexes in groups.values():
-                call.mark(indexes, refused)
+            call.mark(range(count), refused)
             if refused is ReplyCode.REJECTED:
                 call.reason = f"the cluster is {self.consensus.state.cluster_state.value}: it takes no writes"
         else:
             serving = self.leases.holds() and self.migrations is not None
             expires_ms = self._record_expiry(message, sent_ms)
-            for pid, indexes in groups.items():
-                self._execute(call, message, pid, indexes, serving, lengths, expires_ms)
+            expected = message.expected.items() if message.kind == REPLACE_IF_SAME else []
+            for part in parts:
+                self._execute(call, message, part, serving, expires_ms, expected)
             self._send_outbox()
         if call.open_writes == 0:
             self._reply(call)
@@ -383,63 +384,42 @@ class DataPath:
             return sent_ms + message.deadline_ms + RECORD_GRACE_MS
         return self.ctx.now_ms + NO_DEADLINE_TTL_MS
 
-    def _request_problem(self, message: MapRequest) -> tuple[str, ColumnLengths]:
-        """What makes the request unfit to serve ('' when nothing), and its keys' and values'
-        lengths (which the runs' sizes are summed from)."""
-        kind, keys, values, pids = message.kind, message.keys, message.values, message.partition_ids
-        unchecked: ColumnLengths = ([], [])
+    def _request_problem(self, message: MapRequest) -> tuple[str, list[Part]]:
+        """What makes the request unfit to serve ('' when nothing), and its keys cut by partition.
+        The codec checked every field's type; the engine checks the columns whole (counts,
+        lengths, each key's and value's bound) and cuts them, in one call."""
+        kind, keys, values, expected = message.kind, message.keys, message.values, message.expected
+        count = len(keys)
+        # (The codec checked these of a request from a client; not of one built in the process.)
         if kind not in KINDS:
-            return f"unknown operation {kind!r}", unchecked
-        if not (isinstance(message.map_name, str) and 0 < len(message.map_name) <= MAX_MAP_NAME_CHARS):
-            return f"a map name is 1 to {MAX_MAP_NAME_CHARS} characters", unchecked
-        if not (isinstance(keys, tuple) and isinstance(pids, tuple) and isinstance(values, tuple)):
-            return "keys, partition ids and values are tuples", unchecked
-        if len(keys) > MAX_OPERATIONS_PER_REQUEST:
-            return f"{len(keys)} keys in one request, over the limit of {MAX_OPERATIONS_PER_REQUEST}", unchecked
-        if len(pids) != len(keys) or len(values) != (len(keys) if kind in WITH_VALUES else 0):
-            return "one partition id per key, and one value per key for a write of values (none otherwise)", unchecked
-        expected_values = message.expected
-        if not isinstance(expected_values, tuple) or len(expected_values) != (
-            len(keys) if kind == REPLACE_IF_SAME else 0
-        ):
-            return "one expected value per key for a replace_if_same (none otherwise)", unchecked
+            return f"unknown operation {kind!r}", []
+        if not 0 < len(message.map_name) <= MAX_MAP_NAME_CHARS:
+            return f"a map name is 1 to {MAX_MAP_NAME_CHARS} characters", []
+        if count > MAX_OPERATIONS_PER_REQUEST:
+            return f"{count} keys in one request, over the limit of {MAX_OPERATIONS_PER_REQUEST}", []
+        if len(values) != (count if kind in WITH_VALUES else 0):
+            return "one value per key for a write of values, and none otherwise", []
+        if len(expected) != (count if kind == REPLACE_IF_SAME else 0):
+            return "one expected value per key for a replace_if_same (none otherwise)", []
         if message.ttl_ms >= 0 and kind not in WITH_TTL:
-            return f"a TTL is a put's or a replace's, not a {kind.value}'s", unchecked
+            return f"a TTL is a put's or a replace's, not a {kind.value}'s", []
         if message.ttls_ms:
             if kind not in WITH_TTL or message.ttl_ms >= 0:
-                return "TTLs per key are a put's or a replace's, and not given with a TTL for the request", unchecked
-            if len(message.ttls_ms) != 8 * len(keys) or not ttls_fit(message.ttls_ms, len(keys), MAX_TTL_MS):
-                return f"TTLs per key are one unsigned 64-bit number per key, each at most {MAX_TTL_MS} ms", unchecked
-        # The codec already checked every field's type; lengths and partitions are checked here,
-        # in C-speed passes over the columns rather than a Python step per key. Each column's
-        # lengths are taken once: the limits, the request's size and its runs' sizes come from
-        # them (a pass over a column of 1,000 costs 20-40 us here; there were six per put).
+                return "TTLs per key are a put's or a replace's, and not given with a TTL for the request", []
+            if len(message.ttls_ms) != 8 * count or not ttls_fit(message.ttls_ms, count, MAX_TTL_MS):
+                return f"TTLs per key are one unsigned 64-bit number per key, each at most {MAX_TTL_MS} ms", []
+        data_bytes = len(keys.data) + len(values.data) + len(expected.data)
+        if counted_bytes(data_bytes, count + len(values) + len(expected)) > MAX_REQUEST_DATA_BYTES:
+            return f"keys and values of one request are at most {MAX_REQUEST_DATA_BYTES} bytes", []
         try:
-            key_lengths, value_lengths = list(map(len, keys)), list(map(len, values))
-            expected = partition_ids_of_serialized(keys, self.ctx.config.partition_count)
-        except TypeError:
-            return "keys and values are bytes", unchecked
-        key_bytes, value_bytes = sum(key_lengths), sum(value_lengths)
-        # A column whose total is within one item's limit has no item over it.
-        if key_bytes > MAX_KEY_BYTES and max(key_lengths) > MAX_KEY_BYTES:
-            return f"a key is at most {MAX_KEY_BYTES} bytes", unchecked
-        if value_bytes > MAX_VALUE_BYTES and max(value_lengths) > MAX_VALUE_BYTES:
-            return f"a value is at most {MAX_VALUE_BYTES} bytes", unchecked
-        if expected_values:
-            try:
-                expected_bytes = sum(map(len, expected_values))
-            except TypeError:
-                return "expected values are bytes", unchecked
-            if expected_bytes > MAX_VALUE_BYTES and max(map(len, expected_values)) > MAX_VALUE_BYTES:
-                return f"a value is at most {MAX_VALUE_BYTES} bytes", unchecked
-            value_bytes += expected_bytes
-        items = len(keys) + len(values) + len(expected_values)
-        if counted_bytes(key_bytes + value_bytes, items) > MAX_REQUEST_DATA_BYTES:
-            return f"keys and values of one request are at most {MAX_REQUEST_DATA_BYTES} bytes", unchecked
-        if list(pids) != expected:
-            wrong = next(i for i, (got, want) in enumerate(zip(pids, expected, strict=True)) if got != want)
-            return f"partition id {pids[wrong]!r} of key {wrong} is not its key's partition", unchecked
-        return "", (key_lengths, value_lengths)
+            if expected:
+                check_column(
+                    expected.data, expected.lengths, max_items=count, max_item_bytes=MAX_VALUE_BYTES, what="expected"
+                )
+            parts = request_parts(message, self.ctx.config.partition_count)
+        except ColumnError as error:
+            return f"malformed columns: {error}", []
+        return "", parts
 
     def _refusal(self, write: bool) -> ReplyCode | None:
         """Why this member serves no partition of the request now, or None: asked once per request."""
@@ -457,22 +437,24 @@ class DataPath:
         self,
         call: PendingCall,
         message: MapRequest,
-        pid: int,
-        indexes: Indexes,
+        part: Part,
         serving: bool,
-        lengths: ColumnLengths,
         expires_ms: int,
+        expected: list[bytes],
     ) -> None:
+        """Serve one partition's keys of a request (``part``); ``expected``: a replace_if_same's
+        expected values, by request position."""
         table = self.consensus.state.table
         migrations = self.migrations
         invariant(table is not None, "a request is served only with a table")
+        pid, indexes = part.partition_id, part.indexes
         if self.stand_ins.serves(pid, message.map_name):
-            self._execute_standing_in(call, message, pid, indexes, serving, expires_ms)
+            self._execute_standing_in(call, message, part, serving, expires_ms, expected)
             return
         kind = message.kind
         slots = table.replicas[pid]
         backup_read = slots[0] != self.ctx.identity and kind in READS and serving
-        if backup_read and self._read_from_backup(call, message, pid, indexes, slots):
+        if backup_read and self._read_from_backup(call, message, part, slots):
             return
         refusal = self._owner_refusal(pid, serving, reading=kind in READS)
         if refusal is None and self.stand_ins.owner_waits(pid, message.map_name, self.ctx.now_ms):
@@ -482,9 +464,8 @@ class DataPath:
             return
         invariant(migrations is not None, "an owner that serves has its migrations")
         data = self.store(pid)
-        keys, values, out = message.keys, message.values, call.values
         if kind in READS:
-            self._read_into(call, message, data, indexes)
+            self._read_into(call, message, data, part)
             return
         if migrations.writes_blocked(pid) or (pid in self.outgoing_syncs and self._syncing(pid, message.map_name)):
             call.mark(indexes, ReplyCode.MIGRATING)
@@ -493,27 +474,21 @@ class DataPath:
         if named and not self._first_time(call, message, pid, data, indexes):
             return
         unit = indexes  # the request's keys of this partition, answered as one
-        renewed: list[bytes] = []  # a set_ttl's: the values it writes again
+        out = call.values
+        run_keys, run_values, size = part.keys, part.values if kind == PUT else EMPTY_COLUMN, part.size_bytes
+        ttls_ms = self._ttls_of(message, part) if kind == PUT else b""
         if kind in CONDITIONAL:
-            indexes = self._conditioned(data, message, indexes, out, renewed)
+            chosen, run_keys, run_values, ttls_ms = self._conditioned(data, message, part, out, expected)
             if self._answer_too_large(call, message, unit):
                 return
-            if not indexes:
+            if not chosen:
                 # No key meets its condition: nothing is written, each answered OK (and remembered,
                 # so that a retry is answered the same whatever was written since).
                 if named:
                     self._remember(data, message, unit, out, expires_ms)
                 return
+            indexes = [unit[position] for position in chosen] if len(chosen) < len(unit) else unit
             kind = REMOVE if kind == REMOVE_IF_SAME else PUT
-        if isinstance(indexes, range):
-            start, stop = indexes.start, indexes.stop
-            run_keys: Sequence[bytes] = keys[start:stop]
-            run_values: Sequence[bytes] = values[start:stop] if kind == PUT else ()
-            data_bytes = sum(lengths[0][start:stop]) + (sum(lengths[1][start:stop]) if kind == PUT else 0)
-            size = counted_bytes(data_bytes, len(run_keys) + len(run_values))
-        else:
-            run_keys = [keys[i] for i in indexes]
-            run_values = renewed if message.kind == SET_TTL else [values[i] for i in indexes] if kind == PUT else []
             size = columns_bytes(run_keys, run_values)
             if message.kind == SET_TTL and self._renewal_too_large(call, message, unit, size):
                 return
@@ -528,14 +503,13 @@ class DataPath:
             return
         first = data.sequence + 1
         written_ms = self.ctx.records_ms
-        ttls_ms = self._ttls_of(message, indexes) if kind == PUT else b""
         # A conditional write's answer is what it was judged on (``_conditioned``): an eviction for
         # its room may have taken the key since, and the put's own previous value would then say
         # the key held nothing (found by the simulator: a compare-and-set answered "not swapped"
         # though it was applied).
         answered = None if message.kind in CONDITIONAL else out
         self.upkeep.changed(
-            self._apply(data, message, kind, indexes, answered, run_keys, run_values, written_ms, ttls_ms)
+            self._apply(data, message.map_name, kind, indexes, answered, run_keys, run_values, written_ms, ttls_ms)
         )
         answer = self._remember(data, message, unit, out, expires_ms) if named else None
         targets = self._targets_of(pid, slots, message.map_name)
@@ -549,8 +523,8 @@ class DataPath:
             first_sequence=first,
             kind=kind,
             map_name=message.map_name,
-            keys=tuple(run_keys),
-            values=tuple(run_values),
+            keys=run_keys,
+            values=run_values,
             client_id=message.client_id if named else "",
             write_id=message.write_id if named else 0,
             record_ttl_ms=max(0, expires_ms - self.ctx.now_ms) if named else 0,
@@ -595,80 +569,79 @@ class DataPath:
     @staticmethod
     def _apply(
         data: PartitionData,
-        message: MapRequest,
+        map_name: str,
         kind: str,
         indexes: Indexes,
-        out: list[bytes | None] | None,
-        run_keys: Sequence[bytes],
-        run_values: Sequence[bytes],
+        out: Answer | None,
+        run_keys: Column,
+        run_values: Column,
         now_ms: int,
         ttls_ms: bytes = b"",
     ) -> int:
-        """A put or remove of the keys at ``indexes`` (``run_keys``, ``run_values`` at them), into
-        ``data`` at ``now_ms`` (the record clock), living ``ttls_ms`` (packed, one per key; empty:
-        until removed), the previous values into ``out`` when the caller asked for them. One
-        engine call, whatever the number of keys. Returns how much the engine's memory count grew
-        (negative: shrank)."""
+        """A put or remove of ``run_keys`` (to ``run_values``), the request's keys at ``indexes``,
+        into ``data`` at ``now_ms`` (the record clock), living ``ttls_ms`` (packed, one per key;
+        empty: until removed), the previous values into ``out`` when the caller asked for them.
+        One engine call, whatever the number of keys. Returns how much the engine's memory count
+        grew (negative: shrank)."""
         previous = out is not None
         if kind == PUT:
-            records = data.records_for_writing(message.map_name)
+            records = data.records_for_writing(map_name)
             before = records.memory_bytes()
             found = records.put(run_keys, run_values, now_ms, ttls_ms=ttls_ms or None, previous=previous)
         else:
-            records = data.maps.get(message.map_name)
+            records = data.maps.get(map_name)
             before = records.memory_bytes() if records is not None else 0
             found = records.remove(run_keys, now_ms, previous=previous) if records is not None else None
         grown = (records.memory_bytes() if records is not None else 0) - before
-        if out is not None:
-            if found is None:
-                found = [None] * len(run_keys)
-            if isinstance(indexes, range):
-                out[indexes.start : indexes.stop] = found
-            else:
-                for index, value in zip(indexes, found, strict=True):
-                    out[index] = value
-        data.sequence += len(indexes)
-        data.changed(message.map_name, data.sequence)
+        if out is not None and found is not None:
+            out.put_packed(indexes, *found)
+        data.sequence += len(run_keys)
+        data.changed(map_name, data.sequence)
         return grown
 
     def _execute_standing_in(
-        self, call: PendingCall, message: MapRequest, pid: int, indexes: Indexes, serving: bool, expires_ms: int
+        self,
+        call: PendingCall,
+        message: MapRequest,
+        part: Part,
+        serving: bool,
+        expires_ms: int,
+        expected: list[bytes],
     ) -> None:
         """A request of a map that chose availability, in an unavailable partition: served by its
         stand-in (``stand_in``) from the entries written there since, with no backups."""
+        pid, indexes = part.partition_id, part.indexes
         refusal = self.stand_ins.refusal(pid, serving)
         if refusal is not None:
             self._mark_refused(call, pid, indexes, refusal)
             return
         data = self.stand_ins.store(pid)
         if message.kind in READS:
-            self._read_into(call, message, data, indexes)
+            self._read_into(call, message, data, part)
             return
         named = bool(message.client_id and message.write_id)
         if named and not self._first_time(call, message, pid, data, indexes):
             return
         unit, kind, out = indexes, message.kind, call.values
-        renewed: list[bytes] = []
+        run_keys, run_values, size = part.keys, part.values if kind == PUT else EMPTY_COLUMN, part.size_bytes
+        ttls_ms = self._ttls_of(message, part) if kind == PUT else b""
         if kind in CONDITIONAL:
-            indexes = self._conditioned(data, message, indexes, out, renewed)
+            chosen, run_keys, run_values, ttls_ms = self._conditioned(data, message, part, out, expected)
             kind = REMOVE if kind == REMOVE_IF_SAME else PUT
             if self._answer_too_large(call, message, unit):
                 return
-        if indexes:
-            run_keys = [message.keys[i] for i in indexes]
-            if message.kind == SET_TTL:
-                run_values = renewed
-            else:
-                run_values = [message.values[i] for i in indexes] if kind == PUT else []
+            indexes = [unit[position] for position in chosen]
             size = columns_bytes(run_keys, run_values)
-            if message.kind == SET_TTL and self._renewal_too_large(call, message, unit, size):
+            if chosen and message.kind == SET_TTL and self._renewal_too_large(call, message, unit, size):
                 return
+        if indexes:
             if kind == PUT and not self._make_room(call, message, pid, data, None, unit, run_keys, run_values, size):
                 return
-            ttls_ms = self._ttls_of(message, indexes) if kind == PUT else b""
             answered = None if message.kind in CONDITIONAL else out
             self.upkeep.changed(
-                self._apply(data, message, kind, indexes, answered, run_keys, run_values, self.ctx.records_ms, ttls_ms)
+                self._apply(
+                    data, message.map_name, kind, indexes, answered, run_keys, run_values, self.ctx.records_ms, ttls_ms
+                )
             )
             if kind == PUT:
                 self.upkeep.evict_over_size(pid, data, message.map_name, None)
@@ -719,8 +692,7 @@ class DataPath:
                 call.mark(unit, ReplyCode.REJECTED)
                 call.reason = f"write {message.write_id} was applied already; its answer is no longer kept"
                 return False
-            for index, value in zip(unit, kept, strict=True):
-                call.values[index] = value
+            call.values.put_items(list(unit), kept)
         return False  # answered OK, as the codes already say
 
     def _acknowledged_through(self, pid: int, data: PartitionData, sequence: int) -> bool:
@@ -733,10 +705,10 @@ class DataPath:
 
     @staticmethod
     def _remember(
-        data: PartitionData, message: MapRequest, unit: Indexes, out: list[bytes | None] | None, expires_ms: int
+        data: PartitionData, message: MapRequest, unit: Indexes, out: Answer | None, expires_ms: int
     ) -> tuple[bytes | None, ...] | None:
         """Record the request's write as applied to the partition; returns its answer's values."""
-        answer = tuple(out[i] for i in unit) if out is not None else None
+        answer = out.items_at(unit) if out is not None else None
         data.writes.record(message.client_id, message.write_id, data.sequence, answer, expires_ms)
         return answer
 
@@ -744,47 +716,58 @@ class DataPath:
         self,
         data: PartitionData,
         message: MapRequest,
-        indexes: Indexes,
-        out: list[bytes | None] | None,
-        renewed: list[bytes],
-    ) -> list[int]:
-        """The indexes of a conditional write to write: the keys whose live value meets the
-        condition, in order (a key named twice is judged on what the write before left). Every
-        key is answered the value it held before (when the caller asked for values); a
-        put-if-absent whose key it wrote earlier in the request answers that earlier value; a
-        set_ttl answers b"" for a key it holds, and puts the value held into ``renewed``.
+        part: Part,
+        out: Answer | None,
+        expected: list[bytes],
+    ) -> tuple[list[int], Column, Column, bytes]:
+        """A conditional write of ``part``'s keys, judged key by key: the positions in the part of
+        the keys to write (those whose live value meets the condition, in order; a key named
+        twice is judged on what the write before left), and the run that writes them: its keys,
+        values and TTLs. Every key is answered the value it held before (when the caller asked for
+        values); a put-if-absent whose key it wrote earlier in the request answers that earlier
+        value; a set_ttl answers b"" for a key it holds, and writes the value held again.
         Looking counts no read, and each distinct key is copied out of the engine once."""
-        keys, values, kind = message.keys, message.values, message.kind
+        kind = message.kind
+        keys = part.keys.items()
+        values = part.values.items() if part.values else []
         records = data.maps.get(message.map_name)
-        held: dict[bytes, bytes | None] = dict.fromkeys(keys[i] for i in indexes)
+        held: dict[bytes, bytes | None] = dict.fromkeys(keys)
         if records is not None:
             distinct = list(held)
             held = dict(zip(distinct, records.peek(distinct, self.ctx.records_ms), strict=True))
-        chosen = []
-        for index in indexes:
-            key = keys[index]
+        chosen: list[int] = []
+        written: list[bytes] = []
+        answers: list[bytes | None] = []
+        for position, key in enumerate(keys):
             current = held[key]
             if kind == SET_TTL:
-                if out is not None:
-                    out[index] = b"" if current is not None else None
+                answers.append(b"" if current is not None else None)
                 if current is not None:
-                    chosen.append(index)
-                    renewed.append(current)
+                    chosen.append(position)
+                    written.append(current)
                 continue
-            if out is not None:
-                out[index] = current
+            answers.append(current)
             if kind == PUT_IF_ABSENT:
                 met = current is None
             elif kind == REPLACE:
                 met = current is not None
             elif kind == REPLACE_IF_SAME:
-                met = current is not None and current == message.expected[index]
+                met = current is not None and current == expected[part.indexes[position]]
             else:  # REMOVE_IF_SAME
-                met = current is not None and current == values[index]
+                met = current is not None and current == values[position]
             if met:
-                chosen.append(index)
-                held[key] = None if kind == REMOVE_IF_SAME else values[index]
-        return chosen
+                chosen.append(position)
+                if kind != REMOVE_IF_SAME:
+                    written.append(values[position])
+                held[key] = None if kind == REMOVE_IF_SAME else values[position]
+        if out is not None:
+            out.put_items(list(part.indexes), answers)
+        run_keys = Column.of([keys[position] for position in chosen])
+        ttls_ms = b""
+        if kind != REMOVE_IF_SAME and chosen:
+            ttls = self._ttls_of(message, part)
+            ttls_ms = b"".join([ttls[8 * p : 8 * p + 8] for p in chosen]) if ttls else b""
+        return chosen, run_keys, Column.of(written), ttls_ms
 
     def _syncing(self, pid: int, map_name: str) -> bool:
         """A sync of the partition reads this map: its writes wait (the copy sent must not change)."""
@@ -833,7 +816,7 @@ class DataPath:
         return [item if config.keeps_copy(item[0].map_name, index) else (item[0].without_data(), 0) for item in runs]
 
     def _read_from_backup(
-        self, call: PendingCall, message: MapRequest, pid: int, indexes: Indexes, slots: Sequence[MemberId | None]
+        self, call: PendingCall, message: MapRequest, part: Part, slots: Sequence[MemberId | None]
     ) -> bool:
         """Serve a read here, a backup, when the map allows it (seed 001's read_backup_data):
         never from a copy that is being replaced or that this slot does not keep."""
@@ -843,40 +826,37 @@ class DataPath:
         if map_config.max_idle_seconds:
             return False  # idleness is the owner's to judge: a backup knows no reads (the owner answers)
         index = slots.index(self.ctx.identity)
+        pid = part.partition_id
         data = self.stores.get(pid)
         migrations = self.migrations
         if data is None or not 1 <= index <= map_config.total_backup_count or pid in self.incoming_syncs:
             return False
         if migrations is None or migrations.involved(pid):
             return False
-        self._read_into(call, message, data, indexes)
+        self._read_into(call, message, data, part)
         return True
 
-    def _read_into(self, call: PendingCall, message: MapRequest, data: PartitionData, indexes: Indexes) -> None:
-        """The values of the request's keys at ``indexes``, from this copy, into the call's answer
-        (one engine call; an expired entry reads as absent). Reads stop at the call's answer
-        budget: the keys past it are answered OVERLOADED, unread."""
+    def _read_into(self, call: PendingCall, message: MapRequest, data: PartitionData, part: Part) -> None:
+        """The values of ``part``'s keys, from this copy, into the call's answer (one engine call;
+        an expired entry reads as absent). Reads stop at the call's answer budget: the keys past
+        it are answered OVERLOADED, unread."""
         records = data.maps.get(message.map_name)
         out = call.values
         if not records or out is None:
             return
-        keys = message.keys
-        positions = indexes if isinstance(indexes, range) else list(indexes)
-        wanted = (
-            keys[positions.start : positions.stop] if isinstance(positions, range) else [keys[i] for i in positions]
-        )
+        indexes = part.indexes
         if message.kind == ENTRY_VIEW:
-            found = records.packed_views(wanted, self.ctx.records_ms, call.answer_budget_bytes)
+            views = records.packed_views(part.keys.items(), self.ctx.records_ms, call.answer_budget_bytes)
+            call.answer_budget_bytes -= sum(map(len, filter(None, views)))
+            out.put_items(list(indexes)[: len(views)], views)
+            answered = len(views)
         else:
-            found = records.get(wanted, self.ctx.records_ms, call.answer_budget_bytes)
-        call.answer_budget_bytes -= sum(map(len, filter(None, found)))
-        if isinstance(positions, range):
-            out[positions.start : positions.start + len(found)] = found
-        else:
-            for index, value in zip(positions, found, strict=False):
-                out[index] = value
-        if len(found) < len(positions):
-            call.mark(positions[len(found) :], ReplyCode.OVERLOADED)
+            values, lengths, present = records.get(part.keys, self.ctx.records_ms, call.answer_budget_bytes)
+            call.answer_budget_bytes -= len(values)
+            out.put_packed(indexes, values, lengths, present)
+            answered = len(present)
+        if answered < len(indexes):
+            call.mark(indexes[answered:], ReplyCode.OVERLOADED)
 
     def _owner_refusal(
         self, pid: int, serving: bool, reading: bool
@@ -1040,46 +1020,51 @@ class DataPath:
         codes = call.codes
         retry_after = 0 if RETRYABLE.isdisjoint(codes) else self.ctx.config.client_retry_after_ms
         redirects = tuple(call.redirects[pid] for pid in sorted(call.redirects))
-        values = call.values
-        if values is None:
+        if call.values is None:
             reply = MapReply(
                 call_id=call.call_id,
-                codes=tuple(codes),
-                values=(),
+                codes=bytes(codes),
                 redirects=redirects,
                 retry_after_ms=retry_after,
                 reason=call.reason,
             )
             self.ctx.reply(call.client_address, reply)
             return
-        if sum(map(len, filter(None, values))) <= MAX_REPLY_VALUE_BYTES:
-            self._reply_part(call, 0, len(values), redirects, retry_after, more=False)
+        values, present = call.values.columns()
+        if len(values.data) <= MAX_REPLY_VALUE_BYTES:
+            self._reply_part(call, 0, len(codes), values, present, redirects, retry_after, more=False)
             return
-        # Split by the values' bytes so that every reply stays well under a frame.
-        start, size = 0, 0
-        for index, value in enumerate(values):
-            value_bytes = len(value) if value is not None else 0
+        # Split by the values' bytes so that every reply stays well under a frame (a reply this
+        # large has few values: it is cut a value at a time).
+        lengths = unpacked_lengths(values.lengths)
+        start, size, offset, start_offset = 0, 0, 0, 0
+        for index, value_bytes in enumerate(lengths):
             if index > start and size + value_bytes > MAX_REPLY_VALUE_BYTES:
-                self._reply_part(call, start, index, redirects, retry_after, more=True)
-                start, size = index, 0
+                part = Column(values.data[start_offset:offset], values.lengths[4 * start : 4 * index])
+                self._reply_part(call, start, index, part, present[start:index], redirects, retry_after, more=True)
+                start, size, start_offset = index, 0, offset
             size += value_bytes
-        self._reply_part(call, start, len(values), redirects, retry_after, more=False)
+            offset += value_bytes
+        part = Column(values.data[start_offset:], values.lengths[4 * start :])
+        self._reply_part(call, start, len(codes), part, present[start:], redirects, retry_after, more=False)
 
     def _reply_part(
         self,
         call: PendingCall,
         start: int,
         end: int,
+        values: Column,
+        present: bytes,
         redirects: tuple[PartitionRedirect, ...],
         retry_after: int,
         more: bool,
     ) -> None:
-        values = call.values if call.values is not None else []
         first = start == 0
         reply = MapReply(
             call_id=call.call_id,
-            codes=tuple(call.codes[start:end]),
-            values=tuple(values[start:end]),
+            codes=bytes(call.codes[start:end]),
+            values=values,
+            present=present,
             redirects=redirects if first else (),
             retry_after_ms=retry_after if first else 0,
             reason=call.reason if first else "",
@@ -1122,16 +1107,14 @@ class DataPath:
             write.call.mark(write.indexes, ReplyCode.INDETERMINATE)
             self._finish_write(write)
 
-    def _ttls_of(self, message: MapRequest, indexes: Indexes) -> bytes:
-        """How long the entries of a put at ``indexes`` live, packed (8 bytes each; empty: until
-        removed): the request's own per-key TTLs, its TTL, or its map's time_to_live_seconds."""
+    def _ttls_of(self, message: MapRequest, part: Part) -> bytes:
+        """How long the entries of a put of ``part``'s keys live, packed (8 bytes each; empty:
+        until removed): the request's own per-key TTLs, its TTL, or its map's
+        time_to_live_seconds."""
         if message.ttls_ms:
-            packed = message.ttls_ms
-            if isinstance(indexes, range):
-                return packed[8 * indexes.start : 8 * indexes.stop]
-            return b"".join([packed[8 * i : 8 * i + 8] for i in indexes])
+            return part.ttls_ms
         ttl_ms = self._ttl_of(message)
-        return ttl_ms.to_bytes(8, "little") * len(indexes) if ttl_ms else b""
+        return ttl_ms.to_bytes(8, "little") * len(part.keys) if ttl_ms else b""
 
     def _ttl_of(self, message: MapRequest) -> int:
         """How long a put's entries live, in ms (0: until removed): the request's own TTL, or its
@@ -1148,8 +1131,8 @@ class DataPath:
         data: PartitionData,
         slots: Sequence[MemberId | None] | None,
         unit: Indexes,
-        run_keys: Sequence[bytes],
-        run_values: Sequence[bytes],
+        run_keys: Column,
+        run_values: Column,
         size: int,
     ) -> bool:
         """Whether a put of ``run_keys`` may go ahead (``Upkeep.room_for``, which may evict for
@@ -1181,12 +1164,11 @@ class DataPath:
         out = call.values
         if out is None:
             return False
-        answer_bytes = sum(len(out[i] or b"") for i in unit)
+        answer_bytes = out.bytes_at(unit)
         if answer_bytes <= call.answer_budget_bytes:
             call.answer_budget_bytes -= answer_bytes
             return False
-        for index in unit:
-            out[index] = None
+        out.clear(unit)
         call.mark(unit, ReplyCode.REJECTED)
         call.reason = (
             f"the values this {message.kind.value} would answer come to {answer_bytes} bytes, over the "
@@ -1202,8 +1184,7 @@ class DataPath:
         if size <= MAX_REQUEST_DATA_BYTES:
             return False
         if call.values is not None:
-            for index in unit:
-                call.values[index] = None
+            call.values.clear(unit)
         call.mark(unit, ReplyCode.REJECTED)
         call.reason = (
             f"the values this set_ttl would write again come to {size} bytes, over the {MAX_REQUEST_DATA_BYTES} "
@@ -1297,15 +1278,27 @@ class DataPath:
 
     @staticmethod
     def _well_formed(run: WriteRun) -> bool:
+        """Whether a run from the owner is fit to apply: its columns checked whole, as the engine
+        takes them (a run that is not is dropped unacknowledged, nothing of it applied)."""
         if run.first_sequence < 1 or not 0 < len(run.map_name) <= MAX_MAP_NAME_CHARS:
             return False
+        keys, values = run.keys, run.values
         if run.skipped:
-            return not run.keys and not run.values and not run.ttls_ms and run.kind in (PUT, REMOVE)
-        if not run.keys:
+            return not keys and not values and not run.ttls_ms and run.kind in (PUT, REMOVE)
+        if not keys:
             return False
-        if run.kind == PUT:
-            return len(run.values) == len(run.keys) and ttls_fit(run.ttls_ms, len(run.keys))
-        return run.kind == REMOVE and not run.values and not run.ttls_ms
+        try:
+            count = check_column(
+                keys.data, keys.lengths, max_items=MAX_OPERATIONS_PER_REQUEST, max_item_bytes=MAX_KEY_BYTES
+            )
+            if run.kind == PUT:
+                held = check_column(
+                    values.data, values.lengths, max_items=MAX_OPERATIONS_PER_REQUEST, max_item_bytes=MAX_VALUE_BYTES
+                )
+                return held == count and ttls_fit(run.ttls_ms, count)
+        except ColumnError:
+            return False
+        return run.kind == REMOVE and not values and not run.ttls_ms
 
     def _apply_in_order(self, pid: int, data: PartitionData, run: WriteRun) -> None:
         """Apply what ``run`` adds after the sequence held; hold a run that comes early (bounded)."""
@@ -1734,8 +1727,7 @@ class DataPath:
             return
         pages = list(records.pages(MAX_OPERATIONS_PER_REQUEST, MAX_REQUEST_DATA_BYTES))
         for page in pages:
-            keys = split(page.keys, page.key_lengths)
-            self.remove_owned(pid, data, map_name, slots, tuple(key for key in keys if key is not None))
+            self.remove_owned(pid, data, map_name, slots, Column(page.keys, page.key_lengths))
 
     def remove_owned(
         self,
@@ -1743,7 +1735,7 @@ class DataPath:
         data: PartitionData,
         map_name: str,
         slots: Sequence[MemberId | None] | None,
-        chunk: tuple[bytes, ...],
+        chunk: Column,
     ) -> None:
         """A remove the owner decided itself (no client asked: the entries expired or went idle,
         were evicted, or a cache map is emptied), applied and replicated as one run of writes (no
@@ -1769,10 +1761,10 @@ class DataPath:
             kind=REMOVE,
             map_name=map_name,
             keys=chunk,
-            values=(),
+            values=EMPTY_COLUMN,
             written_ms=now_ms,
         )
-        self.outbox.append((run, columns_bytes(chunk, ()), targets.copies, targets.sequence_only))
+        self.outbox.append((run, columns_bytes(chunk, EMPTY_COLUMN), targets.copies, targets.sequence_only))
         if pid not in self.pending:
             self.pending[pid] = PendingPartition(required=set(targets.backups), last_sent_ms=self.ctx.now_ms)
 

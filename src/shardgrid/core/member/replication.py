@@ -20,12 +20,10 @@ from dataclasses import dataclass, field
 
 from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_GET_ANSWER_BYTES
+from shardgrid.core.member.answer import Answer, Indexes
 from shardgrid.core.messages import PartitionRedirect, ReplyCode, WriteRun
 
 _NOBODY: frozenset[MemberId] = frozenset()
-# A request's keys of one partition, by position: a range when they came side by side (the
-# columns are then sliced, not gathered key by key), else a list.
-Indexes = range | list[int]
 # Runs held per partition for backups (async, or getting only the sequence) that did not
 # acknowledge them yet: a bound in count as well as in bytes (a sequence-only run has no bytes).
 MAX_HELD_RUNS = 10_000
@@ -38,7 +36,7 @@ class PendingCall:
     client_address: str
     call_id: int
     codes: list[ReplyCode]
-    values: list[bytes | None] | None  # None when the request asked for no values back
+    values: Answer | None  # None when the request asked for no values back
     redirects: dict[int, PartitionRedirect]
     open_writes: int  # pending writes (one per partition written) still waiting
     deadline_ms: int

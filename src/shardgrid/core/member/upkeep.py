@@ -20,6 +20,7 @@ from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_COUNTER, MAX_ENTRIES_PER_CHUNK, MAX_OPERATIONS_PER_REQUEST
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
+from shardgrid.core.messages import Column
 from shardgrid.core.store import PartitionData
 
 # What a new record costs the engine beyond its key's and value's bytes (its slot, its share of the
@@ -74,7 +75,7 @@ class OwnerWrites(Protocol):
         """Every copy this member holds: its replicas and what it holds as a stand-in."""
         ...
 
-    def remove_owned(self, pid: int, data: PartitionData, map_name: str, slots: Slots, keys: tuple[bytes, ...]) -> None:
+    def remove_owned(self, pid: int, data: PartitionData, map_name: str, slots: Slots, keys: Column) -> None:
         """Remove ``keys`` of the map as the owner's write (replicated unless ``slots`` is None)."""
         ...
 
@@ -141,8 +142,8 @@ class Upkeep:
         data: PartitionData,
         map_name: str,
         slots: Slots,
-        run_keys: Sequence[bytes],
-        run_values: Sequence[bytes],
+        run_keys: Column,
+        run_values: Column,
         size: int,
         renewal: bool,
     ) -> str:
@@ -253,8 +254,8 @@ class Upkeep:
         pid: int,
         data: PartitionData,
         map_name: str,
-        run_keys: Sequence[bytes],
-        run_values: Sequence[bytes],
+        run_keys: Column,
+        run_values: Column,
         slots: Slots,
     ) -> str:
         """Why a put of ``run_keys`` (to ``run_values``) would take a map that evicts nothing past
@@ -265,7 +266,9 @@ class Upkeep:
         expired but are not removed yet are removed first when they are in the way."""
         max_entries, max_bytes = self.size_caps(map_name)
         records = data.maps.get(map_name)
-        final = dict(zip(run_keys, run_values, strict=True))  # a key named twice ends at its last value
+        # A key named twice ends at its last value (a map with sizes and no eviction: its writes
+        # are judged key by key).
+        final = dict(zip(run_keys.items(), run_values.items(), strict=True))
         held_values: dict[bytes, bytes | None] = {}
         if records is not None:
             held_values = dict(zip(final, records.peek(list(final), self.ctx.records_ms), strict=True))
@@ -307,7 +310,7 @@ class Upkeep:
         records = data.maps.get(map_name)
         if not records:
             return
-        keys = tuple(records.expired(self.ctx.records_ms, MAX_EXPIRED_PER_RUN))
+        keys = records.expired(self.ctx.records_ms, MAX_EXPIRED_PER_RUN)
         if keys:
             self.writes.remove_owned(pid, data, map_name, slots, keys)
         if map_name in self.ctx.config.max_idle_ms and data.maps.get(map_name):
@@ -351,9 +354,9 @@ class Upkeep:
             min(min_entries, MAX_OPERATIONS_PER_REQUEST),
             min(min_bytes, MAX_COUNTER),
             self.ctx.records_ms,
-        )[:max_entries]
+        ).items()[:max_entries]
         for start in range(0, len(keys), MAX_EXPIRED_PER_RUN):
-            self.writes.remove_owned(pid, data, map_name, slots, tuple(keys[start : start + MAX_EXPIRED_PER_RUN]))
+            self.writes.remove_owned(pid, data, map_name, slots, Column.of(keys[start : start + MAX_EXPIRED_PER_RUN]))
         after = records.memory_bytes() if data.maps.get(map_name) is records else 0
         self._changed_since_count_bytes -= before - after
         self.entries_evicted += len(keys)
@@ -394,7 +397,7 @@ class Upkeep:
                     if not keys:
                         break
                     budget -= len(keys)
-                    writes.remove_owned(pid, data, map_name, slots, tuple(keys))
+                    writes.remove_owned(pid, data, map_name, slots, keys)
         if budget > 0 and self.ctx.config.max_idle_ms:
             self._sweep_idle(owned, budget)
 
@@ -445,7 +448,7 @@ class Upkeep:
         )
         scanned = max(1, next_offset - offset)
         if keys:
-            self.writes.remove_owned(pid, data, map_name, slots, tuple(keys))
+            self.writes.remove_owned(pid, data, map_name, slots, keys)
         held = len(records) if data.maps.get(map_name) is records else 0
         if next_offset >= held:
             self._idle_offsets.pop((pid, map_name), None)  # the pass is over: the next starts again
