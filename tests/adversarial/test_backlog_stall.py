@@ -20,7 +20,6 @@ import pytest
 from shardgrid.client import Client, OperationTimeoutError
 from shardgrid.core import messages as m
 from shardgrid.core.hashing import partition_ids_of_serialized, serialize_key
-from tests.wire import values
 
 from .raw import Raw
 
@@ -74,7 +73,7 @@ def test_a_member_goes_on_reading_a_client_after_a_reply_over_high_water(cluster
         )
         first = raw.recv_one(15)
         assert first.code is m.ReplyCode.OK
-        assert len(values(first)) == 2
+        assert len(first.values) == 2
         raw.send(
             m.ScanRequest(
                 call_id=2, map_name="stall-member", partition_id=7, offset=0, max_entries=10_000, keys_only=True
