@@ -138,14 +138,15 @@ class RecordStore:
         ttl_ms: int | None = None,
         ttls_ms: bytes | None = None,
         return_previous: bool = False,
-    ) -> tuple[bytes, bytes, bytes]:
+    ) -> tuple[bytes, bytes, bytes, int]:
         """Set each key to its value at ``now_ms``. Each entry lives ``ttl_ms`` (every entry) or its
         own number of ``ttls_ms`` (a packed number per entry), not both; 0 or neither: forever.
-        Returns the previous values (packed; empty unless ``return_previous``) and the presence
-        mask of live entries before the write. A write replacing a live entry keeps its creation
-        time and hits; replacing an expired one starts a new entry. The version always changes (it
-        wraps past 2**64 - 1 to 1). An entry is never updated before it was created: a write at a
-        ``now_ms`` behind its creation time (another member's clock) counts as made at that time."""
+        Returns the previous values (packed; empty unless ``return_previous``), the presence mask
+        of live entries before the write, and how much the map's memory count grew. A write
+        replacing a live entry keeps its creation time and hits; replacing an expired one starts a
+        new entry. The version always changes (it wraps past 2**64 - 1 to 1). An entry is never
+        updated before it was created: a write at a ``now_ms`` behind its creation time (another
+        member's clock) counts as made at that time."""
 
     def put_if_absent(
         self,
@@ -159,10 +160,11 @@ class RecordStore:
         ttl_ms: int | None = None,
         ttls_ms: bytes | None = None,
         return_previous: bool = False,
-    ) -> tuple[bytes, bytes, bytes]:
+    ) -> tuple[bytes, bytes, bytes, int]:
         """Set only the keys that hold no live entry at ``now_ms``; the others stay as they are
         (this counts no hit). Returns the values left in place (packed; empty unless
-        ``return_previous``) and the mask of the keys left (1: present, not written)."""
+        ``return_previous``), the mask of the keys left (1: present, not written), and how much the
+        map's memory count grew."""
 
     def get(
         self, map_name: str, keys: bytes, key_lengths: bytes, now_ms: int, *, max_bytes: int | None = None
@@ -179,10 +181,11 @@ class RecordStore:
 
     def remove(
         self, map_name: str, keys: bytes, key_lengths: bytes, now_ms: int, *, return_previous: bool = False
-    ) -> tuple[bytes, bytes, bytes]:
+    ) -> tuple[bytes, bytes, bytes, int]:
         """Remove the keys' entries, expired or not. Returns the removed live values (packed; empty
-        unless ``return_previous``) and the mask of the keys that held a live entry (an expired
-        one is removed and reported absent: no reader could see it)."""
+        unless ``return_previous``), the mask of the keys that held a live entry (an expired one
+        is removed and reported absent: no reader could see it), and how much the map's memory
+        count grew (negative: it shrank)."""
 
     def metadata(self, map_name: str, keys: bytes, key_lengths: bytes, now_ms: int) -> tuple[bytes, bytes]:
         """Per key, its live entry's ``METADATA_FIELDS`` as packed numbers (zeros when absent),

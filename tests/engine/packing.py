@@ -28,10 +28,13 @@ def unpack(data: bytes, lengths: bytes) -> list[bytes]:
     return items
 
 
-def found(answer: tuple[bytes, bytes, bytes], with_values: bool = True) -> list[bytes | None]:
+def found(
+    answer: tuple[bytes, bytes, bytes] | tuple[bytes, bytes, bytes, int], with_values: bool = True
+) -> list[bytes | None]:
     """An answer of put, put_if_absent, get or remove as one value (or None: absent) per key; when
-    the values were not asked for, each present key is b"" (only the mask is checked)."""
-    values, lengths, present = answer
+    the values were not asked for, each present key is b"" (only the mask is checked). A write's
+    answer ends with its change to the memory count, which this leaves out."""
+    values, lengths, present = answer[:3]
     assert set(present) <= {0, 1}, f"a presence mask of 0s and 1s, not {present!r}"
     if not with_values:
         assert values == lengths == b"", "values returned though not asked for"

@@ -45,14 +45,19 @@ class Engine:
             kwargs["ttls_ms"] = b"".join(t.to_bytes(8, "little") for t in ttl)
         elif ttl is not None:
             kwargs["ttl_ms"] = ttl
+        before = self.store.memory_bytes(map_name)
         answer = getattr(self.store, call)(map_name, *pack(keys), *pack(values), now_ms, **kwargs)
+        assert answer[3] == self.store.memory_bytes(map_name) - before, "a write misstated its memory change"
         return found(answer, previous)
 
     def get(self, map_name: str, keys: list[bytes], now_ms: int) -> list:
         return found(self.store.get(map_name, *pack(keys), now_ms))
 
     def remove(self, map_name: str, keys: list[bytes], now_ms: int, previous: bool) -> list:
-        return found(self.store.remove(map_name, *pack(keys), now_ms, return_previous=previous), previous)
+        before = self.store.memory_bytes(map_name)
+        answer = self.store.remove(map_name, *pack(keys), now_ms, return_previous=previous)
+        assert answer[3] == self.store.memory_bytes(map_name) - before, "a remove misstated its memory change"
+        return found(answer, previous)
 
 
 class EngineMachine(RuleBasedStateMachine):

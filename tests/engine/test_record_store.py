@@ -16,9 +16,11 @@ MAP = "m"
 def test_put_answers_the_previous_values_in_the_cores_packed_format() -> None:
     store = RecordStore()
     assert found(store.put(MAP, *pack([b"a", b"b"]), *pack([b"1", b"22"]), 0, return_previous=True)) == [None, None]
-    values, lengths, present = store.put(
+    before = store.memory_bytes(MAP)
+    values, lengths, present, grown = store.put(
         MAP, *pack([b"b", b"c", b"b"]), *pack([b"x", b"y", b"z"]), 1, return_previous=True
     )
+    assert grown == store.memory_bytes(MAP) - before > 0  # a write says how the map's count changed
     assert list(unpacked_lengths(lengths)) == [2, 0, 1]
     assert values == b"22x"
     assert present == b"\x01\x00\x01"
@@ -28,8 +30,8 @@ def test_put_answers_the_previous_values_in_the_cores_packed_format() -> None:
 def test_without_return_previous_only_the_mask_comes_back() -> None:
     store = RecordStore()
     store.put(MAP, *pack([b"a"]), *pack([b"1"]), 0)
-    assert store.put(MAP, *pack([b"a", b"b"]), *pack([b"2", b"3"]), 0) == (b"", b"", b"\x01\x00")
-    assert store.remove(MAP, *pack([b"a", b"x"]), 0) == (b"", b"", b"\x01\x00")
+    assert store.put(MAP, *pack([b"a", b"b"]), *pack([b"2", b"3"]), 0)[:3] == (b"", b"", b"\x01\x00")
+    assert store.remove(MAP, *pack([b"a", b"x"]), 0)[:3] == (b"", b"", b"\x01\x00")
 
 
 def test_reads_count_hits_and_access_writes_count_versions() -> None:

@@ -50,6 +50,8 @@ fn int_arg(value: &Bound<'_, PyAny>, what: &str, max: u64) -> PyResult<u64> {
 }
 
 type Column3<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>);
+/// A write's answer, and how much the map's memory count grew (negative: shrank).
+type Written<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, i64);
 
 fn found<'py>(py: Python<'py>, found: &Found) -> Column3<'py> {
     (
@@ -57,6 +59,12 @@ fn found<'py>(py: Python<'py>, found: &Found) -> Column3<'py> {
         PyBytes::new(py, &found.values.lengths),
         PyBytes::new(py, &found.present),
     )
+}
+
+fn written<'py>(py: Python<'py>, answer: &Found, before: u64, after: u64) -> Written<'py> {
+    let (values, lengths, present) = found(py, answer);
+    // Both counts are far below 2**63 (a map holds at most what the process can hold).
+    (values, lengths, present, after as i64 - before as i64)
 }
 
 /// One partition replica's maps: per map name, key bytes to a record (value bytes, created,
@@ -125,9 +133,10 @@ impl PyRecordStore {
         ttl_ms: Option<&Bound<'py, PyAny>>,
         ttls_ms: Option<&[u8]>,
         return_previous: bool,
-    ) -> PyResult<Column3<'py>> {
+    ) -> PyResult<Written<'py>> {
         let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
         let ttl = ttl_of(ttl_ms, ttls_ms)?;
+        let before = self.store.memory_bytes(map_name);
         let answer = self.store.put(
             map_name,
             keys,
@@ -138,7 +147,7 @@ impl PyRecordStore {
             ttl,
             return_previous,
         )?;
-        Ok(found(py, &answer))
+        Ok(written(py, &answer, before, self.store.memory_bytes(map_name)))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -155,9 +164,10 @@ impl PyRecordStore {
         ttl_ms: Option<&Bound<'py, PyAny>>,
         ttls_ms: Option<&[u8]>,
         return_previous: bool,
-    ) -> PyResult<Column3<'py>> {
+    ) -> PyResult<Written<'py>> {
         let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
         let ttl = ttl_of(ttl_ms, ttls_ms)?;
+        let before = self.store.memory_bytes(map_name);
         let answer = self.store.put_if_absent(
             map_name,
             keys,
@@ -168,7 +178,7 @@ impl PyRecordStore {
             ttl,
             return_previous,
         )?;
-        Ok(found(py, &answer))
+        Ok(written(py, &answer, before, self.store.memory_bytes(map_name)))
     }
 
     #[pyo3(signature = (map_name, keys, key_lengths, now_ms, *, max_bytes = None))]
@@ -212,12 +222,13 @@ impl PyRecordStore {
         key_lengths: &[u8],
         now_ms: &Bound<'py, PyAny>,
         return_previous: bool,
-    ) -> PyResult<Column3<'py>> {
+    ) -> PyResult<Written<'py>> {
         let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
+        let before = self.store.memory_bytes(map_name);
         let answer = self
             .store
             .remove(map_name, keys, key_lengths, now_ms, return_previous)?;
-        Ok(found(py, &answer))
+        Ok(written(py, &answer, before, self.store.memory_bytes(map_name)))
     }
 
     fn metadata<'py>(

@@ -118,11 +118,12 @@ class MapRecords:
         ttl_ms: int = 0,
         ttls_ms: bytes | None = None,
         previous: bool = False,
-    ) -> Found | None:
+    ) -> tuple[Found | None, int]:
         """Set each key to its value, living ``ttl_ms`` (each) or its own of ``ttls_ms`` (0: until
-        removed); the live values replaced, when ``previous``."""
+        removed). Returns the live values replaced (when ``previous``) and how much the map's
+        memory count grew."""
         if ttls_ms:
-            found = self._store.put(
+            found, lengths, present, grown = self._store.put(
                 self.name,
                 keys.data,
                 keys.lengths,
@@ -133,7 +134,7 @@ class MapRecords:
                 return_previous=previous,
             )
         else:
-            found = self._store.put(
+            found, lengths, present, grown = self._store.put(
                 self.name,
                 keys.data,
                 keys.lengths,
@@ -143,7 +144,7 @@ class MapRecords:
                 ttl_ms=ttl_ms,
                 return_previous=previous,
             )
-        return found if previous else None
+        return ((found, lengths, present) if previous else None), grown
 
     def put_items(self, keys: Items, values: Items, now_ms: int, *, ttl_ms: int = 0) -> None:
         """``put`` of separate items (for tools and tests)."""
@@ -181,10 +182,13 @@ class MapRecords:
         """The live values of separate keys, as ``get`` finds them, without counting a read."""
         return split(*self._store.peek(self.name, *pack(keys), now_ms))
 
-    def remove(self, keys: Column, now_ms: int, *, previous: bool = False) -> Found | None:
-        """Remove the keys' records (expired ones too); the live values removed, when ``previous``."""
-        found = self._store.remove(self.name, keys.data, keys.lengths, now_ms, return_previous=previous)
-        return found if previous else None
+    def remove(self, keys: Column, now_ms: int, *, previous: bool = False) -> tuple[Found | None, int]:
+        """Remove the keys' records (expired ones too). Returns the live values removed (when
+        ``previous``) and how much the map's memory count grew (negative: it shrank)."""
+        found, lengths, present, grown = self._store.remove(
+            self.name, keys.data, keys.lengths, now_ms, return_previous=previous
+        )
+        return ((found, lengths, present) if previous else None), grown
 
     def scan(self, offset: int, max_entries: int, now_ms: int, keys_only: bool, max_bytes: int) -> ScanPage:
         """The live entries among the records from position ``offset``, at most ``max_entries``

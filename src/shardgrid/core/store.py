@@ -91,28 +91,47 @@ class PartitionData:
 
     def apply_run(self, run: WriteRun, start: int, now_ms: int) -> None:
         """Apply the writes of ``run`` from position ``start`` on, at the time its owner applied
-        them, and advance the sequence to the run's last. The backup checked the run whole (kind,
-        lengths) before calling this."""
-        if run.client_id and run.write_id and self.writes.room_for(run.client_id, now_ms):
-            expires_ms = now_ms + run.record_ttl_ms
-            self.writes.record(run.client_id, run.write_id, run.last_sequence, run.answer, expires_ms)
+        them, and advance the sequence to the run's last. The backup checked the run's shape; the
+        engine checks its columns whole, and raises ``ColumnError`` (nothing changed) for bad ones."""
+        keys = run.keys
+        last = run.first_sequence + len(keys) + run.skipped - 1  # run.last_sequence, on the hot path
         if run.skipped:
-            self.sequence = run.last_sequence  # a map this replica keeps no copy of
+            self._record_writer(run, last, now_ms)
+            self.sequence = last  # a map this replica keeps no copy of
             return
         # A run this replica holds the start of already (sent again, overlapping what it took) is
         # applied from ``start``: its columns are cut there, item by item (rare, and bounded by
         # the run).
-        keys = Column.of(run.keys.items()[start:]) if start else run.keys
-        if run.kind == PUT:
+        if start:
+            keys = Column.of(keys.items()[start:])
+        map_name = run.map_name
+        if run.kind is PUT:
             values = Column.of(run.values.items()[start:]) if start else run.values
             ttls_ms = run.ttls_ms[start * 8 :] if start and run.ttls_ms else run.ttls_ms
-            self.records_for_writing(run.map_name).put(keys, values, run.written_ms, ttls_ms=ttls_ms or None)
-        else:
-            records = self.maps.get(run.map_name)
-            if records is not None:
-                records.remove(keys, run.written_ms)
-        self.sequence = run.last_sequence
-        self.changed(run.map_name, run.last_sequence)
+            records = self.maps.get(map_name)
+            if records is None:
+                # Held only once the put is taken: columns the engine refuses leave no empty map.
+                fresh = MapRecords(map_name, self.hash_seed, self.max_idle_ms.get(map_name, 0))
+                fresh.put(keys, values, run.written_ms, ttls_ms=ttls_ms or None)
+                self.maps[map_name] = fresh
+            else:
+                records.put(keys, values, run.written_ms, ttls_ms=ttls_ms or None)  # (checks the columns first)
+            self._record_writer(run, last, now_ms)
+            self.sequence = last
+            self.versions[map_name] = last  # it holds what it was just given: not empty
+            return
+        records = self.maps.get(map_name)
+        if records is not None:
+            records.remove(keys, run.written_ms)
+        self._record_writer(run, last, now_ms)
+        self.sequence = last
+        self.changed(map_name, last)
+
+    def _record_writer(self, run: WriteRun, last: int, now_ms: int) -> None:
+        """Remember the client's write the run came from, applied through ``last``."""
+        if run.client_id and run.write_id and self.writes.room_for(run.client_id, now_ms):
+            expires_ms = now_ms + run.record_ttl_ms
+            self.writes.record(run.client_id, run.write_id, last, run.answer, expires_ms)
 
     def replace_maps(self, staged: dict[str, MapRecords], versions: dict[str, int]) -> None:
         """Take a sync's copy of some maps whole (each with its version). A sync of some maps

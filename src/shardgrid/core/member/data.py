@@ -46,7 +46,7 @@ from shardgrid.core.member.leases import Leases
 from shardgrid.core.member.replication import PendingCall, PendingPartition, PendingWrite
 from shardgrid.core.member.request_parts import Part, request_parts
 from shardgrid.core.member.stand_in import StandIns
-from shardgrid.core.member.upkeep import Upkeep
+from shardgrid.core.member.upkeep import RECORD_GROWTH_BYTES, Upkeep
 from shardgrid.core.messages import (
     EMPTY_COLUMN,
     ENTRY_VIEW,
@@ -139,13 +139,35 @@ class IncomingSync:
 
 
 @dataclass(frozen=True, slots=True)
-class Targets:
-    """Where a map's writes to a partition go, under one table."""
+class Route:
+    """A map's place in a partition under one table: the partition's replicas, this member's slot
+    among them, and where the map's writes go. Asked for every partition a request or a backup
+    batch touches, so it is worked out once per table (``DataPath._route``)."""
 
+    slots: Sequence[MemberId | None]  # the partition's replica slots
+    index: int  # this member's slot (-1: none)
+    keeps_copy: bool  # whether this member's slot keeps a copy of the map
     backups: tuple[MemberId, ...]  # every backup of the partition
     copies: tuple[MemberId, ...]  # those that keep a copy of the map (sync, then async)
     sequence_only: tuple[MemberId, ...]  # the others: they get the sequence without the data
     sync: tuple[MemberId, ...]  # those the answer waits for
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What every partition of one client request shares, worked out once for the request."""
+
+    call: PendingCall
+    message: MapRequest
+    serving: bool  # this member holds its lease and serves
+    expires_ms: int  # until when a partition remembers the request's write (``_record_expiry``)
+    expected: list[bytes]  # a replace_if_same's expected values, by request position
+    ttl_ms: int  # how long a put's entries live, without TTLs per key (0: until removed)
+    stand_in_map: bool  # the map chose availability: a stand-in may serve it
+    evicts_over_size: bool  # a put is followed by evicting the map back within its sizes
+    fits_whole: bool  # the whole request fits the member's memory: no partition's put is checked
+    any_unavailable: bool  # some partition may be unavailable (a member is marked unreachable)
+    records_ms: int  # the record clock's time now (the request is handled at one time)
 
 
 class DataPath:
@@ -174,9 +196,9 @@ class DataPath:
         # This event's runs, sent at its end: to the backups that keep the map, and (without the
         # keys and values) to the partition's other backups.
         self.outbox: list[tuple[WriteRun, int, tuple[MemberId, ...], tuple[MemberId, ...]]] = []
-        # Per (partition, map), who gets its writes under the current table: asked on every write.
-        self._targets: dict[tuple[int, str], Targets] = {}
-        self._targets_table: object = None
+        # Per (partition, map), its route under the current table: asked on every write and run.
+        self._routes: dict[tuple[int, str], Route] = {}
+        self._routes_table: object = None
         self.reorder: dict[int, dict[int, WriteRun]] = {}  # backup: runs that arrived early
         self.outgoing_syncs: dict[int, dict[MemberId, OutgoingSync]] = {}  # per partition, per backup
         self._syncs_by_id: dict[str, OutgoingSync] = {}
@@ -294,27 +316,35 @@ class DataPath:
         sequence, whether or not it keeps a copy of a given map."""
         return [r for r in slots[1 : self.ctx.config.table_backup_count + 1] if r is not None]
 
-    def _targets_of(self, pid: int, slots: Sequence[MemberId | None], map_name: str) -> Targets:
+    def _route(self, pid: int, map_name: str) -> Route:
+        """The map's route in ``pid`` under the current table (which the caller checked is there)."""
         table = self.consensus.state.table
-        if table is not self._targets_table:
-            self._targets.clear()
-            self._targets_table = table
-        targets = self._targets.get((pid, map_name))
-        if targets is None:
+        if table is not self._routes_table:
+            self._routes.clear()
+            self._routes_table = table
+        route = self._routes.get((pid, map_name))
+        if route is None:
+            invariant(table is not None, "a route is asked for under a table")
+            slots = table.replicas[pid]
+            me = self.ctx.identity
+            index = slots.index(me) if me in slots else -1
             map_config = self.ctx.config.map_config(map_name)
             sync_end = 1 + map_config.backup_count
             copies_end = sync_end + map_config.async_backup_count
             width = self.ctx.config.table_backup_count + 1  # no map's copies reach past it
-            targets = Targets(
-                tuple(self._backups_in(slots)),
-                tuple(r for r in slots[1:copies_end] if r is not None),
-                tuple(r for r in slots[copies_end:width] if r is not None),
-                tuple(r for r in slots[1:sync_end] if r is not None),
+            route = Route(
+                slots=slots,
+                index=index,
+                keeps_copy=index == 0 or 0 < index <= map_config.total_backup_count,
+                backups=tuple(self._backups_in(slots)),
+                copies=tuple(r for r in slots[1:copies_end] if r is not None),
+                sequence_only=tuple(r for r in slots[copies_end:width] if r is not None),
+                sync=tuple(r for r in slots[1:sync_end] if r is not None),
             )
-            if len(self._targets) >= MAX_CACHED_TARGETS:
-                self._targets.clear()
-            self._targets[(pid, map_name)] = targets
-        return targets
+            if len(self._routes) >= MAX_CACHED_TARGETS:
+                self._routes.clear()
+            self._routes[(pid, map_name)] = route
+        return route
 
     def _trim(self, data: PartitionData, index: int) -> None:
         """Drop the maps a replica at ``index`` keeps no copy of: it gets none of their writes, so
@@ -368,14 +398,37 @@ class DataPath:
             if refused is ReplyCode.REJECTED:
                 call.reason = f"the cluster is {self.consensus.state.cluster_state.value}: it takes no writes"
         else:
-            serving = self.leases.holds() and self.migrations is not None
-            expires_ms = self._record_expiry(message, sent_ms)
-            expected = message.expected.items() if message.kind == REPLACE_IF_SAME else []
+            scope = self._scope(call, message, sent_ms)
             for part in parts:
-                self._execute(call, message, part, serving, expires_ms, expected)
+                self._execute(scope, part)
             self._send_outbox()
         if call.open_writes == 0:
             self._reply(call)
+
+    def _scope(self, call: PendingCall, message: MapRequest, sent_ms: int | None) -> Scope:
+        config = self.ctx.config
+        map_config = config.map_config(message.map_name)
+        kind = message.kind
+        writes = kind not in READS
+        fits_whole = False
+        if writes and not (map_config.bounded and not map_config.evicts):
+            # As ``Upkeep.room_for`` counts each partition's put: every key new, its size counted.
+            keys, values = message.keys, message.values
+            size = counted_bytes(len(keys.data) + len(values.data), len(keys) + len(values))
+            fits_whole = self.upkeep.fits(len(keys) * RECORD_GROWTH_BYTES + size)
+        return Scope(
+            call=call,
+            message=message,
+            serving=self.leases.holds() and self.migrations is not None,
+            expires_ms=self._record_expiry(message, sent_ms),
+            expected=message.expected.items() if kind == REPLACE_IF_SAME else [],
+            ttl_ms=message.ttl_ms if message.ttl_ms >= 0 else map_config.time_to_live_ms,
+            stand_in_map=message.map_name in config.serving_maps,
+            evicts_over_size=map_config.evicts and map_config.bounded,
+            fits_whole=fits_whole,
+            any_unavailable=self.consensus.state.any_unavailable(),
+            records_ms=self.ctx.records_ms,
+        )
 
     def _record_expiry(self, message: MapRequest, sent_ms: int | None) -> int:
         """Until when a partition remembers that it applied this request's write: no attempt of
@@ -433,41 +486,39 @@ class DataPath:
             return ReplyCode.REJECTED
         return None
 
-    def _execute(
-        self,
-        call: PendingCall,
-        message: MapRequest,
-        part: Part,
-        serving: bool,
-        expires_ms: int,
-        expected: list[bytes],
-    ) -> None:
-        """Serve one partition's keys of a request (``part``); ``expected``: a replace_if_same's
-        expected values, by request position."""
-        table = self.consensus.state.table
+    def _execute(self, scope: Scope, part: Part) -> None:
+        """Serve one partition's keys of a request (``part``)."""
+        call, message = scope.call, scope.message
         migrations = self.migrations
-        invariant(table is not None, "a request is served only with a table")
-        pid, indexes = part.partition_id, part.indexes
-        if self.stand_ins.serves(pid, message.map_name):
-            self._execute_standing_in(call, message, part, serving, expires_ms, expected)
+        pid, indexes, map_name = part.partition_id, part.indexes, message.map_name
+        if scope.stand_in_map and self.stand_ins.serves(pid, map_name):
+            self._execute_standing_in(scope, part)
             return
         kind = message.kind
-        slots = table.replicas[pid]
-        backup_read = slots[0] != self.ctx.identity and kind in READS and serving
-        if backup_read and self._read_from_backup(call, message, part, slots):
+        route = self._route(pid, map_name)
+        slots = route.slots
+        owner = slots[0]
+        me = self.ctx.identity
+        reading = kind in READS
+        if owner != me and reading and scope.serving and self._read_from_backup(call, message, part, route):
             return
-        refusal = self._owner_refusal(pid, serving, reading=kind in READS)
-        if refusal is None and self.stand_ins.owner_waits(pid, message.map_name, self.ctx.now_ms):
+        moving = migrations is not None and migrations.writes_blocked(pid)
+        if owner == me and scope.serving and not scope.any_unavailable and not moving:
+            refusal = None  # what ``_owner_refusal`` answers in this case, asked for every partition
+        else:
+            refusal = self._owner_refusal(pid, scope.serving, reading, owner)
+        if refusal is None and scope.stand_in_map and self.stand_ins.owner_waits(pid, map_name, self.ctx.now_ms):
             refusal = ReplyCode.NOT_READY, None  # a stand-in may still serve the map: see stand_in
         if refusal is not None:
             self._mark_refused(call, pid, indexes, refusal)
             return
-        invariant(migrations is not None, "an owner that serves has its migrations")
-        data = self.store(pid)
-        if kind in READS:
+        data = self.stores.get(pid)
+        if data is None:
+            data = self.store(pid)
+        if reading:
             self._read_into(call, message, data, part)
             return
-        if migrations.writes_blocked(pid) or (pid in self.outgoing_syncs and self._syncing(pid, message.map_name)):
+        if moving or (pid in self.outgoing_syncs and self._syncing(pid, map_name)):
             call.mark(indexes, ReplyCode.MIGRATING)
             return
         named = bool(message.client_id and message.write_id)
@@ -475,17 +526,22 @@ class DataPath:
             return
         unit = indexes  # the request's keys of this partition, answered as one
         out = call.values
-        run_keys, run_values, size = part.keys, part.values if kind == PUT else EMPTY_COLUMN, part.size_bytes
-        ttls_ms = self._ttls_of(message, part) if kind == PUT else b""
+        if kind is PUT:
+            run_keys, run_values, size = part.keys, part.values, part.size_bytes
+            ttls_ms = (
+                part.ttls_ms if message.ttls_ms or not scope.ttl_ms else self._uniform_ttls(scope.ttl_ms, len(run_keys))
+            )
+        else:
+            run_keys, run_values, size, ttls_ms = part.keys, EMPTY_COLUMN, part.size_bytes, b""
         if kind in CONDITIONAL:
-            chosen, run_keys, run_values, ttls_ms = self._conditioned(data, message, part, out, expected)
+            chosen, run_keys, run_values, ttls_ms = self._conditioned(data, scope, part)
             if self._answer_too_large(call, message, unit):
                 return
             if not chosen:
                 # No key meets its condition: nothing is written, each answered OK (and remembered,
                 # so that a retry is answered the same whatever was written since).
                 if named:
-                    self._remember(data, message, unit, out, expires_ms)
+                    self._remember(data, message, unit, out, scope.expires_ms)
                 return
             indexes = [unit[position] for position in chosen] if len(chosen) < len(unit) else unit
             kind = REMOVE if kind == REMOVE_IF_SAME else PUT
@@ -493,53 +549,61 @@ class DataPath:
             if message.kind == SET_TTL and self._renewal_too_large(call, message, unit, size):
                 return
         config = self.ctx.config
-        over_count = self.pending_count + len(indexes) > config.max_pending_writes
-        if over_count or self.pending_bytes + size > config.max_pending_write_bytes:
+        written = len(run_keys)
+        if self.pending_count + written > config.max_pending_writes or (
+            self.pending_bytes + size > config.max_pending_write_bytes
+        ):
             call.mark(indexes, ReplyCode.OVERLOADED)
             return
         # After the backlog's check: a write refused OVERLOADED (retried) takes no memory allowance
         # (found by an outside tester: five OVERLOADED refusals made the next write MEMORY_FULL).
-        if kind == PUT and not self._make_room(call, message, pid, data, slots, unit, run_keys, run_values, size):
+        if (
+            kind is PUT
+            and not (scope.fits_whole and message.kind is PUT)
+            and not self._make_room(call, message, pid, data, slots, unit, run_keys, run_values, size)
+        ):
             return
         first = data.sequence + 1
-        written_ms = self.ctx.records_ms
+        written_ms = scope.records_ms
         # A conditional write's answer is what it was judged on (``_conditioned``): an eviction for
         # its room may have taken the key since, and the put's own previous value would then say
         # the key held nothing (found by the simulator: a compare-and-set answered "not swapped"
         # though it was applied).
         answered = None if message.kind in CONDITIONAL else out
-        self.upkeep.changed(
-            self._apply(data, message.map_name, kind, indexes, answered, run_keys, run_values, written_ms, ttls_ms)
-        )
-        answer = self._remember(data, message, unit, out, expires_ms) if named else None
-        targets = self._targets_of(pid, slots, message.map_name)
-        if not targets.backups:
-            if kind == PUT:
-                self.upkeep.evict_over_size(pid, data, message.map_name, slots)
+        self.upkeep.changed(_apply(data, map_name, kind, indexes, answered, run_keys, run_values, written_ms, ttls_ms))
+        answer = self._remember(data, message, unit, out, scope.expires_ms) if named else None
+        if not route.backups:
+            if kind is PUT and scope.evicts_over_size:
+                self.upkeep.evict_over_size(pid, data, map_name, slots)
             return
         run = WriteRun(
             partition_id=pid,
             lineage=data.lineage,
             first_sequence=first,
             kind=kind,
-            map_name=message.map_name,
+            map_name=map_name,
             keys=run_keys,
             values=run_values,
             client_id=message.client_id if named else "",
             write_id=message.write_id if named else 0,
-            record_ttl_ms=max(0, expires_ms - self.ctx.now_ms) if named else 0,
+            record_ttl_ms=max(0, scope.expires_ms - self.ctx.now_ms) if named else 0,
             answer=answer,
             written_ms=written_ms,
             ttls_ms=ttls_ms,
         )
-        self.outbox.append((run, size, targets.copies, targets.sequence_only))
+        self.outbox.append((run, size, route.copies, route.sequence_only))
         pending = self.pending.get(pid)
         if pending is None:
-            pending = self.pending[pid] = PendingPartition(required=set(targets.backups), last_sent_ms=self.ctx.now_ms)
-        if targets.sync:  # async backups only: nobody is waited on (the run is still resent until they have it)
-            self._wait_for_backups(pending, call, first, data.sequence, indexes, targets.sync, size)
-        if kind == PUT:
-            self.upkeep.evict_over_size(pid, data, message.map_name, slots)
+            pending = self.pending[pid] = PendingPartition(required=set(route.backups), last_sent_ms=self.ctx.now_ms)
+        if route.sync:  # async backups only: nobody is waited on (the run is still resent until they have it)
+            self._wait_for_backups(pending, call, first, data.sequence, indexes, route.sync, size)
+        if kind is PUT and scope.evicts_over_size:
+            self.upkeep.evict_over_size(pid, data, map_name, slots)
+
+    @staticmethod
+    def _uniform_ttls(ttl_ms: int, count: int) -> bytes:
+        """``count`` entries' TTL of ``ttl_ms`` each, packed (empty: until removed)."""
+        return ttl_ms.to_bytes(8, "little") * count if ttl_ms else b""
 
     def _wait_for_backups(
         self,
@@ -566,52 +630,12 @@ class DataPath:
         self.pending_bytes += size
         call.open_writes += 1
 
-    @staticmethod
-    def _apply(
-        data: PartitionData,
-        map_name: str,
-        kind: str,
-        indexes: Indexes,
-        out: Answer | None,
-        run_keys: Column,
-        run_values: Column,
-        now_ms: int,
-        ttls_ms: bytes = b"",
-    ) -> int:
-        """A put or remove of ``run_keys`` (to ``run_values``), the request's keys at ``indexes``,
-        into ``data`` at ``now_ms`` (the record clock), living ``ttls_ms`` (packed, one per key;
-        empty: until removed), the previous values into ``out`` when the caller asked for them.
-        One engine call, whatever the number of keys. Returns how much the engine's memory count
-        grew (negative: shrank)."""
-        previous = out is not None
-        if kind == PUT:
-            records = data.records_for_writing(map_name)
-            before = records.memory_bytes()
-            found = records.put(run_keys, run_values, now_ms, ttls_ms=ttls_ms or None, previous=previous)
-        else:
-            records = data.maps.get(map_name)
-            before = records.memory_bytes() if records is not None else 0
-            found = records.remove(run_keys, now_ms, previous=previous) if records is not None else None
-        grown = (records.memory_bytes() if records is not None else 0) - before
-        if out is not None and found is not None:
-            out.put_packed(indexes, *found)
-        data.sequence += len(run_keys)
-        data.changed(map_name, data.sequence)
-        return grown
-
-    def _execute_standing_in(
-        self,
-        call: PendingCall,
-        message: MapRequest,
-        part: Part,
-        serving: bool,
-        expires_ms: int,
-        expected: list[bytes],
-    ) -> None:
+    def _execute_standing_in(self, scope: Scope, part: Part) -> None:
         """A request of a map that chose availability, in an unavailable partition: served by its
         stand-in (``stand_in``) from the entries written there since, with no backups."""
+        call, message = scope.call, scope.message
         pid, indexes = part.partition_id, part.indexes
-        refusal = self.stand_ins.refusal(pid, serving)
+        refusal = self.stand_ins.refusal(pid, scope.serving)
         if refusal is not None:
             self._mark_refused(call, pid, indexes, refusal)
             return
@@ -624,9 +648,11 @@ class DataPath:
             return
         unit, kind, out = indexes, message.kind, call.values
         run_keys, run_values, size = part.keys, part.values if kind == PUT else EMPTY_COLUMN, part.size_bytes
-        ttls_ms = self._ttls_of(message, part) if kind == PUT else b""
+        ttls_ms = b""
+        if kind == PUT:
+            ttls_ms = part.ttls_ms if message.ttls_ms else self._uniform_ttls(scope.ttl_ms, len(run_keys))
         if kind in CONDITIONAL:
-            chosen, run_keys, run_values, ttls_ms = self._conditioned(data, message, part, out, expected)
+            chosen, run_keys, run_values, ttls_ms = self._conditioned(data, scope, part)
             kind = REMOVE if kind == REMOVE_IF_SAME else PUT
             if self._answer_too_large(call, message, unit):
                 return
@@ -639,14 +665,14 @@ class DataPath:
                 return
             answered = None if message.kind in CONDITIONAL else out
             self.upkeep.changed(
-                self._apply(
+                _apply(
                     data, message.map_name, kind, indexes, answered, run_keys, run_values, self.ctx.records_ms, ttls_ms
                 )
             )
             if kind == PUT:
                 self.upkeep.evict_over_size(pid, data, message.map_name, None)
         if named:
-            self._remember(data, message, unit, out, expires_ms)
+            self._remember(data, message, unit, out, scope.expires_ms)
 
     def _mark_refused(
         self, call: PendingCall, pid: int, indexes: Indexes, refusal: tuple[ReplyCode, PartitionRedirect | None]
@@ -712,14 +738,7 @@ class DataPath:
         data.writes.record(message.client_id, message.write_id, data.sequence, answer, expires_ms)
         return answer
 
-    def _conditioned(
-        self,
-        data: PartitionData,
-        message: MapRequest,
-        part: Part,
-        out: Answer | None,
-        expected: list[bytes],
-    ) -> tuple[list[int], Column, Column, bytes]:
+    def _conditioned(self, data: PartitionData, scope: Scope, part: Part) -> tuple[list[int], Column, Column, bytes]:
         """A conditional write of ``part``'s keys, judged key by key: the positions in the part of
         the keys to write (those whose live value meets the condition, in order; a key named
         twice is judged on what the write before left), and the run that writes them: its keys,
@@ -727,6 +746,7 @@ class DataPath:
         values); a put-if-absent whose key it wrote earlier in the request answers that earlier
         value; a set_ttl answers b"" for a key it holds, and writes the value held again.
         Looking counts no read, and each distinct key is copied out of the engine once."""
+        message, out, expected = scope.message, scope.call.values, scope.expected
         kind = message.kind
         keys = part.keys.items()
         values = part.values.items() if part.values else []
@@ -765,7 +785,7 @@ class DataPath:
         run_keys = Column.of([keys[position] for position in chosen])
         ttls_ms = b""
         if kind != REMOVE_IF_SAME and chosen:
-            ttls = self._ttls_of(message, part)
+            ttls = part.ttls_ms if message.ttls_ms else self._uniform_ttls(scope.ttl_ms, len(keys))
             ttls_ms = b"".join([ttls[8 * p : 8 * p + 8] for p in chosen]) if ttls else b""
         return chosen, run_keys, Column.of(written), ttls_ms
 
@@ -815,17 +835,15 @@ class DataPath:
         config = self.ctx.config
         return [item if config.keeps_copy(item[0].map_name, index) else (item[0].without_data(), 0) for item in runs]
 
-    def _read_from_backup(
-        self, call: PendingCall, message: MapRequest, part: Part, slots: Sequence[MemberId | None]
-    ) -> bool:
+    def _read_from_backup(self, call: PendingCall, message: MapRequest, part: Part, route: Route) -> bool:
         """Serve a read here, a backup, when the map allows it (seed 001's read_backup_data):
         never from a copy that is being replaced or that this slot does not keep."""
         map_config = self.ctx.config.map_config(message.map_name)
-        if not map_config.read_backup_data or self.ctx.identity not in slots:
+        if not map_config.read_backup_data or route.index < 0:
             return False
         if map_config.max_idle_seconds:
             return False  # idleness is the owner's to judge: a backup knows no reads (the owner answers)
-        index = slots.index(self.ctx.identity)
+        index = route.index
         pid = part.partition_id
         data = self.stores.get(pid)
         migrations = self.migrations
@@ -859,16 +877,15 @@ class DataPath:
             call.mark(indexes[answered:], ReplyCode.OVERLOADED)
 
     def _owner_refusal(
-        self, pid: int, serving: bool, reading: bool
+        self, pid: int, serving: bool, reading: bool, owner: MemberId | None
     ) -> tuple[ReplyCode, PartitionRedirect | None] | None:
         """Why this member does not serve ``pid`` as its owner now, with where the partition is
         for WRONG_OWNER; None when it does. The rules a get, a write and a scan share; a read also
         waits while the partition's migration allows no reads (``stale_read_disabled``, or the copy
-        handed over)."""
+        handed over). ``owner``: the partition's owner in the current table."""
         state = self.consensus.state
         table = state.table
         invariant(table is not None, "a request is served only with a table")
-        owner = table.replicas[pid][0]
         if state.unavailable(pid):
             # Its owner is unreachable, and so is every other replica left: served by nobody,
             # and not reassigned empty, until one of them answers again (or is removed for good).
@@ -917,7 +934,9 @@ class DataPath:
         if standing_in:
             refusal = self.stand_ins.refusal(pid, holds_lease and self.migrations is not None)
         else:
-            refusal = self._owner_refusal(pid, holds_lease, reading=True)
+            table = self.consensus.state.table
+            invariant(table is not None, "a scan is served only with a table")
+            refusal = self._owner_refusal(pid, holds_lease, True, table.replicas[pid][0])
             if refusal is None and self.stand_ins.owner_waits(pid, message.map_name, self.ctx.now_ms):
                 refusal = ReplyCode.NOT_READY, None
         if refusal is not None:
@@ -1076,16 +1095,21 @@ class DataPath:
     # --- owner: acknowledgements, retries, timeouts ------------------------------------------------
 
     def on_backup_acks(self, sender: MemberId, message: BackupAckBatch) -> None:
-        for item in message.acks:
-            pid, sequence = item
-            pending = self.pending.get(pid)
+        holds = self.leases.holds()  # asked once for the batch: the clock stands still meanwhile
+        pending_of = self.pending
+        for pid, sequence in message.acks:
+            pending = pending_of.get(pid)
             if pending is not None:
-                pending.acknowledge(sender, sequence)
-                self._complete(pid, pending)
+                if sequence > pending.acked.get(sender, -1):
+                    pending.acked[sender] = sequence  # ``PendingPartition.acknowledge``, inline
+                self._complete(pid, pending, holds)
 
-    def _complete(self, pid: int, pending: PendingPartition) -> None:
+    def _complete(self, pid: int, pending: PendingPartition, holds: bool | None = None) -> None:
+        """Answer the writes every backup of theirs now holds; ``holds``: whether this member
+        holds its lease (asked when not given)."""
         done = pending.complete()
-        holds = self.leases.holds() if done else True
+        if done and holds is None:
+            holds = self.leases.holds()
         for write in done:
             if not holds:
                 # Every backup has it, but an owner without a lease may already have been replaced.
@@ -1106,22 +1130,6 @@ class DataPath:
         for write in writes:
             write.call.mark(write.indexes, ReplyCode.INDETERMINATE)
             self._finish_write(write)
-
-    def _ttls_of(self, message: MapRequest, part: Part) -> bytes:
-        """How long the entries of a put of ``part``'s keys live, packed (8 bytes each; empty:
-        until removed): the request's own per-key TTLs, its TTL, or its map's
-        time_to_live_seconds."""
-        if message.ttls_ms:
-            return part.ttls_ms
-        ttl_ms = self._ttl_of(message)
-        return ttl_ms.to_bytes(8, "little") * len(part.keys) if ttl_ms else b""
-
-    def _ttl_of(self, message: MapRequest) -> int:
-        """How long a put's entries live, in ms (0: until removed): the request's own TTL, or its
-        map's time_to_live_seconds."""
-        if message.ttl_ms >= 0:
-            return message.ttl_ms
-        return self.ctx.config.map_config(message.map_name).time_to_live_ms
 
     def _make_room(
         self,
@@ -1256,22 +1264,29 @@ class DataPath:
         if table is None:
             return
         acks: dict[int, int] = {}
+        count = table.partition_count
+        stores, syncing = self.stores, self.incoming_syncs
         for run in message.runs:
             pid = run.partition_id
-            if not 0 <= pid < table.partition_count or not self._well_formed(run):
+            if not 0 <= pid < count:
                 continue
-            index = self._index_of(pid)
-            if table.owner(pid) != sender or index < 1:
+            route = self._route(pid, run.map_name)
+            if route.slots[0] != sender or route.index < 1:
                 continue  # not from the owner this member knows: fenced off (the sender retries)
-            if not run.skipped and not self.ctx.config.keeps_copy(run.map_name, index):
+            if not run.skipped and not route.keeps_copy:
                 # The owner's table already puts this member at a hotter slot (a migration's
                 # outcome reached it first): the copy of that map comes with the outcome here.
                 # Taking the run now would acknowledge a write into a copy about to be replaced.
                 continue
-            data = self.stores.get(pid)
-            if data is None or pid in self.incoming_syncs or data.lineage != run.lineage:
+            data = stores.get(pid)
+            if data is None or pid in syncing or data.lineage != run.lineage:
                 continue  # not yet in the owner's lineage: its sync (or a timeout that starts one) fixes that
-            self._apply_in_order(pid, data, run)
+            if not _well_shaped(run):
+                continue
+            try:
+                self._apply_in_order(pid, data, run)
+            except ColumnError:
+                continue  # columns the engine refused whole: nothing of the run applied, none acknowledged
             acks[pid] = data.sequence
         if acks:
             self.ctx.send(sender, BackupAckBatch(tuple(acks.items())))
@@ -1301,8 +1316,15 @@ class DataPath:
         return run.kind == REMOVE and not values and not run.ttls_ms
 
     def _apply_in_order(self, pid: int, data: PartitionData, run: WriteRun) -> None:
-        """Apply what ``run`` adds after the sequence held; hold a run that comes early (bounded)."""
-        if run.first_sequence > data.sequence + 1:
+        """Apply what ``run`` adds after the sequence held; hold a run that comes early (bounded).
+        Raises the engine's ``ColumnError``, nothing applied, for a run whose columns it refuses."""
+        first = run.first_sequence
+        if first == data.sequence + 1 and pid not in self.reorder:
+            data.apply_run(run, 0, self.ctx.now_ms)  # the usual case: the next run, nothing held
+            return
+        if first > data.sequence + 1:
+            if not self._well_formed(run):
+                return  # checked whole before it is held: a held run is applied as it is
             held = self.reorder.setdefault(pid, {})
             config = self.ctx.config
             writes = sum(len(r.keys) or 1 for r in held.values()) + (len(run.keys) or 1)
@@ -1751,7 +1773,7 @@ class DataPath:
         data.changed(map_name, data.sequence)
         if slots is None:
             return
-        targets = self._targets_of(pid, slots, map_name)
+        targets = self._route(pid, map_name)
         if not targets.backups:
             return
         run = WriteRun(
@@ -1799,3 +1821,49 @@ def _by_partition(partition_ids: Sequence[int]) -> dict[int, Indexes]:
         lists.setdefault(pid, []).append(index)
     groups.update(lists)
     return groups
+
+
+def _apply(
+    data: PartitionData,
+    map_name: str,
+    kind: str,
+    indexes: Indexes,
+    out: Answer | None,
+    run_keys: Column,
+    run_values: Column,
+    now_ms: int,
+    ttls_ms: bytes = b"",
+) -> int:
+    """A put or remove of ``run_keys`` (to ``run_values``), the request's keys at ``indexes``,
+    into ``data`` at ``now_ms`` (the record clock), living ``ttls_ms`` (packed, one per key;
+    empty: until removed), the previous values into ``out`` when the caller asked for them.
+    One engine call, whatever the number of keys. Returns how much the engine's memory count
+    grew (negative: shrank)."""
+    previous = out is not None
+    if kind is PUT:
+        records = data.maps.get(map_name)
+        if records is None:
+            records = data.records_for_writing(map_name)
+        found, grown = records.put(run_keys, run_values, now_ms, ttls_ms=ttls_ms or None, previous=previous)
+        data.sequence += len(run_keys)
+        data.versions[map_name] = data.sequence  # it holds what it was just given: not empty
+    else:
+        records = data.maps.get(map_name)
+        found, grown = records.remove(run_keys, now_ms, previous=previous) if records is not None else (None, 0)
+        data.sequence += len(run_keys)
+        data.changed(map_name, data.sequence)
+    if out is not None and found is not None:
+        out.put_packed(indexes, *found)
+    return grown
+
+
+def _well_shaped(run: WriteRun) -> bool:
+    """The checks of a run from the owner that the engine does not make when it applies the run
+    (which checks its columns whole, and refuses it all, ``ColumnError``, when one is bad)."""
+    if run.first_sequence < 1 or not 0 < len(run.map_name) <= MAX_MAP_NAME_CHARS:
+        return False
+    if run.skipped:
+        return not run.keys and not run.values and not run.ttls_ms and run.kind in (PUT, REMOVE)
+    if run.kind is PUT:
+        return len(run.keys) > 0
+    return run.kind is REMOVE and len(run.keys) > 0 and not run.values and not run.ttls_ms

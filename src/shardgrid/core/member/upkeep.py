@@ -128,6 +128,12 @@ class Upkeep:
         self.memory_bytes, self.entry_count, self._changed_since_count_bytes = memory, entries, 0
         self._nothing_to_evict = False
 
+    def fits(self, growth_bytes: int) -> bool:
+        """Whether ``growth_bytes`` more fit under ``max_memory_bytes`` (none: always): a request
+        whose every key would be new and that fits so needs no check of room for each partition."""
+        limit = self.ctx.config.max_memory_bytes
+        return not limit or self.held_bytes() + growth_bytes <= limit
+
     def memory_full_reason(self) -> str:
         limit = self.ctx.config.max_memory_bytes
         return (

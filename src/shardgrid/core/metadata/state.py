@@ -59,7 +59,7 @@ class MetadataState:
     the same only if they are the same object (a snapshot is a reference to one). A plain class,
     so that its derived views can be cached on it and the codec writes only what defines it."""
 
-    __slots__ = (*_STATE_FIELDS, "_by_replica", "_load", "_committed_ids", "_stand_ins")
+    __slots__ = (*_STATE_FIELDS, "_by_replica", "_load", "_committed_ids", "_stand_ins", "_any_unreachable")
 
     def __init__(
         self,
@@ -90,6 +90,7 @@ class MetadataState:
         self._load: dict[MemberId, int] | None = None
         self._committed_ids: frozenset[str] | None = None
         self._stand_ins: dict[int, MemberId | None] | None = None
+        self._any_unreachable: bool | None = None
 
     def evolve(self, **changes: object) -> MetadataState:
         """A new state with some fields replaced (the derived views are computed afresh)."""
@@ -145,9 +146,18 @@ class MetadataState:
         """Members kept, though silent, because they hold every replica left of a partition."""
         return tuple(r.id for r in self.members if r.unreachable)
 
+    def any_unavailable(self) -> bool:
+        """Whether any partition may be unavailable: a member is marked unreachable."""
+        any_unreachable = self._any_unreachable
+        if any_unreachable is None:
+            any_unreachable = self._any_unreachable = any(r.unreachable for r in self.members)
+        return any_unreachable
+
     def unavailable(self, pid: int) -> bool:
         """Whether every replica of ``pid`` is on unreachable members: neither served nor reassigned
         (its owner is unreachable only then: a partition with a replica elsewhere was repaired)."""
+        if not self.any_unavailable():
+            return False  # the usual answer, asked for every partition a request touches
         table = self.table
         owner = table.owner(pid) if table is not None else None
         record = self.record_of(owner) if owner is not None else None
