@@ -62,3 +62,29 @@ def map_reply(
     packed = m.Column.of([b"" if value is None else value for value in values])
     present = bytes(value is not None for value in values)
     return m.MapReply(codes=bytes(codes), values=packed, present=present, **fields)
+
+
+def sync_chunk(*, sync_id: str, **fields: Any) -> m.TransferChunk:
+    """A replica sync's chunk (``sync_id``: its transfer's id)."""
+    return m.TransferChunk(kind=m.SYNC, transfer_id=sync_id, **fields)
+
+
+def migration_chunk(*, record: Any, **fields: Any) -> m.TransferChunk:
+    """A chunk of the migration ``record``."""
+    return m.TransferChunk(
+        kind=m.MIGRATION, transfer_id=record.migration_id, partition_id=record.partition_id, migration=record, **fields
+    )
+
+
+def sync_ack(sync_id: str, sequence: int, accepted: bool, complete: bool = False) -> m.TransferAck:
+    return m.TransferAck(kind=m.SYNC, transfer_id=sync_id, sequence=sequence, accepted=accepted, complete=complete)
+
+
+def of_syncs(messages: Sequence[Any]) -> list[Any]:
+    """The transfer messages (chunks or acknowledgements) of replica syncs among ``messages``."""
+    return [message for message in messages if message.kind is m.SYNC]
+
+
+def of_migrations(messages: Sequence[Any]) -> list[Any]:
+    """The transfer messages (chunks or acknowledgements) of migrations among ``messages``."""
+    return [message for message in messages if message.kind is m.MIGRATION]

@@ -95,8 +95,8 @@ def _run(requests, read_backup: bool, max_pending: int, deliver_acks: bool, grou
                             log.append(_seen(owner.handle(now, Receive(C.address, C, B.uuid, back.message)), orders))
     effects, now = run_ticks(owner, now, now + CONFIG.backup_ack_timeout_ms + 1_000)
     log.append(_seen([e for e in effects if isinstance(e, ReplyToClient)], orders))
-    stores = {pid: (repr(d.maps), d.sequence) for pid, d in owner.data.stores.items()}
-    backup_stores = {pid: (repr(d.maps), d.sequence) for pid, d in backup.data.stores.items()}
+    stores = {pid: owner.data.view(pid) for pid in owner.data.held_partitions()}
+    backup_stores = {pid: backup.data.view(pid) for pid in backup.data.held_partitions()}
     return log, stores, backup_stores
 
 

@@ -287,6 +287,6 @@ def test_a_backup_promoted_to_owner_gives_its_idle_maps_entries_a_whole_max_idle
     synced(backup, 0, now, maps={"m": {b"k": b"1"}}, sequence=5, lineage="L")
     now += 5_000  # written long ago: idle by its write alone
     _snapshot_makes_b_owner(backup, now)
-    records = backup.data.stores[0].maps["m"]
+    records = backup.data.held(0).maps["m"]
     assert records.peek([b"k"], now + 900) == [b"1"]
     assert records.peek([b"k"], now + 1_000) == [None]

@@ -15,7 +15,7 @@ from shardgrid.core.transfer import Staging
 from shardgrid.core.write_records import WINDOW_IDS, Seen, WriteRecords
 from tests.core.test_map_replication import B_A_C, batches_to
 from tests.core.test_member import A, B, C, following, grant_lease, key_in, replies, synced
-from tests.wire import codes, map_request, values, write_run
+from tests.wire import codes, map_request, sync_chunk, values, write_run
 
 
 def named(
@@ -129,7 +129,7 @@ def test_the_backup_remembers_what_its_owner_applied():
 def test_a_migration_or_sync_carries_what_the_partition_applied_to_its_new_holder():
     records = WriteRecords()
     records.record("client-1", 7, 3, (b"was",), expires_ms=20_000)
-    chunk = m.ReplicaSyncChunk(
+    chunk = sync_chunk(
         sync_id="s",
         partition_id=0,
         sequence=0,
@@ -141,7 +141,7 @@ def test_a_migration_or_sync_carries_what_the_partition_applied_to_its_new_holde
         base_sequence=-1,
         writers=records.snapshot(now_ms=10_000),
     )
-    staging: Staging[m.ReplicaSyncChunk] = Staging()
+    staging: Staging = Staging()
     staging.receive(chunk, window=4)
     copy = staging.data(now_ms=50_000)  # the new holder's clock
     seen, writer = copy.writes.seen("client-1", 7, now_ms=59_000)

@@ -14,7 +14,7 @@ from shardgrid.core.inputs import Receive
 from shardgrid.core.store import PartitionData
 from shardgrid.core.table import PartitionTable
 from tests.core.test_member import CONFIG, A, B, C, following, grant_lease, key_in, replies, run_ticks, sent, synced
-from tests.wire import codes, map_request, run_keys, values, write_run
+from tests.wire import codes, map_request, of_syncs, run_keys, sync_ack, values, write_run
 
 # B owns every partition; A is the first backup, C the second.
 B_A_C = PartitionTable.from_lists([[B, A, C]] * 4, [1, 1, 1, 1])
@@ -144,7 +144,7 @@ def test_a_malformed_skip_changes_nothing(run: m.WriteRun) -> None:
     backup, now = following(C, B_A_C, config=MAPS)
     synced(backup, 0, now, owner=B)
     assert sent(backup.handle(now + 1, Receive(B.address, B, C.uuid, m.BackupBatch((run,)))), m.BackupAckBatch) == []
-    assert backup.data.stores[0].sequence == 0
+    assert backup.data.sequence_of(0) == 0
 
 
 def test_a_backup_answers_reads_only_of_maps_that_allow_it_and_that_it_keeps() -> None:
@@ -218,8 +218,8 @@ def test_a_held_copy_newer_than_the_staged_one_keeps_its_writes_and_takes_the_ma
     held = PartitionData.holding({"wide": {b"k": b"newer"}, "two": {b"k": b"t"}}, sequence=5)
     backup.data.install(0, held, 2)
     backup.data.install(0, PartitionData.holding({"m": {b"k": b"1"}, "wide": {b"k": b"older"}}, sequence=4), 1)
-    store = backup.data.stores[0]
-    assert store.view().maps == {"wide": {b"k": b"newer"}, "two": {b"k": b"t"}, "m": {b"k": b"1"}}
+    store = backup.data.view(0)
+    assert store.maps == {"wide": {b"k": b"newer"}, "two": {b"k": b"t"}, "m": {b"k": b"1"}}
     assert (store.sequence, store.copy_index) == (5, 1)
 
 
@@ -232,9 +232,9 @@ def test_a_backup_that_never_acknowledges_what_nobody_waits_for_gets_a_sync() ->
     owner.handle(now + 1, Receive("c", None, None, put(1, "async-only")))
     assert not owner.data.settled(0)
     effects, now = run_ticks(owner, now + 1, now + 1 + config.backup_ack_timeout_ms + 200)
-    assert [chunk.partition_id for chunk in sent(effects, m.ReplicaSyncChunk)] == [0]
-    (sync,) = owner.data.outgoing_syncs[0].values()
-    ack = m.ReplicaSyncAck(sync.sync_id, 0, True, complete=True)
+    (chunk,) = of_syncs(sent(effects, m.TransferChunk))
+    assert chunk.partition_id == 0
+    ack = sync_ack(chunk.transfer_id, 0, True, complete=True)
     owner.handle(now + 1, Receive(A.address, A, B.uuid, ack))
     assert owner.data.settled(0)
 

@@ -21,7 +21,8 @@ from shardgrid.core.identity import MemberId
 from shardgrid.core.inputs import Receive, Start, StopSignalled, TimerFired
 from shardgrid.core.limits import MAX_OPERATIONS_PER_REQUEST
 from shardgrid.core.member import Member
-from shardgrid.core.member import data as data_module
+from shardgrid.core.member import client_requests as requests_module
+from shardgrid.core.member import owner_replication as owner_module
 from shardgrid.core.member.discovery import FoundingStance
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.metadata import ClusterState, MemberRecord, MetadataState
@@ -31,7 +32,20 @@ from shardgrid.core.raft.messages import InstallSnapshot
 from shardgrid.core.records import page_of
 from shardgrid.core.store import ITEM_OVERHEAD_BYTES, unpacked_lengths
 from shardgrid.core.table import PartitionTable
-from tests.wire import codes, map_reply, map_request, run_keys, run_values, values, write_run
+from tests.wire import (
+    codes,
+    map_reply,
+    map_request,
+    migration_chunk,
+    of_migrations,
+    of_syncs,
+    run_keys,
+    run_values,
+    sync_ack,
+    sync_chunk,
+    values,
+    write_run,
+)
 
 A = MemberId("aaaaaaaa-0000-4000-8000-000000000001", "127.0.0.1:5701")
 B = MemberId("bbbbbbbb-0000-4000-8000-000000000002", "127.0.0.1:5702")
@@ -110,7 +124,7 @@ def synced(
     ]
     for index, (name, keys, held_values) in enumerate(pieces):
         last = index == len(pieces) - 1
-        chunk = m.ReplicaSyncChunk(
+        chunk = sync_chunk(
             sync_id=sync_id,
             partition_id=pid,
             sequence=index,
@@ -123,7 +137,7 @@ def synced(
             map_version=sequence,
         )
         member.handle(now, Receive(owner.address, owner, member.identity.uuid, chunk))
-    assert member.data.stores[pid].sequence == sequence
+    assert member.data.sequence_of(pid) == sequence
 
 
 A_OWNS_B_BACKS = PartitionTable.from_lists([[A, B]] * 4, [1, 1, 1, 1])
@@ -500,7 +514,7 @@ def test_a_batch_spanning_partitions_answers_each_key_and_previous_values_on_req
     (third,) = replies(member.handle(now + 3, Receive("c", None, None, remove)))
     assert values(third) == (b"x", None)
     assert member.data.view(0).maps == {}
-    assert member.data.stores[0].sequence == 3  # two puts and a remove
+    assert member.data.sequence_of(0) == 3  # two puts and a remove
 
 
 def test_put_if_absent_writes_only_keys_without_a_value_and_backs_up_only_those() -> None:
@@ -520,7 +534,7 @@ def test_put_if_absent_writes_only_keys_without_a_value_and_backs_up_only_those(
     assert values(reply) == (b"v", None, b"y")  # what stays; the second k1 finds the first's value
     assert member.data.view(0).maps["m"][k0] == b"v"
     assert member.data.view(1).maps["m"][k1] == b"y"
-    assert member.data.stores[1].sequence == 1  # one write: the key named twice is written once
+    assert member.data.sequence_of(1) == 1  # one write: the key named twice is written once
 
     owner, now = following(B, B_OWNS_A_BACKS)
     now = grant_lease(owner, now)
@@ -568,7 +582,6 @@ def test_a_client_is_sent_to_the_owner_and_the_owner_answers_after_its_backup() 
 def test_a_table_reply_names_each_member_once_with_versions_and_backups_and_pages_large_tables(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from shardgrid.core.member import data as data_module
 
     member, now = following(B, PartitionTable.from_lists([[A, B], [B, A], [A], [B, A]], [3, 4, 5, 6]))
     (reply,) = replies(member.handle(now + 1, Receive("c", None, None, m.TableRequest())))
@@ -579,7 +592,7 @@ def test_a_table_reply_names_each_member_once_with_versions_and_backups_and_page
         versions=(3, 4, 5, 6),
         replicas=((0, 1), (1, 0), (0, -1), (1, 0)),
     )
-    monkeypatch.setattr(data_module, "MAX_TABLE_REPLY_PARTITIONS", 3)
+    monkeypatch.setattr(requests_module, "MAX_TABLE_REPLY_PARTITIONS", 3)
     (first,) = replies(member.handle(now + 2, Receive("c", None, None, m.TableRequest())))
     assert (first.first_partition, len(first.replicas), first.more) == (0, 3, True)
     (second,) = replies(member.handle(now + 3, Receive("c", None, None, m.TableRequest(3))))
@@ -606,7 +619,7 @@ def test_writes_waiting_for_backups_are_bounded_in_bytes_as_well_as_in_count() -
     (reply,) = replies(owner.handle(now + 2, Receive("c", None, None, again)))
     assert codes(reply) == (m.ReplyCode.OVERLOADED,)
     assert reply.retry_after_ms > 0
-    assert owner.data.pending_bytes == len(key_in(0)) + 900 + 2 * ITEM_OVERHEAD_BYTES
+    assert owner.data.owner.backlog()[1] == len(key_in(0)) + 900 + 2 * ITEM_OVERHEAD_BYTES
 
 
 def test_an_owner_tells_its_backups_where_it_stands_and_a_lagging_backup_asks_for_a_sync() -> None:
@@ -632,7 +645,7 @@ def test_an_owner_tells_its_backups_where_it_stands_and_a_lagging_backup_asks_fo
     synced(backup, 0, now, lineage="L")  # equal: nothing to do
     synced(backup, 1, now, lineage="L")  # behind
     synced(backup, 2, now, sequence=2, lineage="old")  # another lineage
-    assert 3 not in backup.data.stores  # no data at all
+    assert 3 not in backup.data.held_partitions()  # no data at all
     summary = m.ReplicaSummary((0, 1, 2, 3), ("L",) * 4, (0, 1, 2, 3))
     asked = sent(backup.handle(now + 1, Receive(A.address, A, B.uuid, summary)), m.ReplicaSyncRequest)
     # At most two per summary, each saying where the backup stands.
@@ -645,9 +658,8 @@ def test_an_owner_tells_its_backups_where_it_stands_and_a_lagging_backup_asks_fo
 def test_writes_waiting_for_a_backup_are_resent_in_batches_that_stay_under_a_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from shardgrid.core.member import data as data_module
 
-    monkeypatch.setattr(data_module, "MAX_BACKUP_BATCH_BYTES", 400)
+    monkeypatch.setattr(owner_module, "MAX_BACKUP_BATCH_BYTES", 400)
     owner, now = following(B, B_OWNS_A_BACKS)
     now = grant_lease(owner, now)
     for call_id in range(1, 5):  # four requests of 100-byte values to partition 0, none acknowledged
@@ -660,13 +672,12 @@ def test_writes_waiting_for_a_backup_are_resent_in_batches_that_stay_under_a_bou
 
 
 def test_an_answer_with_more_values_than_a_frame_holds_comes_in_parts(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shardgrid.core.member import data as data_module
 
     member, now = alone()
     for pid in range(4):
         put_one = map_request(call_id=pid, kind=m.PUT, map_name="m", keys=(key_in(pid),), values=(b"v" * 100,))
         member.handle(now + 1, Receive("c", None, None, put_one))
-    monkeypatch.setattr(data_module, "MAX_REPLY_VALUE_BYTES", 250)
+    monkeypatch.setattr(requests_module, "MAX_REPLY_VALUE_BYTES", 250)
     get = map_request(call_id=9, kind=m.GET, map_name="m", keys=tuple(key_in(p) for p in range(4)))
     parts = replies(member.handle(now + 2, Receive("c", None, None, get)))
     assert [(p.first_index, len(values(p)), p.more) for p in parts] == [(0, 2, True), (2, 2, False)]
@@ -716,7 +727,7 @@ def test_a_backup_applies_runs_in_sequence_order_whatever_order_they_arrive_in()
     )
     backup.handle(now + 3, Receive(A.address, A, B.uuid, m.BackupBatch((overlap,))))
     assert backup.data.view(0).maps == {"m": {b"b": b"2", b"c": b"3", b"d": b"4"}}
-    assert backup.data.stores[0].sequence == 5
+    assert backup.data.sequence_of(0) == 5
 
 
 def test_a_run_held_from_an_old_owner_is_never_applied_in_a_new_lineage() -> None:
@@ -735,9 +746,8 @@ def test_a_run_held_from_an_old_owner_is_never_applied_in_a_new_lineage() -> Non
 
     backup.handle(now + 2, Receive(A.address, A, B.uuid, snapshot(8, PartitionTable.from_lists([[B, C]] * 4, [2] * 4))))
     backup.data.sync_after_promotion([0])  # B is the owner now, in a lineage of its own
-    lineage = backup.data.stores[0].lineage
+    lineage = backup.data.view(0).lineage
     backup.handle(now + 3, Receive(A.address, A, B.uuid, snapshot(9, PartitionTable.from_lists([[C, B]] * 4, [3] * 4))))
-    backup.data.reorder[0] = {2: stale}  # even if it were still held, it is not applied
     first = write_run(
         partition_id=0, lineage=lineage, first_sequence=1, kind=m.PUT, map_name="m", keys=(b"k1",), values=(b"d1",)
     )
@@ -777,13 +787,13 @@ def test_a_malformed_run_changes_nothing_and_is_not_acknowledged(run: m.WriteRun
     effects = backup.handle(now + 1, Receive(A.address, A, B.uuid, m.BackupBatch((run,))))
     assert sent(effects, m.BackupAckBatch) == []
     assert backup.data.view(0).maps == {}
-    assert backup.data.stores[0].sequence == 0
+    assert backup.data.sequence_of(0) == 0
 
 
 def test_a_late_copy_of_an_old_replica_sync_does_not_roll_a_backup_back() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
     synced(backup, 0, now, maps={"m": {b"k": b"new"}}, sequence=5, lineage="L")
-    old = m.ReplicaSyncChunk(
+    old = sync_chunk(
         sync_id="a-s1",
         partition_id=0,
         sequence=0,
@@ -796,9 +806,9 @@ def test_a_late_copy_of_an_old_replica_sync_does_not_roll_a_backup_back() -> Non
         map_version=3,
     )
     effects = backup.handle(now + 1, Receive(A.address, A, B.uuid, old))
-    assert sent(effects, m.ReplicaSyncAck) == [m.ReplicaSyncAck("a-s1", -1, True, complete=True)]
+    assert of_syncs(sent(effects, m.TransferAck)) == [sync_ack("a-s1", -1, True, complete=True)]
     assert backup.data.view(0).maps == {"m": {b"k": b"new"}}
-    newer = m.ReplicaSyncChunk(
+    newer = sync_chunk(
         sync_id="a-s2",
         partition_id=0,
         sequence=0,
@@ -811,7 +821,7 @@ def test_a_late_copy_of_an_old_replica_sync_does_not_roll_a_backup_back() -> Non
         map_version=6,
     )
     backup.handle(now + 2, Receive(A.address, A, B.uuid, newer))
-    assert backup.data.stores[0].sequence == 6
+    assert backup.data.sequence_of(0) == 6
     assert backup.data.view(0).maps == {"m": {b"k": b"newer"}}
 
 
@@ -849,7 +859,7 @@ def test_a_destination_that_told_a_newer_leader_it_had_not_committed_refuses_tha
         version_before=1,
     )
     destination, _ = _destination_of(record)
-    chunk = m.MigrationChunk(
+    chunk = migration_chunk(
         record=record,
         sequence=0,
         map_name="m",
@@ -858,7 +868,7 @@ def test_a_destination_that_told_a_newer_leader_it_had_not_committed_refuses_tha
         replica_sequence=1,
         lineage="",
     )
-    assert sent(destination.handle(11, Receive(A.address, A, C.uuid, chunk)), m.MigrationChunkAck)[0].accepted
+    assert of_migrations(sent(destination.handle(11, Receive(A.address, A, C.uuid, chunk)), m.TransferAck))[0].accepted
     query = m.MigrationOutcomeQuery(record, 1)
     reply = sent(destination.handle(12, Receive(A.address, A, C.uuid, query)), m.MigrationOutcomeReply)
     assert reply == [m.MigrationOutcomeReply("m-1", False)]
@@ -883,7 +893,7 @@ def test_a_destination_takes_a_window_of_chunks_in_any_order_and_acknowledges_cu
     )
     destination, now = _destination_of(record)
     chunks = [
-        m.MigrationChunk(
+        migration_chunk(
             record=record,
             sequence=0,
             map_name="m",
@@ -892,7 +902,7 @@ def test_a_destination_takes_a_window_of_chunks_in_any_order_and_acknowledges_cu
             replica_sequence=9,
             lineage="L",
         ),
-        m.MigrationChunk(
+        migration_chunk(
             record=record,
             sequence=1,
             map_name="m",
@@ -901,7 +911,7 @@ def test_a_destination_takes_a_window_of_chunks_in_any_order_and_acknowledges_cu
             replica_sequence=9,
             lineage="L",
         ),
-        m.MigrationChunk(
+        migration_chunk(
             record=record,
             sequence=2,
             map_name="n",
@@ -914,12 +924,10 @@ def test_a_destination_takes_a_window_of_chunks_in_any_order_and_acknowledges_cu
     acks = []
     for chunk in (chunks[2], chunks[1], chunks[0], chunks[1]):  # a gap first, then a duplicate
         now += 1
-        acks += sent(destination.handle(now, Receive(A.address, A, C.uuid, chunk)), m.MigrationChunkAck)
+        acks += of_migrations(sent(destination.handle(now, Receive(A.address, A, C.uuid, chunk)), m.TransferAck))
     assert [a.sequence for a in acks] == [-1, -1, 2, 2]
-    staging = destination.migrations.incoming[0].staging
-    assert staging.complete
-    staged = {name: records.snapshot() for name, records in staging.maps.items()}
-    assert staged == {"m": {b"a": b"1", b"b": b"2", b"c": b"3"}, "n": {b"a": b"4"}}
+    assert destination.migrations.received_whole(0)
+    assert destination.migrations.staged(0).maps == {"m": {b"a": b"1", b"b": b"2", b"c": b"3"}, "n": {b"a": b"4"}}
 
 
 def test_early_chunks_are_held_only_from_the_owner_within_the_first_window_and_in_bytes() -> None:
@@ -940,7 +948,7 @@ def test_early_chunks_are_held_only_from_the_owner_within_the_first_window_and_i
     )
     destination, now = _destination_of(None)  # its start is not applied here yet
     for sequence in (-1, -20_000, 4, 99):
-        chunk = m.MigrationChunk(
+        chunk = migration_chunk(
             record=record,
             sequence=sequence,
             map_name="m",
@@ -950,7 +958,7 @@ def test_early_chunks_are_held_only_from_the_owner_within_the_first_window_and_i
             lineage="",
         )
         destination.handle(now, Receive(A.address, A, C.uuid, chunk))
-    from_not_owner = m.MigrationChunk(
+    from_not_owner = migration_chunk(
         record=record,
         sequence=0,
         map_name="m",
@@ -975,7 +983,7 @@ def test_early_chunks_are_held_only_from_the_owner_within_the_first_window_and_i
             ),
             version_before=1,
         )
-        big = m.MigrationChunk(
+        big = migration_chunk(
             record=other,
             sequence=0,
             map_name="m",
@@ -1012,7 +1020,7 @@ def test_a_chunk_whose_columns_differ_in_length_is_refused() -> None:
         version_before=1,
     )
     destination, now = _destination_of(record)
-    bad = m.MigrationChunk(
+    bad = migration_chunk(
         record=record,
         sequence=0,
         map_name="m",
@@ -1021,9 +1029,9 @@ def test_a_chunk_whose_columns_differ_in_length_is_refused() -> None:
         replica_sequence=9,
         lineage="L",
     )
-    (ack,) = sent(destination.handle(now, Receive(A.address, A, C.uuid, bad)), m.MigrationChunkAck)
+    (ack,) = of_migrations(sent(destination.handle(now, Receive(A.address, A, C.uuid, bad)), m.TransferAck))
     assert not ack.accepted
-    assert destination.migrations.incoming[0].staging.maps == {}
+    assert destination.migrations.staged(0).maps == {}
 
 
 # --- leaving and rejoining ---------------------------------------------------------------------------------
@@ -1116,7 +1124,7 @@ def test_a_request_whose_backup_batch_would_not_fit_a_frame_is_refused_whole() -
     (reply,) = replies(member.handle(now + 1, Receive("c", None, None, big)))
     assert codes(reply) == (m.ReplyCode.REJECTED,) * 5
     assert "at most" in reply.reason
-    assert all(not data.maps for data in member.data.stores.values())
+    assert all(not member.data.view(pid).maps for pid in member.data.held_partitions())
 
 
 _KEYS_OF_PARTITION = {
@@ -1198,7 +1206,7 @@ def test_a_scan_page_is_the_entries_from_its_offset_up_to_its_count_and_the_repl
         member.handle(now + 1, Receive("c", None, None, request))
     held = list(member.data.view(0).maps.get("m", {}).items())
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(data_module, "MAX_REPLY_VALUE_BYTES", bound)
+        patch.setattr(requests_module, "MAX_REPLY_VALUE_BYTES", bound)
         scan = m.ScanRequest(
             call_id=2, map_name="m", partition_id=0, offset=offset, max_entries=max_entries, keys_only=keys_only
         )
@@ -1225,7 +1233,7 @@ def test_a_scan_page_is_the_entries_from_its_offset_up_to_its_count_and_the_repl
         packed=True,
     )
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(data_module, "MAX_REPLY_VALUE_BYTES", bound)
+        patch.setattr(requests_module, "MAX_REPLY_VALUE_BYTES", bound)
         (packed,) = replies(member.handle(now + 3, Receive("c", None, None, packed_scan)))
     assert (packed.keys, packed.values, packed.total, packed.more) == ((), (), reply.total, reply.more)
     assert packed.packed_keys == b"".join(reply.keys)

@@ -32,7 +32,7 @@ from tests.core.test_member import (
     sent,
     synced,
 )
-from tests.wire import codes, map_request
+from tests.wire import codes, map_request, migration_chunk, of_migrations, of_syncs, sync_ack, sync_chunk
 
 
 def keys_in(pid: int, count: int) -> list[bytes]:
@@ -67,7 +67,7 @@ def test_a_backup_behind_gets_just_the_maps_changed_since_and_writes_to_the_othe
     owner.handle(now + 3, Receive("c", None, None, put(3, "b", second, b"w")))
 
     effects = owner.handle(now + 4, Receive(A.address, A, B.uuid, m.ReplicaSyncRequest(0, "", 2)))
-    (chunk,) = sent(effects, m.ReplicaSyncChunk)
+    (chunk,) = of_syncs(sent(effects, m.TransferChunk))
     assert (chunk.map_name, chunk.map_version, chunk.base_sequence, chunk.replica_sequence) == ("b", 3, 2, 3)
     assert page_items(chunk.records) == {first: b"v", second: b"w"}
     assert chunk.last
@@ -79,7 +79,7 @@ def test_a_backup_behind_gets_just_the_maps_changed_since_and_writes_to_the_othe
     assert [run.map_name for batch in sent(goes, m.BackupBatch) for run in batch.runs] == ["a"]
 
     # Done: the write it carried is acknowledged, and the later run goes to A at once.
-    done = m.ReplicaSyncAck(chunk.sync_id, 0, True, complete=True)
+    done = sync_ack(chunk.transfer_id, 0, True, complete=True)
     effects = owner.handle(now + 7, Receive(A.address, A, B.uuid, done))
     assert [r.call_id for r in replies(effects)] == [3]
     assert [run.first_sequence for batch in sent(effects, m.BackupBatch) for run in batch.runs] == [4]
@@ -104,19 +104,19 @@ def test_a_backup_whose_base_is_unknown_or_too_old_gets_the_whole_partition() ->
             map_request(call_id=4, kind=m.REMOVE, map_name="b", keys=(first,), values=()),
         ),
     )
-    assert owner.data.stores[0].versions_from == 4  # "b" was emptied: versions before 4 say too little
+    assert owner.data.view(0).versions_from == 4  # "b" was emptied: versions before 4 say too little
     for request in (m.ReplicaSyncRequest(0, "", 3), m.ReplicaSyncRequest(0, "other", 9), m.ReplicaSyncRequest(0)):
         effects = owner.handle(now + 5, Receive(A.address, A, B.uuid, request))
-        (chunk,) = sent(effects, m.ReplicaSyncChunk)
+        (chunk,) = of_syncs(sent(effects, m.TransferChunk))
         assert (chunk.base_sequence, chunk.map_name, chunk.versions_from) == (-1, "a", 4)
-        owner.handle(now + 5, Receive(A.address, A, B.uuid, m.ReplicaSyncAck(chunk.sync_id, 0, True, complete=True)))
+        owner.handle(now + 5, Receive(A.address, A, B.uuid, sync_ack(chunk.transfer_id, 0, True, complete=True)))
 
 
 def test_a_backup_refuses_a_sync_of_some_maps_it_does_not_hold_the_base_of_and_then_gets_everything() -> None:
     backup, now = following(B, A_OWNS_B_BACKS)
     synced(backup, 0, now, owner=A, maps={"a": {b"k": b"1"}, "b": {b"k": b"2"}}, sequence=5, lineage="L")
     # Based on sequence 6, which this backup does not hold: refused, nothing changes.
-    ahead = m.ReplicaSyncChunk(
+    ahead = sync_chunk(
         sync_id="s-1",
         partition_id=0,
         sequence=0,
@@ -128,11 +128,11 @@ def test_a_backup_refuses_a_sync_of_some_maps_it_does_not_hold_the_base_of_and_t
         base_sequence=6,
         map_version=8,
     )
-    (ack,) = sent(backup.handle(now + 1, Receive(A.address, A, B.uuid, ahead)), m.ReplicaSyncAck)
+    (ack,) = of_syncs(sent(backup.handle(now + 1, Receive(A.address, A, B.uuid, ahead)), m.TransferAck))
     assert not ack.accepted
     assert backup.data.view(0).maps == {"a": {b"k": b"1"}, "b": {b"k": b"2"}}
     # Based on 4: it holds 5, so every map not sent is already the owner's; "b" is replaced whole.
-    based = m.ReplicaSyncChunk(
+    based = sync_chunk(
         sync_id="s-2",
         partition_id=0,
         sequence=0,
@@ -144,10 +144,10 @@ def test_a_backup_refuses_a_sync_of_some_maps_it_does_not_hold_the_base_of_and_t
         base_sequence=4,
         map_version=7,
     )
-    (ack,) = sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, based)), m.ReplicaSyncAck)
+    (ack,) = of_syncs(sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, based)), m.TransferAck))
     assert (ack.accepted, ack.complete) == (True, True)
-    store = backup.data.stores[0]
-    assert store.view().maps == {"a": {b"k": b"1"}, "b": {b"j": b"3"}}
+    store = backup.data.view(0)
+    assert store.maps == {"a": {b"k": b"1"}, "b": {b"j": b"3"}}
     assert (store.sequence, store.versions["b"]) == (8, 7)
 
     # The owner's side: a refused sync of some maps becomes a sync of everything.
@@ -155,12 +155,12 @@ def test_a_backup_refuses_a_sync_of_some_maps_it_does_not_hold_the_base_of_and_t
     now = grant_lease(owner, now)
     acked_put(owner, now + 1, 1, "a", key_in(0))
     acked_put(owner, now + 2, 2, "b", key_in(0))
-    (partial,) = sent(
-        owner.handle(now + 3, Receive(A.address, A, B.uuid, m.ReplicaSyncRequest(0, "", 1))), m.ReplicaSyncChunk
+    (partial,) = of_syncs(
+        sent(owner.handle(now + 3, Receive(A.address, A, B.uuid, m.ReplicaSyncRequest(0, "", 1))), m.TransferChunk)
     )
     assert (partial.map_name, partial.base_sequence) == ("b", 1)
-    refused = m.ReplicaSyncAck(partial.sync_id, -1, False)
-    whole = sent(owner.handle(now + 4, Receive(A.address, A, B.uuid, refused)), m.ReplicaSyncChunk)
+    refused = sync_ack(partial.transfer_id, -1, False)
+    whole = of_syncs(sent(owner.handle(now + 4, Receive(A.address, A, B.uuid, refused)), m.TransferChunk))
     assert [(c.map_name, c.base_sequence) for c in whole] == [("a", -1), ("b", -1)]
 
 
@@ -172,7 +172,7 @@ def test_a_sync_goes_a_window_at_a_time_or_all_at_once_with_fragments_off() -> N
         for i, key in enumerate(keys_in(0, 10)):
             acked_put(owner, now + 1 + i, 1 + i, "a", key)
         effects = owner.handle(now + 20, Receive(A.address, A, B.uuid, m.ReplicaSyncRequest(0)))
-        chunks = sent(effects, m.ReplicaSyncChunk)
+        chunks = of_syncs(sent(effects, m.TransferChunk))
         assert [c.sequence for c in chunks] == list(range(expected))
         assert chunks[-1].last is not fragments
 
@@ -193,7 +193,7 @@ def test_a_migration_destination_keeps_each_maps_version_from_its_chunks() -> No
     )
     destination, now = _destination_of(record)
     chunks = [
-        m.MigrationChunk(
+        migration_chunk(
             record=record,
             sequence=0,
             map_name="a",
@@ -204,7 +204,7 @@ def test_a_migration_destination_keeps_each_maps_version_from_its_chunks() -> No
             map_version=4,
             versions_from=2,
         ),
-        m.MigrationChunk(
+        migration_chunk(
             record=record,
             sequence=1,
             map_name="b",
@@ -218,7 +218,7 @@ def test_a_migration_destination_keeps_each_maps_version_from_its_chunks() -> No
     ]
     for chunk in chunks:
         destination.handle(now + 1, Receive(A.address, A, C.uuid, chunk))
-    staged = destination.migrations.incoming[0].staging.data(0)
+    staged = destination.migrations.staged(0)
     assert (staged.versions, staged.versions_from, staged.sequence) == ({"a": 4, "b": 9}, 2, 9)
 
 
@@ -227,7 +227,7 @@ def test_a_backup_answers_a_resent_chunk_of_a_sync_it_finished_and_refuses_one_i
     and without an answer it would resend it forever (the partition never settling)."""
     backup, now = following(B, A_OWNS_B_BACKS)
     chunks = [
-        m.ReplicaSyncChunk(
+        sync_chunk(
             sync_id="s-1",
             partition_id=0,
             sequence=0,
@@ -239,7 +239,7 @@ def test_a_backup_answers_a_resent_chunk_of_a_sync_it_finished_and_refuses_one_i
             base_sequence=-1,
             map_version=6,
         ),
-        m.ReplicaSyncChunk(
+        sync_chunk(
             sync_id="s-1",
             partition_id=0,
             sequence=1,
@@ -255,9 +255,9 @@ def test_a_backup_answers_a_resent_chunk_of_a_sync_it_finished_and_refuses_one_i
     for chunk in chunks:
         backup.handle(now + 1, Receive(A.address, A, B.uuid, chunk))
     assert backup.data.view(0).maps == {"a": {b"k": b"1"}, "b": {b"k": b"2"}}
-    (ack,) = sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, chunks[1])), m.ReplicaSyncAck)
+    (ack,) = of_syncs(sent(backup.handle(now + 2, Receive(A.address, A, B.uuid, chunks[1])), m.TransferAck))
     assert (ack.accepted, ack.complete) == (True, True)
-    newer = m.ReplicaSyncChunk(
+    newer = sync_chunk(
         sync_id="s-2",
         partition_id=0,
         sequence=1,
@@ -269,20 +269,22 @@ def test_a_backup_answers_a_resent_chunk_of_a_sync_it_finished_and_refuses_one_i
         base_sequence=-1,
         map_version=9,
     )
-    (ack,) = sent(backup.handle(now + 3, Receive(A.address, A, B.uuid, newer)), m.ReplicaSyncAck)
+    (ack,) = of_syncs(sent(backup.handle(now + 3, Receive(A.address, A, B.uuid, newer)), m.TransferAck))
     assert not ack.accepted  # its first chunk never came: the owner starts over
-    assert backup.data.stores[0].sequence == 6
+    assert backup.data.sequence_of(0) == 6
 
 
 def test_an_owner_starts_a_refused_whole_sync_over_at_the_next_retry() -> None:
     owner, now = following(B, B_OWNS_A_BACKS)
     now = grant_lease(owner, now)
     acked_put(owner, now + 1, 1, "a", key_in(0))
-    (first,) = sent(owner.handle(now + 2, Receive(A.address, A, B.uuid, m.ReplicaSyncRequest(0))), m.ReplicaSyncChunk)
-    owner.handle(now + 3, Receive(A.address, A, B.uuid, m.ReplicaSyncAck(first.sync_id, -1, False)))
+    (first,) = of_syncs(
+        sent(owner.handle(now + 2, Receive(A.address, A, B.uuid, m.ReplicaSyncRequest(0))), m.TransferChunk)
+    )
+    owner.handle(now + 3, Receive(A.address, A, B.uuid, sync_ack(first.transfer_id, -1, False)))
     effects, _ = run_ticks(owner, now + 3, now + 3 + CONFIG.retry_interval_ms + CONFIG.tick_ms)
-    (again,) = [c for c in sent(effects, m.ReplicaSyncChunk) if c.partition_id == 0]
-    assert again.sync_id != first.sync_id
+    (again,) = [c for c in of_syncs(sent(effects, m.TransferChunk)) if c.partition_id == 0]
+    assert again.transfer_id != first.transfer_id
     assert again.sequence == 0
 
 
@@ -301,10 +303,10 @@ def test_a_backup_promoted_inside_a_snapshot_starts_a_new_lineage_and_syncs_its_
     backup, now = following(B, A_OWNS_B_BACKS)
     synced(backup, 0, now, maps={"m": {b"k": b"1"}}, sequence=5, lineage="L")
     effects = _snapshot_makes_b_owner(backup, now + 1)
-    store = backup.data.stores[0]
+    store = backup.data.view(0)
     assert store.lineage not in ("L", "")
-    assert (store.copy_index, store.view().maps, store.sequence) == (0, {"m": {b"k": b"1"}}, 5)
-    chunks = [chunk for chunk in sent(effects, m.ReplicaSyncChunk) if chunk.partition_id == 0]
+    assert (store.copy_index, store.maps, store.sequence) == (0, {"m": {b"k": b"1"}}, 5)
+    chunks = [chunk for chunk in of_syncs(sent(effects, m.TransferChunk)) if chunk.partition_id == 0]
     assert [(chunk.base_sequence, chunk.lineage) for chunk in chunks] == [(-1, store.lineage)]
 
 
@@ -312,7 +314,7 @@ def test_a_backup_promoted_in_the_middle_of_a_sync_drops_it() -> None:
     """Found by an outside tester: the old owner's half-taken sync stayed forever (the member was
     busy, so the cluster never counted as safe)."""
     backup, now = following(B, A_OWNS_B_BACKS)
-    first = m.ReplicaSyncChunk(
+    first = sync_chunk(
         sync_id="s-1",
         partition_id=0,
         sequence=0,
@@ -325,9 +327,9 @@ def test_a_backup_promoted_in_the_middle_of_a_sync_drops_it() -> None:
         map_version=6,
     )
     backup.handle(now + 1, Receive(A.address, A, B.uuid, first))
-    assert 0 in backup.data.incoming_syncs
+    assert backup.data.receiving(0)
     _snapshot_makes_b_owner(backup, now + 2)
-    assert backup.data.incoming_syncs == {}
+    assert not backup.data.receiving(0)
 
 
 def test_a_migration_chunk_of_records_that_name_no_map_is_refused() -> None:
@@ -346,7 +348,7 @@ def test_a_migration_chunk_of_records_that_name_no_map_is_refused() -> None:
         version_before=1,
     )
     destination, now = _destination_of(record)
-    bad = m.MigrationChunk(
+    bad = migration_chunk(
         record=record,
         sequence=0,
         map_name="",
@@ -355,9 +357,9 @@ def test_a_migration_chunk_of_records_that_name_no_map_is_refused() -> None:
         replica_sequence=9,
         lineage="L",
     )
-    (ack,) = sent(destination.handle(now + 1, Receive(A.address, A, C.uuid, bad)), m.MigrationChunkAck)
+    (ack,) = of_migrations(sent(destination.handle(now + 1, Receive(A.address, A, C.uuid, bad)), m.TransferAck))
     assert not ack.accepted
-    assert destination.migrations.incoming[0].staging.maps == {}
+    assert destination.migrations.staged(0).maps == {}
 
 
 def test_a_member_promoted_inside_a_snapshot_that_also_sends_a_migration_streams_the_new_lineage() -> None:
@@ -378,7 +380,7 @@ def test_a_member_promoted_inside_a_snapshot_that_also_sends_a_migration_streams
         version_before=1,
     )
     member, now = _destination_of(moving_in)
-    chunk = m.MigrationChunk(
+    chunk = migration_chunk(
         record=moving_in,
         sequence=0,
         map_name="m",
@@ -407,10 +409,10 @@ def test_a_member_promoted_inside_a_snapshot_that_also_sends_a_migration_streams
     state = MetadataState(4, records, table, migrations={0: moving_out})
     snapshot = Snapshot(30, 1, Membership.of([A], [B, C]), state)
     effects = member.handle(now + 3, Receive(A.address, A, C.uuid, InstallSnapshot(1, snapshot, now + 3)))
-    store = member.data.stores[0]
-    assert (store.copy_index, store.sequence, store.view().maps) == (0, 5, {"m": {b"k": b"v1"}})
+    store = member.data.view(0)
+    assert (store.copy_index, store.sequence, store.maps) == (0, 5, {"m": {b"k": b"v1"}})
     assert store.lineage not in ("L", "")
-    streamed = [c.lineage for c in sent(effects, m.MigrationChunk) if c.record.partition_id == 0]
+    streamed = [c.lineage for c in of_migrations(sent(effects, m.TransferChunk)) if c.partition_id == 0]
     assert set(streamed) <= {store.lineage}
 
 
@@ -434,18 +436,18 @@ def test_a_cache_map_emptied_under_its_sync_ends_that_sync_and_starts_another() 
     request = map_request(call_id=1, kind=m.PUT, map_name="cache", keys=tuple(keys), values=(b"v",) * 4)
     owner.handle(now + 1, Receive("c", None, None, request))
     owner.handle(now + 2, Receive(C.address, C, B.uuid, m.BackupAckBatch(((0, 4),))))
-    (first,) = sent(
-        owner.handle(now + 3, Receive(C.address, C, B.uuid, m.ReplicaSyncRequest(0, "", -1))), m.ReplicaSyncChunk
+    (first,) = of_syncs(
+        sent(owner.handle(now + 3, Receive(C.address, C, B.uuid, m.ReplicaSyncRequest(0, "", -1))), m.TransferChunk)
     )
     assert not first.last  # one record a chunk: the sync of the cache map is under way
     state = MetadataState(CONFIG.partition_count, (MemberRecord(A), MemberRecord(B), MemberRecord(C)), table)
     snapshot = InstallSnapshot(1, Snapshot(50, 1, Membership.of([A], [B, C]), state), now + 4)
     effects = owner.handle(now + 4, Receive(A.address, A, B.uuid, snapshot))
-    (fresh,) = sent(effects, m.ReplicaSyncChunk)
-    assert fresh.sync_id != first.sync_id
+    (fresh,) = of_syncs(sent(effects, m.TransferChunk))
+    assert fresh.transfer_id != first.transfer_id
     assert fresh.last  # the map is empty now: the new sync is one chunk
-    late = owner.handle(now + 5, Receive(C.address, C, B.uuid, m.ReplicaSyncAck(first.sync_id, 0, True)))
-    assert not sent(late, m.ReplicaSyncChunk)  # the old sync is over
+    late = owner.handle(now + 5, Receive(C.address, C, B.uuid, sync_ack(first.transfer_id, 0, True)))
+    assert not of_syncs(sent(late, m.TransferChunk))  # the old sync is over
     write = map_request(call_id=2, kind=m.PUT, map_name="cache", keys=(keys[0],), values=(b"w",))
     assert all(
         codes(reply) != (m.ReplyCode.MIGRATING,)

@@ -61,9 +61,8 @@ async def _cut_a_rebalancing_connection() -> None:
                     member = process.member
                     if member is None:
                         continue
-                    for outgoing in member.migrations.outgoing.values():
-                        window = list(outgoing.stream.outstanding()) if outgoing.stream is not None else []
-                        if outgoing.heard and window and outgoing.destination.address == addresses[3]:
+                    for sending in member.migrations.sending():
+                        if sending.heard and sending.chunks_in_flight and sending.destination.address == addresses[3]:
                             link = process._dialed.get(addresses[3])
                             if link is not None and link.stream is not None:
                                 link.stream.send = lambda message: 0  # type: ignore[method-assign]

@@ -50,8 +50,8 @@ def _sources_to(scenario: Scenario, joiner: str) -> list[Member]:
     return [
         member
         for member in scenario.sim.live_members()
-        for outgoing in member.migrations.outgoing.values()
-        if outgoing.heard and not outgoing.complete and outgoing.destination.address == joiner
+        for sending in member.migrations.sending()
+        if sending.heard and not sending.complete and sending.destination.address == joiner
     ]
 
 
@@ -89,7 +89,11 @@ def test_only_a_link_back_to_the_destination_resends_its_chunks() -> None:
 
     def chunks_after(peer: MemberId) -> list[Any]:
         effects = source.handle(now, LinkRestored(peer))
-        return [e for e in effects if isinstance(e, Send) and isinstance(e.message, m.MigrationChunk)]
+        return [
+            e
+            for e in effects
+            if isinstance(e, Send) and isinstance(e.message, m.TransferChunk) and e.message.kind is m.MIGRATION
+        ]
 
     assert chunks_after(stranger) == []
     assert chunks_after(source.identity) == []

@@ -31,9 +31,9 @@ def test_a_read_while_the_owner_streams_the_partition(stale_read_disabled: bool,
 
     def sending() -> tuple[Member, int] | None:
         for member in sim.live_members():
-            for pid, outgoing in member.migrations.outgoing.items():
-                if outgoing.sending and not outgoing.complete:
-                    return member, pid
+            for sending in member.migrations.sending():
+                if not sending.complete:
+                    return member, sending.partition_id
         return None
 
     scenario.run_until(lambda: sending() is not None, limit_ms=30_000)

@@ -19,7 +19,6 @@ from shardgrid.core.inputs import Receive
 from shardgrid.core.limits import MAX_REPLICA_COUNT
 from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.metadata import ClusterState
-from shardgrid.core.store import PartitionData
 from shardgrid.sim.schedule import load_schedule, parse_schedule
 from shardgrid.sim.vopr import Run, SimResult, params_of
 from shardgrid.sim.workload import ACKED, ASYNC_MAP_NAME
@@ -596,9 +595,13 @@ def test_backups_converge_after_their_messages_were_lost_with_no_user_action() -
             for address in sorted(run.sim.member_addresses()):
                 member = run.sim.nodes[address].member
                 table = member.consensus.state.table
-                for pid, data in sorted(member.data.stores.items()):
-                    if table is not None and member.identity in table.replicas[pid][1:] and data.sequence > 0:
-                        member.data.stores[pid] = PartitionData(lineage=data.lineage)
+                for pid in member.data.held_partitions():
+                    if (
+                        table is not None
+                        and member.identity in table.replicas[pid][1:]
+                        and member.data.sequence_of(pid)
+                    ):
+                        member.data.lose(pid)
                         corrupted.append((address, pid))
                         return
 

@@ -174,8 +174,9 @@ class LeaseGrant(Message, tag=27):
 
 
 # Codes 80 and 81 (a chunk of one object per entry, acknowledged one by one), 102 (a replica sync
-# chunk of one object per entry), and 88 and 126 (chunks of key and value columns without the
-# records' metadata) are retired.
+# chunk of one object per entry), 88 and 126 (chunks of key and value columns without the
+# records' metadata), and 136, 89, 137 and 103 (a migration's and a sync's chunks and
+# acknowledgements, each of its own kind; one transfer's now) are retired.
 
 
 class Column(Record):
@@ -218,13 +219,32 @@ class RecordColumns(Record, kw_only=True):
     metadata: PackedBytes = b""
 
 
-class MigrationChunk(Message, tag=136, kw_only=True):
-    """Data sender to destination: the next bounded piece of one map of the partition, its records
-    with their metadata, in order. Several are in flight at once (``migration_window_chunks``)."""
+class TransferKind(enum.StrEnum):
+    """What a transfer of a partition's maps is for (a str enum: it travels as its value)."""
 
-    record: MigrationRecord
+    MIGRATION = "migration"  # the partition moves (or is copied) to another member
+    SYNC = "sync"  # its owner brings a backup that lags up to date
+
+
+MIGRATION, SYNC = TransferKind.MIGRATION, TransferKind.SYNC
+
+
+class TransferChunk(Message, tag=141, kw_only=True):
+    """Sender to receiver: the next bounded piece of the maps a transfer moves (a migration's, from
+    the partition's owner to its destination, or a replica sync's, from the owner to a backup),
+    one map's records with their metadata, in order. Several are in flight at once
+    (``migration_window_chunks``), acknowledged cumulatively (``TransferAck``).
+
+    A migration's chunk carries its ``migration`` record. A sync's ``base_sequence`` is -1 when the
+    backup's copy is replaced whole; otherwise the backup holds the partition at ``base_sequence``
+    or later in ``lineage``, and the sync replaces just the maps changed since (each piece carries
+    its map's version): what it holds of the others is already the owner's."""
+
+    kind: TransferKind
+    transfer_id: Annotated[str, msgspec.Meta(max_length=256)]  # the migration's id, or the sync's
+    partition_id: PartitionId
     sequence: Counter
-    map_name: ChunkMapName  # "" in the one chunk of a partition that holds nothing
+    map_name: ChunkMapName  # "" in the one chunk of a transfer that moves no records
     records: RecordColumns
     last: bool
     replica_sequence: Counter
@@ -232,14 +252,21 @@ class MigrationChunk(Message, tag=136, kw_only=True):
     map_version: Counter = 0  # the replica version of ``map_name`` (seed 002: a fragment's own)
     versions_from: Counter = 0  # the partition's: maps emptied at or before it have no version
     writers: WriterRecords = ()  # in the last chunk: the writes the partition applied (write_records)
+    migration: MigrationRecord | None = None  # a migration's record (None for a sync)
+    base_sequence: AckedSequence = -1  # a sync's (see above); -1 for a migration
 
 
-class MigrationChunkAck(Message, tag=89):
-    """Cumulative: the destination holds every chunk up to ``sequence`` (-1: none yet)."""
+class TransferAck(Message, tag=142, kw_only=True):
+    """Receiver to sender, cumulative: it holds every chunk of the transfer up to ``sequence`` (-1:
+    none yet). Not accepted: it cannot take the transfer (``reason`` says why; a sync's backup may
+    not be a backup there, or no longer hold what the sync was based on). ``complete``: a sync's
+    backup holds the partition as of the sync (the owner is done with it)."""
 
-    migration_id: str
+    kind: TransferKind
+    transfer_id: Annotated[str, msgspec.Meta(max_length=256)]
     sequence: AckedSequence
     accepted: bool
+    complete: bool = False
     reason: str = ""
 
 
@@ -401,38 +428,6 @@ class BackupAckBatch(Message, tag=121):
     every write up to it is applied)."""
 
     acks: Annotated[tuple[tuple[PartitionId, Counter], ...], msgspec.Meta(max_length=MAX_PARTITION_COUNT)]
-
-
-class ReplicaSyncChunk(Message, tag=137, kw_only=True):
-    """Owner to backup: the next bounded piece of the maps a sync brings, as key and value
-    columns, in order, several in flight (``migration_window_chunks``). ``base_sequence`` -1:
-    the backup's copy is replaced whole. Otherwise the backup holds the partition at
-    ``base_sequence`` or later in ``lineage``, and the sync replaces just the maps changed since
-    (each piece carries its map's version); what it holds of the others is already the owner's."""
-
-    sync_id: str
-    partition_id: PartitionId
-    sequence: Counter
-    map_name: ChunkMapName  # "" in the one piece of a sync that brings no records
-    records: RecordColumns
-    last: bool
-    replica_sequence: Counter
-    lineage: str
-    base_sequence: AckedSequence
-    map_version: Counter = 0
-    versions_from: Counter = 0
-    writers: WriterRecords = ()  # in the last chunk: the writes the partition applied (write_records)
-
-
-class ReplicaSyncAck(Message, tag=103):
-    """Cumulative: the backup holds every piece up to ``sequence`` (-1: none yet). Not accepted:
-    it cannot take this sync (it is not a backup there, or no longer holds what the sync was
-    based on)."""
-
-    sync_id: str
-    sequence: AckedSequence
-    accepted: bool
-    complete: bool = False  # it holds the partition as of the sync: the owner is done with it
 
 
 class ReplicaSyncRequest(Message, tag=119):

@@ -160,6 +160,8 @@ class PartitionData:
             sequence=self.sequence,
             lineage=self.lineage,
             versions={name: self.version_of(name) for name in self.maps},
+            versions_from=self.versions_from,
+            copy_index=self.copy_index,
         )
 
 
@@ -173,6 +175,8 @@ class ReplicaView:
     sequence: int
     lineage: str
     versions: dict[str, int]
+    versions_from: int = 0  # maps emptied at or before it have no version (``PartitionData``)
+    copy_index: int = 0  # the replica slot whose maps the copy holds
 
     @property
     def maps(self) -> dict[str, dict[bytes, bytes]]:

@@ -1,23 +1,29 @@
-"""Moving some maps of a partition in bounded chunks: the sender's window, the receiver's staging.
+"""Moving some maps of a partition in bounded chunks: one sender and one receiver for migrations
+and replica syncs alike.
 
-Migrations and replica syncs move data the same way (seed 002's fragmented migration): map by
-map, each chunk carrying its map's replica version and a page of its records with their metadata,
-dumped straight from the engine (those maps take no writes until the transfer ends), with a
-window of chunks in flight and cumulative acknowledgements. Between two acknowledgements the
-member serves everything else. With fragments off, the whole transfer goes out at once, as
-Hazelcast does with them disabled.
+Both move data the same way (seed 002's fragmented migration), with the same messages
+(``TransferChunk``, ``TransferAck``): map by map, each chunk carrying its map's replica version
+and a page of its records with their metadata, dumped straight from the engine (those maps take
+no writes until the transfer ends), with a window of chunks in flight and cumulative
+acknowledgements. Between two acknowledgements the member serves everything else. With fragments
+off, the whole transfer goes out at once, as Hazelcast does with them disabled. What differs is
+what starts a transfer and what its end means: that is the migration participant's and the
+replica syncs' (``member/migration_participant.py``, ``member/replica_sync.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
-from shardgrid.core.messages import RecordColumns
-from shardgrid.core.records import MapRecords, page_count
+from shardgrid.core.config import MemberConfig
+from shardgrid.core.identity import MemberId
+from shardgrid.core.messages import TransferChunk, TransferKind
+from shardgrid.core.migration import MigrationRecord
+from shardgrid.core.records import MapRecords, chunk_problem, page_count
 from shardgrid.core.store import PartitionData, Piece, stream_pieces
-from shardgrid.core.write_records import WriterRecord
+from shardgrid.core.write_records import WriterRecord, WriterRecords, records_problem
 
 # With fragments off, a transfer is not windowed: every chunk is sent at once, up to this many
 # (a partition of more than this many chunks still moves, this many at a time).
@@ -104,40 +110,116 @@ class Throttle:
             self.tokens -= nbytes
 
 
-class Chunk(Protocol):
-    """What the receiver reads of a migration or sync chunk."""
+@dataclass(slots=True, kw_only=True)
+class OutgoingTransfer:
+    """The sender's side of one transfer: what every chunk says of it, the window of chunks in
+    flight, and when they last went. Its owner (a migration, a sync) decides when it starts and
+    what its end means."""
 
-    @property
-    def sequence(self) -> int: ...
-    @property
-    def map_name(self) -> str: ...
-    @property
-    def records(self) -> RecordColumns: ...
-    @property
-    def last(self) -> bool: ...
-    @property
-    def replica_sequence(self) -> int: ...
-    @property
-    def lineage(self) -> str: ...
-    @property
-    def map_version(self) -> int: ...
-    @property
-    def versions_from(self) -> int: ...
-    @property
-    def writers(self) -> tuple[WriterRecord, ...]: ...
+    kind: TransferKind
+    transfer_id: str
+    partition_id: int
+    target: MemberId
+    stream: SendWindow[TransferChunk]
+    replica_sequence: int
+    lineage: str
+    versions_from: int
+    migration: MigrationRecord | None = None
+    base_sequence: int = -1
+    last_sent_ms: int = 0
+    # The receiver acknowledged a chunk: it knows the transfer and keeps what comes within the
+    # window, so from then on only a lost connection loses a chunk (before, it may not have taken
+    # its start yet and drop them: those are resent every retry_interval_ms).
+    heard: bool = False
+
+    def chunk(self, index: int, piece: Piece, last: bool, writers: WriterRecords) -> TransferChunk:
+        map_name, version, page = piece
+        return TransferChunk(
+            kind=self.kind,
+            transfer_id=self.transfer_id,
+            partition_id=self.partition_id,
+            sequence=index,
+            map_name=map_name,
+            records=page,
+            last=last,
+            replica_sequence=self.replica_sequence,
+            lineage=self.lineage,
+            map_version=version,
+            versions_from=self.versions_from,
+            writers=writers,
+            migration=self.migration,
+            base_sequence=self.base_sequence,
+        )
+
+    def fill(
+        self,
+        config: MemberConfig,
+        now_ms: int,
+        writers: Callable[[], WriterRecords],
+        send: Callable[[MemberId, TransferChunk], None],
+        allow: Callable[[], bool] | None = None,
+        built: Callable[[TransferChunk], None] | None = None,
+    ) -> None:
+        """Send new chunks until the window is full (and while ``allow()`` lets another go); the
+        last carries the partition's ``writers()``. ``built`` sees each chunk (for counts).
+
+        Raises RuntimeError when a map changed under the stream (never expected: its writes wait).
+        """
+
+        def build(index: int, piece: Piece, last: bool) -> TransferChunk:
+            chunk = self.chunk(index, piece, last, writers() if last else ())
+            if built is not None:
+                built(chunk)
+            return chunk
+
+        limit = window_chunks(config.migration_window_chunks, config.migration_fragments_enabled)
+        chunks = self.stream.fill(limit, build, allow)
+        if chunks:
+            self.last_sent_ms = now_ms
+        for chunk in chunks:
+            send(self.target, chunk)
+
+    def resend(self, now_ms: int, send: Callable[[MemberId, TransferChunk], None]) -> int:
+        """Send the chunks in flight again; how many."""
+        self.last_sent_ms = now_ms
+        outstanding = self.stream.outstanding()
+        for chunk in outstanding:
+            send(self.target, chunk)
+        return len(outstanding)
+
+    def resend_due(self, now_ms: int, config: MemberConfig) -> bool:
+        """Whether the chunks in flight are owed again: unacknowledged past ``transfer_resend_ms``
+        once the receiver answered, past ``retry_interval_ms`` before."""
+        waits_ms = config.transfer_resend_ms if self.heard else config.retry_interval_ms
+        return now_ms - self.last_sent_ms >= waits_ms
+
+    def acknowledge(self, upto: int) -> tuple[bool, bool]:
+        """The receiver holds every chunk up to ``upto``: (whether that was progress, whether the
+        transfer is done)."""
+        self.heard = True
+        return self.stream.acknowledge(upto)
 
 
-C = TypeVar("C", bound=Chunk)
+def transfer_problem(chunk: TransferChunk) -> str:
+    """What makes a chunk from a peer unfit to stage ('' when nothing): its records, as the
+    engine takes them, and the writes it says the partition applied."""
+    if problem := chunk_problem(chunk.map_name, chunk.records):
+        return problem
+    if chunk.writers and (problem := records_problem(chunk.writers)):
+        return problem
+    if (chunk.kind is TransferKind.MIGRATION) != (chunk.migration is not None):
+        return "a migration's chunk names its migration, and only a migration's"
+    return ""
 
 
 @dataclass(slots=True, kw_only=True)
-class Staging(Generic[C]):
+class Staging:
     """The receiver's side: the maps taken so far, in order, and chunks held past a gap. A chunk
     is checked (``records.page_problem``) before it is given here: loading it cannot fail."""
 
     maps: dict[str, MapRecords] = field(default_factory=dict)
     versions: dict[str, int] = field(default_factory=dict)
-    early: dict[int, C] = field(default_factory=dict)  # after a gap, within the window
+    early: dict[int, TransferChunk] = field(default_factory=dict)  # after a gap, within the window
     next_index: int = 0
     complete: bool = False
     replica_sequence: int = 0
@@ -147,10 +229,10 @@ class Staging(Generic[C]):
     hash_seed: int = 0  # the member's (``PartitionData.hash_seed``)
     max_idle_ms: Mapping[str, int] = field(default_factory=dict)  # per map (``PartitionData.max_idle_ms``)
 
-    def receive(self, chunk: C, window: int) -> None:
+    def receive(self, chunk: TransferChunk, window: int) -> None:
         if not self.complete and self.next_index < chunk.sequence < self.next_index + window:
             self.early[chunk.sequence] = chunk
-        current: C | None = chunk
+        current: TransferChunk | None = chunk
         while current is not None and current.sequence == self.next_index and not self.complete:
             if page_count(current.records):
                 records = self.maps.get(current.map_name)

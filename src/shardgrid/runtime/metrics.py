@@ -155,8 +155,8 @@ class MemberMetrics:
 
     def on_sent(self, message: object, frame_bytes: int) -> None:
         kind = type(message)
-        if kind is m.MigrationChunk or kind is m.ReplicaSyncChunk:
-            label = "migration" if kind is m.MigrationChunk else "sync"
+        if kind is m.TransferChunk:
+            label = message.kind.value  # type: ignore[attr-defined]  # "migration" or "sync"
             self.entries_moved.labels(label).inc(page_count(message.records))  # type: ignore[attr-defined]
             self.bytes_moved.labels(label).inc(frame_bytes)
 

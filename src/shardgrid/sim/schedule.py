@@ -77,7 +77,24 @@ ACTIONS = (
     "wait-safe",
     "wait",
 )
-MESSAGE_TYPES: dict[str, type] = {cls.__name__: cls for cls in FRAME_TYPES}
+
+
+def _is(cls: type) -> Callable[[Any], bool]:
+    return lambda message: isinstance(message, cls)
+
+
+def _transfer(cls: type, kind: m.TransferKind) -> Callable[[Any], bool]:
+    return lambda message: isinstance(message, cls) and message.kind is kind
+
+
+# What a step may name a message by: each message type by its name, and a transfer's chunks and
+# acknowledgements by what they move (a migration's or a replica sync's).
+MESSAGE_TYPES: dict[str, Callable[[Any], bool]] = {cls.__name__: _is(cls) for cls in FRAME_TYPES} | {
+    "MigrationChunk": _transfer(m.TransferChunk, m.MIGRATION),
+    "MigrationChunkAck": _transfer(m.TransferAck, m.MIGRATION),
+    "ReplicaSyncChunk": _transfer(m.TransferChunk, m.SYNC),
+    "ReplicaSyncAck": _transfer(m.TransferAck, m.SYNC),
+}
 _RUN_FIELDS = {
     "seed",
     "members",
@@ -423,7 +440,7 @@ class ScheduleRunner:
         seen = [0]
 
         def hook(address: str, sender: str | None, message: Any) -> None:
-            if self.next_step != index or not isinstance(message, wanted):
+            if self.next_step != index or not wanted(message):
                 return
             context = Context(address, sender, message)
             if trigger.at is not None and self._resolve(trigger.at, context) != address:
@@ -511,10 +528,13 @@ class ScheduleRunner:
         raise ConfigError(f"unknown member reference {ref!r}")
 
     def _of_migration(self, role: str, context: Context) -> str | None:
-        record = getattr(context.message, "record", None)
+        message = context.message
+        record = getattr(message, "record", None) or getattr(message, "migration", None)
         leader = self.sim.leader()
         if record is None and leader is not None:
-            migration_id = getattr(context.message, "migration_id", None)
+            migration_id = getattr(message, "migration_id", None)
+            if isinstance(message, m.TransferAck) and message.kind is m.MIGRATION:
+                migration_id = message.transfer_id
             state = leader.consensus.state
             candidates = [*state.migrations.values(), *reversed(state.completed)]
             record = next((r for r in candidates if r.migration_id == migration_id), None)
@@ -640,7 +660,7 @@ class ScheduleRunner:
         def rule(source: str, target: str, message: Any) -> bool:
             if until_ms is not None and sim.now_ms >= until_ms:
                 return False
-            if types and not isinstance(message, types):
+            if types and not any(matches(message) for matches in types):
                 return False
             if sources is not None and source not in sources:
                 return False

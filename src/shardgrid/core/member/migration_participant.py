@@ -27,20 +27,20 @@ from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.member.data import DataPath
 from shardgrid.core.messages import (
-    MigrationChunk,
-    MigrationChunkAck,
+    MIGRATION,
     MigrationCommit,
     MigrationCommitAck,
     MigrationDataDone,
     MigrationOutcomeQuery,
     MigrationOutcomeReply,
     MigrationProgress,
+    TransferAck,
+    TransferChunk,
 )
 from shardgrid.core.migration import MigrationOutcome, MigrationRecord
-from shardgrid.core.records import chunk_problem, page_count
-from shardgrid.core.store import Piece, page_bytes
-from shardgrid.core.transfer import SendWindow, Staging, Throttle, window_chunks
-from shardgrid.core.write_records import records_problem
+from shardgrid.core.records import page_count
+from shardgrid.core.store import ReplicaView, page_bytes
+from shardgrid.core.transfer import OutgoingTransfer, SendWindow, Staging, Throttle, transfer_problem, window_chunks
 
 # Migration ids a destination refused to commit before it even applied their start; bounded.
 MAX_FENCED_IDS = 10_000
@@ -55,22 +55,24 @@ class Outgoing:
 
     record: MigrationRecord
     destination: MemberId
-    stream: SendWindow[MigrationChunk] | None = None  # opened once the partition's writes settled
-    replica_sequence: int = 0
-    lineage: str = ""
-    versions_from: int = 0
-    sending: bool = False  # the stream was opened and chunks are going out
-    # The destination acknowledged a chunk: it knows the migration and keeps what comes within the
-    # window, so from then on only a lost connection loses a chunk (before, it may not have applied
-    # the start yet and drops them: those are resent every retry_interval_ms).
-    heard: bool = False
+    transfer: OutgoingTransfer | None = None  # opened once the partition's writes settled
     complete: bool = False  # every chunk acknowledged, or the transfer failed
     success: bool = False
     reason: str = ""
-    last_sent_ms: int = 0
     last_progress_ms: int = 0
     last_report_ms: int = NEVER_MS
     last_progress_told_ms: int = 0  # when the leader last heard that this transfer goes on
+
+
+@dataclass(frozen=True, slots=True)
+class Sending:
+    """A read-only view of a migration this member streams (for status, tools and tests)."""
+
+    partition_id: int
+    destination: MemberId
+    heard: bool  # the destination acknowledged a chunk
+    complete: bool  # every chunk acknowledged, or the transfer failed
+    chunks_in_flight: int
 
 
 @dataclass(slots=True)
@@ -78,7 +80,7 @@ class Incoming:
     """This member is the destination: it stages the data until the outcome is in the log."""
 
     record: MigrationRecord
-    staging: Staging[MigrationChunk] = field(default_factory=Staging)
+    staging: Staging = field(default_factory=Staging)
     installed: bool = False  # committed here, awaiting the log's outcome
     fenced: bool = False  # told a newer leader it had not committed: never commits now
 
@@ -93,7 +95,7 @@ class MigrationParticipant:
         self.incoming: dict[int, Incoming] = {}
         self._fenced_ids: dict[str, int] = {}
         self._fence_term = 0
-        self._early: dict[str, tuple[MemberId, dict[int, MigrationChunk]]] = {}
+        self._early: dict[str, tuple[MemberId, dict[int, TransferChunk]]] = {}
         self._early_bytes = 0
         self.throttle = Throttle(ctx.config.max_migration_bytes_per_s, at_ms=ctx.now_ms)
         self._throttle_turn = 0
@@ -116,6 +118,31 @@ class MigrationParticipant:
     def partitions_involved(self) -> set[int]:
         return set(self.outgoing) | set(self.incoming)
 
+    def sending(self) -> list[Sending]:
+        """The migrations this member has begun to stream, by partition."""
+        return [
+            Sending(
+                partition_id=pid,
+                destination=outgoing.destination,
+                heard=outgoing.transfer.heard,
+                complete=outgoing.complete,
+                chunks_in_flight=len(outgoing.transfer.stream.window),
+            )
+            for pid, outgoing in sorted(self.outgoing.items())
+            if outgoing.transfer is not None
+        ]
+
+    def staged(self, pid: int) -> ReplicaView | None:
+        """What this member, a migration's destination, has staged of ``pid`` so far (None: it
+        receives no migration of it)."""
+        incoming = self.incoming.get(pid)
+        return incoming.staging.data(self.ctx.now_ms).view() if incoming is not None else None
+
+    def received_whole(self, pid: int) -> bool:
+        """Whether this member, a migration's destination, has every chunk of ``pid``'s."""
+        incoming = self.incoming.get(pid)
+        return incoming is not None and incoming.staging.complete
+
     # --- the log ---------------------------------------------------------------------------------
 
     def on_started(self, record: MigrationRecord) -> None:
@@ -129,7 +156,7 @@ class MigrationParticipant:
             return  # a CLEAR: the source drops its data when the outcome is applied
         if destination == self.ctx.identity:
             # A lost partition restarts empty.
-            staging: Staging[MigrationChunk] = Staging(
+            staging = Staging(
                 complete=owner is None, hash_seed=self.ctx.hash_seed, max_idle_ms=self.ctx.config.max_idle_ms
             )
             self.incoming[pid] = Incoming(record, staging)
@@ -143,7 +170,6 @@ class MigrationParticipant:
             self.outgoing[pid] = Outgoing(
                 record=record,
                 destination=destination,
-                last_sent_ms=now,
                 last_progress_ms=now,
                 last_progress_told_ms=now,
             )
@@ -196,7 +222,7 @@ class MigrationParticipant:
 
     def _start_sending(self, pid: int) -> None:
         outgoing = self.outgoing[pid]
-        if outgoing.sending or not self.data.settled(pid):
+        if outgoing.transfer is not None or not self.data.settled(pid):
             return  # the writes already sent to backups settle first: no backup may miss one
         data = self.data.store(pid)
         config = self.ctx.config
@@ -204,68 +230,60 @@ class MigrationParticipant:
         # A destination at a backup index gets only the maps that keep a copy there.
         index = outgoing.record.migration.destination_new_index
         names = [name for name in data.maps if index <= 0 or config.keeps_copy(name, index)]
-        outgoing.stream = SendWindow.open(data.pieces(names), config.max_chunk_entries, config.max_chunk_bytes)
-        outgoing.replica_sequence = data.sequence
-        outgoing.lineage = data.lineage
-        outgoing.versions_from = data.versions_from
-        outgoing.sending = True
+        outgoing.transfer = OutgoingTransfer(
+            kind=MIGRATION,
+            transfer_id=outgoing.record.migration_id,
+            partition_id=pid,
+            target=outgoing.destination,
+            stream=SendWindow.open(data.pieces(names), config.max_chunk_entries, config.max_chunk_bytes),
+            replica_sequence=data.sequence,
+            lineage=data.lineage,
+            versions_from=data.versions_from,
+            migration=outgoing.record,
+            last_sent_ms=self.ctx.now_ms,
+        )
         outgoing.last_progress_ms = self.ctx.now_ms
         self._fill_window(outgoing)
 
     def _fill_window(self, outgoing: Outgoing) -> None:
-        config = self.ctx.config
-        limit = window_chunks(config.migration_window_chunks, config.migration_fragments_enabled)
-        if outgoing.stream is None:
+        transfer = outgoing.transfer
+        if transfer is None:
             return
-
-        def build(index: int, piece: Piece, last: bool) -> MigrationChunk:
-            map_name, version, page = piece
-            size = page_bytes(page)
-            self.entries_sent += page_count(page)
-            self.bytes_sent += size
-            self.throttle.spend(size)
-            return MigrationChunk(
-                record=outgoing.record,
-                sequence=index,
-                map_name=map_name,
-                records=page,
-                last=last,
-                replica_sequence=outgoing.replica_sequence,
-                lineage=outgoing.lineage,
-                map_version=version,
-                versions_from=outgoing.versions_from,
-                writers=self.data.store(outgoing.record.partition_id).writes.snapshot(self.ctx.now_ms) if last else (),
-            )
-
         throttle = self.throttle
         now_ms = self.ctx.now_ms
+        data = self.data.store(transfer.partition_id)
+
+        def built(chunk: TransferChunk) -> None:
+            size = page_bytes(chunk.records)
+            self.entries_sent += page_count(chunk.records)
+            self.bytes_sent += size
+            throttle.spend(size)
 
         def allow() -> bool:
             return throttle.allows(now_ms)
 
         try:
-            chunks = outgoing.stream.fill(limit, build, allow if throttle.bytes_per_s else None)
+            transfer.fill(
+                self.ctx.config,
+                now_ms,
+                lambda: data.writes.snapshot(now_ms),
+                self.ctx.send,
+                allow if throttle.bytes_per_s else None,
+                built,
+            )
         except RuntimeError as error:  # the maps changed under the stream: never expected
             self._finish_sending(outgoing, False, f"the partition changed while it was sent: {error}")
-            return
-        if chunks:
-            outgoing.last_sent_ms = self.ctx.now_ms
-        for chunk in chunks:
-            self.ctx.send(outgoing.destination, chunk)
 
     def _resend_window(self, outgoing: Outgoing) -> None:
-        outgoing.last_sent_ms = self.ctx.now_ms
-        if outgoing.stream is not None:
-            for chunk in outgoing.stream.outstanding():
-                self.chunks_resent += 1
-                self.ctx.send(outgoing.destination, chunk)
+        if outgoing.transfer is not None:
+            self.chunks_resent += outgoing.transfer.resend(self.ctx.now_ms, self.ctx.send)
 
     def resend_to(self, peer: MemberId) -> None:
         """``peer``'s connection came back: the open windows of chunks to it go again now, and a
         finished transfer's report, when ``peer`` leads."""
         for pid in sorted(self.outgoing):
             outgoing = self.outgoing[pid]
-            if not outgoing.sending:
+            if outgoing.transfer is None:
                 continue
             if outgoing.complete:
                 if self.consensus.leader == peer:
@@ -273,17 +291,16 @@ class MigrationParticipant:
             elif outgoing.destination == peer:
                 self._resend_window(outgoing)
 
-    def on_chunk_ack(self, sender: MemberId, message: MigrationChunkAck) -> None:
-        outgoing = self._outgoing_by_id(message.migration_id)
+    def on_chunk_ack(self, sender: MemberId, message: TransferAck) -> None:
+        outgoing = self._outgoing_by_id(message.transfer_id)
         if outgoing is None or sender != outgoing.destination or outgoing.complete:
             return
         if not message.accepted:
             self._finish_sending(outgoing, False, message.reason or "the destination refused the data")
             return
-        if outgoing.stream is None:
+        if outgoing.transfer is None:
             return
-        outgoing.heard = True
-        progressed, finished = outgoing.stream.acknowledge(message.sequence)
+        progressed, finished = outgoing.transfer.acknowledge(message.sequence)
         if not progressed:
             return
         outgoing.last_progress_ms = self.ctx.now_ms
@@ -296,8 +313,8 @@ class MigrationParticipant:
         outgoing.complete = True
         outgoing.success = success
         outgoing.reason = reason
-        if outgoing.stream is not None:
-            outgoing.stream.close()
+        if outgoing.transfer is not None:
+            outgoing.transfer.stream.close()
         self._report(outgoing)
 
     def _report(self, outgoing: Outgoing) -> None:
@@ -312,36 +329,48 @@ class MigrationParticipant:
 
     # --- destination -------------------------------------------------------------------------------
 
-    def on_chunk(self, sender: MemberId, message: MigrationChunk) -> None:
-        pid = message.record.partition_id
+    def on_chunk(self, sender: MemberId, message: TransferChunk) -> None:
+        migration = message.migration
+        if migration is None or migration.migration_id != message.transfer_id:
+            return  # no member sends such: not taken
+        if migration.partition_id != message.partition_id:
+            return
+        pid = message.partition_id
         config = self.ctx.config
         window = window_chunks(config.migration_window_chunks, config.migration_fragments_enabled)
         incoming = self.incoming.get(pid)
-        if incoming is None or incoming.record.migration_id != message.record.migration_id:
-            self._hold_early(sender, message)
+        if incoming is None or incoming.record.migration_id != migration.migration_id:
+            self._hold_early(sender, message, migration)
             return
         table = self.consensus.state.table
         if table is None or table.owner(pid) != sender:
-            self.ctx.send(sender, MigrationChunkAck(message.record.migration_id, message.sequence, False, "not owner"))
+            self.ctx.send(sender, self._ack(message, False, "not owner"))
             return
-        if reason := chunk_problem(message.map_name, message.records):
-            self.ctx.send(sender, MigrationChunkAck(message.record.migration_id, message.sequence, False, reason))
-            return
-        if message.writers and (problem := records_problem(message.writers)):
-            self.ctx.send(sender, MigrationChunkAck(message.record.migration_id, message.sequence, False, problem))
+        if reason := transfer_problem(message):
+            self.ctx.send(sender, self._ack(message, False, reason))
             return
         incoming.staging.receive(message, window)
-        ack = MigrationChunkAck(message.record.migration_id, incoming.staging.held_through, True)
-        self.ctx.send(sender, ack)
+        self.ctx.send(
+            sender,
+            TransferAck(
+                kind=MIGRATION, transfer_id=message.transfer_id, sequence=incoming.staging.held_through, accepted=True
+            ),
+        )
 
-    def _hold_early(self, sender: MemberId, message: MigrationChunk) -> None:
+    @staticmethod
+    def _ack(message: TransferChunk, accepted: bool, reason: str) -> TransferAck:
+        return TransferAck(
+            kind=MIGRATION, transfer_id=message.transfer_id, sequence=message.sequence, accepted=accepted, reason=reason
+        )
+
+    def _hold_early(self, sender: MemberId, message: TransferChunk, migration: MigrationRecord) -> None:
         """A chunk of a migration whose start is not applied here yet: keep the first window of
         chunks for when it is (the sender would send them again, but only a retry interval
         later). Only from the partition's owner, only the first window, bounded in bytes."""
-        pid = message.record.partition_id
+        pid = message.partition_id
         table = self.consensus.state.table
         window = self.ctx.config.migration_window_chunks
-        if message.record.migration.destination != self.ctx.identity or not 0 <= message.sequence < window:
+        if migration.migration.destination != self.ctx.identity or not 0 <= message.sequence < window:
             return
         if table is None or not 0 <= pid < table.partition_count or table.owner(pid) != sender:
             return
@@ -355,11 +384,11 @@ class MigrationParticipant:
             return
         while self._early and (self._early_bytes + size > budget or len(self._early) > slots):
             self._drop_newest_early()  # older ones are nearer their start
-        held = self._early.get(message.record.migration_id)
+        held = self._early.get(migration.migration_id)
         if held is None:
             if len(self._early) >= slots:
                 self._drop_newest_early()
-            held = self._early[message.record.migration_id] = (sender, {})
+            held = self._early[migration.migration_id] = (sender, {})
         previous = held[1].get(message.sequence)
         if previous is not None:
             self._early_bytes -= self._chunk_bytes(previous)
@@ -371,10 +400,10 @@ class MigrationParticipant:
         self._early_bytes -= sum(self._chunk_bytes(chunk) for chunk in dropped.values())
 
     @staticmethod
-    def _chunk_bytes(chunk: MigrationChunk) -> int:
+    def _chunk_bytes(chunk: TransferChunk) -> int:
         return page_bytes(chunk.records)
 
-    def _take_early(self, migration_id: str) -> tuple[MemberId, dict[int, MigrationChunk]] | None:
+    def _take_early(self, migration_id: str) -> tuple[MemberId, dict[int, TransferChunk]] | None:
         held = self._early.pop(migration_id, None)
         if held is not None:
             self._early_bytes -= sum(self._chunk_bytes(chunk) for chunk in held[1].values())
@@ -426,7 +455,8 @@ class MigrationParticipant:
         config = self.ctx.config
         for pid in sorted(self.outgoing):
             outgoing = self.outgoing[pid]
-            if not outgoing.sending:
+            transfer = outgoing.transfer
+            if transfer is None:
                 self._start_sending(pid)
                 continue
             if outgoing.complete:
@@ -434,9 +464,7 @@ class MigrationParticipant:
                     self._report(outgoing)  # until the outcome is in the log (the leader may change)
             elif self.ctx.now_ms - outgoing.last_progress_ms > config.migration_timeout_ms:
                 self._finish_sending(outgoing, False, "the destination made no progress in time")
-            elif self.ctx.now_ms - outgoing.last_sent_ms >= (
-                config.transfer_resend_ms if outgoing.heard else config.retry_interval_ms
-            ):
+            elif transfer.resend_due(self.ctx.now_ms, config):
                 self._resend_window(outgoing)
             if (
                 not outgoing.complete
@@ -450,12 +478,12 @@ class MigrationParticipant:
         if self.throttle.bytes_per_s:
             # What the cap held back, as the bucket refills: each tick another migration goes
             # first, so that none starves past migration_timeout_ms behind the others.
-            waiting = [pid for pid in sorted(self.outgoing) if self.outgoing[pid].sending]
+            waiting = [pid for pid in sorted(self.outgoing) if self.outgoing[pid].transfer is not None]
             self._throttle_turn += 1
             for position in range(len(waiting)):
                 outgoing = self.outgoing.get(waiting[(self._throttle_turn + position) % len(waiting)])
-                if outgoing is not None and outgoing.sending and not outgoing.complete:
+                if outgoing is not None and outgoing.transfer is not None and not outgoing.complete:
                     self._fill_window(outgoing)
-                    if outgoing.stream is not None and not outgoing.stream.window:
+                    if not outgoing.transfer.stream.window:
                         # Nothing in flight: it waits for this member's cap, not for its destination.
                         outgoing.last_progress_ms = self.ctx.now_ms

@@ -106,7 +106,7 @@ class Member:
             ctx, self.consensus, self.leases, self._serves, self._unavailable, self._request_assignment
         )
         self.migrations = MigrationParticipant(ctx, self.consensus, self.data, self._to_leader)
-        self.data.migrations = self.migrations
+        self.data.wire(self.migrations)
         self.migration_leader = MigrationLeader(ctx, self.consensus, self._deliver_to_self)
         self.membership = MembershipLeader(ctx, self.consensus, self.leases, self.migration_leader)
         self.admin = Admin(
@@ -121,20 +121,18 @@ class Member:
         self._handlers: dict[type, Callable[[MemberId, Any], None]] = {
             m.LeaseRequest: self.leases.on_request,
             m.LeaseGrant: self.leases.on_grant,
-            m.MigrationChunk: self.migrations.on_chunk,
-            m.MigrationChunkAck: self.migrations.on_chunk_ack,
+            m.TransferChunk: self._on_transfer_chunk,
+            m.TransferAck: self._on_transfer_ack,
             m.MigrationCommit: self.migrations.on_commit,
             m.MigrationOutcomeQuery: self.migrations.on_outcome_query,
             m.MigrationDataDone: self.migration_leader.on_data_done,
             m.MigrationProgress: self.migration_leader.on_progress,
             m.MigrationCommitAck: self.migration_leader.on_commit_ack,
             m.MigrationOutcomeReply: self.migration_leader.on_outcome_reply,
-            m.BackupBatch: self.data.on_backup_batch,
-            m.ReplicaSummary: self.data.on_summary,
-            m.BackupAckBatch: self.data.on_backup_acks,
-            m.ReplicaSyncChunk: self.data.on_sync_chunk,
-            m.ReplicaSyncAck: self.data.on_sync_ack,
-            m.ReplicaSyncRequest: self.data.on_sync_request,
+            m.BackupBatch: self.data.backups.on_backup_batch,
+            m.ReplicaSummary: self.data.syncs.on_summary,
+            m.BackupAckBatch: self.data.owner.on_backup_acks,
+            m.ReplicaSyncRequest: self.data.syncs.on_sync_request,
             m.AssignmentRequest: lambda _sender, _message: self.migration_leader.request_assignment(),
             m.LeaderReply: self.admin.on_leader_reply,
         }
@@ -231,8 +229,8 @@ class Member:
             if is_leader
             else 0,
             migrations_finished=self._migrations_finished,
-            writes_awaiting_backups=data.pending_count,
-            syncs_in_flight=sum(len(syncs) for syncs in data.outgoing_syncs.values()) + len(data.incoming_syncs),
+            writes_awaiting_backups=data.owner.backlog()[0],
+            syncs_in_flight=data.syncs.in_flight(),
             leader_idle=leader_idle,
             quiet=quiet,
             unreachable_members=tuple(m.address for m in state.unreachable_members),
@@ -341,13 +339,26 @@ class Member:
         if handler is not None:
             handler(sender, message)
 
+    def _on_transfer_chunk(self, sender: MemberId, message: m.TransferChunk) -> None:
+        """A chunk of a migration goes to the migration participant, one of a sync to the syncs."""
+        if message.kind is m.MIGRATION:
+            self.migrations.on_chunk(sender, message)
+        else:
+            self.data.syncs.on_sync_chunk(sender, message)
+
+    def _on_transfer_ack(self, sender: MemberId, message: m.TransferAck) -> None:
+        if message.kind is m.MIGRATION:
+            self.migrations.on_chunk_ack(sender, message)
+        else:
+            self.data.syncs.on_sync_ack(sender, message)
+
     def _client_message(self, client: str, message: Any, sent_ms: int | None) -> None:
         if isinstance(message, m.MapRequest):
-            self.data.on_map_request(client, message, sent_ms)
+            self.data.requests.on_map_request(client, message, sent_ms)
         elif isinstance(message, m.ScanRequest):
-            self.data.on_scan_request(client, message)
+            self.data.requests.on_scan_request(client, message)
         elif isinstance(message, m.TableRequest):
-            self.data.on_table_request(client, message)
+            self.data.requests.on_table_request(client, message)
         elif isinstance(message, m.MemberStatusRequest):
             self.ctx.reply(client, self.status(message.call_id))
         elif self.joined:
