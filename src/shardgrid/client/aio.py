@@ -526,7 +526,9 @@ class AsyncClient:
                             ttls_ms,
                         )
                     )
-                answers = await asyncio.gather(*attempts)
+                # One owner (a single key's call, most often): awaited as it is, without the task
+                # and the loop turns a gather costs.
+                answers = [await attempts[0]] if len(attempts) == 1 else await asyncio.gather(*attempts)
             remaining = []
             decisions: list[Decision] = []
             reasons: list[str] = []
