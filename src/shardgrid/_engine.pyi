@@ -63,11 +63,14 @@ its metadata numbers)."""
 
 def pack(items: list[bytes] | tuple[bytes, ...]) -> tuple[bytes, bytes]:
     """``items`` as a packed column (the items end to end, their lengths): one call per column.
-    An item that is not ``bytes`` is a ``TypeError``; one over ``MAX_VALUE_BYTES`` a ``ColumnError``."""
+    An item that is not ``bytes`` is a ``TypeError``; one whose length does not fit the 32 bits
+    of a packed length a ``ColumnError``. (No value's bound: an answer's item may be larger, as an
+    entry view is a value and its metadata; what a member takes is checked where it takes it.)"""
 
 def split(data: bytes, lengths: bytes, present: bytes | None = None) -> list[bytes | None]:
     """A packed column's items; with ``present`` (a byte per item, 1 or 0) an item marked 0 is
-    None, and must be empty (the place the engine leaves for an absent entry)."""
+    None, and must be empty (the place the engine leaves for an absent entry). The lengths must
+    add up to the buffer; an item may be of any length they can say."""
 
 def check_column(data: bytes, lengths: bytes, *, max_items: int, max_item_bytes: int, what: str = "column") -> int:
     """Check a packed column whole (its lengths a whole number of 4-byte lengths adding up to the

@@ -9,6 +9,7 @@ from dataclasses import replace
 from shardgrid.client.entry_view import entry_view_of
 from shardgrid.core import messages as m
 from shardgrid.core.inputs import Receive
+from shardgrid.core.limits import MAX_VALUE_BYTES
 from shardgrid.core.table import PartitionTable
 from tests.core.test_expiry import keys_in_0
 from tests.core.test_member import CONFIG, A, B, following, grant_lease, replies, sent
@@ -117,6 +118,17 @@ def test_an_entry_view_carries_the_metadata_and_counts_no_read() -> None:
     assert (view.hits, view.version) == (2, 2)
     again = entry_view_of(values(ask(owner, now + 8, call(5, m.ENTRY_VIEW, [K])))[0], bytes)
     assert (again.hits, again.accessed_ms) == (2, now + 6)
+
+
+def test_an_entry_view_of_the_largest_value_is_answered() -> None:
+    # A view is its value and 48 bytes of metadata, so it is larger than any value the member
+    # holds: putting the reply together once refused it (and the member's handle raised).
+    owner, now = owner_alone()
+    largest = b"x" * MAX_VALUE_BYTES
+    assert codes(ask(owner, now, call(1, m.PUT, [K], [largest]))) == (m.ReplyCode.OK,)
+    reply = ask(owner, now + 1, call(2, m.ENTRY_VIEW, [K]))
+    assert codes(reply) == (m.ReplyCode.OK,)
+    assert entry_view_of(values(reply)[0], bytes).value == largest
 
 
 def test_conditional_requests_that_break_the_rules_are_refused_whole() -> None:

@@ -174,10 +174,10 @@ impl Packed {
         }
     }
 
-    /// Append an item. An item is at most `MAX_VALUE_BYTES` (the engine holds nothing longer), so
-    /// its length fits 32 bits.
+    /// Append an item. Its length must fit 32 bits: the engine holds nothing over
+    /// `MAX_VALUE_BYTES`, and callers that pack items of their own check them first.
     pub fn push(&mut self, item: &[u8]) {
-        let length = u32::try_from(item.len()).expect("an item the engine holds fits 32 bits");
+        let length = u32::try_from(item.len()).expect("a packed item's length fits 32 bits");
         self.data.extend_from_slice(item);
         self.lengths.extend_from_slice(&length.to_le_bytes());
     }

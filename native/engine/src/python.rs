@@ -413,6 +413,10 @@ fn ttl_of<'a>(ttl_ms: Option<&Bound<'_, PyAny>>, ttls_ms: Option<&'a [u8]>) -> P
     }
 }
 
+/// The largest item a packed column holds: its length is a 32-bit number. (An answer may hold
+/// more than a value: an entry view is a value and its metadata.)
+const MAX_PACKED_ITEM_BYTES: usize = u32::MAX as usize;
+
 /// `items` (a list or tuple of `bytes`) as a packed column: the items end to end, and their
 /// lengths. One call per column: the codec of a caller that holds separate items.
 #[pyfunction]
@@ -428,9 +432,9 @@ fn pack<'py>(py: Python<'py>, items: &Bound<'py, PyAny>) -> PyResult<(Bound<'py,
         let Ok(bytes) = item.cast_into::<PyBytes>() else {
             return Err(PyTypeError::new_err(format!("item {position} is not bytes")));
         };
-        if bytes.as_bytes().len() > MAX_VALUE_BYTES {
+        if bytes.as_bytes().len() > MAX_PACKED_ITEM_BYTES {
             return Err(ColumnError::new_err(format!(
-                "item {position} is {} bytes, more than the {MAX_VALUE_BYTES} allowed",
+                "item {position} is {} bytes, more than a packed length holds",
                 bytes.as_bytes().len()
             )));
         }
@@ -463,7 +467,7 @@ fn check_records(
 #[pyfunction]
 #[pyo3(signature = (data, lengths, present = None))]
 fn split<'py>(py: Python<'py>, data: &[u8], lengths: &[u8], present: Option<&[u8]>) -> PyResult<Bound<'py, PyList>> {
-    let column = Column::parse("column", data, lengths, usize::MAX, MAX_VALUE_BYTES)?;
+    let column = Column::parse("column", data, lengths, usize::MAX, MAX_PACKED_ITEM_BYTES)?;
     if let Some(mask) = present {
         if mask.len() != column.len() {
             return Err(ColumnError::new_err(format!(
