@@ -126,6 +126,20 @@ def _answered_values(reply: m.MapReply) -> list[bytes | None] | None:
         return None
 
 
+def _malformed(reply: m.MapReply, found: list[bytes | None] | None, keys: int, wants_values: bool) -> str:
+    """What makes an answer to ``keys`` keys one no member writes ("" when nothing does): every
+    key gets a code, and a key answered OK gets its value where the call asked for values."""
+    if found is None:
+        return "malformed columns"
+    if len(reply.codes) != keys:
+        return f"{len(reply.codes)} codes for {keys} keys"
+    if found and len(found) != keys:
+        return f"{len(found)} values for {keys} keys"
+    if wants_values and not found and m.ReplyCode.OK in reply.codes:
+        return "keys answered OK without their values"
+    return ""
+
+
 def _check_map_name(name: object) -> None:
     """A name the members' codec would refuse (closing the connection) is the caller's error, here:
     sent, it cost retries until the call's timeout (found by an outside tester)."""
@@ -503,6 +517,7 @@ class AsyncClient:
         count = len(keys)
         remaining = list(range(count))
         write_of = write_ids if write_ids is not None else [0] * count
+        wants_values = kind in m.READS or previous  # an OK then comes with its value (or None)
         while remaining:
             if answered is not None:
                 answers, answered = answered, None
@@ -546,28 +561,28 @@ class AsyncClient:
                 seen: set[m.ReplyCode] = set()
                 codes = reply.codes
                 found = _answered_values(reply)
-                if found is None:
-                    # Columns no member writes: the answer says nothing of these keys.
+                problem = _malformed(reply, found, len(batch), wants_values)
+                if problem:
+                    # An answer no member writes says nothing of these keys: not even those it
+                    # calls OK are done (a code short or one too many, and which key is which?).
                     remaining += batch
                     decisions.append(on_answer(self.call_settings, progress, m.ReplyCode.REJECTED, 0, now))
-                    reasons.append(f"a member answered call {reply.call_id} with malformed columns")
+                    said = f" ({reply.reason})" if reply.reason else ""
+                    reasons.append(f"a member answered call {reply.call_id} with {problem}{said}")
                     continue
-                has_values = len(found) == len(batch)
-                if len(codes) == len(batch) and codes.count(m.ReplyCode.OK) == len(batch):
+                has_values = bool(found)  # a value for every key, or (a write's answer) none
+                if codes.count(m.ReplyCode.OK) == len(batch):
                     if has_values:  # every key answered OK: no status to look at one by one
                         for index, value in zip(batch, found, strict=True):
                             results[index] = value
                     continue
-                for position, (index, status) in enumerate(zip(batch, codes, strict=False)):
+                for position, (index, status) in enumerate(zip(batch, codes, strict=True)):
                     if status == m.ReplyCode.OK:
                         if has_values:
                             results[index] = found[position]
                     else:
                         remaining.append(index)
                         seen.add(m.ReplyCode(status))
-                if len(codes) != len(batch):
-                    seen.add(m.ReplyCode.REJECTED)
-                    reasons.append(f"a member answered {len(codes)} keys of {len(batch)}")
                 for status in sorted(seen):
                     decisions.append(on_answer(self.call_settings, progress, status, reply.retry_after_ms, now))
                     if status in REASONED and reply.reason:

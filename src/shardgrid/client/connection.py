@@ -19,6 +19,7 @@ import msgspec
 
 from shardgrid.client.errors import AuthenticationError, ClusterUnavailableError
 from shardgrid.core import messages as m
+from shardgrid.core.limits import MAX_OPERATIONS_PER_REQUEST
 from shardgrid.core.session import NONCE_BYTES, PeerRole, Session, SessionSettings
 from shardgrid.runtime.stream import FrameStream
 
@@ -183,9 +184,13 @@ class MemberConnection:
             if entry is None:
                 return  # an answer to a call given up on
             future, parts = entry
+            if future.done():
+                return
             parts.append(message)
-            if not message.more and not future.done():
+            if not message.more:
                 future.set_result(_joined(parts))
+            elif len(parts) > MAX_OPERATIONS_PER_REQUEST:  # a member splits at most a part per key
+                future.set_result(_unjoinable(message.call_id, f"{len(parts)} parts and more to come"))
         elif kind is m.EventNotice:
             listener = self._listeners.get(message.call_id)
             if listener is not None:
@@ -241,10 +246,17 @@ class MemberConnection:
 
 
 def _joined(parts: list[m.MapReply]) -> m.MapReply:
-    """One reply out of the parts of a split one (each covers the keys from its first_index)."""
+    """One reply out of the parts of a split one (each covers the keys from its first_index).
+    Parts that do not cover the keys end to end, from the first, are no answer a member writes:
+    they join into one that answers no key (which the caller takes for a malformed answer)."""
+    parts.sort(key=lambda part: part.first_index)
+    start = 0
+    for part in parts:
+        if part.first_index != start or (part.more and not part.codes):
+            return _unjoinable(parts[0].call_id, f"a part from key {part.first_index} where key {start} was next")
+        start += len(part.codes)
     if len(parts) == 1:
         return parts[0]
-    parts.sort(key=lambda part: part.first_index)
     first = parts[0]
     codes = b"".join(part.codes for part in parts)
     values = m.Column(b"".join(part.values.data for part in parts), b"".join(part.values.lengths for part in parts))
@@ -257,3 +269,7 @@ def _joined(parts: list[m.MapReply]) -> m.MapReply:
         retry_after_ms=first.retry_after_ms,
         reason=first.reason,
     )
+
+
+def _unjoinable(call_id: int, problem: str) -> m.MapReply:
+    return m.MapReply(call_id=call_id, codes=b"", reason=f"an answer in parts that do not fit together: {problem}")
