@@ -16,7 +16,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardgrid._engine import check_column
 from shardgrid.core.errors import invariant
+from shardgrid.core.limits import MAX_KEY_BYTES, MAX_OPERATIONS_PER_REQUEST
 from shardgrid.core.messages import PUT, Column, WriteRun
 from shardgrid.core.records import EMPTY_PAGE, MapRecords, RecordPage
 from shardgrid.core.write_records import WriteRecords
@@ -91,8 +93,9 @@ class PartitionData:
 
     def apply_run(self, run: WriteRun, start: int, now_ms: int) -> None:
         """Apply the writes of ``run`` from position ``start`` on, at the time its owner applied
-        them, and advance the sequence to the run's last. The backup checked the run's shape; the
-        engine checks its columns whole, and raises ``ColumnError`` (nothing changed) for bad ones."""
+        them, and advance the sequence to the run's last. The backup checked the run's shape, and a
+        run cut at ``start`` whole; the engine checks the columns it takes, and raises
+        ``ColumnError`` (nothing changed) for bad ones."""
         keys = run.keys
         last = run.first_sequence + len(keys) + run.skipped - 1  # run.last_sequence, on the hot path
         if run.skipped:
@@ -123,6 +126,8 @@ class PartitionData:
         records = self.maps.get(map_name)
         if records is not None:
             records.remove(keys, run.written_ms)
+        else:  # nothing to remove, but a run the engine would refuse is refused all the same
+            check_column(keys.data, keys.lengths, max_items=MAX_OPERATIONS_PER_REQUEST, max_item_bytes=MAX_KEY_BYTES)
         self._record_writer(run, last, now_ms)
         self.sequence = last
         self.changed(map_name, last)

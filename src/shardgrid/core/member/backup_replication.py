@@ -97,6 +97,11 @@ class BackupReplication:
             if writes <= config.max_backup_reorder and size <= config.max_backup_reorder_bytes:
                 held[run.first_sequence] = run
             return
+        # Sent again, over what is held: checked whole, as a cut run's columns no longer show
+        # what was wrong with it (TTLs short of its keys, say), and one held already all the same
+        # (a malformed run is never acknowledged).
+        if not _well_formed(run):
+            raise ColumnError(f"the run from sequence {first} is malformed")
         if run.last_sequence > data.sequence:
             data.apply_run(run, data.sequence + 1 - run.first_sequence, self.ctx.now_ms)
         self.drain_early_runs(pid, data)
