@@ -267,9 +267,10 @@ def test_a_compare_and_set_whose_key_is_evicted_for_its_room_answers_what_it_was
         if put_to(owner, now, call_id, "store", 1, [one]) != (m.ReplyCode.OK,):
             break
         stored.append(one)
-    remove = map_request(call_id=300, kind=m.REMOVE, map_name="store", keys=tuple(stored[:1]))
+    # Room for the cache's map and one entry: what two of the store's entries held.
+    remove = map_request(call_id=300, kind=m.REMOVE, map_name="store", keys=tuple(stored[:2]))
     owner.handle(now, Receive("c", None, None, remove))
-    _, now = run_ticks(owner, now, now + CONFIG.tick_ms)  # counted again: room for one entry
+    _, now = run_ticks(owner, now, now + CONFIG.tick_ms)  # counted again
     assert put_to(owner, now, 301, "cache", 0, [key]) == (m.ReplyCode.OK,)
     assert owner.data.entries_evicted == 0
     swap = map_request(

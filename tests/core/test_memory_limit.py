@@ -5,17 +5,21 @@ applied: a refusal would make replicas at one sequence differ."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shardgrid.core import messages as m
-from shardgrid.core.config import MemberConfig
+from shardgrid.core.config import MapConfig, MemberConfig
 from shardgrid.core.errors import ConfigError
-from shardgrid.core.inputs import Receive
+from shardgrid.core.inputs import Receive, Start
+from shardgrid.core.member import Member
 from shardgrid.core.table import PartitionTable
-from tests.core.test_member import CONFIG, B, C, following, grant_lease, key_in, replies, run_ticks, synced
+from tests.core.test_member import CONFIG, A, B, C, following, grant_lease, key_in, replies, run_ticks, synced
 from tests.wire import codes, column, map_request, values, write_run
 
 # B owns every partition, with no backup: its answers come at once.
@@ -182,3 +186,59 @@ def test_writes_refused_overloaded_take_no_memory_allowance() -> None:
         ]
     assert answered.count(m.ReplyCode.OVERLOADED) == 11
     assert m.ReplyCode.MEMORY_FULL not in answered
+
+
+PARTITIONS = 64
+
+
+def _alone_with(limit_bytes: int, maps: tuple = ()) -> tuple[Member, int]:
+    """A member that leads a cluster of its own and owns all of its 64 partitions."""
+    config = replace(
+        CONFIG,
+        partition_count=PARTITIONS,
+        backup_count=0,
+        initial_cluster_size=1,
+        max_memory_bytes=limit_bytes,
+        maps=maps,
+    )
+    member = Member(A, config, (A.address,), random.Random(1))
+    member.handle(0, Start())
+    _, now = run_ticks(member, 0, 5_000)
+    return member, now
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    slack_bytes=st.integers(0, 60_000),
+    puts=st.lists(
+        st.tuples(
+            st.sampled_from(["m", "n" * 200, "lived"]),  # "lived": a map whose entries have a TTL
+            st.integers(1, 400),  # keys
+            st.integers(0, 40),  # a value's bytes
+            st.booleans(),  # a TTL given in the request
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_no_put_takes_an_owner_past_its_limit(slack_bytes: int, puts: list) -> None:
+    """A wider search over the class of the outside tester's finding: puts into new maps with long
+    names, keys spread over many partitions, with and without TTLs, against limits close to what
+    they need. After each, the engine's own count is within max_memory_bytes."""
+    limit = 30_000 + slack_bytes
+    owner, now = _alone_with(limit, maps=(("lived", MapConfig(time_to_live_seconds=60)),))
+    for call_id, (name, count, value_bytes, ttl) in enumerate(puts, start=1):
+        keys = tuple(b"%d-%d" % (call_id, n) for n in range(count))
+        request = map_request(
+            call_id=call_id,
+            kind=m.PUT,
+            map_name=name,
+            keys=keys,
+            values=(b"v" * value_bytes,) * count,
+            ttl_ms=60_000 if ttl else -1,
+        )
+        now += 1
+        (reply,) = replies(owner.handle(now, Receive("c", None, None, request)))
+        assert set(codes(reply)) <= {m.ReplyCode.OK, m.ReplyCode.MEMORY_FULL}
+        _, now = run_ticks(owner, now, now + CONFIG.tick_ms)  # the engine's exact count
+        assert owner.data.memory_bytes <= limit, (call_id, owner.data.memory_bytes - limit)

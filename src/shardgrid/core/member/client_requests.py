@@ -39,7 +39,7 @@ from shardgrid.core.member.replica_sync import ReplicaSyncs
 from shardgrid.core.member.replication import PendingCall
 from shardgrid.core.member.request_parts import Part, request_parts
 from shardgrid.core.member.routes import Route, Routes
-from shardgrid.core.member.upkeep import RECORD_GROWTH_BYTES
+from shardgrid.core.member.upkeep import put_growth_bytes
 from shardgrid.core.messages import (
     EMPTY_COLUMN,
     ENTRY_VIEW,
@@ -169,31 +169,36 @@ class ClientRequests:
             if refused is ReplyCode.REJECTED:
                 call.reason = f"the cluster is {self.consensus.state.cluster_state.value}: it takes no writes"
         else:
-            scope = self._scope(call, message, sent_ms)
+            scope = self._scope(call, message, sent_ms, len(parts))
             for part in parts:
                 self._execute(scope, part)
             self.owner.send_outbox()
         if call.open_writes == 0:
             self.reply(call)
 
-    def _scope(self, call: PendingCall, message: MapRequest, sent_ms: int | None) -> Scope:
+    def _scope(self, call: PendingCall, message: MapRequest, sent_ms: int | None, partitions: int) -> Scope:
+        """``partitions``: how many the request's keys are in."""
         config = self.ctx.config
         map_config = config.map_config(message.map_name)
         kind = message.kind
         writes = kind not in READS
         fits_whole = False
+        ttl_ms = message.ttl_ms if message.ttl_ms >= 0 else map_config.time_to_live_ms
         if writes and not (map_config.bounded and not map_config.evicts):
-            # As ``Upkeep.room_for`` counts each partition's put: every key new, its size counted.
+            # As ``Upkeep.room_for`` counts each partition's put: every key new, its size counted,
+            # and the map opened in each of the request's partitions.
             keys, values = message.keys, message.values
             size = counted_bytes(len(keys.data) + len(values.data), len(keys) + len(values))
-            fits_whole = self.upkeep.fits(len(keys) * RECORD_GROWTH_BYTES + size)
+            expires = bool(message.ttls_ms) or ttl_ms > 0
+            growth = put_growth_bytes(len(keys), size, expires=expires, new_maps=partitions, map_name=message.map_name)
+            fits_whole = self.upkeep.fits(growth)
         return Scope(
             call=call,
             message=message,
             serving=self.leases.holds() and self.migrations is not None,
             expires_ms=self._record_expiry(message, sent_ms),
             expected=message.expected.items() if kind == REPLACE_IF_SAME else [],
-            ttl_ms=message.ttl_ms if message.ttl_ms >= 0 else map_config.time_to_live_ms,
+            ttl_ms=ttl_ms,
             stand_in_map=message.map_name in config.serving_maps,
             evicts_over_size=map_config.evicts and map_config.bounded,
             fits_whole=fits_whole,
@@ -327,7 +332,7 @@ class ClientRequests:
         if (
             kind is PUT
             and not (scope.fits_whole and message.kind is PUT)
-            and not self._make_room(call, message, pid, data, slots, unit, run_keys, run_values, size)
+            and not self._make_room(call, message, pid, data, slots, unit, run_keys, run_values, size, bool(ttls_ms))
         ):
             return
         first = data.sequence + 1
@@ -400,7 +405,10 @@ class ClientRequests:
             if chosen and message.kind == SET_TTL and self._renewal_too_large(call, message, unit, size):
                 return
         if indexes:
-            if kind == PUT and not self._make_room(call, message, pid, data, None, unit, run_keys, run_values, size):
+            expires = bool(ttls_ms)
+            if kind == PUT and not self._make_room(
+                call, message, pid, data, None, unit, run_keys, run_values, size, expires
+            ):
                 return
             answered = None if message.kind in CONDITIONAL else out
             self.upkeep.changed(
@@ -789,11 +797,13 @@ class ClientRequests:
         run_keys: Column,
         run_values: Column,
         size: int,
+        expires: bool,
     ) -> bool:
-        """Whether a put of ``run_keys`` may go ahead (``Upkeep.room_for``, which may evict for
-        it); refused MEMORY_FULL otherwise, nothing applied."""
+        """Whether a put of ``run_keys`` (``expires``: with a time to live) may go ahead
+        (``Upkeep.room_for``, which may evict for it); refused MEMORY_FULL otherwise, nothing
+        applied."""
         renewal = message.kind == SET_TTL
-        reason = self.upkeep.room_for(pid, data, message.map_name, slots, run_keys, run_values, size, renewal)
+        reason = self.upkeep.room_for(pid, data, message.map_name, slots, run_keys, run_values, size, renewal, expires)
         if reason:
             self._refuse_memory_full(call, message, data, unit, reason)
             return False

@@ -15,7 +15,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from shardgrid._engine import EXPIRY_BYTES, INDEX_BYTES, RECORD_BYTES
+from shardgrid._engine import EXPIRY_BYTES, INDEX_BYTES, MAP_BYTES, RECORD_BYTES
 from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_COUNTER, MAX_ENTRIES_PER_CHUNK, MAX_OPERATIONS_PER_REQUEST
 from shardgrid.core.member.consensus import Consensus
@@ -27,6 +27,21 @@ from shardgrid.core.store import PartitionData
 # index, the heap block's header and rounding): how much a write is taken to add to the memory
 # count until the next tick counts it exactly.
 RECORD_GROWTH_BYTES = RECORD_BYTES + INDEX_BYTES + 16
+# And what a map opened in a partition costs beyond its name's bytes: its table, and its name's
+# heap block header and rounding (a block is at least 32 bytes).
+MAP_GROWTH_BYTES = MAP_BYTES + 32
+
+
+def put_growth_bytes(keys: int, size: int, *, expires: bool, new_maps: int, map_name: str) -> int:
+    """At most what a put of ``keys`` keys (``size`` bytes of them and their values, counted as
+    ``counted_bytes`` does) adds to the engine's count: every key a new record, with its place in
+    the expiry order when it ``expires``, and ``new_maps`` maps opened (found by an outside
+    tester: a put_all into a new map with a long name, its keys each in a partition of its own,
+    took a member to 4.6 times its max_memory_bytes, as neither the maps nor the expiry counted)."""
+    per_key = RECORD_GROWTH_BYTES + (EXPIRY_BYTES if expires else 0)
+    return keys * per_key + size + new_maps * (MAP_GROWTH_BYTES + len(map_name.encode()))
+
+
 # The owner's active expiry: entries it removes a tick at most, and in one run of writes (a run of
 # expired keys stays far below a backup batch: keys are at most 64 KiB).
 MAX_EXPIRED_PER_TICK = 2_000
@@ -152,9 +167,11 @@ class Upkeep:
         run_values: Column,
         size: int,
         renewal: bool,
+        expires: bool,
     ) -> str:
         """Why a put of ``run_keys`` (``size`` bytes of keys and values, counted; ``renewal``: a
-        set_ttl writing the values held again) may not go ahead ('' when it may): past its map's
+        set_ttl writing the values held again; ``expires``: its entries have a time to live) may
+        not go ahead ('' when it may): past its map's
         sizes or its member's max_memory_bytes, after evicting what the maps' policies let go
         (applied, and replicated, before the put, in the partition's sequence). A map that evicts
         is brought back within its own sizes after the put instead (``evict_over_size``), so
@@ -169,7 +186,11 @@ class Upkeep:
         if not limit:
             return ""
         # At most: every key new; a set_ttl writes the values held again, adding their expiry's place.
-        growth = len(run_keys) * (EXPIRY_BYTES if renewal else RECORD_GROWTH_BYTES) + (0 if renewal else size)
+        if renewal:
+            growth = len(run_keys) * EXPIRY_BYTES
+        else:
+            opens = 0 if data.maps.get(map_name) is not None else 1
+            growth = put_growth_bytes(len(run_keys), size, expires=expires, new_maps=opens, map_name=map_name)
         if self.held_bytes() + growth > limit:
             self._evict_for_memory(pid, data, map_name, slots, self.held_bytes() + growth - limit)
         if self.held_bytes() + growth > limit:
