@@ -37,4 +37,6 @@ def test_a_missed_target_exits_1_naming_it(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(bench_engine, "TARGETS", impossible)
     done = CliRunner().invoke(cli, ["bench", "engine"])
     assert done.exit_code == 1
-    assert "targets missed: codec_get_speedup" in done.stderr
+    # Other targets may be missed too (speed depends on the machine's load; memory is at 200 of 180).
+    missed_line = next(line for line in done.stderr.splitlines() if line.startswith("targets missed: "))
+    assert "codec_get_speedup" in missed_line.removeprefix("targets missed: ").split(", ")

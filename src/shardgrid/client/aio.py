@@ -910,15 +910,31 @@ class AsyncClient:
     # --- the cluster's state ---------------------------------------------------------------------
 
     async def member_status(self, address: str | None = None) -> m.MemberStatus:
-        """One member's own view (``address``, or any member)."""
-        connection = await self._connection_to(address or None)
+        """One member's own view (``address``, or any member). Any member: each candidate in turn
+        until one answers within the attempt timeout, a silent one asked last from then on (a
+        stopped member's open connection answered nothing, and the status call failed though
+        every other member would have answered)."""
+        if address:
+            return await self._status_of(await self._connection(address))
+        errors: list[str] = []
+        for candidate in self._candidates():
+            try:
+                return await self._status_of(await self._connection(candidate))
+            except ClusterUnavailableError as error:
+                errors.append(str(error))
+        raise ClusterUnavailableError("no member answered a status request: " + "; ".join(errors[:5]))
+
+    async def _status_of(self, connection: MemberConnection) -> m.MemberStatus:
         try:
             async with asyncio.timeout(self.attempt_timeout_ms / 1000):
-                return await connection.call(m.MemberStatusRequest(connection.new_call_id()))
+                status = await connection.call(m.MemberStatusRequest(connection.new_call_id()))
         except ConnectionLost as error:
             raise ClusterUnavailableError(f"{connection.address}: {error}") from None
         except TimeoutError:
+            self._heard(connection.address, answered=False)
             raise ClusterUnavailableError(f"{connection.address}: no status within the attempt timeout") from None
+        self._heard(connection.address, answered=True)
+        return status
 
     async def cluster_status(self) -> ClusterStatus:
         """Every member's view, asked at once: the member list comes from the leader's applied log
