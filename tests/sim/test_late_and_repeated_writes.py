@@ -17,7 +17,7 @@ import pytest
 from shardgrid.sim.schedule import parse_schedule
 from shardgrid.sim.vopr import Run, params_of
 
-SEEDS = int(os.environ.get("SHARDGRID_LATE_WRITE_SEEDS", "40"))
+SEEDS = int(os.environ.get("SHARDGRID_LATE_WRITE_SEEDS", "25"))
 
 
 def schedule_for(seed: int) -> dict:
@@ -64,7 +64,7 @@ def test_no_write_lands_late_or_twice_over_a_newer_one(seed: int) -> None:
     assert result.passed, f"seed {seed}: {result.problems[:3]}; faults {result.faults_injected}"
 
 
-OWNER_CUT_SEEDS = int(os.environ.get("SHARDGRID_OWNER_CUT_SEEDS", "40"))
+OWNER_CUT_SEEDS = int(os.environ.get("SHARDGRID_OWNER_CUT_SEEDS", "25"))
 
 
 def owner_cut_schedule_for(seed: int) -> dict:
@@ -99,7 +99,7 @@ def owner_cut_schedule_for(seed: int) -> dict:
     return {"run": run, "step": steps}
 
 
-@pytest.mark.parametrize("seed", range(1, OWNER_CUT_SEEDS + 1))
+@pytest.mark.parametrize("seed", sorted({*range(1, OWNER_CUT_SEEDS + 1), 37}))  # 37: the seed that found it
 def test_a_retry_while_the_first_attempt_waits_for_a_cut_off_backup_is_never_acknowledged_early(seed: int) -> None:
     """Found by an outside tester in network namespaces: a retry of a put that asked for no
     previous value was answered OK while its first attempt still waited for the backup (cut off),
