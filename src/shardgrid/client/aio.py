@@ -12,10 +12,10 @@ import asyncio
 import contextlib
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from shardgrid._engine import ColumnError
 from shardgrid.client.connection import ConnectionLost, MemberConnection
@@ -70,6 +70,8 @@ LISTENER_CHECK_S = 0.5  # how often a listener checks that its connection still 
 SHUTDOWN_CONFIRM_MS = 10_000  # how long a cluster shutting down may take to stop answering
 MAX_SILENT_MEMBERS = 1_000  # addresses remembered as silent (members and seeds are fewer)
 SCAN_PARALLEL_PARTITIONS = 16  # partitions a whole-map read has in flight at once
+
+T = TypeVar("T")
 
 
 class _NotSent:
@@ -293,13 +295,21 @@ class AsyncClient:
             del self._silent[next(iter(self._silent))]
 
     async def _any_connection(self) -> MemberConnection:
+        async def connected(connection: MemberConnection) -> MemberConnection:
+            return connection
+
+        return await self._from_any(connected, "no member could be reached")
+
+    async def _from_any(self, ask: Callable[[MemberConnection], Awaitable[T]], failure: str) -> T:
+        """``ask``'s answer from the first candidate that is reached and answers (``ask`` raises
+        ClusterUnavailableError for one that does not)."""
         errors = []
         for address in self._candidates():
             try:
-                return await self._connection(address)
+                return await ask(await self._connection(address))
             except ClusterUnavailableError as error:
                 errors.append(str(error))
-        raise ClusterUnavailableError("no member could be reached: " + "; ".join(errors[:5]))
+        raise ClusterUnavailableError(f"{failure}: " + "; ".join(errors[:5]))
 
     # --- the table ---------------------------------------------------------------------------------
 
@@ -916,13 +926,7 @@ class AsyncClient:
         every other member would have answered)."""
         if address:
             return await self._status_of(await self._connection(address))
-        errors: list[str] = []
-        for candidate in self._candidates():
-            try:
-                return await self._status_of(await self._connection(candidate))
-            except ClusterUnavailableError as error:
-                errors.append(str(error))
-        raise ClusterUnavailableError("no member answered a status request: " + "; ".join(errors[:5]))
+        return await self._from_any(self._status_of, "no member answered a status request")
 
     async def _status_of(self, connection: MemberConnection) -> m.MemberStatus:
         try:

@@ -187,10 +187,10 @@ class ClientRequests:
         if writes and not (map_config.bounded and not map_config.evicts):
             # As ``Upkeep.room_for`` counts each partition's put: every key new, its size counted,
             # and the map opened in each of the request's partitions.
-            keys, values = message.keys, message.values
-            size = counted_bytes(len(keys.data) + len(values.data), len(keys) + len(values))
+            size = columns_bytes(message.keys, message.values)
             expires = bool(message.ttls_ms) or ttl_ms > 0
-            growth = put_growth_bytes(len(keys), size, expires=expires, new_maps=partitions, map_name=message.map_name)
+            keys = len(message.keys)
+            growth = put_growth_bytes(keys, size, expires=expires, new_maps=partitions, map_name=message.map_name)
             fits_whole = self.upkeep.fits(growth)
         return Scope(
             call=call,
