@@ -1,16 +1,41 @@
 """A small deterministic network of ``RaftNode``s for the Raft tests: latency, loss, duplication,
-partitions, crashes, configuration changes, and checks of Raft's safety properties after every
-event. Kept apart from the member simulator so that Raft is tested on its own."""
+partitions, crashes, restarts from each server's disk, configuration changes, and checks of Raft's
+safety properties after every event. Kept apart from the member simulator so that Raft is tested
+on its own.
+
+Each server has a disk (the simulator's ``SimDisk``) with its Raft file, framed and read as a
+member's is (``raft_disk``; the toy commands and states here are pickled, where a member's go
+through its codec): after every step its ``take_write`` is appended and synced
+before any of its messages is sent, as the runtime does it. With ``torn_rate``, a server now and
+then crashes at that moment instead: the write is lost or torn, and the messages never leave."""
 
 from __future__ import annotations
 
 import heapq
+import pickle
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from shardgrid.core.identity import MemberId
 from shardgrid.core.raft import ConfChange, Membership, RaftNode, RaftSettings, Snapshot
+from shardgrid.core.raft.storage import RaftWrite
+from shardgrid.core.raft_disk import load_raft, raft_record, storage_record
+from shardgrid.sim.disk import SimDisk
+
+RAFT_FILE = "raft"
+
+
+def _encode(write: RaftWrite) -> bytes:
+    return pickle.dumps(write)
+
+
+def _decode(payload: bytes) -> RaftWrite:
+    return pickle.loads(payload)  # the test's own file
+
+
+REWRITE_ABOVE_BYTES = 20_000  # a compaction rewrites a Raft file past this
 
 SETTINGS = RaftSettings(election_timeout_ms=300, heartbeat_interval_ms=50, max_append_entries=8, max_unacked_entries=32)
 TICK_MS = 10
@@ -30,6 +55,7 @@ class Cluster:
     drop_rate: float = 0.0
     duplicate_rate: float = 0.0
     max_latency_ms: int = 10
+    torn_rate: float = 0.0  # the chance that a server crashes as it writes a step to its disk
     rng: random.Random = field(init=False)
     now_ms: int = 0
     nodes: dict[MemberId, RaftNode] = field(default_factory=dict)
@@ -41,6 +67,9 @@ class Cluster:
     queue: list[tuple[int, int, str, Any]] = field(default_factory=list)
     counter: int = 0
     next_id: int = 0
+    disks: dict[MemberId, SimDisk] = field(default_factory=dict)
+    torn_crashes: int = 0
+    restarts: int = 0
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -66,15 +95,32 @@ class Cluster:
 
     def _add_node(self, identity: MemberId, snapshot: Snapshot | None) -> None:
         node = RaftNode(identity, SETTINGS, random.Random(self.rng.getrandbits(32)), snapshot, self.now_ms)
+        self.disks[identity] = SimDisk()
+        self._run_node(identity, node)
+
+    def _run_node(self, identity: MemberId, node: RaftNode) -> None:
         self.nodes[identity] = node
         self.alive.add(identity)
         self.applied[identity] = []
+        self._flush(node)  # a bootstrap snapshot reaches the disk first
         self._schedule(self.now_ms + self.rng.randint(1, TICK_MS), "tick", identity)
 
     # --- faults ----------------------------------------------------------------------------------
 
     def crash(self, identity: MemberId) -> None:
         self.alive.discard(identity)
+
+    def restart(self, identity: MemberId) -> None:
+        """The crashed server starts again from what its disk holds."""
+        disk = self.disks[identity]
+        storage, scan = load_raft(disk.durable(RAFT_FILE), decode=_decode)
+        if scan.torn_bytes:
+            disk.truncate(RAFT_FILE, scan.valid_bytes)
+        node = RaftNode.restored(identity, SETTINGS, random.Random(self.rng.getrandbits(32)), storage, self.now_ms)
+        self.restarts += 1
+        self._run_node(identity, node)
+        if identity in self.alive:
+            self._after(identity)  # what its disk says is committed, applied at once
 
     def split(self, *sides: list[MemberId]) -> None:
         self.groups = {member: number for number, side in enumerate(sides) for member in side}
@@ -122,6 +168,8 @@ class Cluster:
     def _after(self, identity: MemberId) -> None:
         node = self.nodes[identity]
         self._flush(node)
+        if identity not in self.alive:
+            return  # it crashed writing this step: nothing of it was applied or seen
         ready = node.take_ready()
         log = self.applied[identity]
         if ready.snapshot is not None:
@@ -150,6 +198,17 @@ class Cluster:
                 raise SafetyViolation(f"t={self.now_ms}: a leased leader of term {holding[0].term} < {newest}")
 
     def _flush(self, node: RaftNode) -> None:
+        write = node.take_write()
+        if write is not None:
+            disk = self.disks[node.identity]
+            disk.append(RAFT_FILE, raft_record(write, _encode))
+            if self.torn_rate and self.rng.random() < self.torn_rate:
+                self.torn_crashes += 1
+                disk.crash(self.rng, tear=True)
+                self.crash(node.identity)
+                node.take_messages()
+                return
+            disk.sync()
         for target, message in node.take_messages():
             source, destination = node.identity, target
             if self.groups and self.groups.get(source, -1) != self.groups.get(destination, -1):
@@ -171,3 +230,31 @@ class Cluster:
             node = self.nodes[identity]
             if node.applied_index > node.log.snapshot_index:
                 node.compact(node.applied_index, tuple(self.applied[identity]))
+                self._flush(node)
+                disk = self.disks[identity]
+                if identity in self.alive and len(disk.read(RAFT_FILE)) > REWRITE_ABOVE_BYTES:
+                    storage, _ = load_raft(disk.read(RAFT_FILE), decode=_decode)
+                    disk.replace(RAFT_FILE, storage_record(storage, _encode))
+                    disk.sync()
+
+
+def run_with_faults(
+    cluster: Cluster,
+    rng: random.Random,
+    duration_ms: int,
+    first_fault_ms: int,
+    fault_gap_ms: tuple[int, int],
+    fault: Callable[[], None],
+) -> None:
+    """Proposals every few milliseconds until ``duration_ms``, and ``fault()`` from ``first_fault_ms``
+    on, each after a gap drawn from ``fault_gap_ms``."""
+    proposals = 0
+    next_fault = first_fault_ms
+    while cluster.now_ms < duration_ms:
+        cluster.run_for(rng.randint(5, 40))
+        if cluster.propose(f"p{proposals}") is not None:
+            proposals += 1
+        if cluster.now_ms < next_fault:
+            continue
+        next_fault = cluster.now_ms + rng.randint(*fault_gap_ms)
+        fault()

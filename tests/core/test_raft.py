@@ -12,7 +12,7 @@ from shardgrid.core.errors import InvariantViolation
 from shardgrid.core.identity import MemberId
 from shardgrid.core.raft import ConfChange, Entry, Membership, RaftLog, RaftNode, Role, Snapshot
 from shardgrid.core.raft.messages import AppendEntries, AppendReply, Heartbeat, VoteRequest
-from tests.core.raft_harness import SETTINGS, Cluster, replica
+from tests.core.raft_harness import SETTINGS, Cluster, replica, run_with_faults
 
 A, B, C, D = replica(1), replica(2), replica(3), replica(4)
 
@@ -227,16 +227,7 @@ def random_run(seed: int, duration_ms: int = 20_000) -> Cluster:
         seed=seed, drop_rate=rng.choice([0.0, 0.02, 0.1]), duplicate_rate=rng.choice([0.0, 0.05]), max_latency_ms=20
     )
     cluster.bootstrap(rng.choice([1, 3, 4, 5]), learners=rng.randint(0, 2))
-    proposals = 0
-    next_fault = 500
-    while cluster.now_ms < duration_ms:
-        cluster.run_for(rng.randint(5, 40))
-        if cluster.propose(f"p{proposals}") is not None:
-            proposals += 1
-        if cluster.now_ms < next_fault:
-            continue
-        next_fault = cluster.now_ms + rng.randint(200, 1_500)
-        _random_fault(cluster, rng)
+    run_with_faults(cluster, rng, duration_ms, 500, (200, 1_500), lambda: _random_fault(cluster, rng))
     cluster.heal()
     voters = _current_voters(cluster)
     if sum(1 for v in voters if v in cluster.alive) * 2 > len(voters):

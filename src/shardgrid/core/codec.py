@@ -27,12 +27,13 @@ import msgspec
 
 from shardgrid.core import messages as m
 from shardgrid.core import session as handshake
-from shardgrid.core.errors import InvariantViolation, ProtocolError, ShardgridError, invariant
+from shardgrid.core.errors import CorruptDisk, InvariantViolation, ProtocolError, ShardgridError, invariant
 from shardgrid.core.identity import MemberIds
 from shardgrid.core.limits import (
     MAX_COMMANDS_PER_ENTRY,
     MAX_COMPLETED_IN_METADATA,
     MAX_ENTRIES_PER_APPEND,
+    MAX_ENTRIES_PER_RAFT_WRITE,
     MAX_FRAME_BYTES,
     MAX_MEMBER_COUNT,
     MAX_PARTITION_COUNT,
@@ -45,6 +46,7 @@ from shardgrid.core.migration import MigrationRecord
 from shardgrid.core.raft import messages as r
 from shardgrid.core.raft.log import Entry, Snapshot
 from shardgrid.core.raft.membership import ConfChange, Membership
+from shardgrid.core.raft.storage import HardState, RaftWrite
 from shardgrid.core.table import PartitionTable
 from shardgrid.core.wire import Counter, Message, Record
 
@@ -530,3 +532,44 @@ class FrameDecoder:
             del buffer
             out.append(decode_body(body, self.accepted))
         return taken
+
+
+# --- Raft's writes on a member's disk --------------------------------------------------------------
+# Raft's entries and snapshots are kept in the shapes they travel in, so the disk and the wire are
+# read by the same decoders and bounded alike. The disk's own framing (checksums) is disk_records.
+
+
+class _DiskRaftWrite(Record, kw_only=True):
+    hard_state: HardState | None = None
+    snapshot: _WireSnapshot | None = None
+    entries_from: Counter = 0
+    entries: Annotated[tuple[_WireEntry, ...], msgspec.Meta(max_length=MAX_ENTRIES_PER_RAFT_WRITE)] = ()
+
+
+_RAFT_WRITE = msgspec.msgpack.Decoder(_DiskRaftWrite)
+
+
+def encode_raft_write(write: RaftWrite) -> bytes:
+    invariant(len(write.entries) <= MAX_ENTRIES_PER_RAFT_WRITE, "a Raft step appended more than a write holds")
+    # The real snapshot and entries encode exactly as their mirrors (checked above): no conversion.
+    record = _DiskRaftWrite(
+        hard_state=write.hard_state,
+        snapshot=write.snapshot,  # type: ignore[arg-type]
+        entries_from=write.entries_from,
+        entries=write.entries,  # type: ignore[arg-type]
+    )
+    return _ENCODER.encode(record)
+
+
+def decode_raft_write(payload: bytes) -> RaftWrite:
+    """A write read back from the disk; ``CorruptDisk`` for bytes no member wrote."""
+    try:
+        wire = _RAFT_WRITE.decode(payload)
+        shot = wire.snapshot
+        snapshot = None
+        if shot is not None:
+            snapshot = Snapshot(shot.index, shot.term, shot.membership, _state_from_wire(shot.state))
+        entries = tuple(_entry_from_wire(entry) for entry in wire.entries)
+        return RaftWrite(hard_state=wire.hard_state, snapshot=snapshot, entries_from=wire.entries_from, entries=entries)
+    except (msgspec.MsgspecError, ShardgridError, ValueError, TypeError, IndexError, RecursionError) as error:
+        raise CorruptDisk(f"a Raft record no member wrote: {error}") from error

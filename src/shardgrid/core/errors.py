@@ -1,8 +1,9 @@
-"""The three kinds of failure the core distinguishes.
+"""The kinds of failure the core distinguishes.
 
 A caller error (bad configuration or arguments) is the caller's to fix and changes nothing. A
 protocol error is a peer or client sending something malformed or out of order; it is rejected and
-changes nothing. An invariant violation is a bug in shardgrid itself: the core crashes on it rather
+changes nothing. A corrupt disk holds what no member wrote: the member says which file and where,
+and serves nothing it cannot trust. An invariant violation is a bug in shardgrid itself: the core crashes on it rather
 than limp on with state it can no longer trust (TigerBeetle's habit). ``invariant`` is a function,
 not an ``assert``, so that it still fires under ``python -O``.
 """
@@ -22,6 +23,10 @@ class ConfigError(ShardgridError, ValueError):
 
 class ProtocolError(ShardgridError):
     """A peer or client sent a malformed or out-of-order message; it was rejected."""
+
+
+class CorruptDisk(ShardgridError):
+    """A member's files hold what it never wrote (a failed checksum, a record no writer writes)."""
 
 
 class InvariantViolation(ShardgridError, AssertionError):

@@ -70,6 +70,8 @@ MAX_COUNTER: Final = 2**53
 # client's requests from a client, checked from each frame's code before it is decoded.
 # Raft entries in one AppendEntries (RaftSettings.max_append_entries, 64 by default).
 MAX_ENTRIES_PER_APPEND: Final = 10_000
+# What one Raft step can append to a member's log: a leader's whole append, and its own few.
+MAX_ENTRIES_PER_RAFT_WRITE: Final = 2 * MAX_ENTRIES_PER_APPEND
 # Commands in one log entry (the leader gathers up to 1,000 into one, plus what one event adds).
 MAX_COMMANDS_PER_ENTRY: Final = 10_000
 # Records in one migration or replica-sync chunk (MemberConfig.max_chunk_entries, 1,000 by default).

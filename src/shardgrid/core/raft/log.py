@@ -1,9 +1,11 @@
 """The replicated log: a snapshot of the state machine, then the entries after it.
 
-State lives in memory (a restarted process is a new member), so the log is a Python list and a
-snapshot is a reference to an immutable state value: compacting costs nothing but dropping the
-prefix. The configuration in effect is the newest one in the log, committed or not (the thesis's
-rule for single-server changes); truncating a suffix reverts to the one before it.
+The log is a Python list and a snapshot a reference to an immutable state value: compacting
+costs nothing but dropping the prefix. What must reach the disk is tracked as it changes (the first
+index rewritten, whether the snapshot changed) and handed out by ``take_unstable``, so a durable
+server writes only what is new (``storage.py``). The configuration in effect is the newest one in
+the log, committed or not (the thesis's rule for single-server changes); truncating a suffix
+reverts to the one before it.
 """
 
 from __future__ import annotations
@@ -44,13 +46,17 @@ class Snapshot(Record, Generic[S]):
 class RaftLog:
     """A snapshot and the entries after it; ``snapshot is None`` on a node that has nothing yet."""
 
-    __slots__ = ("_changes", "entries", "snapshot")
+    __slots__ = ("_changes", "_snapshot_changed", "_unstable_from", "entries", "snapshot")
 
     def __init__(self, snapshot: Snapshot | None) -> None:
         self.snapshot = snapshot
         self.entries: list[Entry] = []
         # (index, membership after it) for every configuration entry after the snapshot
         self._changes: list[tuple[int, Membership]] = []
+        # Since the last take_unstable: the first index appended or truncated (0: none), and
+        # whether the snapshot was replaced (a bootstrap snapshot is new to the disk too).
+        self._unstable_from = 0
+        self._snapshot_changed = snapshot is not None
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -117,6 +123,7 @@ class RaftLog:
         invariant(entry.index == self.last_index + 1, lambda: f"entry {entry.index} after {self.last_index}")
         invariant(entry.term >= self.last_term, "terms in the log never decrease")
         self.entries.append(entry)
+        self._mark_unstable(entry.index)
         if entry.forced is not None:
             self._changes.append((entry.index, entry.forced))
         elif entry.change is not None:
@@ -174,6 +181,7 @@ class RaftLog:
 
     def _truncate_from(self, index: int) -> None:
         del self.entries[index - self.snapshot_index - 1 :]
+        self._mark_unstable(index)
         while self._changes and self._changes[-1][0] >= index:
             self._changes.pop()
 
@@ -186,6 +194,7 @@ class RaftLog:
         del self.entries[: index - self.snapshot_index]
         self._changes = [(i, m) for i, m in self._changes if i > index]
         self.snapshot = Snapshot(index, term, membership, state)
+        self._snapshot_changed = True
 
     def restore(self, snapshot: Snapshot) -> None:
         """Take a leader's snapshot: keep the entries after it only if our log agrees at its index."""
@@ -197,3 +206,28 @@ class RaftLog:
         self.snapshot = snapshot
         self.entries = kept
         self._changes = changes
+        self._snapshot_changed = True
+        if not kept:
+            self._mark_unstable(snapshot.index + 1)  # what the disk holds after it is not ours
+
+    # --- durability --------------------------------------------------------------------------------
+
+    def _mark_unstable(self, index: int) -> None:
+        self._unstable_from = index if not self._unstable_from else min(self._unstable_from, index)
+
+    def take_unstable(self) -> tuple[Snapshot | None, int, tuple[Entry, ...]]:
+        """What changed since the last call, as ``RaftWrite`` applies it: the snapshot if it was
+        replaced, and the first index rewritten (0: none) with the entries from it on."""
+        snapshot = self.snapshot if self._snapshot_changed else None
+        start = self._unstable_from
+        if start:
+            start = max(start, self.snapshot_index + 1)  # a newer snapshot covers what lies before
+        entries = tuple(self.entries[start - self.snapshot_index - 1 :]) if start else ()
+        self._snapshot_changed = False
+        self._unstable_from = 0
+        return snapshot, start, entries
+
+    def mark_stable(self) -> None:
+        """Everything held is on the disk already (a log rebuilt from it)."""
+        self._snapshot_changed = False
+        self._unstable_from = 0

@@ -18,8 +18,12 @@ What it implements, and where from:
   raft-dev list: a new leader changes the configuration only after committing an entry of its term.
 - Leadership transfer (thesis 3.10).
 
-State is in memory only: a server that crashes is gone for good, and the process that restarts at
-its address is a new server. That is why nothing here is written to disk before it is sent.
+- Durability, as etcd's raft library hands it to its caller: ``take_write`` gives what changed in
+  the term, the vote, the commit point, the log and the snapshot since the last call, and the
+  caller makes it durable before it sends any message taken after it (``storage.py``). A server
+  restarted from its storage (``RaftNode.restored``) is the same server; for an election timeout it
+  grants no vote, since it cannot know whether it heard from a leader just before it stopped, and
+  the leader's lease counts on that refusal.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from shardgrid.core.raft.messages import (
     VoteReply,
     VoteRequest,
 )
+from shardgrid.core.raft.storage import HardState, RaftStorage, RaftWrite
 
 
 class Role(enum.Enum):
@@ -138,7 +143,29 @@ class RaftNode:
         self._transfer_deadline_ms = 0
         self._last_heartbeat_ms = NEVER_MS
         self._outbox: list[tuple[MemberId, Any]] = []
+        self._durable_hard_state = HardState(self.term, None, self.commit_index) if snapshot is None else None
+        self._votes_held_until_ms = 0  # a restarted server grants no vote before this
         self._reset_election_deadline()
+
+    @classmethod
+    def restored(
+        cls, identity: MemberId, settings: RaftSettings, rng: random.Random, storage: RaftStorage, now_ms: int = 0
+    ) -> RaftNode:
+        """The server that left ``storage`` on its disk, started again. The state machine is handed
+        the snapshot and then the entries up to the kept commit point by ``take_ready``."""
+        problem = storage.problem()
+        invariant(not problem, lambda: f"a server cannot start from this storage: {problem}")
+        node = cls(identity, settings, rng, storage.snapshot, now_ms)
+        for entry in storage.entries:
+            node.log.append(entry)
+        node.log.mark_stable()
+        hard = storage.hard_state
+        node.term = hard.term
+        node.voted_for = hard.voted_for
+        node.commit_index = max(node.log.snapshot_index, min(hard.commit, node.log.last_index))
+        node._durable_hard_state = hard
+        node._votes_held_until_ms = now_ms + settings.election_timeout_ms
+        return node
 
     # --- queries ---------------------------------------------------------------------------------
 
@@ -341,6 +368,17 @@ class RaftNode:
         out, self._outbox = self._outbox, []
         return out
 
+    def take_write(self) -> RaftWrite | None:
+        """What must be durable before the messages taken after this call are sent (None: nothing)."""
+        snapshot, entries_from, entries = self.log.take_unstable()
+        hard = HardState(self.term, self.voted_for, self.commit_index)
+        if hard == self._durable_hard_state:
+            hard_state = None
+        else:
+            hard_state = self._durable_hard_state = hard
+        write = RaftWrite(hard_state=hard_state, snapshot=snapshot, entries_from=entries_from, entries=entries)
+        return None if write.empty else write
+
     def take_ready(self) -> Ready:
         """What became committed since the last call; the caller applies it before anything else."""
         snapshot, self._pending_snapshot = self._pending_snapshot, None
@@ -369,6 +407,8 @@ class RaftNode:
         """Whether this server hears from a leader (or, as leader, from a majority) right now."""
         if self.role is Role.LEADER:
             return self._quorum_heard_recently()
+        if self.now_ms < self._votes_held_until_ms:
+            return True  # restarted: it may have heard from a leader just before it stopped
         return (
             self.leader is not None
             and self._last_leader_contact_ms is not None

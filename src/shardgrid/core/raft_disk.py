@@ -1,0 +1,57 @@
+"""Raft's file on a member's disk: each step's write as one record, read back into the storage
+the writes add up to.
+
+One record per ``RaftWrite`` makes each step atomic on the disk: a torn last record drops the
+whole step (its term, vote, entries and commit point together), never half of it, and no message
+of that step was sent. Reading stops at a torn tail (dropped: it was never durable) and refuses a
+corrupt file, or one whose records add up to what no server could have left (``CorruptDisk``).
+
+Raft is generic in what its entries carry, and so is its file: a member's writes are encoded by
+the codec (``encode_raft_write``), the Raft tests' toy commands by a codec of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from shardgrid.core.codec import decode_raft_write, encode_raft_write
+from shardgrid.core.disk_records import RecordKind, Scan, encode_record, scan_records
+from shardgrid.core.errors import CorruptDisk
+from shardgrid.core.raft.storage import RaftStorage, RaftWrite
+
+Encode = Callable[[RaftWrite], bytes]
+Decode = Callable[[bytes], RaftWrite]  # raises CorruptDisk for what no server wrote
+
+
+def raft_record(write: RaftWrite, encode: Encode = encode_raft_write) -> bytes:
+    return encode_record(RecordKind.RAFT_WRITE, encode(write))
+
+
+def storage_record(storage: RaftStorage, encode: Encode = encode_raft_write) -> bytes:
+    """The whole storage as one write: what a compacted file starts from."""
+    entries_from = storage.entries[0].index if storage.entries else 0
+    write = RaftWrite(
+        hard_state=storage.hard_state,
+        snapshot=storage.snapshot,
+        entries_from=entries_from,
+        entries=tuple(storage.entries),
+    )
+    return raft_record(write, encode)
+
+
+def load_raft(
+    data: bytes | bytearray | memoryview, name: str = "the Raft file", decode: Decode = decode_raft_write
+) -> tuple[RaftStorage, Scan]:
+    """The storage ``data`` holds and the scan that read it (its torn tail, if any)."""
+    scan = scan_records(data)
+    if scan.corrupt:
+        raise CorruptDisk(f"{name} is corrupt at byte {scan.valid_bytes}: {scan.corrupt}")
+    storage = RaftStorage()
+    for number, (kind, payload) in enumerate(scan.records):
+        if kind != RecordKind.RAFT_WRITE:
+            raise CorruptDisk(f"{name}: record {number} is of kind {kind}, not a Raft write")
+        storage.apply(decode(payload))
+    problem = storage.problem()
+    if problem:
+        raise CorruptDisk(f"{name} holds what no Raft server could have written: {problem}")
+    return storage, scan

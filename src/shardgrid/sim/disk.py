@@ -1,0 +1,77 @@
+"""A member's disk in the simulator: named files of bytes that keep, across a crash, only what was
+synced.
+
+What a process wrote but did not sync is what a power cut or a SIGKILL before ``fsync`` takes:
+at a crash it is gone, except that the last write may survive in part (a torn write: a random
+prefix of the unsynced bytes, as a page cache flushed half-way leaves it). A file replaced (written
+whole elsewhere, then renamed over the old one) is the new file once synced, and the old one if
+the crash comes first. The randomness is the run's generator, handed in at the crash, so a seed
+replays exactly.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class SimDisk:
+    _synced: dict[str, bytes] = field(default_factory=dict)
+    _unsynced: dict[str, bytearray] = field(default_factory=dict)  # appended since the last sync
+    _replaced: dict[str, bytes] = field(default_factory=dict)  # a whole new file, not yet synced
+    syncs: int = 0
+    torn_writes: int = 0
+
+    def read(self, name: str) -> bytes:
+        """What the running process sees of the file: everything it wrote."""
+        base = self._replaced.get(name, self._synced.get(name, b""))
+        return base + bytes(self._unsynced.get(name, b""))
+
+    def durable(self, name: str) -> bytes:
+        """What a crash now would leave of the file, at the least."""
+        return self._synced.get(name, b"")
+
+    def append(self, name: str, data: bytes) -> None:
+        self._unsynced.setdefault(name, bytearray()).extend(data)
+
+    def replace(self, name: str, data: bytes) -> None:
+        self._replaced[name] = data
+        self._unsynced.pop(name, None)
+
+    def truncate(self, name: str, length: int) -> None:
+        """Cut a torn tail off (as the runtime does when it opens a file): made durable at once."""
+        self.sync()
+        self._synced[name] = self._synced.get(name, b"")[:length]
+
+    def sync(self) -> None:
+        if not self._unsynced and not self._replaced:
+            return
+        self.syncs += 1
+        for name, data in self._replaced.items():
+            self._synced[name] = data
+        self._replaced.clear()
+        for name, data in self._unsynced.items():
+            self._synced[name] = self._synced.get(name, b"") + bytes(data)
+        self._unsynced.clear()
+
+    def crash(self, rng: random.Random, tear: bool) -> None:
+        """The process died: unsynced writes are lost; with ``tear``, a prefix of each file's
+        unsynced bytes survives (and a pending replacement may or may not have happened)."""
+        if tear:
+            lost = set()  # replacements that did not happen: what was appended after them neither
+            for name in sorted(self._replaced):
+                if rng.random() < 0.5:
+                    self._synced[name] = self._replaced[name]
+                else:
+                    lost.add(name)
+            for name in sorted(self._unsynced):
+                if name in lost:
+                    continue
+                data = self._unsynced[name]
+                kept = rng.randrange(len(data) + 1)
+                if kept:
+                    self.torn_writes += 1
+                    self._synced[name] = self._synced.get(name, b"") + bytes(data[:kept])
+        self._replaced.clear()
+        self._unsynced.clear()
