@@ -162,7 +162,7 @@ def test_a_cache_map_written_while_unavailable_is_lost_with_its_partition_and_no
     assert values(probe.call(owner.address, m.GET, CACHE, key)) == (None,)
 
 
-CACHE_SEEDS = int(os.environ.get("SHARDGRID_CACHE_MAP_SEEDS", "20"))
+CACHE_SEEDS = int(os.environ.get("SHARDGRID_CACHE_MAP_SEEDS", "14"))
 
 
 def cache_schedule_for(seed: int) -> dict:

@@ -21,7 +21,7 @@ from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.sim.schedule import parse_schedule
 from shardgrid.sim.vopr import Run, params_of
 
-SEEDS = range(int(os.environ.get("SHARDGRID_LEAVE_SEEDS", "50")))
+SEEDS = range(int(os.environ.get("SHARDGRID_LEAVE_SEEDS", "35")))
 STILL_LEAVING_AFTER_MS = 15_000  # a leave ends (handed over, refused, or all gone) well within this
 
 
@@ -81,7 +81,7 @@ def test_members_asked_to_leave_together_end_their_leave(seed: int) -> None:
         assert names[name] in stopped_at, f"seed {seed}: {name} was signalled and still runs"
 
 
-CRASH_SEEDS = range(int(os.environ.get("SHARDGRID_LEAVE_CRASH_SEEDS", "40")))
+CRASH_SEEDS = range(int(os.environ.get("SHARDGRID_LEAVE_CRASH_SEEDS", "28")))
 JOIN_AFTER_CRASH_MS = 8_000  # the crashed member is removed by then (failure_timeout_ms and lease)
 
 

@@ -17,7 +17,7 @@ import pytest
 from shardgrid.sim.schedule import parse_schedule
 from shardgrid.sim.vopr import Run, params_of
 
-SEEDS = int(os.environ.get("SHARDGRID_LATE_WRITE_SEEDS", "25"))
+SEEDS = int(os.environ.get("SHARDGRID_LATE_WRITE_SEEDS", "18"))
 
 
 def schedule_for(seed: int) -> dict:
@@ -64,7 +64,7 @@ def test_no_write_lands_late_or_twice_over_a_newer_one(seed: int) -> None:
     assert result.passed, f"seed {seed}: {result.problems[:3]}; faults {result.faults_injected}"
 
 
-OWNER_CUT_SEEDS = int(os.environ.get("SHARDGRID_OWNER_CUT_SEEDS", "25"))
+OWNER_CUT_SEEDS = int(os.environ.get("SHARDGRID_OWNER_CUT_SEEDS", "18"))
 
 
 def owner_cut_schedule_for(seed: int) -> dict:

@@ -26,7 +26,7 @@ from shardgrid.core.metadata import ClusterState, MetadataState, apply_commands
 from shardgrid.sim.schedule import parse_schedule
 from shardgrid.sim.vopr import Run, params_of
 
-SEEDS = range(int(os.environ.get("SHARDGRID_LEAVE_STATE_SEEDS", "30")))
+SEEDS = range(int(os.environ.get("SHARDGRID_LEAVE_STATE_SEEDS", "20")))
 ACTIVE_AGAIN_AFTER_MS = 5_000  # the last step sets the state back to active this long after the rest
 LEAVE_ENDS_WITHIN_MS = 60_000  # 271 partitions one migration at a time: 20-45 s (a promotion adds more)
 STATES = ("no-migration", "frozen", "passive", "active")

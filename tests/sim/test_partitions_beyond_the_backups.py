@@ -16,7 +16,7 @@ import pytest
 from shardgrid.sim.schedule import parse_schedule
 from shardgrid.sim.vopr import Run, params_of
 
-SEEDS = int(os.environ.get("SHARDGRID_BEYOND_BACKUP_SEEDS", "20"))
+SEEDS = int(os.environ.get("SHARDGRID_BEYOND_BACKUP_SEEDS", "14"))
 
 
 def schedule_for(seed: int, partition_lost_timeout_ms: int = 600_000) -> dict:
