@@ -311,6 +311,25 @@ def bench_engine(record: bool) -> None:
     conclude("engine", report, headline(report), record)
 
 
+@bench.command("disk")
+@click.option(
+    "--entries",
+    type=click.IntRange(1_000, 10_000_000),
+    default=1_000_000,
+    show_default=True,
+    help="Entries written as a snapshot and loaded back into the engine.",
+)
+@record_option
+def bench_disk(entries: int, record: bool) -> None:
+    """The two shapes of a member's disk on this machine: our own log of checksummed records against SQLite
+    (appends with and without a sync per batch, one synced write, bytes per entry, a snapshot loaded back into
+    the engine). Exits 1 when loading 1,000,000 entries would take over 3 s."""
+    from shardgrid.cli.bench_disk import headline, run_disk_bench
+
+    report = run_disk_bench(entries)
+    conclude("disk", report, headline(report), record)
+
+
 @bench.command("memory")
 @click.option(
     "--limit-mb",

@@ -1,0 +1,158 @@
+"""A file of records on a real disk: what was synced survives a SIGKILL of the writer at any
+moment (the page cache outlives a SIGKILL, so this proves the framing and the reopen, not the
+fsync: the simulator's disk, which loses what was not synced, covers that); a torn tail is cut at
+open and the file goes on after the last whole record; corruption is refused with the file and
+the byte; a replacement is atomic; a full disk (here, the writer's file size limit) is refused
+and leaves the file whole."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from shardgrid.core.disk_records import encode_record
+from shardgrid.core.errors import CorruptDisk
+from shardgrid.runtime.record_file import TEMPORARY_SUFFIX, RecordFile
+
+
+def record(number: int) -> bytes:
+    return encode_record(1, number.to_bytes(4, "big") * 25)  # a hundred bytes of payload
+
+
+def numbers_in(path: Path) -> list[int]:
+    file, scan = RecordFile.open(path)
+    file.close()
+    return [int.from_bytes(payload[:4], "big") for _, payload in scan.records]
+
+
+def test_appends_read_back_after_a_sync_and_a_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    file, scan = RecordFile.open(path)
+    assert scan.records == ()
+    for number in range(10):
+        file.append(record(number))
+    assert file.sync() > 0
+    assert file.sync() == 0.0  # nothing new
+    file.close()
+    assert numbers_in(path) == list(range(10))
+
+
+def test_a_torn_tail_is_cut_at_open_and_the_next_record_follows_the_last_whole_one(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    path.write_bytes(record(1) + record(2) + record(3)[:50])
+    file, scan = RecordFile.open(path)
+    assert (len(scan.records), scan.torn_bytes) == (2, 50)
+    assert path.stat().st_size == 2 * len(record(1))
+    file.append(record(4))
+    file.sync()
+    file.close()
+    assert numbers_in(path) == [1, 2, 4]
+
+
+def test_corruption_names_the_file_and_the_byte_and_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    damaged = bytearray(record(1) + record(2) + record(3))
+    damaged[len(record(1)) + 20] ^= 0x10
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(CorruptDisk, match=rf"{path} is corrupt at byte {len(record(1))}"):
+        RecordFile.open(path)
+    assert path.read_bytes() == bytes(damaged)
+
+
+def test_a_replacement_is_whole_and_a_half_written_one_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    file, _ = RecordFile.open(path)
+    for number in range(5):
+        file.append(record(number))
+    file.sync()
+    file.replace(record(7))
+    file.append(record(8))
+    file.sync()
+    file.close()
+    assert numbers_in(path) == [7, 8]
+    (tmp_path / ("log" + TEMPORARY_SUFFIX)).write_bytes(record(99)[:10])  # a crash mid-replacement
+    assert numbers_in(path) == [7, 8]
+    assert not (tmp_path / ("log" + TEMPORARY_SUFFIX)).exists()
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from shardgrid.core.disk_records import encode_record
+    from shardgrid.runtime.record_file import RecordFile
+
+    file, scan = RecordFile.open(Path(sys.argv[1]))
+    number = len(scan.records)
+    while True:
+        for _ in range(int(sys.argv[2])):
+            file.append(encode_record(1, number.to_bytes(4, "big") * 25))
+            number += 1
+        file.sync()
+        print(number, flush=True)  # every record before it is durable
+    """
+)
+
+
+@pytest.mark.parametrize("batch", [1, 50])
+def test_every_synced_record_survives_a_sigkill_of_the_writer(tmp_path: Path, batch: int) -> None:
+    path = tmp_path / "log"
+    synced = 0
+    for round_number in range(3):
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), str(batch)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert writer.stdout is not None
+            deadline = time.monotonic() + 20
+            for _ in range(5 + round_number * 7):
+                line = writer.stdout.readline()
+                assert line, "the writer stopped"
+                synced = int(line)
+                assert time.monotonic() < deadline
+        finally:
+            os.kill(writer.pid, signal.SIGKILL)
+            writer.wait(timeout=10)
+        held = numbers_in(path)
+        assert len(held) >= synced
+        assert held == list(range(len(held)))  # in order, none lost, none made up
+
+
+FULL_WRITER = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from pathlib import Path
+    from shardgrid.core.disk_records import encode_record
+    from shardgrid.runtime.record_file import DiskFull, RecordFile
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+    file, _ = RecordFile.open(Path(sys.argv[1]))
+    number = 0
+    try:
+        while True:
+            file.append(encode_record(1, number.to_bytes(4, "big") * 25))
+            file.sync()
+            number += 1
+    except DiskFull as error:
+        print(number, error, flush=True)
+    """
+)
+
+
+def test_a_full_disk_is_refused_and_the_file_still_ends_at_a_whole_record(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_WRITER, str(path)], capture_output=True, text=True, timeout=60, check=True
+    )
+    written, _, reason = done.stdout.strip().partition(" ")
+    assert "the disk refused" in reason
+    assert numbers_in(path) == list(range(int(written)))
+    assert path.stat().st_size == int(written) * len(record(0)) <= 4096
