@@ -236,11 +236,15 @@ class DataPath:
         migrations = self.migrations
         me = self.ctx.identity
         changed = set(partition_ids)
-        # One pass over the table's rows (a first assignment changes every partition: 20,000 rows
-        # looked up one by one made most of the slowest handle()).
-        for pid, slots in enumerate(table.replicas):
-            if pid not in changed:
-                continue
+        # A few rows are looked up; many, in one pass over the table's rows (a first assignment
+        # changes every partition: 20,000 rows looked up one by one made most of the slowest
+        # handle(), and a pass over every row for each migration's commit, 4% of a simulated run).
+        replicas = table.replicas
+        if len(changed) * 8 < table.partition_count:
+            rows = [(pid, replicas[pid]) for pid in sorted(changed)]
+        else:
+            rows = [(pid, slots) for pid, slots in enumerate(replicas) if pid in changed]
+        for pid, slots in rows:
             index = slots.index(me) if me in slots else -1
             if index == -1 and not (migrations is not None and migrations.involved(pid)):
                 self._stores.pop(pid, None)
