@@ -78,3 +78,41 @@ def test_a_step_that_leaves_what_no_server_could_is_a_corrupt_disk() -> None:
     )
     with pytest.raises(CorruptDisk, match=r"raft\.log holds what no Raft server could have written"):
         load_raft(data, name="raft.log")
+
+
+def test_an_old_record_replayed_at_the_end_is_a_corrupt_disk() -> None:
+    """It passes its checksum; what it says cannot follow what came before (found by an outside
+    tester: the term and the vote rolled back, and a committed entry could be written again)."""
+    first = raft_record(RaftWrite(snapshot=SNAPSHOT, hard_state=HardState(4, A, 9)))
+    vote = raft_record(RaftWrite(hard_state=HardState(5, B, 9)))
+    later = raft_record(RaftWrite(entries_from=10, entries=(Entry(term=5, index=10),), hard_state=HardState(5, B, 10)))
+    for replayed, reason in (
+        (first, "the term goes back from 5 to 4"),
+        (raft_record(RaftWrite(hard_state=HardState(5, A, 10))), "the vote of term 5 changes"),
+        (raft_record(RaftWrite(hard_state=HardState(5, B, 9))), "the commit point goes back from 10 to 9"),
+        (raft_record(RaftWrite(entries_from=10, entries=(Entry(term=5, index=10),))), "entry 10 is written again"),
+        (raft_record(RaftWrite(snapshot=Snapshot(2, 1, Membership.of([A], [B]), STATE))), "the snapshot goes back"),
+    ):
+        with pytest.raises(CorruptDisk, match="cannot follow the ones before it: " + reason):
+            load_raft(first + vote + later + replayed)
+
+
+def test_configuration_changes_that_cannot_follow_one_another_are_a_corrupt_disk() -> None:
+    stranger = MemberId("c" * 8, "x:3")
+    data = raft_record(RaftWrite(snapshot=SNAPSHOT, hard_state=HardState(4, A, 9))) + raft_record(
+        RaftWrite(entries_from=10, entries=(Entry(term=4, index=10, change=ConfChange(remove=(stranger,))),))
+    )
+    with pytest.raises(CorruptDisk, match="holds what no Raft server could have written: entry 10"):
+        load_raft(data)
+
+
+def test_a_log_longer_than_one_write_holds_is_rewritten_in_several() -> None:
+    from shardgrid.core.limits import MAX_ENTRIES_PER_RAFT_WRITE
+    from shardgrid.core.raft.storage import RaftStorage
+
+    count = MAX_ENTRIES_PER_RAFT_WRITE + 5
+    entries = [Entry(term=4, index=10 + i) for i in range(count)]
+    storage = RaftStorage(HardState(4, A, 9 + count), SNAPSHOT, entries)
+    again, scan = load_raft(storage_record(storage))
+    assert len(scan.records) == 3  # two of entries, then the hard state
+    assert (again.hard_state, again.entries) == (storage.hard_state, entries)

@@ -7,6 +7,7 @@ and leaves the file whole."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import pytest
 
 from shardgrid.core.disk_records import encode_record
 from shardgrid.core.errors import CorruptDisk
-from shardgrid.runtime.record_file import TEMPORARY_SUFFIX, RecordFile
+from shardgrid.runtime.record_file import TEMPORARY_SUFFIX, DiskFailed, RecordFile
 
 
 def record(number: int) -> bytes:
@@ -156,3 +157,61 @@ def test_a_full_disk_is_refused_and_the_file_still_ends_at_a_whole_record(tmp_pa
     assert "the disk refused" in reason
     assert numbers_in(path) == list(range(int(written)))
     assert path.stat().st_size == int(written) * len(record(0)) <= 4096
+
+
+def test_a_file_open_in_another_process_is_refused(tmp_path: Path) -> None:
+    """Two members on one data directory would write over each other (found by an outside
+    tester: both synced, and the file held the second's records over the first's)."""
+    path = tmp_path / "log"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "open"
+        with pytest.raises(DiskFailed, match="open in another process"):
+            RecordFile.open(path)
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    file, _ = RecordFile.open(path)  # free again once its holder is gone
+    file.close()
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from shardgrid.runtime.record_file import RecordFile
+
+    file, _ = RecordFile.open(Path(sys.argv[1]))
+    print("open", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_a_failed_sync_ends_the_files_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Linux drops the pages it could not write: a second sync would report success for data that
+    is gone, so the file refuses every later write and sync."""
+    file, _ = RecordFile.open(tmp_path / "log")
+    file.append(record(1))
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(DiskFailed, match="a sync failed"):
+        file.sync()
+    monkeypatch.undo()
+    with pytest.raises(DiskFailed, match="a sync failed"):
+        file.sync()
+    with pytest.raises(DiskFailed):
+        file.append(record(2))
+    file.close()
+
+
+def test_a_directory_where_the_file_belongs_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "log").mkdir()
+    with pytest.raises(DiskFailed, match="is a directory"):
+        RecordFile.open(tmp_path / "log")

@@ -1,19 +1,24 @@
 """The framing of everything a member writes to its disk: checksummed records, one after another.
 
-A record is ``length (u32) | crc32 (u32) | kind (u8) | payload``, little-endian, the CRC-32 taken
-over the length, the kind and the payload, so a flipped bit anywhere in a record is caught (etcd's
-WAL and Kafka's log batches frame theirs the same way). Pure bytes in, records out: the runtime
-reads and writes the files, the simulator keeps them in memory, and both scan them with this.
+A record is a 13-byte header, ``length (u32) | kind (u8) | payload crc32 (u32) | header crc32
+(u32)``, little-endian, then the payload. The header has a checksum of its own, so a length is
+trusted only once it is checked: a flipped bit in it cannot pass for a record cut short (found by
+an outside tester: with one checksum over the whole record, a damaged length that reached past
+the end of the file read as a torn tail, and opening the file cut off every record after it).
+Pure bytes in, records out: the runtime reads and writes the files, the simulator keeps them in
+memory, and both scan them with this.
 
 Reading a file tells apart two kinds of damage, since they call for different answers:
 
-- A **torn tail**: the process stopped while the last records were being written, so the file
-  ends inside a record (its header or its payload cut short), or in a record that fails its
-  checksum followed by nothing but zeros (a file system that grew the file before the data
-  reached it). Nothing after it was ever acknowledged as durable; the scan stops there and says
-  how many bytes it dropped.
-- **Corruption**: a record fails its checksum, or states a length no writer writes, and real
-  bytes follow it. What was acknowledged may be gone; the member must say which file and where,
+- A **torn tail**: the process or the machine stopped while the last records were being written.
+  The file ends inside a record, or a record fails a checksum where its part of a sector (512
+  bytes, aligned as the disk writes them) reads as zeros to the sector's end: a sector the disk
+  never wrote, as a power cut leaves a group of unsynced records, later ones perhaps written and
+  earlier ones not (etcd's WAL tells torn writes by zeroed sectors too).
+  Nothing from there on was acknowledged as durable (records are synced in the order written, and
+  acknowledged only after their sync), so the scan stops there and says how many bytes it dropped.
+- **Corruption**: a record fails a checksum with no such sign, or a checked header states a length
+  no writer writes. What was acknowledged may be gone; the member must say which file and where,
   and refuse to serve what it cannot trust.
 """
 
@@ -26,16 +31,16 @@ from dataclasses import dataclass
 
 from shardgrid.core.errors import invariant
 
-HEADER = struct.Struct("<IIB")  # length, crc32, kind
+HEADER = struct.Struct("<IBII")  # length, kind, payload crc32, header crc32 (of the 9 bytes before it)
+_CHECKED = struct.Struct("<IBI")  # the part of the header its checksum covers
+SECTOR_BYTES = 512  # the unit a disk writes whole or not at all
+MAX_RECORD_BYTES = 64 * 1024 * 1024  # one record: a Raft snapshot or a chunk of a partition, with room
 
 
 class RecordKind(enum.IntEnum):
     """What a record holds; a file holds the kinds of one concern. Never reuse or renumber one."""
 
     RAFT_WRITE = 1  # one Raft step's RaftWrite (codec.encode_raft_write)
-
-
-MAX_RECORD_BYTES = 64 * 1024 * 1024  # one record: a Raft snapshot or a chunk of a partition, with room
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +56,8 @@ class Scan:
 def encode_record(kind: int, payload: bytes) -> bytes:
     invariant(0 <= kind < 256, lambda: f"record kind {kind} is not a byte")
     invariant(len(payload) <= MAX_RECORD_BYTES, lambda: f"a {len(payload)}-byte record is over the limit")
-    length = struct.pack("<I", len(payload))
-    crc = zlib.crc32(payload, zlib.crc32(bytes([kind]), zlib.crc32(length)))
-    return HEADER.pack(len(payload), crc, kind) + payload
+    checked = _CHECKED.pack(len(payload), kind, zlib.crc32(payload))
+    return checked + struct.pack("<I", zlib.crc32(checked)) + payload
 
 
 def scan_records(data: bytes | bytearray | memoryview) -> Scan:
@@ -65,22 +69,32 @@ def scan_records(data: bytes | bytearray | memoryview) -> Scan:
     while position < end:
         if end - position < HEADER.size:
             return Scan(tuple(records), position, end - position, "")  # a header cut short
-        length, crc, kind = HEADER.unpack_from(view, position)
+        length, kind, payload_crc, header_crc = HEADER.unpack_from(view, position)
         body_start = position + HEADER.size
-        if length > MAX_RECORD_BYTES:  # a whole length field no writer wrote: not a torn write
+        if zlib.crc32(view[position : position + _CHECKED.size]) != header_crc:
+            return _damaged(records, view, position, body_start, "a record's header fails its checksum")
+        if length > MAX_RECORD_BYTES:
             return Scan(tuple(records), position, 0, f"a record states {length} bytes, over {MAX_RECORD_BYTES}")
-        if body_start + length > end:
+        body_end = body_start + length
+        if body_end > end:
             return Scan(tuple(records), position, end - position, "")  # a payload cut short
-        payload = view[body_start : body_start + length]
-        expected = zlib.crc32(payload, zlib.crc32(bytes([kind]), zlib.crc32(view[position : position + 4])))
-        if crc != expected:
-            if _only_zeros(view[body_start + length :]):
-                return Scan(tuple(records), position, end - position, "")  # the last write, torn
-            return Scan(tuple(records), position, 0, "a record fails its checksum and records follow it")
+        payload = view[body_start:body_end]
+        if zlib.crc32(payload) != payload_crc:
+            return _damaged(records, view, position, body_end, "a record fails its checksum")
         records.append((kind, bytes(payload)))
-        position = body_start + length
+        position = body_end
     return Scan(tuple(records), position, 0, "")
 
 
-def _only_zeros(view: memoryview) -> bool:
-    return view.tobytes().count(0) == len(view)
+def _damaged(records: list[tuple[int, bytes]], view: memoryview, start: int, stop: int, reason: str) -> Scan:
+    """A record from ``start`` to ``stop`` that fails a checksum: torn when, in a sector it lies in,
+    everything from where the record begins in it to the sector's end reads as zeros (a sector the
+    disk never wrote holds what it held before: zeros past the old end of the file, the earlier
+    records before it); corrupt otherwise."""
+    end = len(view)
+    for sector in range(start // SECTOR_BYTES, (max(stop, start + 1) - 1) // SECTOR_BYTES + 1):
+        low = max(sector * SECTOR_BYTES, start)
+        high = min((sector + 1) * SECTOR_BYTES, end)
+        if low < high and view[low:high].tobytes().count(0) == high - low:
+            return Scan(tuple(records), start, end - start, "")
+    return Scan(tuple(records), start, 0, reason)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from shardgrid.core.codec import decode_raft_write, encode_raft_write
 from shardgrid.core.disk_records import RecordKind, Scan, encode_record, scan_records
 from shardgrid.core.errors import CorruptDisk
+from shardgrid.core.limits import MAX_ENTRIES_PER_RAFT_WRITE
 from shardgrid.core.raft.storage import RaftStorage, RaftWrite
 
 Encode = Callable[[RaftWrite], bytes]
@@ -28,15 +29,21 @@ def raft_record(write: RaftWrite, encode: Encode = encode_raft_write) -> bytes:
 
 
 def storage_record(storage: RaftStorage, encode: Encode = encode_raft_write) -> bytes:
-    """The whole storage as one write: what a compacted file starts from."""
-    entries_from = storage.entries[0].index if storage.entries else 0
-    write = RaftWrite(
-        hard_state=storage.hard_state,
-        snapshot=storage.snapshot,
-        entries_from=entries_from,
-        entries=tuple(storage.entries),
-    )
-    return raft_record(write, encode)
+    """The whole storage as writes (its entries a bounded number a record, its hard state last):
+    what a compacted file holds, written whole by a replacement, never torn half-way."""
+    entries = storage.entries
+    chunks = [
+        entries[start : start + MAX_ENTRIES_PER_RAFT_WRITE]
+        for start in range(0, len(entries), MAX_ENTRIES_PER_RAFT_WRITE)
+    ]
+    writes = [
+        RaftWrite(snapshot=storage.snapshot if number == 0 else None, entries_from=chunk[0].index, entries=tuple(chunk))
+        for number, chunk in enumerate(chunks)
+    ]
+    if not writes:
+        writes = [RaftWrite(snapshot=storage.snapshot)]
+    writes.append(RaftWrite(hard_state=storage.hard_state))
+    return b"".join(raft_record(write, encode) for write in writes if not write.empty)
 
 
 def load_raft(
@@ -50,7 +57,11 @@ def load_raft(
     for number, (kind, payload) in enumerate(scan.records):
         if kind != RecordKind.RAFT_WRITE:
             raise CorruptDisk(f"{name}: record {number} is of kind {kind}, not a Raft write")
-        storage.apply(decode(payload))
+        write = decode(payload)
+        problem = storage.write_problem(write)
+        if problem:
+            raise CorruptDisk(f"{name}: record {number} cannot follow the ones before it: {problem}")
+        storage.apply(write)
     problem = storage.problem()
     if problem:
         raise CorruptDisk(f"{name} holds what no Raft server could have written: {problem}")

@@ -1,17 +1,23 @@
 """One file of checksummed records (``core/disk_records``) on a member's disk: appended to, synced
 once for all that was appended since the last sync (group commit), and replaced whole, atomically.
 
-Opening a file reads it through: a torn tail (the process stopped mid-write) is cut off and the
-cut synced, so the next record follows the last whole one; corruption is ``CorruptDisk`` naming the
-file and the byte where it starts, and nothing is changed. A write the disk refuses (full, or the
-file at its size limit) is ``DiskFull``: the file is cut back to where the write began, so it
-still ends at a whole record and holds everything synced before.
+Opening a file locks it (a second process opening it is refused: two members on one data
+directory would write over each other) and reads it through: a torn tail (the process stopped
+mid-write) is cut off, and the file is synced before anything in it counts, since after a crash
+the page cache may still hold records that never reached the disk, and a restarted member must
+not acknowledge them as durable (found by an outside tester). Corruption is ``CorruptDisk``
+naming the file and the byte where it starts, and nothing is changed. A write the disk refuses
+(full, or the file at its size limit) is ``DiskFull``: the file is cut back to where the write
+began, so it still ends at a whole record and holds everything synced before. A failed sync is
+the end of the file's use (``DiskFailed`` from then on): Linux drops the pages it could not write,
+so a second sync would report success for data that is gone ("fsyncgate").
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import time
 from pathlib import Path
@@ -26,6 +32,14 @@ class DiskFull(ShardgridError):
     """The disk (or the file's size limit) refused a write; what the file held is intact."""
 
 
+class DiskFailed(ShardgridError):
+    """The file cannot be trusted to hold what was written to it: a sync failed, or another process
+    holds it. The member must stop writing to it (and, for a sync, restart from what is on disk)."""
+
+
+_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
 class RecordFile:
     """An open file of records. One owner: the member process's disk writer."""
 
@@ -34,21 +48,28 @@ class RecordFile:
         self._fd = fd
         self.size_bytes = size_bytes
         self._unsynced = False
+        self._failed = ""  # why the file may no longer be written ('' while it may)
 
     @classmethod
     def open(cls, path: Path) -> tuple[RecordFile, Scan]:
         """Open ``path`` (made when missing) and read what it holds."""
-        with contextlib.suppress(FileNotFoundError):
+        if path.is_dir():
+            raise DiskFailed(f"{path} is a directory, not a file of records")
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
             os.unlink(path.with_name(path.name + TEMPORARY_SUFFIX))  # a replacement a crash cut short
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as error:
+                raise DiskFailed(f"{path} is open in another process (two members on one data directory?)") from error
             data = _read_all(fd)
             scan = scan_records(data)
             if scan.corrupt:
                 raise CorruptDisk(f"{path} is corrupt at byte {scan.valid_bytes}: {scan.corrupt}")
             if scan.torn_bytes:
                 os.ftruncate(fd, scan.valid_bytes)
-                os.fsync(fd)
+            os.fsync(fd)  # what a crash left in the page cache is on the disk before it counts
             os.lseek(fd, scan.valid_bytes, os.SEEK_SET)
         except BaseException:
             os.close(fd)
@@ -58,6 +79,7 @@ class RecordFile:
 
     def append(self, data: bytes) -> None:
         """Write ``data`` (whole records) after what the file holds; durable at the next ``sync``."""
+        self._check_usable()
         start = self.size_bytes
         view = memoryview(data)
         try:
@@ -66,7 +88,7 @@ class RecordFile:
                 view = view[written:]
         except OSError as error:
             self._cut_back(start)
-            if error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            if error.errno in _FULL:
                 raise DiskFull(f"{self.path}: the disk refused {len(data)} bytes ({error.strerror})") from error
             raise
         self.size_bytes = start + len(data)
@@ -74,34 +96,51 @@ class RecordFile:
 
     def sync(self) -> float:
         """Make every append durable; the seconds it took (0 when nothing was appended)."""
+        self._check_usable()
         if not self._unsynced:
             return 0.0
         started = time.perf_counter()
-        os.fdatasync(self._fd)
+        try:
+            os.fdatasync(self._fd)
+        except OSError as error:
+            self._failed = f"a sync failed ({error.strerror}): what it held may be lost"
+            raise DiskFailed(f"{self.path}: {self._failed}") from error
         self._unsynced = False
         return time.perf_counter() - started
 
     def replace(self, data: bytes) -> None:
         """Make ``data`` the whole file, atomically: a crash leaves the old file or the new one."""
+        self._check_usable()
         temporary = self.path.with_name(self.path.name + TEMPORARY_SUFFIX)
-        fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
+            fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        except OSError as error:
+            if error.errno in _FULL:
+                raise DiskFull(f"{self.path}: no room to rewrite it ({error.strerror})") from error
+            raise
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
             os.fsync(fd)
+            os.replace(temporary, self.path)
         except OSError as error:
             os.close(fd)
-            os.unlink(temporary)
-            if error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            if error.errno in _FULL:
                 raise DiskFull(f"{self.path}: no room to rewrite it ({error.strerror})") from error
             raise
-        os.replace(temporary, self.path)
         _sync_directory(self.path.parent)
         os.close(self._fd)
         self._fd = fd  # the new file, positioned at its end
         self.size_bytes = len(data)
         self._unsynced = False
+
+    def _check_usable(self) -> None:
+        if self._failed:
+            raise DiskFailed(f"{self.path}: {self._failed}")
 
     def close(self) -> None:
         os.close(self._fd)

@@ -369,7 +369,10 @@ class RaftNode:
         return out
 
     def take_write(self) -> RaftWrite | None:
-        """What must be durable before the messages taken after this call are sent (None: nothing)."""
+        """What must be durable before the messages taken after this call are sent, and before
+        anything the entries ``take_ready`` then hands out is acted on where others can see it
+        (None: nothing). Handed out once: a write the disk refuses leaves this node ahead of its
+        disk, so the caller must stop it and restart it from the disk, never write on."""
         snapshot, entries_from, entries = self.log.take_unstable()
         hard = HardState(self.term, self.voted_for, self.commit_index)
         if hard == self._durable_hard_state:

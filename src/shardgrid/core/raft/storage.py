@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import MemberId
-from shardgrid.core.raft.log import Entry, Snapshot
+from shardgrid.core.raft.log import Entry, RaftLog, Snapshot
 from shardgrid.core.wire import Counter, Record
 
 
@@ -106,4 +106,30 @@ class RaftStorage:
             return f"commit {self.hard_state.commit} below the snapshot's {self.snapshot_index}"
         if self.hard_state.commit > self.last_index:
             return f"commit {self.hard_state.commit} beyond the log's last entry {self.last_index}"
+        if self.snapshot is not None:
+            # Configuration changes that cannot follow one another (found by an outside tester:
+            # they passed the load and crashed the restart with an invariant violation).
+            changes = RaftLog(self.snapshot).changes_problem(self.snapshot_index, self.entries)
+            if changes:
+                return changes
+        return ""
+
+    def write_problem(self, write: RaftWrite) -> str:
+        """Why no server that left this storage could write ``write`` next ('' when one could):
+        its term never goes back, nor its vote within a term, nor its commit point, nor its
+        snapshot, and no entry it knew committed is written again. A record of another time
+        replayed into the file passes its checksum, not this (found by an outside tester)."""
+        held = self.hard_state
+        hard = write.hard_state
+        if hard is not None:
+            if hard.term < held.term:
+                return f"the term goes back from {held.term} to {hard.term}"
+            if hard.term == held.term and held.voted_for is not None and hard.voted_for != held.voted_for:
+                return f"the vote of term {hard.term} changes"
+            if hard.commit < held.commit:
+                return f"the commit point goes back from {held.commit} to {hard.commit}"
+        if write.snapshot is not None and write.snapshot.index < self.snapshot_index:
+            return f"the snapshot goes back from {self.snapshot_index} to {write.snapshot.index}"
+        if write.entries_from and write.entries_from <= held.commit:
+            return f"entry {write.entries_from} is written again though {held.commit} was committed"
         return ""
