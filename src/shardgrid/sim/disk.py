@@ -2,17 +2,20 @@
 synced.
 
 What a process wrote but did not sync is what a power cut or a SIGKILL before ``fsync`` takes:
-at a crash it is gone, except that the last write may survive in part (a torn write: a random
-prefix of the unsynced bytes, as a page cache flushed half-way leaves it). A file replaced (written
-whole elsewhere, then renamed over the old one) is the new file once synced, and the old one if
-the crash comes first. The randomness is the run's generator, handed in at the crash, so a seed
-replays exactly.
+at a crash it is gone, except that the last writes may survive in part (a torn write): a random
+prefix of the unsynced bytes, as a page cache flushed half-way leaves it, or all of them but one
+sector the disk never wrote (zeros), as a power cut may write later sectors and not earlier ones.
+A file replaced (written whole elsewhere, then renamed over the old one) is the new file once
+synced, and the old one if the crash comes first. The randomness is the run's generator, handed
+in at the crash, so a seed replays exactly.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+
+from shardgrid.core.disk_records import SECTOR_BYTES
 
 
 @dataclass(slots=True)
@@ -69,9 +72,19 @@ class SimDisk:
                 if name in lost:
                     continue
                 data = self._unsynced[name]
-                kept = rng.randrange(len(data) + 1)
-                if kept:
-                    self.torn_writes += 1
-                    self._synced[name] = self._synced.get(name, b"") + bytes(data[:kept])
+                base = self._synced.get(name, b"")
+                if rng.random() < 0.5:
+                    kept = rng.randrange(len(data) + 1)
+                    if kept:
+                        self.torn_writes += 1
+                        self._synced[name] = base + bytes(data[:kept])
+                    continue
+                whole = bytearray(base + bytes(data))
+                first = len(base) // SECTOR_BYTES
+                sector = rng.randrange(first, (len(whole) - 1) // SECTOR_BYTES + 1)
+                low, high = max(sector * SECTOR_BYTES, len(base)), min((sector + 1) * SECTOR_BYTES, len(whole))
+                whole[low:high] = bytes(high - low)  # the sector as it was: zeros past the old end
+                self.torn_writes += 1
+                self._synced[name] = bytes(whole)
         self._replaced.clear()
         self._unsynced.clear()
