@@ -15,7 +15,7 @@ import pytest
 
 from shardgrid.sim.vopr import FAULTS, SimParams, run_seed
 
-SCALE = int(os.environ.get("SHARDGRID_SIM_SEEDS", "100"))
+SCALE = int(os.environ.get("SHARDGRID_SIM_SEEDS", "75"))
 QUICK = SimParams(ops=200, faults=FAULTS, fault_gap_ms=(1_000, 4_000))
 TWO_BACKUPS = SimParams(ops=200, members=6, backups=2, faults=FAULTS, fault_gap_ms=(1_000, 4_000))
 THREE_BACKUPS = SimParams(ops=200, members=7, backups=3, max_voters=7, faults=FAULTS, fault_gap_ms=(1_000, 4_000))

@@ -226,10 +226,10 @@ def test_a_bad_samples_file_is_refused_with_its_reason_and_exit_1(tmp_path, cont
 
 
 def test_a_real_cluster_bench_run_is_reported(spark, tmp_path):
-    """The cheapest scenario at 20,000 entries (about 30 s of member processes), then the report."""
+    """The cheapest scenario at 10,000 entries (about 20 s of member processes), then the report."""
     samples = tmp_path / "samples.jsonl"
     done = subprocess.run(
-        [sys.executable, "-m", "shardgrid", "bench", "cluster", "--entries", "20000", "--scenario",
+        [sys.executable, "-m", "shardgrid", "bench", "cluster", "--entries", "10000", "--scenario",
          "scale-up-backup-0", "--samples", str(samples)],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
