@@ -129,6 +129,13 @@ class Cluster:
     def heal(self) -> None:
         self.groups = {}
 
+    def split_at_random(self, rng: random.Random) -> None:
+        """The live servers in two sides, the smaller of at most half of them."""
+        alive = sorted(self.alive)
+        rng.shuffle(alive)
+        cut = rng.randint(1, max(1, len(alive) // 2))
+        self.split(alive[:cut], alive[cut:])
+
     # --- driving ---------------------------------------------------------------------------------
 
     def leader(self) -> RaftNode | None:

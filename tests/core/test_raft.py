@@ -260,10 +260,7 @@ def _random_fault(cluster: Cluster, rng: random.Random) -> None:
     if fault == "crash" and (len(alive_voters) - 1) * 2 > len(voters):
         cluster.crash(rng.choice(sorted(cluster.alive)))
     elif fault == "split":
-        members = sorted(cluster.alive)
-        rng.shuffle(members)
-        cut = rng.randint(1, max(1, len(members) // 2))
-        cluster.split(members[:cut], members[cut:])
+        cluster.split_at_random(rng)
     elif fault == "heal":
         cluster.heal()
     elif fault == "join" and leader is not None and len(cluster.nodes) < 12:

@@ -136,7 +136,7 @@ def test_a_write_holds_only_what_changed_since_the_last() -> None:
         ),
         (
             RaftStorage(HardState(1, None, 0), Snapshot(0, 0, Membership.of([A], []), ()), [Entry(term=2, index=1)]),
-            "the term 1 is below its log's 2",
+            "entry 1 of term 2 after term 0, with the term at 1",
         ),
         (
             RaftStorage(HardState(3, None, 0), Snapshot(2, 1, Membership.of([A], []), ()), []),
@@ -208,10 +208,7 @@ def _random_fault(cluster: Cluster, members: list[MemberId], rng: random.Random)
     elif fault == "restart" and down:
         cluster.restart(rng.choice(down))
     elif fault == "split":
-        alive = sorted(cluster.alive)
-        rng.shuffle(alive)
-        cut = rng.randint(1, max(1, len(alive) // 2))
-        cluster.split(alive[:cut], alive[cut:])
+        cluster.split_at_random(rng)
     elif fault == "heal":
         cluster.heal()
     elif fault == "compact":

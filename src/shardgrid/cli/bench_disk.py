@@ -42,7 +42,8 @@ SINGLE_WRITES = 200  # synced one-entry writes timed
 MAP_NAME = "bench"
 NOW_MS = 1_000
 LOAD_TARGET_S = 3.0
-PARTS = struct.Struct("<4I")  # the four column lengths in front of a run record's columns
+METADATA_BYTES = 48  # an SQLite row's metadata, as the engine keeps it: times, expiry, hits, version
+RUN_KIND, PAGE_KIND = 1, 2  # a write run's record, a snapshot page's
 
 
 def _batch(first: int) -> tuple[bytes, bytes, bytes, bytes]:
@@ -52,8 +53,18 @@ def _batch(first: int) -> tuple[bytes, bytes, bytes, bytes]:
     return keys, lengths, values, packed_lengths([VALUE_BYTES] * BATCH_ENTRIES)
 
 
-def _run_record(columns: tuple[bytes, bytes, bytes, bytes]) -> bytes:
-    return encode_record(1, PARTS.pack(*map(len, columns)) + b"".join(columns))
+def _parts_record(kind: int, parts: tuple[bytes, ...]) -> bytes:
+    """A record of columns end to end, their lengths in front."""
+    return encode_record(kind, struct.pack(f"<{len(parts)}I", *map(len, parts)) + b"".join(parts))
+
+
+def _parts_of(payload: bytes, count: int) -> list[bytes]:
+    position = 4 * count
+    parts = []
+    for size in struct.unpack_from(f"<{count}I", payload):
+        parts.append(payload[position : position + size])
+        position += size
+    return parts
 
 
 def _batches(entries: int) -> Iterator[tuple[bytes, bytes, bytes, bytes]]:
@@ -63,7 +74,7 @@ def _batches(entries: int) -> Iterator[tuple[bytes, bytes, bytes, bytes]]:
 
 def _own_appends(directory: Path, batches: int, sync_each: bool) -> float:
     file, _ = RecordFile.open(directory / f"runs-{sync_each}")
-    records = [_run_record(_batch(i * BATCH_ENTRIES)) for i in range(min(batches, 50))]
+    records = [_parts_record(RUN_KIND, _batch(i * BATCH_ENTRIES)) for i in range(min(batches, 50))]
     started = time.perf_counter()
     for i in range(batches):
         file.append(records[i % len(records)])
@@ -77,7 +88,8 @@ def _own_appends(directory: Path, batches: int, sync_each: bool) -> float:
 
 def _own_single_write_ms(directory: Path) -> float:
     file, _ = RecordFile.open(directory / "single")
-    record = _run_record((b"k" * KEY_BYTES, packed_lengths([KEY_BYTES]), b"v" * VALUE_BYTES, packed_lengths([100])))
+    columns = (b"k" * KEY_BYTES, packed_lengths([KEY_BYTES]), b"v" * VALUE_BYTES, packed_lengths([VALUE_BYTES]))
+    record = _parts_record(RUN_KIND, columns)
     times = []
     for _ in range(SINGLE_WRITES):
         started = time.perf_counter()
@@ -100,8 +112,7 @@ def _own_snapshot_and_load(directory: Path, entries: int) -> dict[str, float]:
         keys, key_lengths, values, value_lengths, metadata, offset = store.dump(
             MAP_NAME, offset, MAX_ENTRIES_PER_CHUNK, 1 << 24
         )
-        parts = (keys, key_lengths, values, value_lengths, metadata)
-        file.append(encode_record(2, struct.pack("<5I", *map(len, parts)) + b"".join(parts)))
+        file.append(_parts_record(PAGE_KIND, (keys, key_lengths, values, value_lengths, metadata)))
     file.sync()
     file.close()
     del store
@@ -109,12 +120,7 @@ def _own_snapshot_and_load(directory: Path, entries: int) -> dict[str, float]:
     file, scan = RecordFile.open(path)
     fresh = RecordStore(7)
     for _, payload in scan.records:
-        sizes = struct.unpack_from("<5I", payload)
-        position, parts_read = 20, []
-        for size in sizes:
-            parts_read.append(payload[position : position + size])
-            position += size
-        fresh.load(MAP_NAME, *parts_read)
+        fresh.load(MAP_NAME, *_parts_of(payload, 5))
     load_s = time.perf_counter() - started
     file.close()
     invariant(fresh.entry_count(MAP_NAME) == entries, "every entry was loaded back")
@@ -131,7 +137,7 @@ def _sqlite(path: Path, synchronous: str) -> sqlite3.Connection:
 
 def _rows(first: int) -> list[tuple[bytes, bytes, bytes]]:
     value = bytes(range(VALUE_BYTES))
-    metadata = bytes(48)  # the engine's record metadata: times, expiry, hits, version
+    metadata = bytes(METADATA_BYTES)
     return [(f"{n:0{KEY_BYTES}d}".encode(), value, metadata) for n in range(first, first + BATCH_ENTRIES)]
 
 
@@ -153,7 +159,8 @@ def _sqlite_single_write_ms(directory: Path) -> float:
     times = []
     for n in range(SINGLE_WRITES):
         started = time.perf_counter()
-        connection.execute("insert or replace into entries values (?, ?, ?)", (b"%010d" % n, b"v" * 100, bytes(48)))
+        row = (f"{n:0{KEY_BYTES}d}".encode(), b"v" * VALUE_BYTES, bytes(METADATA_BYTES))
+        connection.execute("insert or replace into entries values (?, ?, ?)", row)
         times.append(time.perf_counter() - started)
     connection.close()
     return statistics.median(times) * 1000

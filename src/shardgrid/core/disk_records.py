@@ -29,7 +29,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from shardgrid.core.errors import invariant
+from shardgrid.core.errors import CorruptDisk, invariant
 
 HEADER = struct.Struct("<IBII")  # length, kind, payload crc32, header crc32 (of the 9 bytes before it)
 _CHECKED = struct.Struct("<IBI")  # the part of the header its checksum covers
@@ -51,6 +51,12 @@ class Scan:
     valid_bytes: int  # the length of the intact prefix: where the next record goes
     torn_bytes: int  # bytes of a torn tail after it (0 when the file ends cleanly)
     corrupt: str  # why the file is corrupt at ``valid_bytes`` ('' when it is not)
+
+
+def refuse_corrupt(scan: Scan, name: object) -> None:
+    """``CorruptDisk`` naming the file and the byte, when the scan found corruption."""
+    if scan.corrupt:
+        raise CorruptDisk(f"{name} is corrupt at byte {scan.valid_bytes}: {scan.corrupt}")
 
 
 def encode_record(kind: int, payload: bytes) -> bytes:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from shardgrid.core.codec import decode_raft_write, encode_raft_write
-from shardgrid.core.disk_records import RecordKind, Scan, encode_record, scan_records
+from shardgrid.core.disk_records import RecordKind, Scan, encode_record, refuse_corrupt, scan_records
 from shardgrid.core.errors import CorruptDisk
 from shardgrid.core.limits import MAX_ENTRIES_PER_RAFT_WRITE
 from shardgrid.core.raft.storage import RaftStorage, RaftWrite
@@ -51,8 +51,12 @@ def load_raft(
 ) -> tuple[RaftStorage, Scan]:
     """The storage ``data`` holds and the scan that read it (its torn tail, if any)."""
     scan = scan_records(data)
-    if scan.corrupt:
-        raise CorruptDisk(f"{name} is corrupt at byte {scan.valid_bytes}: {scan.corrupt}")
+    return raft_storage(scan, name, decode), scan
+
+
+def raft_storage(scan: Scan, name: str = "the Raft file", decode: Decode = decode_raft_write) -> RaftStorage:
+    """The storage a scanned file holds (a ``RecordFile`` opened hands its scan over as it is)."""
+    refuse_corrupt(scan, name)
     storage = RaftStorage()
     for number, (kind, payload) in enumerate(scan.records):
         if kind != RecordKind.RAFT_WRITE:
@@ -65,4 +69,4 @@ def load_raft(
     problem = storage.problem()
     if problem:
         raise CorruptDisk(f"{name} holds what no Raft server could have written: {problem}")
-    return storage, scan
+    return storage

@@ -21,9 +21,10 @@ import fcntl
 import os
 import time
 from pathlib import Path
+from typing import NoReturn
 
-from shardgrid.core.disk_records import Scan, scan_records
-from shardgrid.core.errors import CorruptDisk, ShardgridError
+from shardgrid.core.disk_records import Scan, refuse_corrupt, scan_records
+from shardgrid.core.errors import ShardgridError
 
 TEMPORARY_SUFFIX = ".new"  # a replacement being written: never read, removed at open
 
@@ -63,10 +64,8 @@ class RecordFile:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError as error:
                 raise DiskFailed(f"{path} is open in another process (two members on one data directory?)") from error
-            data = _read_all(fd)
-            scan = scan_records(data)
-            if scan.corrupt:
-                raise CorruptDisk(f"{path} is corrupt at byte {scan.valid_bytes}: {scan.corrupt}")
+            scan = scan_records(_read_all(fd))
+            refuse_corrupt(scan, path)
             if scan.torn_bytes:
                 os.ftruncate(fd, scan.valid_bytes)
             os.fsync(fd)  # what a crash left in the page cache is on the disk before it counts
@@ -81,16 +80,11 @@ class RecordFile:
         """Write ``data`` (whole records) after what the file holds; durable at the next ``sync``."""
         self._check_usable()
         start = self.size_bytes
-        view = memoryview(data)
         try:
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
+            _write_all(self._fd, data)
         except OSError as error:
             self._cut_back(start)
-            if error.errno in _FULL:
-                raise DiskFull(f"{self.path}: the disk refused {len(data)} bytes ({error.strerror})") from error
-            raise
+            _refused(error, f"{self.path}: the disk refused {len(data)} bytes")
         self.size_bytes = start + len(data)
         self._unsynced = True
 
@@ -112,26 +106,19 @@ class RecordFile:
         """Make ``data`` the whole file, atomically: a crash leaves the old file or the new one."""
         self._check_usable()
         temporary = self.path.with_name(self.path.name + TEMPORARY_SUFFIX)
+        fd = -1
         try:
             fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        except OSError as error:
-            if error.errno in _FULL:
-                raise DiskFull(f"{self.path}: no room to rewrite it ({error.strerror})") from error
-            raise
-        try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _write_all(fd, data)
             os.fsync(fd)
             os.replace(temporary, self.path)
         except OSError as error:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            if error.errno in _FULL:
-                raise DiskFull(f"{self.path}: no room to rewrite it ({error.strerror})") from error
-            raise
+            if fd >= 0:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+            _refused(error, f"{self.path}: no room to rewrite it")
         _sync_directory(self.path.parent)
         os.close(self._fd)
         self._fd = fd  # the new file, positioned at its end
@@ -149,6 +136,20 @@ class RecordFile:
         with contextlib.suppress(OSError):
             os.ftruncate(self._fd, size_bytes)
             os.lseek(self._fd, size_bytes, os.SEEK_SET)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _refused(error: OSError, full: str) -> NoReturn:
+    """Raise for a write the disk refused: ``DiskFull`` (saying ``full``) when it is out of room,
+    the error itself otherwise."""
+    if error.errno in _FULL:
+        raise DiskFull(f"{full} ({error.strerror})") from error
+    raise error
 
 
 def _read_all(fd: int) -> bytes:

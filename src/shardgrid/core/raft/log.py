@@ -132,13 +132,14 @@ class RaftLog:
     @staticmethod
     def shape_problem(prev_index: int, prev_term: int, entries: Sequence[Entry], leader_term: int) -> str:
         """Why a leader's entries after ``prev_index`` cannot be a leader's log ('' when they can):
-        indexes follow on one by one, terms never go down and never pass the leader's own."""
+        indexes follow on one by one, terms never go down and never pass the leader's own (a
+        server's own term, for the log it keeps on its disk)."""
         term = prev_term
         for offset, entry in enumerate(entries):
             if entry.index != prev_index + 1 + offset:
                 return f"entry {entry.index} where {prev_index + 1 + offset} belongs"
             if not term <= entry.term <= leader_term:
-                return f"entry {entry.index} of term {entry.term} after term {term}, from a leader of {leader_term}"
+                return f"entry {entry.index} of term {entry.term} after term {term}, with the term at {leader_term}"
             term = entry.term
         return ""
 

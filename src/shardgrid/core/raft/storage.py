@@ -89,17 +89,12 @@ class RaftStorage:
 
     def problem(self) -> str:
         """Why no server could have left this state ('' when one could)."""
-        expected = self.snapshot_index + 1
-        term = self.snapshot.term if self.snapshot is not None else 0
-        for entry in self.entries:
-            if entry.index != expected:
-                return f"entry {entry.index} where {expected} belongs"
-            if entry.term < term:
-                return f"entry {entry.index} of term {entry.term} after term {term}"
-            term = entry.term
-            expected += 1
-        if self.hard_state.term < term:
-            return f"the term {self.hard_state.term} is below its log's {term}"
+        snapshot_term = self.snapshot.term if self.snapshot is not None else 0
+        shape = RaftLog.shape_problem(self.snapshot_index, snapshot_term, self.entries, self.hard_state.term)
+        if shape:
+            return shape
+        if self.hard_state.term < snapshot_term:
+            return f"the term {self.hard_state.term} is below its snapshot's {snapshot_term}"
         if self.snapshot is None and self.entries:
             return "entries without a snapshot before them"
         if self.hard_state.commit < self.snapshot_index:
