@@ -680,3 +680,15 @@ def test_a_full_cache_evicts_to_take_writes_while_the_other_maps_refuse_them() -
     cache_keys = run.sim.ledger.cache_keys
     acked_cache = [w for key in cache_keys for w in run.sim.ledger.writes.get(key, []) if w.outcome == ACKED]
     assert len(acked_cache) > 100
+
+
+def test_every_member_killed_at_once_comes_back_from_its_disk_with_every_acknowledged_write() -> None:
+    run = passed("every-member-killed-and-restarted-from-disk")
+    restored = emitted(run, events.MemberRestored)
+    assert len(restored) == 3
+    assert sum(event.entries for _, _, event in restored) > 0
+    # The same members, not new ones: the cluster re-formed with the identities it had.
+    leader = run.sim.leader()
+    assert leader is not None
+    assert {r.id for r in leader.consensus.state.members} == {event.member for _, _, event in restored}
+    assert run.sim.ledger.counts()["acked"] > 1_000

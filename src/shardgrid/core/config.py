@@ -209,6 +209,10 @@ class MemberConfig:
     metadata and table overhead, of every replica it holds): at the limit, a write is refused with
     MEMORY_FULL while reads and removes go on. 0: no limit. The process's default is half the
     memory it may use (the cgroup's limit or the machine's); each member has its own."""
+    persistent: bool = False
+    """Keep on disk what the member must not forget across a crash (a member process's
+    ``data_dir``): its Raft hard state, log and snapshots, and every replica it holds. A step's
+    sends and replies then go out only once what they depend on is synced."""
     client_retry_after_ms: int = 50
     """What a reply asking a client to retry tells it to wait."""
     max_backup_reorder: int = 1_024

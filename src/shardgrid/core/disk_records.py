@@ -41,6 +41,12 @@ class RecordKind(enum.IntEnum):
     """What a record holds; a file holds the kinds of one concern. Never reuse or renumber one."""
 
     RAFT_WRITE = 1  # one Raft step's RaftWrite (codec.encode_raft_write)
+    REPLICA_RUN = 2  # a write run a copy applied (replica_disk)
+    REPLICA_HEADER = 3  # a copy's lineage, sequence, slot, versions and maps; an image's first record
+    REPLICA_PAGE = 4  # a page of an image's records
+    REPLICA_DROP = 5  # the member no longer holds a partition
+    REPLICA_STEP_END = 6  # the end of one step's replica records
+    MEMBER_IDENTITY = 7  # who the member is (member_disk)
 
 
 @dataclass(frozen=True, slots=True)

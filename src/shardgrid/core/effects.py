@@ -6,6 +6,7 @@ What goes in is in ``inputs.py``; the events an ``Emit`` carries, in ``events.py
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,4 +57,27 @@ class Stop:
     exit_code: int
 
 
-Effect = Send | SendToAddress | ReplyToClient | SetTimer | Emit | Stop
+class DiskFile(enum.Enum):
+    """The files of a persistent member's data directory, each one concern's."""
+
+    RAFT = "raft"  # the Raft hard state, log and snapshots (``raft_disk``)
+    REPLICAS = "replicas"  # every replica the member holds, as images and write runs (``replica_disk``)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Persist:
+    """Write ``data`` (whole disk records) to the end of ``file``, or with ``replace`` make the file
+    ``data`` (atomically: the old file or the new, never a mix).
+
+    Every send and reply of the step that emitted a ``Persist`` with ``hold_sends``, and of any
+    step after it, goes out only once that write is synced: what they say (a vote, an
+    acknowledgement, a reply to a write) may depend on it, as etcd's Ready requires. Writes of one
+    step, and of the steps a loop turn runs, may share one sync (group commit)."""
+
+    file: DiskFile
+    data: bytes
+    replace: bool = False
+    hold_sends: bool = True
+
+
+Effect = Send | SendToAddress | ReplyToClient | SetTimer | Emit | Stop | Persist

@@ -110,6 +110,19 @@ class RemovedFromCluster:
 
 
 @dataclass(frozen=True, slots=True)
+class MemberRestored:
+    """This member came back from its disk as itself: its log through ``applied_index``, its
+    ``partitions`` copies holding ``entries`` entries, and ``torn_bytes`` its files lost at their
+    torn tails (written, never synced, so never acknowledged)."""
+
+    member: MemberId
+    applied_index: int
+    partitions: int
+    entries: int
+    torn_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class MemberStopped:
     """This member stopped: its graceful shutdown completed, or the cluster shut down."""
 

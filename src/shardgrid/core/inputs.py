@@ -11,11 +11,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardgrid.core.identity import MemberId
+from shardgrid.core.member_disk import MemberDisk
 
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """The member process started: begin joining through the seed addresses."""
+    """The member process started: begin joining through the seed addresses, or with ``disk``
+    (a persistent member's data directory, read back) come back as the member that left it."""
+
+    disk: MemberDisk | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,11 @@ from shardgrid.core.errors import CorruptDisk
 from shardgrid.core.limits import MAX_ENTRIES_PER_RAFT_WRITE
 from shardgrid.core.raft.storage import RaftStorage, RaftWrite
 
+# A Raft file is rewritten whole (the storage as it is) once it holds this many times what that
+# takes, and at least REWRITE_ABOVE_BYTES: the disk holds a small multiple of the log.
+REWRITE_FACTOR = 4
+REWRITE_ABOVE_BYTES = 1024 * 1024
+
 Encode = Callable[[RaftWrite], bytes]
 Decode = Callable[[bytes], RaftWrite]  # raises CorruptDisk for what no server wrote
 
@@ -70,3 +75,33 @@ def raft_storage(scan: Scan, name: str = "the Raft file", decode: Decode = decod
     if problem:
         raise CorruptDisk(f"{name} holds what no Raft server could have written: {problem}")
     return storage
+
+
+class RaftFile:
+    """What a member's Raft file holds (``storage``) and the bytes that bring it there: each write
+    appended as a record, until the file holds ``REWRITE_FACTOR`` times what the storage takes
+    written whole; then the write replaces the file with the storage whole. A server's first
+    write replaces whatever file was there: it starts the log afresh (a new member, or one that
+    rejoined with a new identity), so nothing of another identity's log is read back with it."""
+
+    def __init__(
+        self, storage: RaftStorage | None = None, file_bytes: int = 0, encode: Encode = encode_raft_write
+    ) -> None:
+        self.storage = storage if storage is not None else RaftStorage()
+        self.file_bytes = file_bytes
+        self._whole_bytes = file_bytes
+        self._replace_next = storage is None
+        self._encode = encode
+
+    def record(self, write: RaftWrite) -> tuple[bytes, bool]:
+        """The bytes that make ``write`` durable, and whether they replace the file."""
+        self.storage.apply(write)
+        data = raft_record(write, self._encode)
+        limit = max(REWRITE_ABOVE_BYTES, REWRITE_FACTOR * self._whole_bytes)
+        if not self._replace_next and self.file_bytes + len(data) <= limit:
+            self.file_bytes += len(data)
+            return data, False
+        data = storage_record(self.storage, self._encode)
+        self.file_bytes = self._whole_bytes = len(data)
+        self._replace_next = False
+        return data, True

@@ -127,6 +127,7 @@ _EVENT_NAMES: dict[type, str] = {
     events.MigrationEvent: "migration",
     events.PartitionLost: "partition-lost",
     events.RemovedFromCluster: "removed-from-cluster",
+    events.MemberRestored: "member-restored",
     events.PartitionsUnavailable: "partitions-unavailable",
     events.PartitionsAvailable: "partitions-available",
     events.MemberStopped: "member-stopped",

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardgrid.core.disk_records import scan_records
+from shardgrid.core.effects import DiskFile
 from shardgrid.core.hashing import partition_id_of_serialized
 from shardgrid.core.member import Member
 from shardgrid.core.messages import MapReply, ReplyCode
 from shardgrid.core.placement import replica_count_for
+from shardgrid.core.replica_disk import load_replicas
 from shardgrid.core.store import ReplicaView
 from shardgrid.sim.cluster import Simulation
 from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, IDLE_MAP_NAME, MAP_NAME, TTL_MAP_NAME
@@ -272,4 +275,47 @@ def final_violations(sim: Simulation) -> list[str]:
         extra = [pid for pid in member.data.held_partitions() if member.identity not in table.replicas[pid]]
         if extra:
             problems.append(f"{member.identity} keeps data of partitions it does not replicate: {extra[:5]}")
+    for address in sorted(sim.disks):
+        problems.extend(disk_differences(sim, address))
     return problems
+
+
+def disk_differences(sim: Simulation, address: str) -> list[str]:
+    """How a persistent member's disk, read back as a restart would read it, differs from the
+    copies the member holds ('' for none): a change the data path did not tell its journal of."""
+    node = sim.nodes[address]
+    disk = sim.disks.get(address)
+    if disk is None or not node.alive:
+        return []
+    member = node.member
+    held = load_replicas(
+        scan_records(disk.read(DiskFile.REPLICAS.value)), hash_seed=0, max_idle_ms=sim.config.max_idle_ms
+    )
+    problems = []
+    for pid in sorted(set(held.copies) | set(member.data.held_partitions())):
+        on_disk = held.copies[pid].view() if pid in held.copies else None
+        in_memory = member.data.view(pid)
+        if on_disk is None or in_memory is None:
+            problems.append(
+                f"{member.identity}: partition {pid} is {'only on disk' if in_memory is None else 'not on disk'}"
+            )
+        elif (on_disk.sequence, on_disk.lineage, on_disk.entries, on_disk.versions, on_disk.copy_index) != (
+            in_memory.sequence,
+            in_memory.lineage,
+            in_memory.entries,
+            in_memory.versions,
+            in_memory.copy_index,
+        ):
+            problems.append(
+                f"{member.identity}: partition {pid} on disk (sequence {on_disk.sequence}, lineage "
+                f"{on_disk.lineage!r}) differs from its copy (sequence {in_memory.sequence}, "
+                f"lineage {in_memory.lineage!r})"
+            )
+    return problems
+
+
+def check_disk(sim: Simulation, address: str) -> None:
+    """A per-step check for persistent runs (slow: it reads the whole file back every step)."""
+    problems = disk_differences(sim, address)
+    if problems:
+        raise SimulationFailure(f"{sim.now_ms} ms: {problems[0]}")

@@ -18,11 +18,13 @@ from typing import Any
 from shardgrid.core import codec
 from shardgrid.core.call_policy import CallSettings
 from shardgrid.core.config import MemberConfig
-from shardgrid.core.effects import Emit, ReplyToClient, Send, SendToAddress, SetTimer, Stop
+from shardgrid.core.effects import DiskFile, Emit, Persist, ReplyToClient, Send, SendToAddress, SetTimer, Stop
 from shardgrid.core.identity import MemberId
 from shardgrid.core.inputs import LinkRestored, Receive, Start, StopSignalled, TimerFired
 from shardgrid.core.member import Member
+from shardgrid.core.member_disk import read_member_disk
 from shardgrid.core.messages import AdminReply, AdminRequest, MapReply, ReplyCode, TableRequest
+from shardgrid.sim.disk import SimDisk
 from shardgrid.sim.network import Network, NetworkConfig
 from shardgrid.sim.workload import ASYNC_MAP_NAME, CACHE_MAP_NAME, IDLE_MAP_NAME, TTL_MAP_NAME, Ledger, SimClient
 
@@ -41,6 +43,8 @@ class Node:
     exit_code: int | None = None  # what its process would exit with, once its member stopped
     paused: bool = False
     held: list[tuple[str, Any]] = field(default_factory=list)  # events waiting for a resume
+    # A persistent member's sends and replies waiting for its disk's sync (group commit), in order.
+    unsynced_sends: list[Callable[[], None]] = field(default_factory=list)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -58,6 +62,8 @@ class Stats:
     pauses: int = 0
     stops: int = 0
     writes_refused_memory_full: int = 0  # keys of writes owners refused at max_memory_bytes
+    restored: int = 0  # members restarted as themselves from their disks
+    syncs: int = 0
 
 
 # The simulated wall clock at time 0 (2026-01-01T00:00:00Z): records' times are on it.
@@ -79,6 +85,10 @@ class Simulation:
         compare_and_set: bool = False,
     ) -> None:
         self.seed = seed
+        # A persistent member's disk, per address: it outlives the member's crashes. A step's
+        # sends wait for its writes' sync, ``disk_sync_ms`` later (a crash may come first).
+        self.disks: dict[str, SimDisk] = {}
+        self.disk_sync_ms = 1
         # Each member's record clock is off the simulated time by up to this much either way (its
         # own wall clock at start): an expiry or a record's times set by one owner are read by the
         # next on another clock.
@@ -136,10 +146,18 @@ class Simulation:
         self.started_addresses.extend(a for a in addresses if a not in self.started_addresses)
         return addresses
 
-    def start_member(self, address: str | None = None, lite: bool = False, seeds: tuple[str, ...] | None = None) -> str:
+    def start_member(
+        self,
+        address: str | None = None,
+        lite: bool = False,
+        seeds: tuple[str, ...] | None = None,
+        *,
+        as_itself: bool = False,
+    ) -> str:
         """Start a member process (a new identity, no data) at ``address`` or a new address. It
         knows every address the cluster has used (as a deployment's member list does), or only
-        ``seeds`` when given."""
+        ``seeds`` when given. With ``as_itself`` (a persistent member), it reads its disk and comes
+        back as the member that left it, when the disk holds one."""
         address = address or self.new_address()
         if address not in self.seed_addresses:
             self.seed_addresses = (*self.seed_addresses, address)
@@ -147,6 +165,21 @@ class Simulation:
             self.started_addresses.append(address)
         identity = MemberId(str(uuid.UUID(int=self.rng.getrandbits(128), version=4)), address)
         member_rng = random.Random(self.rng.getrandbits(64))
+        previous = self.nodes.get(address)
+        disk_state = None
+        if self.config.persistent:
+            disk = self.disks.setdefault(address, SimDisk())
+            if as_itself and previous is not None:
+                files = {file: disk.read(file.value) for file in DiskFile}
+                hash_seed = uuid.UUID(previous.member.identity.uuid).int & (2**64 - 1)
+                disk_state = read_member_disk(
+                    files, hash_seed=hash_seed, max_idle_ms=self.config.max_idle_ms, now_ms=self.now_ms
+                )
+                if disk_state is not None:
+                    identity = previous.member.identity
+                    for file in DiskFile:  # the torn tails cut off, as the runtime does at open
+                        disk.truncate(file.value, disk_state.file_bytes.get(file, 0))
+                    self.stats.restored += 1
         known = seeds if seeds is not None else self.seed_addresses
         # The record clock: a fixed wall-clock start (2026-01-01), so a seed replays exactly.
         member = Member(
@@ -158,12 +191,11 @@ class Simulation:
             hash_seed=uuid.UUID(identity.uuid).int & (2**64 - 1),
             clock_offset_ms=SIM_EPOCH_MS + self._skew_of(identity),
         )
-        previous = self.nodes.get(address)
         incarnation = previous.incarnation + 1 if previous else 1
         self.nodes[address] = Node(address=address, member=member, incarnation=incarnation)
         if self.network.groups and address not in self.network.groups:
             self.network.groups[address] = 0  # a process started during a split is on its first side
-        self._run_member(self.nodes[address], Start())
+        self._run_member(self.nodes[address], Start(disk_state))
         return address
 
     def _skew_of(self, identity: MemberId) -> int:
@@ -202,6 +234,10 @@ class Simulation:
         node = self.nodes[address]
         node.alive = False
         node.held.clear()
+        node.unsynced_sends.clear()  # never sent: the process died before its writes' sync
+        disk = self.disks.get(address)
+        if disk is not None:
+            disk.crash(self.rng, tear=True)
         if drop_in_flight:
             self.queue = [
                 item
@@ -212,14 +248,15 @@ class Simulation:
         self.stats.crashes += 1
         self._record("crash", address)
 
-    def restart(self, address: str, isolated: bool = False) -> None:
-        """The process comes back at the same address with a new identity and no data; when
-        ``isolated``, it comes back cut off from every other member (until ``heal``)."""
+    def restart(self, address: str, isolated: bool = False, *, as_itself: bool = False) -> None:
+        """The process comes back at the same address with a new identity and no data, or with
+        ``as_itself`` (a persistent member) from its disk; when ``isolated``, it comes back cut off
+        from every other member (until ``heal``)."""
         self.stats.restarts += 1
-        self._record("restart", (address, isolated))
+        self._record("restart", (address, isolated, as_itself) if as_itself else (address, isolated))
         if isolated:
             self.isolate(address)
-        self.start_member(address)
+        self.start_member(address, as_itself=as_itself)
 
     def isolate(self, address: str) -> None:
         """Cut ``address`` off from every member (clients still reach it)."""
@@ -369,9 +406,13 @@ class Simulation:
                 self._run_member(node, StopSignalled(ADMIN_ADDRESS, call_id))
         elif kind == "client":
             client = self.clients[payload]
-            for address, message in client.tick(self.now_ms, self.member_addresses()):
+            for address, message in client.tick(self.now_ms, self._reachable()):
                 self._send(client.address, None, address, None, message)
             self._schedule(self.now_ms + 5, "client", payload)
+        elif kind == "sync":
+            node = self._running(payload[0], payload[1], kind, payload)
+            if node is not None:
+                self._synced(node)
         elif kind == "action":
             payload()
 
@@ -388,17 +429,23 @@ class Simulation:
     def _run_member(self, node: Node, event: Any) -> None:
         effects = node.member.handle(self.now_ms, event)
         identity = node.member.identity
+        # A step that wrote what its sends depend on sends them after the sync, as does every step
+        # while a sync is pending (a member process's group commit, in order).
+        holding = bool(node.unsynced_sends) or any(type(e) is Persist and e.hold_sends for e in effects)
+        if holding and not node.unsynced_sends:
+            self._schedule(self.now_ms + self.disk_sync_ms, "sync", (node.address, node.incarnation))
         for effect in effects:
-            if isinstance(effect, Send):
-                self._send(node.address, identity, effect.target.address, effect.target.uuid, effect.message)
-            elif isinstance(effect, SendToAddress):
-                self._send(node.address, identity, effect.address, None, effect.message)
-            elif isinstance(effect, ReplyToClient):
-                if isinstance(effect.message, MapReply) and ReplyCode.MEMORY_FULL in effect.message.codes:
-                    self.stats.writes_refused_memory_full += effect.message.codes.count(ReplyCode.MEMORY_FULL)
-                for reply_check in self.reply_checks:
-                    reply_check(self, node.address, effect.client_address, effect.message)
-                self._send(node.address, identity, effect.client_address, None, effect.message)
+            if isinstance(effect, Send | SendToAddress | ReplyToClient):
+                if holding:
+                    node.unsynced_sends.append(lambda effect=effect: self._carry_out_send(node, identity, effect))
+                else:
+                    self._carry_out_send(node, identity, effect)
+            elif isinstance(effect, Persist):
+                disk = self.disks[node.address]
+                if effect.replace:
+                    disk.replace(effect.file.value, effect.data)
+                else:
+                    disk.append(effect.file.value, effect.data)
             elif isinstance(effect, SetTimer):
                 self._schedule(max(effect.at_ms, self.now_ms), "timer", (node.address, node.incarnation, effect.name))
             elif isinstance(effect, Emit):
@@ -412,6 +459,26 @@ class Simulation:
             self._record("stopped", node.address)
         for check in self.checks:
             check(self, node.address)
+
+    def _carry_out_send(self, node: Node, identity: MemberId, effect: Send | SendToAddress | ReplyToClient) -> None:
+        if isinstance(effect, Send):
+            self._send(node.address, identity, effect.target.address, effect.target.uuid, effect.message)
+        elif isinstance(effect, SendToAddress):
+            self._send(node.address, identity, effect.address, None, effect.message)
+        else:
+            if isinstance(effect.message, MapReply) and ReplyCode.MEMORY_FULL in effect.message.codes:
+                self.stats.writes_refused_memory_full += effect.message.codes.count(ReplyCode.MEMORY_FULL)
+            for reply_check in self.reply_checks:
+                reply_check(self, node.address, effect.client_address, effect.message)
+            self._send(node.address, identity, effect.client_address, None, effect.message)
+
+    def _synced(self, node: Node) -> None:
+        """A persistent member's disk synced: the sends that waited for it go, in order."""
+        self.disks[node.address].sync()
+        self.stats.syncs += 1
+        sends, node.unsynced_sends = node.unsynced_sends, []
+        for send in sends:
+            send()
 
     def _send(self, source: str, sender: MemberId | None, target: str, target_uuid: str | None, message: Any) -> None:
         self.stats.messages_sent += 1
@@ -437,7 +504,7 @@ class Simulation:
             self._schedule(self.now_ms + latency, "deliver", (target, envelope))
 
     def _client_message(self, client: SimClient, message: Any) -> None:
-        for address, reply in client.on_message(self.now_ms, message, self.member_addresses()):
+        for address, reply in client.on_message(self.now_ms, message, self._reachable()):
             self._send(client.address, None, address, None, reply)
 
     def _on_emit(self, address: str, event: Any) -> None:
@@ -466,6 +533,11 @@ class Simulation:
         self._trace.update(f"{self.now_ms}|{kind}|{where}|{what}\n".encode())
 
     # --- views ---------------------------------------------------------------------------------
+
+    def _reachable(self) -> list[str]:
+        """The addresses a client tries: the running members', or while none runs (every member
+        crashed at once) the addresses it was given, where nothing answers."""
+        return self.member_addresses() or list(self.started_addresses)
 
     def member_addresses(self) -> list[str]:
         return [a for a, n in self.nodes.items() if n.alive]

@@ -23,7 +23,8 @@ and then does its ``action`` to members named by reference:
 A ``require`` entry is ``"<ref> != <ref>"``, ``"<ref> == <ref>"`` or ``"<ref> exists"``.
 
 Actions: ``crash`` (``drop_in_flight``: what it sent and is still on the wire dies too, except
-to ``keep_to``), ``restart`` (at the same address; ``isolated`` keeps it cut off until a heal),
+to ``keep_to``), ``restart`` (at the same address; ``isolated`` keeps it cut off until a heal; ``as_itself``:
+a persistent member comes back from its disk),
 ``pause`` and ``resume``, ``split`` (``groups``, which may name clients, ``client-1`` ...;
 ``hold_ms``: what a client and a member send each other across it is held and arrives after the
 heal, up to that much later, instead of being lost), ``isolate``, ``heal``, ``drop`` (the next
@@ -127,6 +128,7 @@ _RUN_FIELDS = {
     "clock_skew_ms",
     "compare_and_set",
     "idle_map",
+    "persistent",
 }
 _STEP_FIELDS = {
     "action",
@@ -137,6 +139,7 @@ _STEP_FIELDS = {
     "drop_in_flight",
     "keep_to",
     "isolated",
+    "as_itself",
     "duration_ms",
     "groups",
     "hold_ms",
@@ -581,7 +584,7 @@ class ScheduleRunner:
                 keep = tuple(self._targets(o.get("keep_to", []), context))
                 sim.crash(address, drop_in_flight=bool(o.get("drop_in_flight", False)), keep_to=keep)
             elif action == "restart":
-                sim.restart(address, isolated=bool(o.get("isolated", False)))
+                sim.restart(address, isolated=bool(o.get("isolated", False)), as_itself=bool(o.get("as_itself", False)))
             elif action == "pause":
                 sim.pause(address)
                 if duration is not None:

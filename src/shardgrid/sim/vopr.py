@@ -44,6 +44,8 @@ FAULTS = (
     "shutdown",
     "state",
     "promote",
+    "crash-all",  # persistent members only: every member SIGKILLed at once, all restarted from their disks
+    "restart-self",  # persistent members only: a crash, and a restart as itself from its disk
 )
 SLICE_MS = 200
 # The cache map's size in each partition when it evicts (SimParams.cache_eviction): below the keys
@@ -112,6 +114,9 @@ class SimParams:
     # unwritten (max_idle_seconds): owners remove them through their backups; reads of them may be
     # empty, never older than a value acknowledged.
     idle_map: bool = False
+    # Members keep their state on their disks (each has one, that outlives its crashes): a step's
+    # sends wait for its writes' sync, and a restart as itself reads the disk back.
+    persistent: bool = False
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -158,6 +163,7 @@ class SimParams:
             migration_fragments_enabled=self.fragments,
             partition_lost_timeout_ms=self.partition_lost_timeout_ms,
             max_memory_bytes=self.max_memory_bytes,
+            persistent=self.persistent,
             **(TIGHT_TRANSFERS if self.tight_transfers else {}),
         )
 
@@ -526,6 +532,32 @@ class Run:
             self._change_state(alive)
         elif fault == "promote":
             self._promote(alive)
+        elif fault == "crash-all" and self.params.persistent and alive and not sim.network.groups:
+            self._crash_all(alive)
+        elif fault == "restart-self" and self.params.persistent:
+            victims = [a for a in alive if self._may_lose(a)]
+            if victims:
+                victim = self.rng.choice(victims)
+                self._count_loss(victim)
+                sim.crash(victim)
+                delay = self.rng.choice([self.rng.randint(50, 2_000), sim.config.failure_timeout_ms + 2_000])
+                sim.at(sim.now_ms + delay, lambda: sim.restart(victim, as_itself=True))
+                self.faults.append(f"{sim.now_ms}: crash {victim}, restart it as itself {delay} ms later")
+
+    def _crash_all(self, alive: list[str]) -> None:
+        """Every member killed at once (a power cut), each restarted from its disk a moment later:
+        with every send waiting for its sync, no acknowledged write may be lost."""
+        sim = self.sim
+        for address in alive:
+            sim.crash(address)
+        delays = {address: self.rng.randint(100, 3_000) for address in alive}
+        for address, delay in delays.items():
+            sim.at(sim.now_ms + delay, lambda address=address: sim.restart(address, as_itself=True))
+        self.lost.update(alive)
+        self.data_losses = max(self.data_losses, self.data_budget)  # no other fault until it is safe again
+        self.voter_losses = len(self.voters)
+        self._mark_fault()
+        self.faults.append(f"{sim.now_ms}: crash every member {alive}, restart each from its disk after {delays}")
 
     def _shutdown(self, alive: list[str]) -> None:
         sim = self.sim

@@ -27,6 +27,7 @@ class Replicas(Protocol):
 
     def held(self, pid: int) -> PartitionData | None: ...
     def receiving(self, pid: int) -> bool: ...
+    def applied_run(self, run: WriteRun, start: int) -> None: ...
 
 
 class BackupReplication:
@@ -86,6 +87,7 @@ class BackupReplication:
         first = run.first_sequence
         if first == data.sequence + 1 and pid not in self._reorder:
             data.apply_run(run, 0, self.ctx.now_ms)  # the usual case: the next run, nothing held
+            self.replicas.applied_run(run, 0)
             return
         if first > data.sequence + 1:
             if not _well_formed(run):
@@ -103,7 +105,9 @@ class BackupReplication:
         if not _well_formed(run):
             raise ColumnError(f"the run from sequence {first} is malformed")
         if run.last_sequence > data.sequence:
-            data.apply_run(run, data.sequence + 1 - run.first_sequence, self.ctx.now_ms)
+            start = data.sequence + 1 - run.first_sequence
+            data.apply_run(run, start, self.ctx.now_ms)
+            self.replicas.applied_run(run, start)
         self.drain_early_runs(pid, data)
 
     def drain_early_runs(self, pid: int, data: PartitionData) -> None:
@@ -117,7 +121,9 @@ class BackupReplication:
             # Held under another lineage (the partition changed hands since): its sequences mean
             # nothing here, and applying it would acknowledge a write this backup does not hold.
             if early.lineage == data.lineage and early.last_sequence > data.sequence:
-                data.apply_run(early, data.sequence + 1 - early.first_sequence, self.ctx.now_ms)
+                start = data.sequence + 1 - early.first_sequence
+                data.apply_run(early, start, self.ctx.now_ms)
+                self.replicas.applied_run(early, start)
         if held is not None and not held:
             del self._reorder[pid]
 

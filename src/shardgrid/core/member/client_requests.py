@@ -344,7 +344,8 @@ class ClientRequests:
         answered = None if message.kind in CONDITIONAL else out
         self.upkeep.changed(_apply(data, map_name, kind, indexes, answered, run_keys, run_values, written_ms, ttls_ms))
         answer = self._remember(data, message, unit, out, scope.expires_ms) if named else None
-        if not route.backups:
+        journal = self.data.journal
+        if not route.backups and journal is None:
             if kind is PUT and scope.evicts_over_size:
                 self.upkeep.evict_over_size(pid, data, map_name, slots)
             return
@@ -363,6 +364,12 @@ class ClientRequests:
             written_ms=written_ms,
             ttls_ms=ttls_ms,
         )
+        if journal is not None:
+            journal.run(run, 0)
+            if not route.backups:
+                if kind is PUT and scope.evicts_over_size:
+                    self.upkeep.evict_over_size(pid, data, map_name, slots)
+                return
         pending = self.owner.queue(run, size, route)
         if route.sync:  # async backups only: nobody is waited on (the run is still resent until they have it)
             self.owner.wait_for_backups(pending, call, first, data.sequence, indexes, route.sync, size)

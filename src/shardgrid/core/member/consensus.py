@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from shardgrid.core.effects import DiskFile
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import MemberId
 from shardgrid.core.member.context import Context
@@ -20,6 +21,8 @@ from shardgrid.core.messages import Bootstrap
 from shardgrid.core.metadata import Changes, MetadataState, apply_commands
 from shardgrid.core.raft import ConfChange, Membership, RaftNode, Snapshot
 from shardgrid.core.raft.messages import RAFT_MESSAGE_TYPES, InstallSnapshot
+from shardgrid.core.raft.storage import RaftStorage
+from shardgrid.core.raft_disk import RaftFile
 
 # Commands gathered into one entry at most (one entry at a time is in flight while gathering).
 MAX_COMMANDS_PER_ENTRY = 1_000
@@ -56,6 +59,8 @@ class Consensus:
         self._checkpoint: tuple[int, MetadataState] | None = None
         self.admitted_by: set[str] = set()  # addresses we asked to join: their raft messages are taken
         self.founding: Bootstrap | None = None  # what this member founded its cluster from
+        # A persistent member's Raft file: each step's write goes to it before the step's sends.
+        self._file: RaftFile | None = RaftFile() if ctx.config.persistent else None
 
     # --- starting ----------------------------------------------------------------------------------
 
@@ -75,6 +80,32 @@ class Consensus:
             snapshot,
             self.ctx.now_ms,
         )
+
+    def restore(self, storage: RaftStorage, file_bytes: int) -> None:
+        """Come back from the Raft storage this member left on its disk: the log up to the commit
+        point it kept is applied at once (as a snapshot is, without a change reported for each
+        entry), and its writes go on after the ``file_bytes`` its file holds."""
+        invariant(not self.has_state and self.founding is None, "a member restores into a fresh state")
+        self.raft = RaftNode.restored(
+            self.ctx.identity,
+            self.ctx.config.raft_settings(),
+            random.Random(self.ctx.rng.getrandbits(64)),
+            storage,
+            self.ctx.now_ms,
+        )
+        if self._file is not None:
+            self._file = RaftFile(storage, file_bytes)
+        ready = self.raft.take_ready()
+        invariant(ready.snapshot is not None, "a restored log starts with its snapshot")
+        state = ready.snapshot.state
+        invariant(isinstance(state, MetadataState), "a snapshot holds the metadata state")
+        for entry in ready.entries:
+            if entry.command:
+                state, _ = apply_commands(state, entry.command)
+        self.state = state
+        self.has_state = True
+        self.applied_index = ready.entries[-1].index if ready.entries else ready.snapshot.index
+        self.listener.on_state_loaded()
 
     # --- queries -----------------------------------------------------------------------------------
 
@@ -161,6 +192,7 @@ class Consensus:
         for _ in range(MAX_FLUSH_ROUNDS):
             gather()
             self._propose_gathered()
+            self.persist()
             for target, message in self.raft.take_messages():
                 self.ctx.send(target, message)
             self._notice_leadership()
@@ -172,6 +204,16 @@ class Consensus:
             for entry in ready.entries:
                 self._apply(entry.index, entry.term, entry.command)
         # Still committing after the bound: the rest is applied with the next event.
+
+    def persist(self) -> None:
+        """Make what Raft must not forget durable before this step's sends (a persistent member's
+        runtime holds them until the write is synced)."""
+        if self._file is None:
+            return
+        write = self.raft.take_write()
+        if write is not None:
+            data, replace = self._file.record(write)
+            self.ctx.persist(DiskFile.RAFT, data, replace=replace)
 
     def _propose_gathered(self, now: bool = False) -> None:
         if not self._commands:

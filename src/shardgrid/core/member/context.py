@@ -10,7 +10,7 @@ import random
 from typing import Any
 
 from shardgrid.core.config import MemberConfig
-from shardgrid.core.effects import Effect, Emit, ReplyToClient, Send, SendToAddress, SetTimer
+from shardgrid.core.effects import DiskFile, Effect, Emit, Persist, ReplyToClient, Send, SendToAddress, SetTimer
 from shardgrid.core.identity import MemberId
 
 
@@ -73,3 +73,6 @@ class Context:
 
     def set_timer(self, name: str, at_ms: int) -> None:
         self.out.append(SetTimer(name, at_ms))
+
+    def persist(self, file: DiskFile, data: bytes, *, replace: bool = False, hold_sends: bool = True) -> None:
+        self.out.append(Persist(file=file, data=data, replace=replace, hold_sends=hold_sends))

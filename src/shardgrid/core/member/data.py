@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from shardgrid.core.effects import DiskFile
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_OPERATIONS_PER_REQUEST
@@ -32,7 +33,9 @@ from shardgrid.core.member.replica_sync import ReplicaSyncs
 from shardgrid.core.member.routes import Routes
 from shardgrid.core.member.stand_in import StandIns
 from shardgrid.core.member.upkeep import Upkeep
-from shardgrid.core.messages import Column, ReplyCode
+from shardgrid.core.messages import Column, ReplyCode, WriteRun
+from shardgrid.core.migration import MigrationRecord
+from shardgrid.core.replica_disk import ReplicaJournal
 from shardgrid.core.store import PartitionData, ReplicaView
 
 
@@ -51,6 +54,8 @@ class DataPath:
         self.leases = leases
         self.migrations: MigrationView | None = None  # wired by the member (they ask each other)
         self._stores: dict[int, PartitionData] = {}
+        # A persistent member's record of what each step changed in its copies, written after it.
+        self.journal: ReplicaJournal | None = ReplicaJournal(fresh=True) if ctx.config.persistent else None
         # owned_partitions' answer and the table it was worked out under (None: to work out
         # again): asked every tick, it walked every store (5% of a simulated run).
         self._owned: tuple[object, list[int]] | None = None
@@ -58,7 +63,7 @@ class DataPath:
         self.routes = Routes(ctx, consensus)
         # The records' memory, sizes, evictions and expiry: the owner's own removals.
         self.upkeep = Upkeep(ctx, consensus, self)
-        self.owner = OwnerReplication(ctx, consensus, leases, self.routes, self._answer)
+        self.owner = OwnerReplication(ctx, consensus, leases, self.routes, self._answer, self.journal)
         self.backups = BackupReplication(ctx, consensus, self.routes, self)
         self.syncs = ReplicaSyncs(ctx, consensus, self.routes, self, self.owner, self.backups, member_serves)
         self.owner.syncs = self.syncs
@@ -84,6 +89,51 @@ class DataPath:
     def _answer(self, call: object) -> None:
         self.requests.reply(call)  # type: ignore[arg-type]
 
+    # --- the disk ----------------------------------------------------------------------------------
+
+    def restore(self, copies: dict[int, PartitionData], file_bytes: int) -> None:
+        """Hold the copies a restarted member read back from its disk (before it applies its log),
+        and go on writing its file from there."""
+        invariant(not self._stores, "copies are restored into a member that holds none")
+        self._stores = dict(copies)
+        self._owned = None
+        if self.journal is not None:
+            self.journal = ReplicaJournal(fresh=False, file_bytes=file_bytes)
+            self.owner.journal = self.journal
+
+    def persist(self) -> None:
+        """Write what this step changed in the copies (its sends wait for it)."""
+        journal = self.journal
+        if journal is None:
+            return
+        taken = journal.take(self._stores, self.ctx.now_ms)
+        if taken is not None:
+            self.ctx.persist(DiskFile.REPLICAS, taken[0], replace=taken[1])
+
+    def applied_run(self, run: WriteRun, start: int) -> None:
+        """A backup applied ``run`` from ``start`` on."""
+        if self.journal is not None:
+            self.journal.run(run, start)
+
+    def stage(self, pid: int, migration: MigrationRecord, data: PartitionData) -> None:
+        """A migration's destination committed to ``data``: kept on disk apart from the copies."""
+        if self.journal is not None:
+            self.journal.stage(pid, migration, data)
+
+    def restage(self, pid: int, migration: MigrationRecord, data: PartitionData) -> None:
+        """Staged data read back at a restart: the file holds it already."""
+        if self.journal is not None:
+            self.journal.staged[pid] = (migration, data)
+
+    def unstage(self, pid: int) -> None:
+        if self.journal is not None:
+            self.journal.unstage(pid)
+
+    def replaced(self, pid: int) -> None:
+        """The copy of ``pid`` changed other than by runs (taken from a sync, dropped)."""
+        if self.journal is not None:
+            self.journal.image(pid)
+
     # --- the copies --------------------------------------------------------------------------------
 
     def store(self, pid: int) -> PartitionData:
@@ -94,6 +144,8 @@ class DataPath:
                 hash_seed=self.ctx.hash_seed, max_idle_ms=self.ctx.config.max_idle_ms
             )
             self._owned = None
+            if self.journal is not None:
+                self.journal.header(pid)
         return data
 
     def held(self, pid: int) -> PartitionData | None:
@@ -152,9 +204,11 @@ class DataPath:
                 held.versions_from = max(held.versions_from, data.versions_from)
                 held.copy_index = max(index, 0)
                 self._trim(held, index)
+                self.replaced(pid)
                 return
         self._trim(data, index)
         self._stores[pid] = data
+        self.replaced(pid)
         self._owned = None
         self.backups.forget(pid)
         self.syncs.forget_incoming(pid)
@@ -166,15 +220,18 @@ class DataPath:
     def busy(self) -> bool:
         return self.owner.busy() or self.syncs.busy()
 
-    def _trim(self, data: PartitionData, index: int) -> None:
+    def _trim(self, data: PartitionData, index: int) -> bool:
         """Drop the maps a replica at ``index`` keeps no copy of: it gets none of their writes, so
-        a copy would only go stale (and could be promoted)."""
+        a copy would only go stale (and could be promoted). Whether the copy changed."""
         if index < 1:
-            return
+            return False
         config = self.ctx.config
-        for map_name in [name for name in data.maps if not config.keeps_copy(name, index)]:
+        dropped = [name for name in data.maps if not config.keeps_copy(name, index)]
+        for map_name in dropped:
             del data.maps[map_name]
+        changed = bool(dropped) or data.copy_index < index
         data.copy_index = max(data.copy_index, index)
+        return changed
 
     # --- what the upkeep asks (``upkeep.OwnerWrites``) ---------------------------------------------
 
@@ -247,7 +304,8 @@ class DataPath:
         for pid, slots in rows:
             index = slots.index(me) if me in slots else -1
             if index == -1 and not (migrations is not None and migrations.involved(pid)):
-                self._stores.pop(pid, None)
+                if self._stores.pop(pid, None) is not None:
+                    self.replaced(pid)
                 self._owned = None
                 self.backups.forget(pid)
                 self.syncs.forget_incoming(pid)
@@ -255,7 +313,8 @@ class DataPath:
             if data is not None:
                 if index == 0 and data.copy_index >= 1:
                     self._refresh_idle(data)
-                self._trim(data, index)
+                if self._trim(data, index) and self.journal is not None:
+                    self.journal.header(pid)
             if index == 0:
                 backups = set(self.routes.backups_in(slots))
                 self.owner.backups_changed(pid, backups)  # former backups are waited on no longer
@@ -297,6 +356,8 @@ class DataPath:
                 if data.copy_index >= 1:
                     self._refresh_idle(data)
                 data.copy_index = 0  # the owner's copy now, whatever slot it was kept for
+                if self.journal is not None:
+                    self.journal.header(pid)
                 self.backups.forget(pid)  # runs held from the old owner belong to its lineage
                 self.syncs.forget_incoming(pid)
                 self.syncs.start_sync(pid, self.routes.backups_of(pid))
@@ -364,10 +425,16 @@ class DataPath:
             self._stores[pid] = PartitionData(
                 lineage=held.lineage, hash_seed=self.ctx.hash_seed, max_idle_ms=self.ctx.config.max_idle_ms
             )
+            self.replaced(pid)
 
     def drop_everything(self) -> None:
         """This member left (or was removed): its data is no longer any replica's."""
         self.owner.drop_everything()
+        for pid in self._stores:
+            self.replaced(pid)
+        if self.journal is not None:
+            for pid in list(self.journal.staged):
+                self.journal.unstage(pid)
         self._stores.clear()
         self._owned = None
         self.backups.clear()

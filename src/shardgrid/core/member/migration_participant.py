@@ -39,7 +39,7 @@ from shardgrid.core.messages import (
 )
 from shardgrid.core.migration import MigrationOutcome, MigrationRecord
 from shardgrid.core.records import page_count
-from shardgrid.core.store import ReplicaView, page_bytes
+from shardgrid.core.store import PartitionData, ReplicaView, page_bytes
 from shardgrid.core.transfer import OutgoingTransfer, SendWindow, Staging, Throttle, transfer_problem, window_chunks
 
 # Migration ids a destination refused to commit before it even applied their start; bounded.
@@ -132,6 +132,24 @@ class MigrationParticipant:
             if outgoing.transfer is not None
         ]
 
+    def restore_staged(self, staged: dict[int, tuple[MigrationRecord, PartitionData]]) -> None:
+        """A restarted destination's data it had committed to, as it committed to it: the log it
+        restores next says each migration's outcome (``on_state_loaded``)."""
+        for pid, (record, data) in staged.items():
+            staging = Staging(
+                maps=data.maps,
+                versions=data.versions,
+                complete=True,
+                replica_sequence=data.sequence,
+                lineage=data.lineage,
+                versions_from=data.versions_from,
+                writers=data.writes.snapshot(self.ctx.now_ms),
+                hash_seed=self.ctx.hash_seed,
+                max_idle_ms=self.ctx.config.max_idle_ms,
+            )
+            self.incoming[pid] = Incoming(record, staging, installed=True)
+            self.data.restage(pid, record, data)
+
     def staged(self, pid: int) -> ReplicaView | None:
         """What this member, a migration's destination, has staged of ``pid`` so far (None: it
         receives no migration of it)."""
@@ -159,6 +177,8 @@ class MigrationParticipant:
             staging = Staging(
                 complete=owner is None, hash_seed=self.ctx.hash_seed, max_idle_ms=self.ctx.config.max_idle_ms
             )
+            if pid in self.incoming:
+                self.data.unstage(pid)
             self.incoming[pid] = Incoming(record, staging)
             early = self._take_early(record.migration_id)
             if early is not None:
@@ -180,6 +200,7 @@ class MigrationParticipant:
         incoming = self.incoming.get(pid)
         if incoming is not None and incoming.record.migration_id == record.migration_id:
             del self.incoming[pid]
+            self.data.unstage(pid)
             if record.outcome is MigrationOutcome.COMMITTED and incoming.staging.complete:
                 self.data.install(
                     pid, incoming.staging.data(self.ctx.now_ms), incoming.record.migration.destination_new_index
@@ -202,6 +223,7 @@ class MigrationParticipant:
             if running is not None and running.migration_id == incoming.record.migration_id:
                 continue
             del self.incoming[pid]
+            self.data.unstage(pid)
             # Its outcome is inside the snapshot. Committed, this member committed first (installed)
             # and the table names it a replica: the staged data is then its copy of the partition.
             named = state.table is not None and self.ctx.identity in state.table.replicas[pid]
@@ -426,6 +448,9 @@ class MigrationParticipant:
             self.ctx.send(sender, MigrationCommitAck(record.migration_id, False, "data incomplete"))
         else:
             incoming.installed = True
+            # On disk before the acknowledgement leaves: the leader may commit the outcome on it,
+            # and the source then drops its copy.
+            self.data.stage(record.partition_id, incoming.record, incoming.staging.data(self.ctx.now_ms))
             self.ctx.send(sender, MigrationCommitAck(record.migration_id, True))
 
     def on_outcome_query(self, sender: MemberId, message: MigrationOutcomeQuery) -> None:

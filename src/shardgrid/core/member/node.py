@@ -22,7 +22,7 @@ from typing import Any
 from shardgrid.core import events
 from shardgrid.core import messages as m
 from shardgrid.core.config import MemberConfig
-from shardgrid.core.effects import Effect
+from shardgrid.core.effects import DiskFile, Effect
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import MemberId
 from shardgrid.core.inputs import Input, LinkRestored, Receive, Start, StopSignalled, TimerFired
@@ -38,6 +38,7 @@ from shardgrid.core.member.lifecycle import Lifecycle, check_transition
 from shardgrid.core.member.membership import MembershipLeader
 from shardgrid.core.member.migration_leader import MigrationLeader
 from shardgrid.core.member.migration_participant import MigrationParticipant
+from shardgrid.core.member_disk import MemberDisk
 from shardgrid.core.metadata import Changes
 from shardgrid.core.placement import replica_count_for
 from shardgrid.core.raft import Role
@@ -271,6 +272,8 @@ class Member:
             self._link_restored(incoming.peer)
         elif isinstance(incoming, Start):
             self.discovery.started_ms = now_ms
+            if incoming.disk is not None:
+                self._restore(incoming.disk)
             self._tick()
         elif isinstance(incoming, StopSignalled):
             self.leaving.on_signal(incoming, self.joined)
@@ -278,8 +281,29 @@ class Member:
             raise TypeError(f"unknown input {type(incoming).__name__}")
         if self.lifecycle is not Lifecycle.STOPPED:
             self.consensus.flush(self._gather)
+        else:
+            self.consensus.persist()  # what it learned last (a cluster's shutdown) is kept
+        self.data.persist()
         out, ctx.out = ctx.out, []
         return out
+
+    def _restore(self, disk: MemberDisk) -> None:
+        """Come back as the member that left ``disk``: its copies and the data it committed to as a
+        migration's destination first, then its log, whose state they are reconciled with as with
+        a snapshot's (copies the table no longer names it for are dropped, missing ones asked for)."""
+        invariant(self.ctx.config.persistent, "only a persistent member restores from its disk")
+        self.data.restore(disk.replicas.copies, disk.file_bytes.get(DiskFile.REPLICAS, 0))
+        self.migrations.restore_staged(disk.replicas.staged)
+        self.consensus.restore(disk.raft, disk.file_bytes.get(DiskFile.RAFT, 0))
+        self.ctx.emit(
+            events.MemberRestored(
+                self.identity,
+                self.consensus.applied_index,
+                len(disk.replicas.copies),
+                sum(data.size() for data in disk.replicas.copies.values()),
+                sum(disk.torn_bytes.values()),
+            )
+        )
 
     def _link_restored(self, peer: MemberId) -> None:
         if not self.joined or peer == self.identity or not self.consensus.state.is_member(peer):

@@ -23,6 +23,7 @@ from shardgrid.core.member.leases import Leases
 from shardgrid.core.member.replication import PendingCall, PendingPartition, PendingWrite
 from shardgrid.core.member.routes import Route, Routes
 from shardgrid.core.messages import EMPTY_COLUMN, REMOVE, BackupAckBatch, BackupBatch, Column, ReplyCode, WriteRun
+from shardgrid.core.replica_disk import ReplicaJournal
 from shardgrid.core.store import PartitionData, columns_bytes
 
 # What a run takes on the wire beyond its keys, values and map name (partition, lineage, sequences).
@@ -44,6 +45,7 @@ class OwnerReplication:
         leases: Leases,
         routes: Routes,
         answer: Callable[[PendingCall], None],
+        journal: ReplicaJournal | None = None,
     ) -> None:
         self.ctx = ctx
         self.consensus = consensus
@@ -51,6 +53,7 @@ class OwnerReplication:
         self.routes = routes
         self.answer = answer  # sends a call's reply, once none of its writes waits any more
         self.syncs: SyncStarter | None = None  # wired by the data path (they ask each other)
+        self.journal = journal  # a persistent member's: the owner's writes go to its disk
         self.pending: dict[int, PendingPartition] = {}  # per partition: writes waiting for backups
         self.pending_count = 0  # keys of writes waiting for backups
         self.pending_bytes = 0
@@ -198,7 +201,7 @@ class OwnerReplication:
         if slots is None:
             return
         route = self.routes.of(pid, map_name)
-        if not route.backups:
+        if not route.backups and self.journal is None:
             return
         run = WriteRun(
             partition_id=pid,
@@ -210,7 +213,10 @@ class OwnerReplication:
             values=EMPTY_COLUMN,
             written_ms=now_ms,
         )
-        self.queue(run, columns_bytes(chunk, EMPTY_COLUMN), route)
+        if self.journal is not None:
+            self.journal.run(run, 0)
+        if route.backups:
+            self.queue(run, columns_bytes(chunk, EMPTY_COLUMN), route)
 
     # --- acknowledgements, timeouts, retries -------------------------------------------------------
 

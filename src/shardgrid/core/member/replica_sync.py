@@ -32,6 +32,7 @@ class Copies(Protocol):
     def held(self, pid: int) -> PartitionData | None: ...
     def store(self, pid: int) -> PartitionData: ...
     def install(self, pid: int, data: PartitionData, index: int) -> None: ...
+    def replaced(self, pid: int) -> None: ...
 
 
 class Involved(Protocol):
@@ -267,6 +268,7 @@ class ReplicaSyncs:
                 data.replace_maps(staging.maps, staging.versions)
                 data.writes.install(staging.writers, self.ctx.now_ms)
                 data.sequence = staging.replica_sequence
+                self.copies.replaced(pid)
                 self.backups.drain_early_runs(pid, data)
             else:
                 self.ctx.send(sender, _ack(message, staging.held_through, False))

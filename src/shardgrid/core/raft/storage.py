@@ -82,7 +82,8 @@ class RaftStorage:
             self.snapshot = write.snapshot
         if write.entries_from:
             first = max(write.entries_from, self.snapshot_index + 1)
-            self.entries = [entry for entry in self.entries if entry.index < first]
+            if first != self.last_index + 1:  # a conflict rewrites the tail (an append just adds)
+                self.entries = [entry for entry in self.entries if entry.index < first]
             self.entries.extend(entry for entry in write.entries if entry.index >= first)
         if write.hard_state is not None:
             self.hard_state = write.hard_state

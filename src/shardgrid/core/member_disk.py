@@ -1,0 +1,103 @@
+"""A persistent member's data directory as the core reads it back: who it is, its Raft storage
+and its replicas, from the bytes of its files (the runtime reads the files, the simulator keeps
+them in memory; both hand them here).
+
+A member comes back as itself only with all of it: an identity without its Raft storage could vote
+twice in a term, and one without its replicas would serve empty partitions it owns. A directory
+whose Raft file holds no snapshot is a member that never held its cluster's log (it joined no
+cluster, or crashed before its first write reached the disk): it starts as a new member.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import msgspec
+
+from shardgrid.core.disk_records import RecordKind, encode_record, refuse_corrupt, scan_records
+from shardgrid.core.effects import DiskFile
+from shardgrid.core.errors import CorruptDisk
+from shardgrid.core.identity import MemberId
+from shardgrid.core.raft.storage import RaftStorage
+from shardgrid.core.raft_disk import raft_storage
+from shardgrid.core.replica_disk import ReplicasOnDisk, load_replicas
+from shardgrid.core.wire import Record
+
+FORMAT_VERSION = 1  # of the data directory: a member refuses one written in a format it does not know
+
+
+class MemberIdentity(Record, kw_only=True):
+    format_version: int
+    cluster_name: str
+    member: MemberId
+
+
+_IDENTITY = msgspec.msgpack.Decoder(MemberIdentity)
+_ENCODER = msgspec.msgpack.Encoder()
+
+
+def identity_record(member: MemberId, cluster_name: str) -> bytes:
+    """The member file: written whole (replacing the one before) when an identity starts."""
+    value = MemberIdentity(format_version=FORMAT_VERSION, cluster_name=cluster_name, member=member)
+    return encode_record(RecordKind.MEMBER_IDENTITY, _ENCODER.encode(value))
+
+
+def read_identity(data: bytes, cluster_name: str, name: str = "the member file") -> MemberId | None:
+    """The identity the member file holds (None: no file, or one torn before its first sync);
+    ``CorruptDisk`` for a damaged one or another cluster's."""
+    scan = scan_records(data)
+    refuse_corrupt(scan, name)
+    if not scan.records:
+        return None
+    if len(scan.records) != 1 or scan.records[0][0] != RecordKind.MEMBER_IDENTITY:
+        raise CorruptDisk(f"{name} holds {len(scan.records)} records, not one identity")
+    try:
+        value = _IDENTITY.decode(scan.records[0][1])
+    except (msgspec.MsgspecError, ValueError, TypeError) as error:
+        raise CorruptDisk(f"{name} is not one a member wrote: {error}") from error
+    if value.format_version != FORMAT_VERSION:
+        raise CorruptDisk(f"{name} is of format {value.format_version}; this member reads {FORMAT_VERSION}")
+    if value.cluster_name != cluster_name:
+        raise CorruptDisk(f"{name} is a member of cluster {value.cluster_name!r}, not {cluster_name!r}")
+    return value.member
+
+
+@dataclass(slots=True, kw_only=True)
+class MemberDisk:
+    """What a restarted member takes back: its Raft storage and its replicas, and what the files
+    lost at their torn tails (what was written but never synced, so never acknowledged)."""
+
+    raft: RaftStorage
+    replicas: ReplicasOnDisk
+    file_bytes: dict[DiskFile, int] = field(default_factory=dict)  # each file's intact length
+    torn_bytes: dict[DiskFile, int] = field(default_factory=dict)
+
+
+def read_member_disk(
+    files: Mapping[DiskFile, bytes | bytearray | memoryview],
+    *,
+    hash_seed: int,
+    max_idle_ms: Mapping[str, int],
+    now_ms: int = 0,
+) -> MemberDisk | None:
+    """The member's state in ``files`` (None when it never wrote its Raft storage: it starts new);
+    ``CorruptDisk`` naming the file for damage that is not a torn tail, or for what no member
+    could have written."""
+    raft_scan = scan_records(files.get(DiskFile.RAFT, b""))
+    if not raft_scan.records and not raft_scan.corrupt:
+        return None
+    raft = raft_storage(raft_scan, "the Raft file")
+    if raft.snapshot is None:
+        return None  # it never held a cluster's log (a term or a vote at most): it joins anew
+    replica_scan = scan_records(files.get(DiskFile.REPLICAS, b""))
+    replicas = load_replicas(replica_scan, hash_seed=hash_seed, max_idle_ms=max_idle_ms, now_ms=now_ms)
+    return MemberDisk(
+        raft=raft,
+        replicas=replicas,
+        file_bytes={DiskFile.RAFT: raft_scan.valid_bytes, DiskFile.REPLICAS: replicas.whole_bytes},
+        torn_bytes={
+            DiskFile.RAFT: raft_scan.torn_bytes,
+            DiskFile.REPLICAS: replica_scan.torn_bytes + replica_scan.valid_bytes - replicas.whole_bytes,
+        },
+    )

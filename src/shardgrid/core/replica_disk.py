@@ -1,0 +1,367 @@
+"""The replicas' file on a persistent member's disk: every partition copy it holds, as images and
+the write runs applied since, and read back into copies at a restart.
+
+Records, in the order the member changed its copies (``RecordKind``):
+
+- a **run**: a ``WriteRun`` as this copy applied it (the owner's own writes, or a backup's from
+  its owner), from a position: the columns the wire carried, not converted entry by entry;
+- an **image**: a copy whole (its lineage, sequence, versions and the writes it remembers), then
+  its maps' records in pages as the engine dumps them, the last page marked; the copy is replaced;
+- a **header**: the copy's lineage, sequence, slot and versions, and the maps it still holds (the
+  others are dropped): what a promotion or a move to a colder slot changes, without its records;
+- a **drop**: the member no longer holds the partition;
+- a **staged** image: what a migration's destination committed to (``MigrationCommit``), kept
+  apart from its copies until the log says the migration's outcome, and its drop;
+- a **step's end**: the records since the last one are one step's, taken whole or not at all.
+
+One step's records are written together, after the step (``ReplicaJournal.take``): the runs it
+applied, then an image, header or drop of each copy it changed otherwise, from the copy as the
+step left it (so a run of a copy imaged in the same step is not written twice), then its end. A
+step cut short is at the file's torn tail: it was never durable (nothing it led to was sent), and
+the copies are as before it, never half-way through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated
+
+import msgspec
+
+from shardgrid._engine import ColumnError
+from shardgrid.core.disk_records import HEADER, RecordKind, Scan, encode_record, refuse_corrupt
+from shardgrid.core.errors import CorruptDisk, ShardgridError
+from shardgrid.core.limits import MAX_BACKUP_COUNT, MAX_ENTRIES_PER_CHUNK, MAX_MAP_NAME_CHARS
+from shardgrid.core.messages import ChunkMapName, PartitionId, RecordColumns, WriteRun
+from shardgrid.core.migration import MigrationRecord
+from shardgrid.core.records import MapRecords, page_problem
+from shardgrid.core.store import PartitionData
+from shardgrid.core.wire import Counter, Record
+from shardgrid.core.write_records import WriterRecords, records_problem
+
+# An image's pages: the bound the engine's dump keeps (entries, and bytes beyond its metadata).
+IMAGE_PAGE_BYTES = 4 * 1024 * 1024
+# The file is rewritten whole (an image of every copy) once it holds this many times what that
+# takes, and at least REWRITE_ABOVE_BYTES.
+REWRITE_FACTOR = 4
+REWRITE_ABOVE_BYTES = 64 * 1024 * 1024
+
+MapNameHeld = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_MAP_NAME_CHARS)]
+
+
+class ReplicaRun(Record, kw_only=True):
+    start: Counter  # the run's writes from this position on were applied (the rest were held)
+    run: WriteRun
+
+
+class ReplicaHeader(Record, kw_only=True):
+    partition_id: PartitionId
+    lineage: str
+    sequence: Counter
+    copy_index: Annotated[int, msgspec.Meta(ge=0, le=MAX_BACKUP_COUNT)]
+    versions_from: Counter
+    versions: tuple[tuple[MapNameHeld, Counter], ...]  # per map held with a version
+    maps: tuple[MapNameHeld, ...]  # the maps the copy holds (a header drops the others)
+    image: bool = False  # the maps' pages follow: the copy is replaced by them
+    writers: WriterRecords = ()  # an image's: the clients' writes the copy remembers
+    migration: MigrationRecord | None = None  # a staged image's migration
+
+
+class ReplicaPage(Record, kw_only=True):
+    partition_id: PartitionId
+    map_name: ChunkMapName  # "" in the one page of an image of no records
+    records: RecordColumns
+    last: bool
+
+
+class ReplicaDrop(Record, kw_only=True):
+    partition_id: PartitionId
+    staged: bool = False  # the staged image is dropped, not the copy
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODERS: dict[int, msgspec.msgpack.Decoder] = {
+    RecordKind.REPLICA_RUN: msgspec.msgpack.Decoder(ReplicaRun),
+    RecordKind.REPLICA_HEADER: msgspec.msgpack.Decoder(ReplicaHeader),
+    RecordKind.REPLICA_PAGE: msgspec.msgpack.Decoder(ReplicaPage),
+    RecordKind.REPLICA_DROP: msgspec.msgpack.Decoder(ReplicaDrop),
+}
+
+
+def _record(kind: RecordKind, value: Record) -> bytes:
+    return encode_record(kind, _ENCODER.encode(value))
+
+
+STEP_END = encode_record(RecordKind.REPLICA_STEP_END, b"")
+
+
+def _header(
+    pid: int, data: PartitionData, *, image: bool, now_ms: int, migration: MigrationRecord | None = None
+) -> ReplicaHeader:
+    return ReplicaHeader(
+        partition_id=pid,
+        lineage=data.lineage,
+        sequence=data.sequence,
+        copy_index=data.copy_index,
+        versions_from=data.versions_from,
+        versions=tuple(sorted(data.versions.items())),
+        maps=tuple(name for name, records in data.maps.items() if records),
+        image=image,
+        writers=data.writes.snapshot(now_ms) if image else (),
+        migration=migration,
+    )
+
+
+def image_records(pid: int, data: PartitionData, now_ms: int, migration: MigrationRecord | None = None) -> bytes:
+    """The copy whole: its header, then its maps' records page by page, the last page marked."""
+    header = _header(pid, data, image=True, now_ms=now_ms, migration=migration)
+    parts = [_record(RecordKind.REPLICA_HEADER, header)]
+    pages: list[tuple[str, RecordColumns]] = []
+    for name, records in data.maps.items():
+        pages.extend((name, page) for page in records.pages(MAX_ENTRIES_PER_CHUNK, IMAGE_PAGE_BYTES))
+    if not pages:
+        pages.append(("", RecordColumns()))
+    for number, (name, page) in enumerate(pages):
+        last = number == len(pages) - 1
+        parts.append(
+            _record(RecordKind.REPLICA_PAGE, ReplicaPage(partition_id=pid, map_name=name, records=page, last=last))
+        )
+    return b"".join(parts)
+
+
+class ReplicaJournal:
+    """What one step changed in the copies a member holds, kept until ``take`` writes it; and
+    the size of the file, so that it is rewritten whole once it holds mostly what was replaced.
+
+    The data path tells it of every change (``run``, ``image``, ``header``); a change it misses
+    is a copy the disk does not hold as the member does, which the simulator's disk check finds.
+    A journal that starts a member's file afresh (``fresh``) rewrites it whole at its first take."""
+
+    def __init__(self, *, fresh: bool, file_bytes: int = 0) -> None:
+        self._runs: list[tuple[WriteRun, int]] = []
+        self._changed: set[int] = set()  # an image or a drop, whichever the copy ends the step as
+        self._headers: set[int] = set()
+        # Per partition, the data a migration's destination committed to (None: dropped).
+        self._staged: dict[int, tuple[MigrationRecord, PartitionData] | None] = {}
+        self.staged: dict[int, tuple[MigrationRecord, PartitionData]] = {}  # what the file holds staged
+        self._rewrite = fresh
+        self.file_bytes = file_bytes
+        self._whole_bytes = file_bytes
+
+    def run(self, run: WriteRun, start: int) -> None:
+        self._runs.append((run, start))
+
+    def image(self, pid: int) -> None:
+        self._changed.add(pid)
+
+    def header(self, pid: int) -> None:
+        self._headers.add(pid)
+
+    def stage(self, pid: int, migration: MigrationRecord, data: PartitionData) -> None:
+        self._staged[pid] = (migration, data)
+
+    def unstage(self, pid: int) -> None:
+        if pid in self.staged or pid in self._staged:
+            self._staged[pid] = None
+
+    def take(self, stores: Mapping[int, PartitionData], now_ms: int) -> tuple[bytes, bool] | None:
+        """The bytes of this step's changes and whether they replace the file (None: nothing)."""
+        if self._rewrite or self.file_bytes > max(REWRITE_ABOVE_BYTES, REWRITE_FACTOR * self._whole_bytes):
+            self._note_staged()
+            self._clear()
+            data = images(((pid, stores[pid]) for pid in sorted(stores)), now_ms)
+            data += b"".join(
+                image_records(pid, copy, now_ms, migration) for pid, (migration, copy) in sorted(self.staged.items())
+            )
+            data += STEP_END
+            self._rewrite = False
+            self.file_bytes = self._whole_bytes = len(data)
+            return data, True
+        if not self._runs and not self._changed and not self._headers and not self._staged:
+            return None
+        changed = self._changed
+        parts = [
+            _record(RecordKind.REPLICA_RUN, ReplicaRun(start=start, run=run))
+            for run, start in self._runs
+            if run.partition_id not in changed
+        ]
+        for pid in sorted(changed):
+            data = stores.get(pid)
+            if data is None:
+                parts.append(_record(RecordKind.REPLICA_DROP, ReplicaDrop(partition_id=pid)))
+            else:
+                parts.append(image_records(pid, data, now_ms))
+        for pid in sorted(self._headers - changed):
+            data = stores.get(pid)
+            if data is None:
+                parts.append(_record(RecordKind.REPLICA_DROP, ReplicaDrop(partition_id=pid)))
+            else:
+                parts.append(_record(RecordKind.REPLICA_HEADER, _header(pid, data, image=False, now_ms=now_ms)))
+        for pid, staged in sorted(self._staged.items()):
+            if staged is None:
+                parts.append(_record(RecordKind.REPLICA_DROP, ReplicaDrop(partition_id=pid, staged=True)))
+            else:
+                parts.append(image_records(pid, staged[1], now_ms, staged[0]))
+        self._note_staged()
+        self._clear()
+        parts.append(STEP_END)
+        data = b"".join(parts)
+        self.file_bytes += len(data)
+        return data, False
+
+    def _note_staged(self) -> None:
+        for pid, staged in self._staged.items():
+            if staged is None:
+                self.staged.pop(pid, None)
+            else:
+                self.staged[pid] = staged
+
+    def _clear(self) -> None:
+        self._runs = []
+        self._changed = set()
+        self._headers = set()
+        self._staged = {}
+
+
+@dataclass(slots=True)
+class ReplicasOnDisk:
+    """What a replicas file holds: the copies, and the data migrations' destinations committed to."""
+
+    copies: dict[int, PartitionData] = field(default_factory=dict)
+    staged: dict[int, tuple[MigrationRecord, PartitionData]] = field(default_factory=dict)
+    # Where the last whole step ends: what follows (a step torn off) is cut before the file is
+    # written again, or the next step's end would complete it.
+    whole_bytes: int = 0
+
+
+Imaging = tuple[int, PartitionData, MigrationRecord | None]  # an image whose pages are being read
+
+
+def load_replicas(
+    scan: Scan, *, hash_seed: int, max_idle_ms: Mapping[str, int], now_ms: int = 0, name: str = "the replicas file"
+) -> ReplicasOnDisk:
+    """The copies a scanned replicas file holds (a step cut short at its end dropped: it was
+    never durable); ``CorruptDisk`` for records no member wrote or that cannot follow."""
+    refuse_corrupt(scan, name)
+    held = ReplicasOnDisk()
+    imaging: Imaging | None = None
+    step: list[tuple[int, object]] = []
+    offset = 0
+    for number, (kind, payload) in enumerate(scan.records):
+        offset += HEADER.size + len(payload)
+        if kind == RecordKind.REPLICA_STEP_END:
+            if payload:
+                raise CorruptDisk(f"{name}: record {number}, a step's end, carries {len(payload)} bytes")
+            for at, value in step:
+                imaging = _apply_record(held, imaging, value, f"{name}: record {at}", hash_seed, max_idle_ms, now_ms)
+            if imaging is not None:
+                raise CorruptDisk(f"{name}: record {number} ends a step inside the image of partition {imaging[0]}")
+            step = []
+            held.whole_bytes = offset
+            continue
+        decoder = _DECODERS.get(kind)
+        if decoder is None:
+            raise CorruptDisk(f"{name}: record {number} is of kind {kind}, not a replica's")
+        try:
+            step.append((number, decoder.decode(payload)))
+        except (msgspec.MsgspecError, ShardgridError, ValueError, TypeError) as error:
+            raise CorruptDisk(f"{name}: record {number} is not one a member wrote: {error}") from error
+    # Records after the last step's end: a step torn off, never durable.
+    return held
+
+
+def _apply_record(
+    held: ReplicasOnDisk,
+    imaging: Imaging | None,
+    value: object,
+    where: str,
+    hash_seed: int,
+    max_idle_ms: Mapping[str, int],
+    now_ms: int,
+) -> Imaging | None:
+    """Apply one record of a whole step; returns the image still being read (None: none)."""
+    copies = held.copies
+
+    def fresh(**fields: object) -> PartitionData:
+        return PartitionData(hash_seed=hash_seed, max_idle_ms=max_idle_ms, **fields)  # type: ignore[arg-type]
+
+    if imaging is not None and not isinstance(value, ReplicaPage):
+        raise CorruptDisk(f"{where} comes inside the image of partition {imaging[0]}")
+    if isinstance(value, ReplicaRun):
+        run = value.run
+        data = copies.get(run.partition_id)
+        if data is None:
+            data = copies[run.partition_id] = fresh()
+        if value.start >= max(run.write_count, 1) or run.first_sequence + value.start != data.sequence + 1:
+            raise CorruptDisk(
+                f"{where}: a run of partition {run.partition_id} from sequence "
+                f"{run.first_sequence + value.start} after {data.sequence}"
+            )
+        try:
+            data.apply_run(run, value.start, now_ms)
+        except ColumnError as error:
+            raise CorruptDisk(f"{where}: a run the engine refuses: {error}") from error
+    elif isinstance(value, ReplicaHeader):
+        if value.writers and (problem := records_problem(value.writers)):
+            raise CorruptDisk(f"{where}: {problem}")
+        if value.image:
+            data = fresh(
+                lineage=value.lineage,
+                sequence=value.sequence,
+                copy_index=value.copy_index,
+                versions=dict(value.versions),
+                versions_from=value.versions_from,
+            )
+            data.writes.install(value.writers, now_ms)
+            return (value.partition_id, data, value.migration)
+        if value.migration is not None:
+            raise CorruptDisk(f"{where}: a staged copy's header without its image")
+        data = copies.get(value.partition_id)
+        if data is None:
+            data = copies[value.partition_id] = fresh()
+        _take_header(data, value)
+    elif isinstance(value, ReplicaPage):
+        if imaging is None or imaging[0] != value.partition_id:
+            raise CorruptDisk(f"{where}: a page of partition {value.partition_id} outside its image")
+        pid, data, migration = imaging
+        if problem := page_problem(value.records):
+            raise CorruptDisk(f"{where}: {problem}")
+        if value.map_name:
+            records = data.maps.get(value.map_name)
+            if records is None:
+                records = data.maps[value.map_name] = MapRecords(
+                    value.map_name, hash_seed, max_idle_ms.get(value.map_name, 0)
+                )
+            try:
+                records.load(value.records)
+            except ColumnError as error:
+                raise CorruptDisk(f"{where}: records the engine refuses: {error}") from error
+        if value.last:
+            if migration is None:
+                copies[pid] = data
+            else:
+                held.staged[pid] = (migration, data)
+            return None
+    elif isinstance(value, ReplicaDrop):
+        if value.staged:
+            held.staged.pop(value.partition_id, None)
+        else:
+            copies.pop(value.partition_id, None)
+    return imaging
+
+
+def _take_header(data: PartitionData, header: ReplicaHeader) -> None:
+    data.lineage = header.lineage
+    data.sequence = header.sequence
+    data.copy_index = header.copy_index
+    data.versions_from = header.versions_from
+    kept = set(header.maps)
+    for map_name in [name for name in data.maps if name not in kept]:
+        del data.maps[map_name]
+    data.versions = dict(header.versions)
+
+
+def images(stores: Iterable[tuple[int, PartitionData]], now_ms: int) -> bytes:
+    """Every copy as an image: what a rewritten file, or a backup of the member's data, holds."""
+    return b"".join(image_records(pid, data, now_ms) for pid, data in stores)
