@@ -90,8 +90,11 @@ def test_every_request_a_client_sends_fits_a_frame() -> None:
 
 
 def test_every_public_field_is_a_setting_and_no_private_one_is() -> None:
+    # ``persistent`` is no setting: it follows from a process keeping a data directory.
     assert set(FIELDS["cluster"]) == {
-        name for name in MemberConfig.__dataclass_fields__ if not name.startswith("_") and name != "maps"
+        name
+        for name in MemberConfig.__dataclass_fields__
+        if not name.startswith("_") and name not in ("maps", "persistent")
     }
     assert set(FIELDS["member"]) == set(ProcessSettings.__dataclass_fields__)
     assert set(FIELDS["maps"]) == {

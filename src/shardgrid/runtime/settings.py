@@ -167,11 +167,20 @@ def is_address(address: str) -> bool:
     return bool(colon and host.strip() and port.isdigit() and 1 <= int(port) <= 65_535)
 
 
+# Core settings a process does not take from its settings: ``persistent`` follows from the process
+# keeping a data directory, which member processes do not do yet (the simulator's members do).
+_NOT_SETTABLE = frozenset({MAPS, "persistent"})
+
+
 def _settable(cls: type) -> dict[str, Any]:
     """A dataclass's settable fields and their types: every init field but private ones and
-    ``maps`` (which has tables of its own)."""
+    those above (``maps`` has tables of its own)."""
     hints = get_type_hints(cls)
-    return {f.name: hints[f.name] for f in fields(cls) if f.init and not f.name.startswith("_") and f.name != MAPS}
+    return {
+        f.name: hints[f.name]
+        for f in fields(cls)
+        if f.init and not f.name.startswith("_") and f.name not in _NOT_SETTABLE
+    }
 
 
 FIELDS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
