@@ -90,7 +90,7 @@ def test_every_request_a_client_sends_fits_a_frame() -> None:
 
 
 def test_every_public_field_is_a_setting_and_no_private_one_is() -> None:
-    # ``persistent`` is no setting: it follows from a process keeping a data directory.
+    # ``persistent`` is no setting: it follows from ``data_dir``.
     assert set(FIELDS["cluster"]) == {
         name
         for name in MemberConfig.__dataclass_fields__

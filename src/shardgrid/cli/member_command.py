@@ -17,9 +17,11 @@ from typing import Any
 
 import click
 
+from shardgrid.core.errors import CorruptDisk
 from shardgrid.runtime import event_loops, logs
 from shardgrid.runtime.allocator import keep_freed_memory
 from shardgrid.runtime.process import MemberProcess
+from shardgrid.runtime.record_file import DiskFailed
 from shardgrid.runtime.settings import CONFIG_PATH_ENV, Settings, SettingsError, load_settings
 
 GC_YOUNG_ALLOCATIONS = 50_000  # objects allocated (net) between young collections; CPython says 700
@@ -31,6 +33,9 @@ _FLAG_OPTIONS: list[Callable[[Any], Any]] = [
     click.option("--join", default=None, help="host:port,... of members to join (or to form the cluster with)."),
     click.option("--cluster-name", default=None, help="Only members and clients of this cluster are let in."),
     click.option("--lite", is_flag=True, default=None, help="A lite member: it holds no partitions."),
+    click.option(
+        "--data-dir", default=None, help="Keep the member's state here; restarted on it, it comes back as itself."
+    ),
     click.option("--log-format", type=click.Choice(["text", "json"]), default=None, help="Log lines as text or JSON."),
     click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port."),
     click.option("--partition-count", type=int, default=None, help="Partitions of the cluster [default: 271]."),
@@ -93,8 +98,9 @@ def member() -> None:
 def member_start(config_path: Path | None, **options: Any) -> None:
     """Start a member in the foreground; SIGTERM or Ctrl-C leaves the cluster gracefully (the
     member hands its replicas over first), a second one stops at once. Exits 0 once it left (or the
-    cluster shut down), 1 when stopped before leaving or unable to listen, 2 on a bad setting, 70
-    on an internal error (see the manual's Leaving page)."""
+    cluster shut down), 1 when stopped before leaving, unable to listen or refused its data_dir, 2
+    on a bad setting, 74 when its data_dir refused a write or a sync, 70 on an internal error (see
+    the manual's Leaving page)."""
     try:
         settings = load_settings(config_path, os.environ, flags_of(options), assigned_keys(options))
     except SettingsError as error:
@@ -103,6 +109,9 @@ def member_start(config_path: Path | None, **options: Any) -> None:
     logger = logs.configure(settings.process.log_format)
     try:
         code = event_loops.run(_run(settings, logger))
+    except (CorruptDisk, DiskFailed) as error:  # a data directory it cannot trust or use
+        click.echo(f"shardgrid member start: data_dir: {error}", err=True)
+        sys.exit(1)
     except OSError as error:  # the port is taken, the host is not ours
         click.echo(
             f"shardgrid member start: cannot listen on {settings.process.host}:{settings.process.port}: "

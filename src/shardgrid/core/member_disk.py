@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from shardgrid.core.disk_records import RecordKind, encode_record, refuse_corrupt, scan_records
+from shardgrid.core.disk_records import RecordKind, Scan, encode_record, refuse_corrupt, scan_records
 from shardgrid.core.effects import DiskFile
 from shardgrid.core.errors import CorruptDisk
 from shardgrid.core.identity import MemberId
@@ -43,10 +43,9 @@ def identity_record(member: MemberId, cluster_name: str) -> bytes:
     return encode_record(RecordKind.MEMBER_IDENTITY, _ENCODER.encode(value))
 
 
-def read_identity(data: bytes, cluster_name: str, name: str = "the member file") -> MemberId | None:
-    """The identity the member file holds (None: no file, or one torn before its first sync);
-    ``CorruptDisk`` for a damaged one or another cluster's."""
-    scan = scan_records(data)
+def read_identity(scan: Scan, cluster_name: str, name: str = "the member file") -> MemberId | None:
+    """The identity a scanned member file holds (None: no file, or one torn before its first
+    sync); ``CorruptDisk`` for a damaged one or another cluster's."""
     refuse_corrupt(scan, name)
     if not scan.records:
         return None
@@ -75,22 +74,23 @@ class MemberDisk:
 
 
 def read_member_disk(
-    files: Mapping[DiskFile, bytes | bytearray | memoryview],
+    scans: Mapping[DiskFile, Scan],
     *,
     hash_seed: int,
     max_idle_ms: Mapping[str, int],
     now_ms: int = 0,
 ) -> MemberDisk | None:
-    """The member's state in ``files`` (None when it never wrote its Raft storage: it starts new);
+    """The member's state in its scanned files (None when it never wrote its Raft storage: it starts new);
     ``CorruptDisk`` naming the file for damage that is not a torn tail, or for what no member
     could have written."""
-    raft_scan = scan_records(files.get(DiskFile.RAFT, b""))
+    empty = scan_records(b"")
+    raft_scan = scans.get(DiskFile.RAFT, empty)
     if not raft_scan.records and not raft_scan.corrupt:
         return None
     raft = raft_storage(raft_scan, "the Raft file")
     if raft.snapshot is None:
         return None  # it never held a cluster's log (a term or a vote at most): it joins anew
-    replica_scan = scan_records(files.get(DiskFile.REPLICAS, b""))
+    replica_scan = scans.get(DiskFile.REPLICAS, empty)
     replicas = load_replicas(replica_scan, hash_seed=hash_seed, max_idle_ms=max_idle_ms, now_ms=now_ms)
     return MemberDisk(
         raft=raft,

@@ -112,7 +112,19 @@ class MemberMetrics:
         self.notices_dropped = self._counter(
             "shardgrid_event_notices_dropped", "Events not pushed to a listening client that did not keep up."
         )
+        self.disk_sync_seconds = self._histogram(
+            "shardgrid_disk_sync_seconds",
+            "Time a sync of the data directory took (one for all a loop turn wrote; persistent members).",
+        )
+        self.disk_bytes = self._gauge(
+            "shardgrid_disk_bytes", "Bytes of the data directory's files (persistent members)."
+        )
         self._maps: set[str] = set()
+
+    def on_sync(self, seconds: float, disk_bytes: int) -> None:
+        if seconds:
+            self.disk_sync_seconds.observe(seconds)
+        self.disk_bytes.set(disk_bytes)
 
     def _spec(self, name: str, kind: str, documentation: str, labels: tuple[str, ...]) -> None:
         self.specs.append(MetricSpec(name=name, kind=kind, documentation=documentation, labels=labels))

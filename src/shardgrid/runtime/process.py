@@ -33,7 +33,7 @@ from typing import Any
 
 from shardgrid.core import codec
 from shardgrid.core import messages as m
-from shardgrid.core.effects import Emit, ReplyToClient, Send, SendToAddress, SetTimer, Stop
+from shardgrid.core.effects import Emit, Persist, ReplyToClient, Send, SendToAddress, SetTimer, Stop
 from shardgrid.core.identity import MemberId
 from shardgrid.core.inputs import LinkRestored, Start, StopSignalled, TimerFired
 from shardgrid.core.inputs import Receive as ReceiveEvent
@@ -41,9 +41,11 @@ from shardgrid.core.member import Member
 from shardgrid.core.member.discovery import REPORT_EVERY_RETRIES
 from shardgrid.core.session import NONCE_BYTES, PeerRole, Session, SessionSettings
 from shardgrid.runtime import logs, tls
+from shardgrid.runtime.data_directory import DataDirectory
 from shardgrid.runtime.frame_budget import FrameBudget
 from shardgrid.runtime.metrics import MemberMetrics
 from shardgrid.runtime.notices import notice_of
+from shardgrid.runtime.record_file import DiskFailed, DiskFull
 from shardgrid.runtime.settings import Settings
 from shardgrid.runtime.stream import FrameStream
 
@@ -138,6 +140,11 @@ class MemberProcess:
         self._signals = 0
         self._ticks = 0
         self.metrics = MemberMetrics()
+        # A persistent member's data directory, and the sends and replies that wait for its next
+        # sync (one sync for all a loop turn wrote: group commit), in order.
+        self._disk: DataDirectory | None = None
+        self._unsynced_sends: list[tuple[str, str | None, Any, bool]] = []
+        self._sync_scheduled = False
         interval_s = REPORT_EVERY_RETRIES * settings.member_config.join_retry_ms / 1000
         self._refusal_lines = logs.BoundedLines(self.logger, interval_s, MAX_BOUNDED_LOG_KEYS)
         self._dial_failure_lines = logs.BoundedLines(self.logger, interval_s, MAX_BOUNDED_LOG_KEYS)
@@ -175,6 +182,25 @@ class MemberProcess:
         self.identity = MemberId(str(uuid.uuid4()), address)
         if self._stopped.is_set():
             return self.identity
+        hash_seed = int.from_bytes(os.urandom(8), "little")
+        disk = None
+        if process.data_dir is not None:
+            try:
+                self._disk, kept, disk = DataDirectory.open(
+                    process.data_dir,
+                    address=address,
+                    cluster_name=process.cluster_name,
+                    hash_seed=hash_seed,
+                    max_idle_ms=self.settings.member_config.max_idle_ms,
+                    now_ms=self.now_ms(),
+                )
+                if kept is not None:
+                    self.identity = kept
+                else:
+                    self._disk.set_identity(self.identity, process.cluster_name)
+            except BaseException:
+                self._server.close()
+                raise
         seeds = tuple(dict.fromkeys((*process.join, address)))
         rng = random.Random(int.from_bytes(os.urandom(16), "big"))
         self.member = Member(
@@ -183,7 +209,7 @@ class MemberProcess:
             seeds,
             rng,
             lite=process.lite,
-            hash_seed=int.from_bytes(os.urandom(8), "little"),
+            hash_seed=hash_seed,
             clock_offset_ms=int(time.time() * 1000) - self.now_ms(),
         )
         logs.log(
@@ -196,11 +222,12 @@ class MemberProcess:
             tls=self._server_ssl is not None,
             join=list(process.join),
             loop=type(loop).__module__.split(".")[0],
+            data_dir=str(process.data_dir) if process.data_dir is not None else None,
         )
         if process.metrics_port is not None:
             self.metrics.serve(process.host, process.metrics_port)
             logs.log(self.logger, "metrics-serving", address=f"{process.host}:{process.metrics_port}")
-        self._handle(Start())
+        self._handle(Start(disk))
         self._housekeeping = loop.call_later(HOUSEKEEPING_MS / 1000, self._on_housekeeping)
         return self.identity
 
@@ -235,6 +262,8 @@ class MemberProcess:
         self._stopped.set()
 
     async def _close_all(self) -> None:
+        if self._unsynced_sends:
+            self._sync()  # what the member said last leaves once it is on the disk
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
@@ -256,6 +285,8 @@ class MemberProcess:
         if self._server is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._server.wait_closed(), CLOSE_FLUSH_S)
+        if self._disk is not None:
+            self._disk.close()
         logs.log(self.logger, "member-exit", reason=self.stop_reason, exit_code=self.exit_code)
 
     # --- the member ------------------------------------------------------------------------------
@@ -273,20 +304,78 @@ class MemberProcess:
             return
         if member.identity != before:
             self._forget_identity(before, member.identity)
+        holding = False
+        if self._disk is not None:
+            holding = self._write(self._disk, effects)
+            if self._stopped.is_set():
+                return
         for effect in effects:
             kind = type(effect)
             if kind is Send:
-                self._send(effect.target.address, effect.target.uuid, effect.message)
+                if holding:
+                    self._unsynced_sends.append((effect.target.address, effect.target.uuid, effect.message, False))
+                else:
+                    self._send(effect.target.address, effect.target.uuid, effect.message)
             elif kind is ReplyToClient:
-                self._reply(effect.client_address, effect.message)
+                if holding:
+                    self._unsynced_sends.append((effect.client_address, None, effect.message, True))
+                else:
+                    self._reply(effect.client_address, effect.message)
             elif kind is SendToAddress:
-                self._send(effect.address, None, effect.message)
+                if holding:
+                    self._unsynced_sends.append((effect.address, None, effect.message, False))
+                else:
+                    self._send(effect.address, None, effect.message)
             elif kind is SetTimer:
                 self._set_timer(effect.name, effect.at_ms)
             elif kind is Emit:
                 self._on_emit(effect.event)
             elif kind is Stop:
                 self._finish(effect.reason, effect.exit_code)
+
+    def _write(self, disk: DataDirectory, effects: list[Any]) -> bool:
+        """Carry out a step's ``Persist`` effects; whether its sends must wait for the next sync
+        (its own writes need it, or an earlier step's sends wait already: they go out in order)."""
+        holding = bool(self._unsynced_sends)
+        for effect in effects:
+            if type(effect) is Persist:
+                try:
+                    disk.write(effect)
+                except (DiskFull, DiskFailed, OSError) as error:
+                    self._disk_failed("write", error)
+                    return True
+                holding = holding or effect.hold_sends
+        if holding and not self._sync_scheduled:
+            # After every read this loop turn has ready: one sync for all of them.
+            self._sync_scheduled = True
+            self.loop.call_soon(self._sync)
+        return holding
+
+    def _sync(self) -> None:
+        self._sync_scheduled = False
+        disk = self._disk
+        if disk is None:
+            return
+        try:
+            seconds = disk.sync()
+        except (DiskFailed, OSError) as error:
+            self._disk_failed("sync", error)
+            return
+        self.metrics.on_sync(seconds, disk.size_bytes())
+        sends, self._unsynced_sends = self._unsynced_sends, []
+        for address, target_uuid, message, to_client in sends:
+            if to_client:
+                self._reply(address, message)
+            else:
+                self._send(address, target_uuid, message)
+
+    def _disk_failed(self, what: str, error: BaseException) -> None:
+        """The member's core counts on what it wrote being kept: a write or sync the disk refused
+        leaves it ahead of its disk, so the process stops (nothing that waited was sent) and a
+        restart comes back from what the disk holds."""
+        self._unsynced_sends = []
+        logs.log(self.logger, "disk-failed", logging.CRITICAL, refused=what, error=str(error))
+        self._finish(f"the data directory refused a {what}: {error}", 74)
 
     def _on_emit(self, event: Any) -> None:
         logs.log_member_event(self.logger, event)
@@ -311,6 +400,8 @@ class MemberProcess:
         had given up on was applied after the member rejoined under a new identity)."""
         self.identity = new
         logs.log(self.logger, "member-new-identity", old=old, new=new)
+        if self._disk is not None:
+            self._disk.set_identity(new, self.process.cluster_name)
         for link in list(self._links.values()):
             if link.stream is None:
                 continue

@@ -125,6 +125,16 @@ class RecordFile:
         self.size_bytes = len(data)
         self._unsynced = False
 
+    def truncate(self, size_bytes: int) -> None:
+        """Cut the file back to ``size_bytes`` (records a reader found no whole use for), durably."""
+        self._check_usable()
+        if size_bytes >= self.size_bytes:
+            return
+        os.ftruncate(self._fd, size_bytes)
+        os.lseek(self._fd, size_bytes, os.SEEK_SET)
+        os.fsync(self._fd)
+        self.size_bytes = size_bytes
+
     def _check_usable(self) -> None:
         if self._failed:
             raise DiskFailed(f"{self.path}: {self._failed}")

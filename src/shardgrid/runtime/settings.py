@@ -69,8 +69,9 @@ def _check(condition: bool, key: str, problem: str) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProcessSettings:
-    """What a member process needs that the core never sees. None of it may change what the core
-    decides, so two members with different values here still agree on every copy they keep."""
+    """What a member process needs that the core never sees (``data_dir`` only makes the core
+    persistent). None of it may change what the core decides, so two members with different values
+    here still agree on every copy they keep."""
 
     host: str = "127.0.0.1"
     """The address this member listens on and announces to the others: a name or address they can
@@ -117,6 +118,12 @@ class ProcessSettings:
     frame_stall_timeout_ms: int = 5_000
     """A client's claimed frame that gets no byte for this long while it is read closes its
     connection."""
+    data_dir: Path | None = None
+    """A directory where the member keeps its state across crashes and restarts (its identity, the
+    metadata log and every replica it holds), writing and syncing it before anything that depends
+    on it leaves the process; restarted on it, the member comes back as itself with its data. Unset,
+    the member keeps everything in memory and a restart is a new, empty member. Needs a fixed
+    `port`: a member comes back at its address."""
 
     def validate(self) -> None:
         _check(bool(self.host) and self.host == self.host.strip(), "host", "must be a non-empty name or address")
@@ -129,6 +136,11 @@ class ProcessSettings:
         _check(self.tls_key_file is None or self.tls_cert_file is not None, "tls_key_file", "needs tls_cert_file")
         _check(self.tls_ca_file is None or self.tls_cert_file is not None, "tls_ca_file", "needs tls_cert_file")
         _check(self.log_format in ("text", "json"), "log_format", f'must be "text" or "json", got "{self.log_format}"')
+        _check(
+            self.data_dir is None or self.port != 0,
+            "data_dir",
+            "needs a fixed port (not 0): a member comes back as itself at its address",
+        )
         if self.metrics_port is not None:
             _check(1 <= self.metrics_port <= 65_535, "metrics_port", f"must be 1..65535, got {self.metrics_port}")
             _check(self.metrics_port != self.port, "metrics_port", "must differ from port")
@@ -167,8 +179,7 @@ def is_address(address: str) -> bool:
     return bool(colon and host.strip() and port.isdigit() and 1 <= int(port) <= 65_535)
 
 
-# Core settings a process does not take from its settings: ``persistent`` follows from the process
-# keeping a data directory, which member processes do not do yet (the simulator's members do).
+# Core settings a process does not take from its settings: ``persistent`` follows from ``data_dir``.
 _NOT_SETTABLE = frozenset({MAPS, "persistent"})
 
 
@@ -404,7 +415,7 @@ class _Loader:
             except ConfigError as error:
                 raise self.blame(error, dict.fromkeys(FIELDS[MAPS], section)) from None
             maps.append((name, map_config))
-        member_config = MemberConfig(**cluster_values, maps=tuple(maps))
+        member_config = MemberConfig(**cluster_values, maps=tuple(maps), persistent=process.data_dir is not None)
         try:
             member_config.validate()
             # A migration chunk travels in one frame.

@@ -18,6 +18,7 @@ from typing import Any
 from shardgrid.core import codec
 from shardgrid.core.call_policy import CallSettings
 from shardgrid.core.config import MemberConfig
+from shardgrid.core.disk_records import scan_records
 from shardgrid.core.effects import DiskFile, Emit, Persist, ReplyToClient, Send, SendToAddress, SetTimer, Stop
 from shardgrid.core.identity import MemberId
 from shardgrid.core.inputs import LinkRestored, Receive, Start, StopSignalled, TimerFired
@@ -170,7 +171,7 @@ class Simulation:
         if self.config.persistent:
             disk = self.disks.setdefault(address, SimDisk())
             if as_itself and previous is not None:
-                files = {file: disk.read(file.value) for file in DiskFile}
+                files = {file: scan_records(disk.read(file.value)) for file in DiskFile}
                 hash_seed = uuid.UUID(previous.member.identity.uuid).int & (2**64 - 1)
                 disk_state = read_member_disk(
                     files, hash_seed=hash_seed, max_idle_ms=self.config.max_idle_ms, now_ms=self.now_ms

@@ -1,0 +1,118 @@
+"""A member process's data directory (``data_dir``): the files its core writes through ``Persist``
+effects, synced once for all a loop turn wrote, and read back at a restart.
+
+Three files of records (``runtime/record_file.py``), each locked while the process runs:
+
+- ``member``: who the member is (its uuid, address and cluster), written whole when an identity
+  starts; a restart with the other files comes back as that member;
+- ``raft``: the Raft hard state, log and snapshots (``core/raft_disk.py``);
+- ``replicas``: every replica the member holds, as images and write runs (``core/replica_disk.py``).
+
+What the files hold is read by the core's own readers (``core/member_disk.py``), exactly as the
+simulator reads its members' disks; this module only opens, writes, syncs and closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from pathlib import Path
+
+from shardgrid.core.disk_records import Scan
+from shardgrid.core.effects import DiskFile, Persist
+from shardgrid.core.errors import CorruptDisk
+from shardgrid.core.identity import MemberId
+from shardgrid.core.member_disk import MemberDisk, identity_record, read_identity, read_member_disk
+from shardgrid.runtime.record_file import DiskFailed, RecordFile
+
+MEMBER_FILE = "member"
+
+
+class DataDirectory:
+    """The open files of one member's data directory. One owner: its member process."""
+
+    def __init__(self, path: Path, member_file: RecordFile, files: Mapping[DiskFile, RecordFile]) -> None:
+        self.path = path
+        self._member_file = member_file
+        self._files = dict(files)
+        self._unsynced: set[DiskFile] = set()
+
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        *,
+        address: str,
+        cluster_name: str,
+        hash_seed: int,
+        max_idle_ms: Mapping[str, int],
+        now_ms: int,
+    ) -> tuple[DataDirectory, MemberId | None, MemberDisk | None]:
+        """Open (or make) the directory and read it: the identity it holds and what the member
+        left (both None for a new member). ``CorruptDisk`` names a damaged file, and a directory
+        of another cluster or address; ``DiskFailed`` a directory another process holds."""
+        opened: list[RecordFile] = []
+        try:
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            member_file, member_scan = RecordFile.open(path / MEMBER_FILE)
+            opened.append(member_file)
+            scans: dict[DiskFile, Scan] = {}
+            files: dict[DiskFile, RecordFile] = {}
+            for file in DiskFile:
+                files[file], scans[file] = RecordFile.open(path / file.value)
+                opened.append(files[file])
+            identity = read_identity(member_scan, cluster_name, str(path / MEMBER_FILE))
+            disk = None
+            if identity is not None:
+                if identity.address != address:
+                    raise CorruptDisk(
+                        f"{path} holds member {identity.uuid} at {identity.address}, not {address}: start it "
+                        "there (a member restarted at another address is not supported yet)"
+                    )
+                disk = read_member_disk(scans, hash_seed=hash_seed, max_idle_ms=max_idle_ms, now_ms=now_ms)
+            if disk is not None:
+                # A step torn off the replicas file is cut before the file is written again.
+                files[DiskFile.REPLICAS].truncate(disk.file_bytes[DiskFile.REPLICAS])
+            else:
+                identity = None  # it never held its cluster's log: it starts as a new member
+        except BaseException as error:
+            for record_file in opened:
+                with contextlib.suppress(OSError):
+                    record_file.close()
+            if isinstance(error, OSError):
+                raise DiskFailed(f"{path}: {error.strerror or error}") from error
+            raise
+        return cls(path, member_file, files), identity, disk
+
+    def set_identity(self, member: MemberId, cluster_name: str) -> None:
+        """The identity this directory's state belongs to from now on (synced before it returns)."""
+        self._member_file.replace(identity_record(member, cluster_name))
+
+    def write(self, effect: Persist) -> None:
+        """Carry out a ``Persist`` effect (``DiskFull`` when the disk refuses it)."""
+        record_file = self._files[effect.file]
+        if effect.replace:
+            record_file.replace(effect.data)  # synced as it is written
+        else:
+            record_file.append(effect.data)
+            self._unsynced.add(effect.file)
+
+    @property
+    def unsynced(self) -> bool:
+        return bool(self._unsynced)
+
+    def sync(self) -> float:
+        """Sync every file written since the last sync: the seconds it took."""
+        took = 0.0
+        for file in sorted(self._unsynced, key=lambda f: f.value):
+            took += self._files[file].sync()
+        self._unsynced.clear()
+        return took
+
+    def size_bytes(self) -> int:
+        return sum(record_file.size_bytes for record_file in self._files.values())
+
+    def close(self) -> None:
+        for record_file in (self._member_file, *self._files.values()):
+            with contextlib.suppress(OSError):
+                record_file.close()

@@ -1,0 +1,92 @@
+"""Persistent member processes (``--data-dir``): three members SIGKILLed at once while a client
+writes come back from their directories as themselves, with every acknowledged write; a data
+directory another member holds, or one that is damaged, is refused at start, naming the file."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+from shardgrid.cli.local_cluster import member_command
+from shardgrid.client import Client
+from tests.runtime.local_cluster import FAST_SETTINGS, LocalCluster, free_ports
+
+VALUE = b"v" * 100
+
+
+def _start_all(running: LocalCluster, tmp_path, addresses: list[str]) -> None:
+    for address in addresses:
+        port = address.rpartition(":")[2]
+        running.start(address, addresses, 3, "--data-dir", str(tmp_path / f"data-{port}"))
+
+
+def test_every_member_killed_at_once_comes_back_from_its_disk_with_every_acknowledged_write(tmp_path) -> None:
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
+    with LocalCluster(tmp_path, 3, "--partition-count", "31", started=0) as running:
+        running.addresses = addresses
+        _start_all(running, tmp_path, addresses)
+        running.wait_formed()
+        acknowledged: dict[str, bytes] = {}
+        with Client(addresses, operation_call_timeout_ms=30_000) as client:
+            client.wait_until_safe(60)
+            data = client.get_map("data")
+            uuids = {status.address: status.uuid for status in map(client.member_status, addresses)}
+            for batch in range(10):
+                entries = {f"k{batch}-{i}": VALUE + str(i).encode() for i in range(200)}
+                data.put_all(entries)
+                acknowledged.update(entries)
+            for address in addresses:  # a power cut: no member leaves, none syncs once more
+                running.kill(address)
+        _start_all(running, tmp_path, addresses)
+        for address in addresses:
+            running.wait_for_log(address, "member-restored", timeout_s=60)
+        with Client(addresses, operation_call_timeout_ms=60_000) as client:
+            client.wait_until_safe(90)
+            assert {status.address: status.uuid for status in map(client.member_status, addresses)} == uuids
+            held = client.get_map("data").get_all(list(acknowledged))
+            assert held == acknowledged
+
+
+def test_a_data_directory_another_member_holds_is_refused(tmp_path) -> None:
+    port, other = free_ports(2)
+    directory = str(tmp_path / "data")
+    with LocalCluster(tmp_path, 1, started=0) as running:
+        address = running.start(f"127.0.0.1:{port}", [f"127.0.0.1:{port}"], 1, "--data-dir", directory)
+        running.wait_for_log(address, "leader-changed")
+        second = subprocess.run(
+            member_command(other, [f"127.0.0.1:{other}"], 1, (*FAST_SETTINGS, "--data-dir", directory)),
+            capture_output=True,
+            timeout=60,
+        )
+        assert second.returncode == 1
+        assert b"is open in another process" in second.stderr
+        running.kill(address)
+        # Its directory names its address: started elsewhere, it says where it belongs.
+        moved = subprocess.run(
+            member_command(other, [f"127.0.0.1:{other}"], 1, (*FAST_SETTINGS, "--data-dir", directory)),
+            capture_output=True,
+            timeout=60,
+        )
+        assert moved.returncode == 1
+        assert f"not 127.0.0.1:{other}".encode() in moved.stderr
+
+
+def test_a_damaged_raft_file_is_refused_naming_it(tmp_path) -> None:
+    (port,) = free_ports(1)
+    directory = tmp_path / "data"
+    with LocalCluster(tmp_path, 1, started=0) as running:
+        address = running.start(f"127.0.0.1:{port}", [f"127.0.0.1:{port}"], 1, "--data-dir", str(directory))
+        running.wait_for_log(address, "leader-changed")
+        time.sleep(0.5)
+        running.kill(address)
+    raft = directory / "raft"
+    damaged = bytearray(raft.read_bytes())
+    damaged[20] ^= 0xFF  # inside the first record's payload
+    raft.write_bytes(bytes(damaged))
+    again = subprocess.run(
+        member_command(port, [f"127.0.0.1:{port}"], 1, (*FAST_SETTINGS, "--data-dir", str(directory))),
+        capture_output=True,
+        timeout=60,
+    )
+    assert again.returncode == 1
+    assert b"raft is corrupt at byte 0" in again.stderr, again.stderr[-2000:]
