@@ -26,10 +26,13 @@ def test_the_demo_loses_nothing_and_leaves_nothing_behind(tmp_path):
     said = " ".join(done.stdout.split())  # lines wrapped at the console's width, joined again
     assert "entries lost: 0" in done.stdout
     assert "after the crash" in done.stdout
+    assert "after the power cut" in done.stdout
     assert "SIGKILL" in said
     assert "loaded 20,000 rows" in said
     assert "the export's count and checksum equal the file's" in said
     assert "after the join" in done.stdout
     members = read_state(tmp_path)
-    assert len(members) == 4
+    assert len(members) == 7  # three founders and a joiner, then the three running restarted
+    restored = [log for log in tmp_path.glob("member-*.log") if "member-restored" in log.read_text()]
+    assert len(restored) == 3
     assert not [member for member in members if alive(member.pid)]

@@ -3,9 +3,10 @@
 Three members form a cluster. Spark writes a Parquet file of generated rows; the pipeline's data
 source loads it into a map while one member is SIGKILLed, and the cluster repairs itself; an export
 through the data source reads the map back and its count and checksum must equal the file's; a new
-member joins and the cluster rebalances; the client checks every entry again; the cluster shuts down
-gracefully. Whatever happens (a failed step, Ctrl-C), every process it started is ended by its PID
-before it returns. It exits 1 when an entry is lost or a step does not finish in time.
+member joins and the cluster rebalances; the client checks every entry again; every member is
+SIGKILLed at once (a power cut) and restarted on its data directory, and every entry is checked
+again; the cluster shuts down gracefully. Whatever happens (a failed step, Ctrl-C), every process
+it started is ended by its PID before it returns. It exits 1 when an entry is lost or a step does not finish in time.
 """
 
 from __future__ import annotations
@@ -225,13 +226,42 @@ def _wait_for_member(client: Client, address: str, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
+def _data_dir(directory: Path, address: str) -> tuple[str, ...]:
+    """The flags that give the member at ``address`` its data directory (its state on disk)."""
+    return ("--data-dir", str(directory / f"data-{address.rpartition(':')[2]}"))
+
+
 def _start_members(directory: Path, founders: list[str], started: list[LocalMember]) -> None:
     """Starts the founders and waits until they formed a cluster; ``started`` gets each process as
     soon as it exists, so that the caller ends it whatever happens."""
     for address in founders:
-        started.append(start_member(directory, int(address.rpartition(":")[2]), founders, 3, ()))
+        port = int(address.rpartition(":")[2])
+        started.append(start_member(directory, port, founders, 3, _data_dir(directory, address)))
     write_state(directory, started)  # which processes it started, for anyone checking after it
     wait_until_formed(started, 60, directory)
+
+
+def _power_cut(
+    directory: Path, running: list[LocalMember], addresses: list[str], started: list[LocalMember], console: Console
+) -> None:
+    """Every running member SIGKILLed at once, then each started again on its data directory: it
+    comes back as itself with what it held (nothing it acknowledged was only in memory)."""
+    console.print(
+        f"[bold red]SIGKILL[/bold red] every member at once ({', '.join(m.address for m in running)}), "
+        "then each restarted from its data directory"
+    )
+    for member in running:
+        os.kill(member.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(alive(member.pid) for member in running):
+        time.sleep(0.05)
+    restarted = []
+    for member in running:
+        port = int(member.address.rpartition(":")[2])
+        restarted.append(start_member(directory, port, addresses, 3, _data_dir(directory, member.address)))
+    started.extend(restarted)
+    write_state(directory, started)
+    wait_until_formed(restarted, STEP_TIMEOUT_S, directory)
 
 
 def run_demo(entries: int, console: Console, workdir: Path | None = None) -> DemoReport:
@@ -269,11 +299,19 @@ def run_demo(entries: int, console: Console, workdir: Path | None = None) -> Dem
             report.lost["after the crash"], report.export_matches = check.missing, check.matches
             joiner = addresses[3]
             console.print(f"[bold]a new member joins[/bold] at {joiner}")
-            started.append(start_member(directory, int(joiner.rpartition(":")[2]), founders, 3, ()))
+            started.append(
+                start_member(directory, int(joiner.rpartition(":")[2]), founders, 3, _data_dir(directory, joiner))
+            )
             write_state(directory, started)
             _wait_for_member(client, joiner, STEP_TIMEOUT_S)
             report.steps.append(("after the join", watch_until_safe(client, STEP_TIMEOUT_S, console, "rebalancing")))
             report.lost["after the join"] = _verify(client, entries, console, "verifying")
+        _power_cut(directory, [member for member in started if alive(member.pid)], addresses, started, console)
+        with Client(addresses, operation_call_timeout_ms=120_000) as client:
+            report.steps.append(
+                ("after the power cut", watch_until_safe(client, STEP_TIMEOUT_S, console, "restarting"))
+            )
+            report.lost["after the power cut"] = _verify(client, entries, console, "verifying")
             console.print("[bold]shutting the cluster down[/bold]")
             client.shutdown_cluster()
         deadline = time.monotonic() + 30
@@ -312,7 +350,8 @@ def render_report(report: DemoReport, console: Console) -> None:
     console.print(
         f"{report.entries:,} rows loaded through the Spark data source in {report.load_s:.1f} s "
         f"({rate:,.0f} rows/s), a member SIGKILLed with {report.killed_at_entries:,} in the map; "
-        f"the export's count and checksum {'equal' if report.export_matches else 'DIFFER from'} the file's"
+        f"the export's count and checksum {'equal' if report.export_matches else 'DIFFER from'} the file's; "
+        "every member SIGKILLed at once and restarted from its data directory"
     )
     console.print(f"entries lost: {total_lost}")
 
@@ -330,8 +369,9 @@ def render_report(report: DemoReport, console: Console) -> None:
 def demo(entries: int, workdir: Path | None) -> None:
     """A 3-member cluster on 127.0.0.1 and local Spark: Spark writes generated rows to Parquet, the
     data source loads them while a member is SIGKILLed, the cluster repairs, an export is compared
-    with the file, a member joins, rebalance, verify, shut down; exits 1 if an entry is lost or a
-    step does not finish."""
+    with the file, a member joins, rebalance, verify; then every member is SIGKILLed at once and
+    restarted from its data directory, verify, shut down; exits 1 if an entry is lost or a step
+    does not finish."""
     console = Console()
     if not console.is_terminal:
         console = Console(width=120)  # piped or captured: no terminal width to fit
