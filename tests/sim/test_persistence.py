@@ -14,6 +14,7 @@ from shardgrid.core import events
 from shardgrid.core.effects import Effect, Persist
 from shardgrid.core.inputs import Input
 from shardgrid.core.member import Member
+from shardgrid.core.messages import ShutdownCluster
 from shardgrid.sim.checkers import check_disk
 from shardgrid.sim.vopr import Run, SimParams, run_seed
 
@@ -76,3 +77,23 @@ def test_a_member_without_persistence_emits_no_disk_write(monkeypatch: pytest.Mo
     assert result.passed, result.problems[:3]
     assert not persisted
     assert not run.sim.disks
+
+
+def test_a_member_that_stopped_for_good_leaves_a_disk_a_new_member_starts_on() -> None:
+    """A cluster shutdown drops what the members hold (as without persistence): each member's
+    disk then holds no member, and a process started on it joins as a new member, never as the old
+    one without its data."""
+    run = Run(4, replace(PERSISTENT, faults=(), ops=200))
+    result = run.run()
+    assert result.passed, result.problems[:3]
+    sim = run.sim
+    leader = sim.leader()
+    assert leader is not None
+    sim.admin(leader.identity.address, ShutdownCluster())
+    sim.run_until(sim.now_ms + 30_000, lambda: not sim.member_addresses())
+    assert not sim.member_addresses()
+    address = sorted(sim.nodes)[0]
+    old = sim.nodes[address].member.identity
+    sim.restart(address, as_itself=True)
+    assert sim.stats.restored == 0
+    assert sim.nodes[address].member.identity != old

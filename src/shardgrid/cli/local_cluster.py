@@ -211,8 +211,16 @@ def local() -> None:
     show_default=True,
     help="Seconds to wait for the cluster to form.",
 )
+@click.option(
+    "--persist",
+    is_flag=True,
+    help="Each member keeps its state in DIR/data-PORT: `local up --persist` again after a crash or "
+    "`local down --kill` brings the same members back with their data.",
+)
 @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="A setting for every member.")
-def local_up(count: int, base_port: int, directory: Path, timeout_s: float, assignments: tuple[str, ...]) -> None:
+def local_up(
+    count: int, base_port: int, directory: Path, timeout_s: float, persist: bool, assignments: tuple[str, ...]
+) -> None:
     """Start COUNT members and wait until they formed the cluster; prints their addresses."""
     from shardgrid.client.errors import ShardgridClientError
 
@@ -234,7 +242,11 @@ def local_up(count: int, base_port: int, directory: Path, timeout_s: float, assi
         raise click.ClickException(f"ports {taken} are taken on 127.0.0.1: choose another --base-port")
     addresses = [f"127.0.0.1:{port}" for port in ports]
     extra = tuple(item for assignment in assignments for item in ("--set", assignment))
-    members = [start_member(directory, port, addresses, count, extra) for port in ports]
+
+    def data_dir(port: int) -> tuple[str, ...]:
+        return ("--data-dir", str(directory / f"data-{port}")) if persist else ()
+
+    members = [start_member(directory, port, addresses, count, (*extra, *data_dir(port))) for port in ports]
     write_state(directory, members, access.cluster_name)
     try:
         wait_until_formed(members, timeout_s, directory, access)

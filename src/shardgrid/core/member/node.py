@@ -662,6 +662,7 @@ class Member:
     def _halt(self) -> None:
         self._set_lifecycle(Lifecycle.STOPPED)
         self.data.drop_everything()
+        self.consensus.forget_disk()
 
     def _rejoin_as_new_member(self) -> None:
         """Removed while away (paused, cut off): drop everything and join again with a new identity,
