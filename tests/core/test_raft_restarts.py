@@ -226,3 +226,24 @@ def test_random_crashes_and_restarts_keep_raft_safe_and_live(seed: int) -> None:
     assert cluster.restarts > 0
     # (How much commits before the end varies: a run may crash every voter early and keep them down
     # for long. restart_run itself requires the final proposal committed on every server.)
+
+
+def test_a_leader_alone_commits_only_what_its_disk_holds() -> None:
+    """A leader that is the only voter counts its own log towards a commit only as far as its
+    caller said it is synced (found by an outside tester: alone among the voters, a leader applied
+    entries before they were synced, and a crash took them back while another entry took their
+    place)."""
+    leader = RaftNode(replica(1), SETTINGS, random.Random(1), Snapshot(0, 0, Membership.of([replica(1)]), None), 0)
+    leader.durable_index = 0
+    for now_ms in range(0, 5_000, 10):
+        leader.tick(now_ms)
+        if leader.is_leader:
+            break
+    assert leader.is_leader
+    leader.take_write()
+    index = leader.propose(("x",))
+    assert index is not None
+    leader.take_write()
+    assert leader.commit_index < index  # written, not yet synced: not committed
+    leader.synced(index)
+    assert leader.commit_index == index

@@ -90,3 +90,32 @@ def test_a_damaged_raft_file_is_refused_naming_it(tmp_path) -> None:
     )
     assert again.returncode == 1
     assert b"raft is corrupt at byte 0" in again.stderr, again.stderr[-2000:]
+
+
+def test_a_directory_that_lost_its_member_file_or_its_log_is_refused_not_written_over(tmp_path) -> None:
+    """Found by an outside tester: with its member file deleted, or its Raft file cut short, a
+    member started as a new one and wrote its replicas away."""
+    (port,) = free_ports(1)
+    directory = tmp_path / "data"
+    with LocalCluster(tmp_path, 1, started=0) as running:
+        address = running.start(f"127.0.0.1:{port}", [f"127.0.0.1:{port}"], 1, "--data-dir", str(directory))
+        running.wait_for_log(address, "leader-changed")
+        with Client([address]) as client:
+            client.wait_until_safe(60)
+            client.get_map("data").put_all({f"k{i}": VALUE for i in range(100)})
+        running.kill(address)
+    replicas = (directory / "replicas").read_bytes()
+    member = (directory / "member").read_bytes()
+    command = member_command(port, [f"127.0.0.1:{port}"], 1, (*FAST_SETTINGS, "--data-dir", str(directory)))
+    (directory / "member").unlink()
+    again = subprocess.run(command, capture_output=True, timeout=60)
+    assert again.returncode == 1
+    assert b"replicas but no member file" in again.stderr, again.stderr[-2000:]
+    assert (directory / "replicas").read_bytes() == replicas
+    (directory / "member").write_bytes(member)
+    raft = directory / "raft"
+    raft.write_bytes(raft.read_bytes()[:5])
+    again = subprocess.run(command, capture_output=True, timeout=60)
+    assert again.returncode == 1
+    assert b"replicas but a Raft file with no log" in again.stderr, again.stderr[-2000:]
+    assert (directory / "replicas").read_bytes() == replicas

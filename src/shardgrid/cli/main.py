@@ -330,6 +330,33 @@ def bench_disk(entries: int, record: bool) -> None:
     conclude("disk", report, headline(report), record)
 
 
+@bench.command("persist")
+@click.option(
+    "--batches",
+    type=click.IntRange(10, 100_000),
+    default=200,
+    show_default=True,
+    help="put_all batches of 1,000 entries in each write-rate run (twice as many through the power cut).",
+)
+@click.option(
+    "--restart-entries",
+    type=click.IntRange(1_000, 10_000_000),
+    default=1_000_000,
+    show_default=True,
+    help="Entries of 100 bytes the restarted member holds.",
+)
+@record_option
+def bench_persist(batches: int, restart_entries: int, record: bool) -> None:
+    """Members with a data directory: batched put_all with every write synced against the in-memory rate,
+    every member SIGKILLed during a load and restarted (acknowledged writes lost), and the seconds until a
+    restarted member serves its entries. Exits 1 below 30% of the in-memory rate, on a loss, or when a
+    member of 1,000,000 entries takes over 3 s to serve again."""
+    from shardgrid.cli.bench_persist import headline, run_persist_bench
+
+    report = run_persist_bench(batches, restart_entries)
+    conclude("persist", report, headline(report), record)
+
+
 @bench.command("memory")
 @click.option(
     "--limit-mb",

@@ -23,6 +23,14 @@ class Start:
 
 
 @dataclass(frozen=True, slots=True)
+class Synced:
+    """A persistent member's first ``persisted`` ``Persist`` effects (counted from its start) are
+    on its disk: what waited for them may count on them now."""
+
+    persisted: int
+
+
+@dataclass(frozen=True, slots=True)
 class Receive:
     """A message arrived from ``sender_address``; ``target_uuid`` is who the sender meant.
     ``sent_ms``: for a client's message that says when it was sent, that moment on this member's
@@ -64,4 +72,4 @@ class StopSignalled:
     call_id: int
 
 
-Input = Start | Receive | TimerFired | LinkRestored | StopSignalled
+Input = Start | Receive | TimerFired | LinkRestored | StopSignalled | Synced

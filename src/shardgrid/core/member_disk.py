@@ -101,3 +101,25 @@ def read_member_disk(
             DiskFile.REPLICAS: replica_scan.torn_bytes + replica_scan.valid_bytes - replicas.whole_bytes,
         },
     )
+
+
+def refuse_orphaned_data(
+    identity: MemberId | None, disk: MemberDisk | None, scans: Mapping[DiskFile, Scan], directory: str
+) -> None:
+    """``CorruptDisk`` for a directory that holds a member's data but not the member (its member
+    file or its Raft log gone or cut short): started as a new member there, a process would
+    write over the data (found by an outside tester), and restarted as one that lost its log it
+    could vote twice. A member that stopped for good emptied its log and dropped every copy."""
+    if disk is not None:
+        return
+    replicas = scans.get(DiskFile.REPLICAS)
+    held = load_replicas(replicas, hash_seed=0, max_idle_ms={}) if replicas is not None and replicas.records else None
+    if held is not None and (held.copies or held.staged):
+        what = "no member file" if identity is None else "a Raft file with no log"
+        raise CorruptDisk(
+            f"{directory} holds {len(held.copies)} replicas but {what}: it is damaged (or copied in part); "
+            "move it away to start a new member here"
+        )
+    raft = scans.get(DiskFile.RAFT)
+    if identity is None and raft is not None and raft.records:
+        raise CorruptDisk(f"{directory} holds a Raft log but no member file: it is damaged (or copied in part)")

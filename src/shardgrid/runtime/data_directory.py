@@ -22,7 +22,13 @@ from shardgrid.core.disk_records import Scan
 from shardgrid.core.effects import DiskFile, Persist
 from shardgrid.core.errors import CorruptDisk
 from shardgrid.core.identity import MemberId
-from shardgrid.core.member_disk import MemberDisk, identity_record, read_identity, read_member_disk
+from shardgrid.core.member_disk import (
+    MemberDisk,
+    identity_record,
+    read_identity,
+    read_member_disk,
+    refuse_orphaned_data,
+)
 from shardgrid.runtime.record_file import DiskFailed, RecordFile
 
 MEMBER_FILE = "member"
@@ -36,6 +42,7 @@ class DataDirectory:
         self._member_file = member_file
         self._files = dict(files)
         self._unsynced: set[DiskFile] = set()
+        self.written = 0  # Persist effects carried out (what the member's Synced counts)
 
     @classmethod
     def open(
@@ -70,6 +77,7 @@ class DataDirectory:
                         "there (a member restarted at another address is not supported yet)"
                     )
                 disk = read_member_disk(scans, hash_seed=hash_seed, max_idle_ms=max_idle_ms, now_ms=now_ms)
+            refuse_orphaned_data(identity, disk, scans, str(path))
             if disk is not None:
                 # A step torn off the replicas file is cut before the file is written again.
                 files[DiskFile.REPLICAS].truncate(disk.file_bytes[DiskFile.REPLICAS])
@@ -91,6 +99,7 @@ class DataDirectory:
     def write(self, effect: Persist) -> None:
         """Carry out a ``Persist`` effect (``DiskFull`` when the disk refuses it)."""
         record_file = self._files[effect.file]
+        self.written += 1
         if effect.replace:
             record_file.replace(effect.data)  # synced as it is written
         else:
@@ -102,7 +111,8 @@ class DataDirectory:
         return bool(self._unsynced)
 
     def sync(self) -> float:
-        """Sync every file written since the last sync: the seconds it took."""
+        """Sync every file written since the last sync (every write carried out is then durable):
+        the seconds it took."""
         took = 0.0
         for file in sorted(self._unsynced, key=lambda f: f.value):
             took += self._files[file].sync()

@@ -35,7 +35,7 @@ from shardgrid.core import codec
 from shardgrid.core import messages as m
 from shardgrid.core.effects import Emit, Persist, ReplyToClient, Send, SendToAddress, SetTimer, Stop
 from shardgrid.core.identity import MemberId
-from shardgrid.core.inputs import LinkRestored, Start, StopSignalled, TimerFired
+from shardgrid.core.inputs import LinkRestored, Start, StopSignalled, Synced, TimerFired
 from shardgrid.core.inputs import Receive as ReceiveEvent
 from shardgrid.core.member import Member
 from shardgrid.core.member.discovery import REPORT_EVERY_RETRIES
@@ -368,6 +368,7 @@ class MemberProcess:
                 self._reply(address, message)
             else:
                 self._send(address, target_uuid, message)
+        self._handle(Synced(disk.written))
 
     def _disk_failed(self, what: str, error: BaseException) -> None:
         """The member's core counts on what it wrote being kept: a write or sync the disk refused

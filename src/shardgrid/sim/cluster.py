@@ -21,7 +21,7 @@ from shardgrid.core.config import MemberConfig
 from shardgrid.core.disk_records import scan_records
 from shardgrid.core.effects import DiskFile, Emit, Persist, ReplyToClient, Send, SendToAddress, SetTimer, Stop
 from shardgrid.core.identity import MemberId
-from shardgrid.core.inputs import LinkRestored, Receive, Start, StopSignalled, TimerFired
+from shardgrid.core.inputs import LinkRestored, Receive, Start, StopSignalled, Synced, TimerFired
 from shardgrid.core.member import Member
 from shardgrid.core.member_disk import read_member_disk
 from shardgrid.core.messages import AdminReply, AdminRequest, MapReply, ReplyCode, TableRequest
@@ -46,6 +46,7 @@ class Node:
     held: list[tuple[str, Any]] = field(default_factory=list)  # events waiting for a resume
     # A persistent member's sends and replies waiting for its disk's sync (group commit), in order.
     unsynced_sends: list[Callable[[], None]] = field(default_factory=list)
+    persisted: int = 0  # Persist effects carried out for this incarnation (what Synced counts)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -442,6 +443,7 @@ class Simulation:
                 else:
                     self._carry_out_send(node, identity, effect)
             elif isinstance(effect, Persist):
+                node.persisted += 1
                 disk = self.disks[node.address]
                 if effect.replace:
                     disk.replace(effect.file.value, effect.data)
@@ -474,12 +476,14 @@ class Simulation:
             self._send(node.address, identity, effect.client_address, None, effect.message)
 
     def _synced(self, node: Node) -> None:
-        """A persistent member's disk synced: the sends that waited for it go, in order."""
+        """A persistent member's disk synced: the sends that waited for it go, in order, and the
+        member is told what is durable now."""
         self.disks[node.address].sync()
         self.stats.syncs += 1
         sends, node.unsynced_sends = node.unsynced_sends, []
         for send in sends:
             send()
+        self._run_member(node, Synced(node.persisted))
 
     def _send(self, source: str, sender: MemberId | None, target: str, target_uuid: str | None, message: Any) -> None:
         self.stats.messages_sent += 1

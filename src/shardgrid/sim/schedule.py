@@ -129,6 +129,7 @@ _RUN_FIELDS = {
     "compare_and_set",
     "idle_map",
     "persistent",
+    "disk_sync_ms",
 }
 _STEP_FIELDS = {
     "action",

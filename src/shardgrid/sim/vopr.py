@@ -117,6 +117,9 @@ class SimParams:
     # Members keep their state on their disks (each has one, that outlives its crashes): a step's
     # sends wait for its writes' sync, and a restart as itself reads the disk back.
     persistent: bool = False
+    # How long a persistent member's sync takes: the sends of a step that wrote wait this long, and
+    # a crash in between loses (or tears) what the step wrote.
+    disk_sync_ms: int = 1
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -130,6 +133,7 @@ class SimParams:
             clock_skew_ms=self.clock_skew_ms,
             compare_and_set=self.compare_and_set,
         )
+        sim.disk_sync_ms = self.disk_sync_ms
         install_checks(sim)
         return sim
 

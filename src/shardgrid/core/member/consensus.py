@@ -10,6 +10,7 @@ changed so each concern can react.
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -35,7 +36,7 @@ Done = Callable[[bool], None]  # told True when the proposal was applied, False 
 
 
 class AppliedListener(Protocol):
-    def on_state_loaded(self) -> None: ...
+    def on_state_loaded(self, available_again: list[int] | None = None) -> None: ...
     def on_applied(self, index: int, term: int, changes: Changes) -> None: ...
     def on_leadership(self, leader: MemberId | None, term: int, was_leader: bool) -> None: ...
 
@@ -61,6 +62,10 @@ class Consensus:
         self.founding: Bootstrap | None = None  # what this member founded its cluster from
         # A persistent member's Raft file: each step's write goes to it before the step's sends.
         self._file: RaftFile | None = RaftFile() if ctx.config.persistent else None
+        # Its writes not yet synced: (the write's number among the member's Persist effects, the
+        # last index of the log it holds), oldest first.
+        self._unsynced: deque[tuple[int, int]] = deque()
+        self._track_durability()
 
     # --- starting ----------------------------------------------------------------------------------
 
@@ -80,6 +85,13 @@ class Consensus:
             snapshot,
             self.ctx.now_ms,
         )
+        self._track_durability()
+
+    def _track_durability(self, durable_index: int = 0) -> None:
+        """A persistent member's leader counts its own log only as far as it is synced."""
+        if self._file is not None:
+            self.raft.durable_index = durable_index
+            self._unsynced.clear()
 
     def restore(self, storage: RaftStorage, file_bytes: int) -> None:
         """Come back from the Raft storage this member left on its disk: the log up to the commit
@@ -95,17 +107,22 @@ class Consensus:
         )
         if self._file is not None:
             self._file = RaftFile(storage, file_bytes)
+        self._track_durability(storage.last_index)
         ready = self.raft.take_ready()
         invariant(ready.snapshot is not None, "a restored log starts with its snapshot")
         state = ready.snapshot.state
         invariant(isinstance(state, MetadataState), "a snapshot holds the metadata state")
+        available_again: set[int] = set()
         for entry in ready.entries:
             if entry.command:
-                state, _ = apply_commands(state, entry.command)
+                state, changes = apply_commands(state, entry.command)
+                available_again.update(changes.available)
         self.state = state
         self.has_state = True
         self.applied_index = ready.entries[-1].index if ready.entries else ready.snapshot.index
-        self.listener.on_state_loaded()
+        # What its own snapshot holds, this member applied before it stopped (or took as a
+        # snapshot, and then reacted to it whole): only the entries after it are news.
+        self.listener.on_state_loaded(sorted(available_again))
 
     # --- queries -----------------------------------------------------------------------------------
 
@@ -221,7 +238,19 @@ class Consensus:
         write = self.raft.take_write()
         if write is not None:
             data, replace = self._file.record(write)
-            self.ctx.persist(DiskFile.RAFT, data, replace=replace)
+            number = self.ctx.persist(DiskFile.RAFT, data, replace=replace)
+            if write.entries_from:  # what earlier writes held from there on is rewritten
+                cap = write.entries_from - 1
+                self._unsynced = deque((n, min(index, cap)) for n, index in self._unsynced)
+            self._unsynced.append((number, self.raft.log.last_index))
+
+    def synced(self, persisted: int) -> None:
+        """The member's first ``persisted`` Persist effects are durable."""
+        index = None
+        while self._unsynced and self._unsynced[0][0] <= persisted:
+            index = self._unsynced.popleft()[1]
+        if index is not None and self.raft.durable_index is not None:
+            self.raft.synced(index)
 
     def _propose_gathered(self, now: bool = False) -> None:
         if not self._commands:

@@ -23,6 +23,7 @@ class Context:
         "lite",
         "now_ms",
         "out",
+        "persists",
         "rng",
         "seed_addresses",
     )
@@ -45,6 +46,7 @@ class Context:
         self.lite = lite
         self.now_ms = 0
         self.out: list[Effect] = []
+        self.persists = 0  # Persist effects emitted since the member started
         # Keys the storage engine's hash tables (from the runtime's randomness or the simulator's
         # seed): a client that does not know it cannot choose keys that collide.
         self.hash_seed = hash_seed
@@ -74,5 +76,8 @@ class Context:
     def set_timer(self, name: str, at_ms: int) -> None:
         self.out.append(SetTimer(name, at_ms))
 
-    def persist(self, file: DiskFile, data: bytes, *, replace: bool = False, hold_sends: bool = True) -> None:
+    def persist(self, file: DiskFile, data: bytes, *, replace: bool = False, hold_sends: bool = True) -> int:
+        """Emit a write; its number among the member's writes (``Synced`` counts them)."""
+        self.persists += 1
         self.out.append(Persist(file=file, data=data, replace=replace, hold_sends=hold_sends))
+        return self.persists

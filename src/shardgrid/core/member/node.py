@@ -25,7 +25,7 @@ from shardgrid.core.config import MemberConfig
 from shardgrid.core.effects import DiskFile, Effect
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import MemberId
-from shardgrid.core.inputs import Input, LinkRestored, Receive, Start, StopSignalled, TimerFired
+from shardgrid.core.inputs import Input, LinkRestored, Receive, Start, StopSignalled, Synced, TimerFired
 from shardgrid.core.limits import MAX_STATUS_MAPS, NEVER_MS
 from shardgrid.core.member.admin import Admin, Respond
 from shardgrid.core.member.consensus import Consensus
@@ -277,6 +277,8 @@ class Member:
             self._tick()
         elif isinstance(incoming, StopSignalled):
             self.leaving.on_signal(incoming, self.joined)
+        elif isinstance(incoming, Synced):
+            self.consensus.synced(incoming.persisted)
         else:
             raise TypeError(f"unknown input {type(incoming).__name__}")
         if self.lifecycle is not Lifecycle.STOPPED:
@@ -529,7 +531,9 @@ class Member:
 
     # --- the log ---------------------------------------------------------------------------------
 
-    def on_state_loaded(self) -> None:
+    def on_state_loaded(self, available_again: list[int] | None = None) -> None:
+        """A snapshot replaced the state (or a restart restored it: ``available_again`` then lists
+        the partitions its log made available again since its own snapshot)."""
         state = self.consensus.state
         if self.lifecycle is Lifecycle.DISCOVERING and state.is_member(self.identity):
             self._become_active()
@@ -542,8 +546,12 @@ class Member:
             self.data.ask_for_missing_data()
             # Partitions the snapshot made available again are not told apart from the others:
             # the maps a stand-in may have served are emptied in all this owner holds (a cache's
-            # entries may go; one older than a write the stand-in took may not come back).
-            self.data.clear_serving_maps(range(state.table.partition_count))
+            # entries may go; one older than a write the stand-in took may not come back). A
+            # restart knows which: emptying every one would also change partitions whose
+            # migration it is the source of, under it (found by the simulator: a destination
+            # then took a staged copy older than the writes that emptied the map).
+            every = range(state.table.partition_count)
+            self.data.clear_serving_maps(every if available_again is None else available_again)
         self.data.stand_ins.after_applied()
         self.migration_leader.reset(self.consensus.is_leader)
         self.leaving.after_applied(self.consensus.raft.commit_index)

@@ -145,6 +145,10 @@ class RaftNode:
         self._outbox: list[tuple[MemberId, Any]] = []
         self._durable_hard_state = HardState(self.term, None, self.commit_index) if snapshot is None else None
         self._votes_held_until_ms = 0  # a restarted server grants no vote before this
+        # A durable server's (None: the caller keeps no disk): the last index its caller said is
+        # synced. A leader counts its own log towards a commit only this far, or a leader alone
+        # (one voter) would commit and apply entries a crash may still take back.
+        self.durable_index: int | None = None
         self._reset_election_deadline()
 
     @classmethod
@@ -228,9 +232,11 @@ class RaftNode:
         return self.now_ms - (self._last_leader_contact_ms if self._last_leader_contact_ms is not None else 0)
 
     def match_index(self, node: MemberId) -> int:
-        """How far the leader knows ``node``'s log matches its own (the leader's own last index)."""
+        """How far the leader knows ``node``'s log matches its own (the leader's own last index,
+        as far as it is durable)."""
         if node == self.identity:
-            return self.log.last_index
+            durable = self.durable_index
+            return self.log.last_index if durable is None else min(self.log.last_index, durable)
         progress = self._progress.get(node)
         return progress.match if progress is not None else 0
 
@@ -374,6 +380,9 @@ class RaftNode:
         (None: nothing). Handed out once: a write the disk refuses leaves this node ahead of its
         disk, so the caller must stop it and restart it from the disk, never write on."""
         snapshot, entries_from, entries = self.log.take_unstable()
+        if entries_from and self.durable_index is not None:
+            # Entries rewritten from there on are not durable until this write is synced.
+            self.durable_index = min(self.durable_index, entries_from - 1)
         hard = HardState(self.term, self.voted_for, self.commit_index)
         if hard == self._durable_hard_state:
             hard_state = None
@@ -381,6 +390,15 @@ class RaftNode:
             hard_state = self._durable_hard_state = hard
         write = RaftWrite(hard_state=hard_state, snapshot=snapshot, entries_from=entries_from, entries=entries)
         return None if write.empty else write
+
+    def synced(self, index: int) -> None:
+        """The caller synced writes that hold this server's log up to ``index`` (as it is now: the
+        caller leaves out what a later write rewrote): a leader may count its own log that far,
+        and commit what that makes a quorum hold."""
+        invariant(self.durable_index is not None, "a server without a disk is told of no sync")
+        self.durable_index = max(self.durable_index, min(index, self.log.last_index))
+        if self.is_leader and self._maybe_commit():
+            self._announce_commit()
 
     def take_ready(self) -> Ready:
         """What became committed since the last call; the caller applies it before anything else."""

@@ -1,0 +1,227 @@
+"""``shardgrid bench persist``: what a data directory costs and what it keeps, on member processes.
+
+Three parts, each on fresh member processes on 127.0.0.1 with one sync backup:
+
+- **Write rate.** One client's batched put_all (``BATCH`` entries of 100 bytes, ``IN_FLIGHT``
+  batches in flight), first on members keeping everything in memory, then on members with a data
+  directory, every write synced before it is acknowledged (owner and backup): the persistent rate
+  as a share of the in-memory one (target: at least 30%).
+- **A power cut.** While the client writes, every member is SIGKILLed at once and started again on
+  its directory; every write acknowledged before the kill is read back (target: none lost).
+- **Restart.** One member (no backup) holding ``restart_entries`` entries of 100 bytes is
+  SIGKILLed and started again on its directory: the seconds from its start until it answers a
+  read with the data (target: at most 3 s for 1,000,000).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from shardgrid.cli.bench_results import Target, with_targets
+from shardgrid.cli.local_cluster import LocalMember, alive, end, loopback_addresses, start_member, wait_until_formed
+from shardgrid.client import AsyncClient, Client
+from shardgrid.client.errors import ShardgridClientError
+
+BENCH_FIRST_PORT = 6101  # apart from `local up` (5701), `bench cluster` (5801), pipeline (5901), memory (6001)
+MEMBERS = 3
+PARTITIONS = 271
+VALUE = b"v" * 100
+BATCH = 1_000
+IN_FLIGHT = 8
+CALL_TIMEOUT_MS = 60_000
+RESTART_TIMEOUT_S = 120.0
+MIN_RATE_SHARE = 0.30
+MAX_RESTART_S = 3.0
+
+
+def _start(directory: Path, addresses: list[str], persistent: bool, *extra: str) -> list[LocalMember]:
+    members = []
+    for address in addresses:
+        port = int(address.rpartition(":")[2])
+        data = ("--data-dir", str(directory / f"data-{port}")) if persistent else ()
+        settings = ("--partition-count", str(PARTITIONS), *extra, *data)
+        members.append(start_member(directory, port, addresses, len(addresses), settings))
+    return members
+
+
+async def _write(
+    addresses: list[str], batches: int, acknowledged: list[int] | None = None, stop: asyncio.Event | None = None
+) -> float:
+    """Batched put_all, ``IN_FLIGHT`` at once: entries per second. ``acknowledged`` gets each batch
+    number once its put_all answered; a batch whose call fails ends the writing (a power cut)."""
+    async with AsyncClient(addresses, operation_call_timeout_ms=CALL_TIMEOUT_MS) as client:
+        data = client.get_map("data")
+        gate = asyncio.Semaphore(IN_FLIGHT)
+
+        async def one(number: int) -> None:
+            async with gate:
+                if stop is not None and stop.is_set():
+                    return
+                try:
+                    await data.put_all({f"k{number}-{i}": VALUE for i in range(BATCH)})
+                except ShardgridClientError:
+                    if stop is None:
+                        raise
+                    stop.set()
+                    return
+                if acknowledged is not None:
+                    acknowledged.append(number)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(number) for number in range(batches)))
+        return batches * BATCH / (time.perf_counter() - started)
+
+
+def _rate(directory: Path, addresses: list[str], persistent: bool, batches: int) -> float:
+    members = _start(directory, addresses, persistent)
+    try:
+        wait_until_formed(members, 60, directory)
+        with Client(addresses) as client:
+            client.wait_until_safe(60)
+        return asyncio.run(_write(addresses, batches))
+    finally:
+        end([m.pid for m in members if alive(m.pid)], grace_s=5)
+
+
+def _power_cut(directory: Path, addresses: list[str], batches: int) -> dict[str, Any]:
+    members = _start(directory, addresses, True)
+    try:
+        wait_until_formed(members, 60, directory)
+        with Client(addresses) as client:
+            client.wait_until_safe(60)
+        acknowledged: list[int] = []
+
+        async def load_and_cut() -> None:
+            stop = asyncio.Event()
+            writing = asyncio.create_task(_write(addresses, batches, acknowledged, stop))
+            while len(acknowledged) < batches // 2 and not writing.done():
+                await asyncio.sleep(0.01)
+            for member in members:
+                os.kill(member.pid, signal.SIGKILL)
+            stop.set()
+            await asyncio.wait_for(writing, CALL_TIMEOUT_MS / 1000 + 10)
+
+        asyncio.run(load_and_cut())
+        taken = sorted(acknowledged)  # what the client was told before the cut
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(alive(m.pid) for m in members):
+            time.sleep(0.05)
+        started = time.monotonic()
+        members = _start(directory, addresses, True)
+        wait_until_formed(members, RESTART_TIMEOUT_S, directory)
+        with Client(addresses, operation_call_timeout_ms=CALL_TIMEOUT_MS) as client:
+            client.wait_until_safe(RESTART_TIMEOUT_S)
+            safe_s = time.monotonic() - started
+            data = client.get_map("data")
+            lost = 0
+            for number in taken:
+                keys = [f"k{number}-{i}" for i in range(BATCH)]
+                held = data.get_all(keys)
+                lost += sum(1 for key in keys if held.get(key) != VALUE)
+        return {"batches_acknowledged": len(taken), "seconds_to_safe": round(safe_s, 2), "lost": lost}
+    finally:
+        end([m.pid for m in members if alive(m.pid)], grace_s=5)
+
+
+def _restart(directory: Path, address: str, entries: int) -> dict[str, Any]:
+    """One member, no backup: loaded, SIGKILLed, started again; seconds until it serves."""
+    members = _start(directory, [address], True, "--backup-count", "0")
+    try:
+        wait_until_formed(members, 60, directory)
+        with Client([address]) as client:
+            client.wait_until_safe(60)
+        batches = entries // BATCH
+        asyncio.run(_write([address], batches))
+        os.kill(members[0].pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and alive(members[0].pid):
+            time.sleep(0.05)
+        disk_bytes = sum(f.stat().st_size for f in (directory / f"data-{address.rpartition(':')[2]}").iterdir())
+        started = time.monotonic()
+        members = _start(directory, [address], True, "--backup-count", "0")
+        last_key = f"k{batches - 1}-{BATCH - 1}"
+        served_s = None
+        while time.monotonic() - started < RESTART_TIMEOUT_S:
+            try:
+                with Client([address], connect_timeout_ms=1_000, operation_call_timeout_ms=2_000) as client:
+                    if client.get_map("data").get(last_key) == VALUE:
+                        served_s = time.monotonic() - started
+                        break
+            except ShardgridClientError:
+                pass
+            time.sleep(0.02)
+        with Client([address]) as client:
+            size = client.get_map("data").size()
+        return {
+            "entries": batches * BATCH,
+            "disk_bytes": disk_bytes,
+            "seconds_to_serve": round(served_s, 2) if served_s is not None else None,
+            "entries_after": size,
+        }
+    finally:
+        end([m.pid for m in members if alive(m.pid)], grace_s=5)
+
+
+def run_persist_bench(batches: int, restart_entries: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="shardgrid-bench-persist-") as folder:
+        directory = Path(folder)
+        addresses = loopback_addresses(BENCH_FIRST_PORT, MEMBERS + 1)
+        founders = addresses[:MEMBERS]
+        for part in ("memory", "synced", "cut", "restart"):
+            (directory / part).mkdir()
+        memory_rate = _rate(directory / "memory", founders, False, batches)
+        always_rate = _rate(directory / "synced", founders, True, batches)
+        cut = _power_cut(directory / "cut", founders, 2 * batches)
+        restart = _restart(directory / "restart", addresses[MEMBERS], restart_entries)
+    share = always_rate / memory_rate if memory_rate else 0.0
+    seconds = restart["seconds_to_serve"]
+    report: dict[str, Any] = {
+        "cluster": f"{MEMBERS} members, {PARTITIONS} partitions, 1 sync backup, values of {len(VALUE)} bytes",
+        "load": f"{batches} put_all of {BATCH} entries, {IN_FLIGHT} in flight, one client",
+        "in_memory_entries_per_s": round(memory_rate),
+        "synced_entries_per_s": round(always_rate),
+        "synced_share_of_in_memory": round(share, 3),
+        "power_cut": cut,
+        "restart": restart,
+    }
+    return with_targets(
+        report,
+        [
+            Target(
+                name="synced_share_of_in_memory",
+                figure="batched put_all with every write synced on owner and backup, over the in-memory rate",
+                measured=round(share, 3),
+                comparison=">=",
+                wanted=MIN_RATE_SHARE,
+            ),
+            Target(
+                name="power_cut_lost",
+                figure="writes acknowledged before every member was SIGKILLed that did not read back after the restart",
+                measured=cut["lost"],
+                comparison="==",
+                wanted=0,
+            ),
+            Target(
+                name="restart_seconds_to_serve",
+                figure=f"seconds from a restart until a member holding {restart['entries']:,} entries serves them",
+                measured=seconds if seconds is not None else RESTART_TIMEOUT_S,
+                comparison="<=",
+                wanted=MAX_RESTART_S,
+            ),
+        ],
+    )
+
+
+def headline(report: dict[str, Any]) -> dict[str, Any]:
+    """The figures the manual's benchmarks page shows."""
+    return {
+        "synced_share_of_in_memory": report["synced_share_of_in_memory"],
+        "power_cut_lost": report["power_cut"]["lost"],
+        "restart_seconds_to_serve": report["restart"]["seconds_to_serve"],
+    }
