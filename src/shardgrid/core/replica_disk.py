@@ -165,6 +165,10 @@ class ReplicaJournal:
         if pid in self.staged or pid in self._staged:
             self._staged[pid] = None
 
+    def restaged(self, pid: int, migration: MigrationRecord, data: PartitionData) -> None:
+        """Staged data read back at a restart: the file holds it already."""
+        self.staged[pid] = (migration, data)
+
     def take(self, stores: Mapping[int, PartitionData], now_ms: int) -> tuple[bytes, bool] | None:
         """The bytes of this step's changes and whether they replace the file (None: nothing)."""
         if self._rewrite or self.file_bytes > max(REWRITE_ABOVE_BYTES, REWRITE_FACTOR * self._whole_bytes):
@@ -186,16 +190,12 @@ class ReplicaJournal:
             for run, start in self._runs
             if run.partition_id not in changed
         ]
-        for pid in sorted(changed):
+        for pid in sorted(changed | self._headers):
             data = stores.get(pid)
             if data is None:
                 parts.append(_record(RecordKind.REPLICA_DROP, ReplicaDrop(partition_id=pid)))
-            else:
+            elif pid in changed:
                 parts.append(image_records(pid, data, now_ms))
-        for pid in sorted(self._headers - changed):
-            data = stores.get(pid)
-            if data is None:
-                parts.append(_record(RecordKind.REPLICA_DROP, ReplicaDrop(partition_id=pid)))
             else:
                 parts.append(_record(RecordKind.REPLICA_HEADER, _header(pid, data, image=False, now_ms=now_ms)))
         for pid, staged in sorted(self._staged.items()):

@@ -123,7 +123,7 @@ class DataPath:
     def restage(self, pid: int, migration: MigrationRecord, data: PartitionData) -> None:
         """Staged data read back at a restart: the file holds it already."""
         if self.journal is not None:
-            self.journal.staged[pid] = (migration, data)
+            self.journal.restaged(pid, migration, data)
 
     def unstage(self, pid: int) -> None:
         if self.journal is not None:
@@ -133,6 +133,11 @@ class DataPath:
         """The copy of ``pid`` changed other than by runs (taken from a sync, dropped)."""
         if self.journal is not None:
             self.journal.image(pid)
+
+    def _reheaded(self, pid: int) -> None:
+        """The copy of ``pid`` changed its lineage, slot or maps held, not its records."""
+        if self.journal is not None:
+            self.journal.header(pid)
 
     # --- the copies --------------------------------------------------------------------------------
 
@@ -144,8 +149,7 @@ class DataPath:
                 hash_seed=self.ctx.hash_seed, max_idle_ms=self.ctx.config.max_idle_ms
             )
             self._owned = None
-            if self.journal is not None:
-                self.journal.header(pid)
+            self._reheaded(pid)
         return data
 
     def held(self, pid: int) -> PartitionData | None:
@@ -313,8 +317,8 @@ class DataPath:
             if data is not None:
                 if index == 0 and data.copy_index >= 1:
                     self._refresh_idle(data)
-                if self._trim(data, index) and self.journal is not None:
-                    self.journal.header(pid)
+                if self._trim(data, index):
+                    self._reheaded(pid)
             if index == 0:
                 backups = set(self.routes.backups_in(slots))
                 self.owner.backups_changed(pid, backups)  # former backups are waited on no longer
@@ -356,8 +360,7 @@ class DataPath:
                 if data.copy_index >= 1:
                     self._refresh_idle(data)
                 data.copy_index = 0  # the owner's copy now, whatever slot it was kept for
-                if self.journal is not None:
-                    self.journal.header(pid)
+                self._reheaded(pid)
                 self.backups.forget(pid)  # runs held from the old owner belong to its lineage
                 self.syncs.forget_incoming(pid)
                 self.syncs.start_sync(pid, self.routes.backups_of(pid))
@@ -434,7 +437,7 @@ class DataPath:
             self.replaced(pid)
         if self.journal is not None:
             for pid in list(self.journal.staged):
-                self.journal.unstage(pid)
+                self.unstage(pid)
         self._stores.clear()
         self._owned = None
         self.backups.clear()
