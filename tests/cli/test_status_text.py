@@ -50,3 +50,23 @@ def test_each_maps_records_are_summed_over_the_members(capsys: pytest.CaptureFix
     )
     row = next(line for line in capsys.readouterr().out.splitlines() if line.lstrip().startswith("users"))
     assert row.split() == ["users", "│", "4", "│", "3.0", "MiB", "│", "2"]
+
+
+def test_a_persistent_members_disk_is_shown_and_a_full_one_named(capsys: pytest.CaptureFixture[str]) -> None:
+    member = {
+        "reachable": True, "role": "member", "lifecycle": "active", "leaving": False, "owned_partitions": 1,
+        "backup_replicas": 1, "migrations_here": 0, "syncs_in_flight": 0, "writes_awaiting_backups": 0,
+        "entries": 3, "memory_bytes": 2**20, "max_memory_bytes": 0, "entries_evicted": 0, "maps": {},
+        "persistent": True, "disk_bytes": 5 * 2**20, "disk_free_bytes": 2**30, "unsynced_writes": 0,
+        "sync_lag_ms": 0, "disk_full": False,
+    }  # fmt: skip
+    full = {**member, "address": "127.0.0.1:2", "disk_full": True, "disk_free_bytes": 3 * 2**20}
+    lagging = {**member, "address": "127.0.0.1:3", "unsynced_writes": 2, "sync_lag_ms": 40}
+    render_status(
+        {**status_document(ClusterStatus(members=())), "members": [{**member, "address": "127.0.0.1:1"}, full, lagging]}
+    )
+    out = capsys.readouterr().out
+    assert "disk" in out.splitlines()[0]
+    assert "5.0 MiB FULL" in out
+    assert "5.0 MiB, lag 40 ms" in out
+    assert "writes refused (DISK_FULL) by 127.0.0.1:2 (3 MiB free)" in out

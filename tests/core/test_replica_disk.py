@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from shardgrid.core.disk_records import RecordKind, encode_record, scan_records
 from shardgrid.core.errors import CorruptDisk
 from shardgrid.core.messages import EMPTY_COLUMN, PUT, REMOVE, Column, WriteRun
-from shardgrid.core.replica_disk import STEP_END, ReplicaJournal, load_replicas
+from shardgrid.core.replica_disk import COMPACT_EARLY_ABOVE_BYTES, STEP_END, ReplicaJournal, images, load_replicas
 from shardgrid.core.store import PartitionData
 
 
@@ -53,12 +53,22 @@ def test_what_a_journal_writes_reads_back_into_the_copies_it_was_written_from(op
     stores: dict[int, PartitionData] = {}
     journal = ReplicaJournal(fresh=True)
     file = b""
+    first = True
 
-    def take() -> None:
-        nonlocal file
-        taken = journal.take(stores, 0)
+    def take(number: int = 0) -> None:
+        """A step's take, on a disk with ``number`` * 40 bytes free (0: not known), short of room
+        when ``number`` is odd: a rewrite (after the fresh file's first) only when it fits, and the
+        file always the size the journal counts; a rewrite's live count is exact."""
+        nonlocal file, first
+        room = number * 40 if number else None
+        taken = journal.take(stores, 0, room, short=number % 2 == 1)
         if taken is not None:
             file = taken[0] if taken[1] else file + taken[0]
+            if taken[1]:
+                assert first or room is None or len(taken[0]) <= room
+                assert journal.live_bytes + len(STEP_END) == len(images(sorted(stores.items()), 0) + STEP_END)
+            first = False
+        assert journal.file_bytes == len(file)
 
     for what, pid, number in ops:
         data = stores.get(pid)
@@ -81,7 +91,7 @@ def test_what_a_journal_writes_reads_back_into_the_copies_it_was_written_from(op
             data.copy_index = 0
             journal.header(pid)
         elif what == "step":
-            take()
+            take(number)
     take()
     assert _views(_load(file)) == _views(stores)
 
@@ -131,3 +141,54 @@ def test_an_image_cut_by_a_step_end_is_corrupt() -> None:
     header_only = encode_record(*pages[0]) + STEP_END  # the image's header, then at once a step's end
     with pytest.raises(CorruptDisk, match="ends a step inside the image of partition 2"):
         _load(header_only)
+
+
+def _overwritten(times: int) -> tuple[ReplicaJournal, dict[int, PartitionData], bytes]:
+    """A journal whose one copy had its ten keys written ``times`` times over, a step each."""
+    stores = {0: PartitionData()}
+    journal = ReplicaJournal(fresh=True)
+    file = journal.take(stores, 0)[0]  # type: ignore[index]
+    for n in range(times):
+        run = _run(0, stores[0], PUT, [b"k%d" % (n % 10)])
+        stores[0].apply_run(run, 0, 0)
+        journal.run(run, 0)
+        file += journal.take(stores, 0)[0]  # type: ignore[index]
+    return journal, stores, file
+
+
+def test_a_member_short_of_disk_rewrites_its_file_early_when_that_frees_most_of_it() -> None:
+    journal, stores, file = _overwritten(400)
+    assert len(file) > 2 * len(images(sorted(stores.items()), 0)) + COMPACT_EARLY_ABOVE_BYTES
+    run = _run(0, stores[0], PUT, [b"k0"])
+    stores[0].apply_run(run, 0, 0)
+    journal.run(run, 0)
+    taken = journal.take(stores, 0, 1 << 20, short=True)
+    assert taken is not None
+    assert taken[1]  # rewritten whole, long before REWRITE_FACTOR
+    assert len(taken[0]) < len(file) // 2
+    assert _views(_load(taken[0])) == _views(stores)
+    assert journal.live_bytes + len(STEP_END) == len(taken[0])
+
+
+def test_a_rewrite_that_would_not_fit_on_the_disk_waits_and_the_step_is_appended() -> None:
+    journal, stores, file = _overwritten(400)
+    whole = len(images(sorted(stores.items()), 0) + STEP_END)
+    run = _run(0, stores[0], PUT, [b"k1"])
+    stores[0].apply_run(run, 0, 0)
+    journal.run(run, 0)
+    taken = journal.take(stores, 0, whole - 1, short=True)  # one byte short of room for the rewrite
+    assert taken is not None
+    assert not taken[1]
+    file += taken[0]
+    assert _views(_load(file)) == _views(stores)
+    # Measured once: the next steps append without building the file whole again until it grows.
+    assert journal.live_bytes + len(STEP_END) <= whole + len(taken[0]) + 100
+    for n in range(5):
+        run = _run(0, stores[0], PUT, [b"k%d" % n])
+        stores[0].apply_run(run, 0, 0)
+        journal.run(run, 0)
+        taken = journal.take(stores, 0, 1 << 20, short=True)
+        assert taken is not None
+        assert not taken[1]  # room again, but the file has not grown an eighth since it was measured
+        file += taken[0]
+    assert _views(_load(file)) == _views(stores)

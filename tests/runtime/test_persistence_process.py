@@ -4,11 +4,14 @@ directory another member holds, or one that is damaged, is refused at start, nam
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
+import pytest
+
 from shardgrid.cli.local_cluster import member_command
-from shardgrid.client import Client
+from shardgrid.client import Client, DiskFullError
 from tests.runtime.local_cluster import FAST_SETTINGS, LocalCluster, free_ports
 
 VALUE = b"v" * 100
@@ -119,3 +122,54 @@ def test_a_directory_that_lost_its_member_file_or_its_log_is_refused_not_written
     assert again.returncode == 1
     assert b"replicas but a Raft file with no log" in again.stderr, again.stderr[-2000:]
     assert (directory / "replicas").read_bytes() == replicas
+
+
+def test_a_member_short_of_disk_refuses_writes_with_a_clear_error_and_takes_them_again(tmp_path) -> None:
+    """The data directory's file system fills up (another file on it grows past what the member
+    keeps free): writes are refused DISK_FULL, naming the member, while reads go on and the status
+    says so; once the file is gone, writes are taken again, and nothing the disk held was lost."""
+    (port,) = free_ports(1)
+    address = f"127.0.0.1:{port}"
+    directory = tmp_path / "data"
+    directory.mkdir()
+    stats = os.statvfs(directory)
+    free_bytes = stats.f_bavail * stats.f_frsize
+    headroom_bytes = 128 * 2**20
+    if free_bytes < 4 * headroom_bytes:
+        pytest.skip(f"{free_bytes} bytes free: too little to fill past a reserve")
+    # The member keeps all but 128 MiB of what is free now: a 256 MiB file takes it under.
+    reserve = free_bytes - headroom_bytes
+    filler = tmp_path / "filler"
+    with LocalCluster(tmp_path, 1, started=0) as running:
+        running.start(address, [address], 1, "--data-dir", str(directory), "--set", f"disk_reserve_bytes={reserve}")
+        running.wait_for_log(address, "leader-changed")
+        with Client([address], operation_call_timeout_ms=20_000) as client:
+            client.wait_until_safe(60)
+            data = client.get_map("data")
+            data.put_all({f"k{i}": VALUE for i in range(100)})
+            status = client.member_status(address)
+            assert status.persistent
+            assert status.disk_bytes > 0
+            assert not status.disk_full
+            with filler.open("wb") as out:
+                for _ in range(2 * headroom_bytes // 2**20):
+                    out.write(b"\0" * 2**20)
+                out.flush()
+                os.fsync(out.fileno())
+            deadline = time.monotonic() + 30
+            while not client.member_status(address).disk_full:
+                assert time.monotonic() < deadline, "the member never saw its disk short of room"
+                time.sleep(0.2)
+            with pytest.raises(DiskFullError, match=f"member {address} has .* bytes free") as refused:
+                data.put("another", VALUE)
+            assert "refused (not applied)" in str(refused.value)
+            assert data.get("another") is None
+            assert data.get_all([f"k{i}" for i in range(100)]) == {f"k{i}": VALUE for i in range(100)}
+            data.remove("k0")  # removes go on
+            filler.unlink()
+            deadline = time.monotonic() + 30
+            while client.member_status(address).disk_full:
+                assert time.monotonic() < deadline, "the member never saw the room come back"
+                time.sleep(0.2)
+            data.put("another", VALUE)
+            assert data.get("another") == VALUE

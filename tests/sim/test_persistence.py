@@ -35,7 +35,12 @@ SLOW_DISK = replace(PERSISTENT, disk_sync_ms=50, snapshot_every_entries=10)
 VERY_SLOW_DISK = replace(
     PERSISTENT, disk_sync_ms=500, async_backups=1, max_memory_bytes=200_000, cache_map=True, cache_eviction="LRU"
 )
+# Small disks (160,000 bytes, every file counted), each member keeping 100,000 of it free beyond
+# room to rewrite its replicas file: owners refuse writes (DISK_FULL) as the files grow, and the
+# members rewrite their files and snapshot their logs sooner; none stops for its disk.
+SMALL_DISK = replace(PERSISTENT, disk_capacity_bytes=160_000, disk_reserve_bytes=100_000)
 CONFIGURATIONS = {
+    "small-disk": SMALL_DISK,
     "three-members": PERSISTENT,
     "five-lossy": PERSISTENT_LOSSY,
     "slow-disk": SLOW_DISK,
@@ -53,8 +58,10 @@ SEEDS = max(2, SCALE // 8)
 @pytest.mark.parametrize("name", sorted(CONFIGURATIONS))
 @pytest.mark.parametrize("seed", range(1, SEEDS + 1))
 def test_whole_cluster_crashes_and_restarts_from_disk_lose_nothing(name: str, seed: int) -> None:
-    result = run_seed(8_000 + seed, CONFIGURATIONS[name])
+    run = Run(8_000 + seed, CONFIGURATIONS[name])
+    result = run.run()
     assert result.passed, f"seed {8_000 + seed} ({name}): {result.problems[:3]}; faults {result.faults_injected}"
+    assert run.sim.stats.disk_full_stops == 0, f"seed {8_000 + seed} ({name}): a member stopped for its disk"
 
 
 @pytest.mark.parametrize(("seed", "params"), REGRESSIONS)
@@ -121,3 +128,12 @@ def test_a_member_that_stopped_for_good_leaves_a_disk_a_new_member_starts_on() -
     sim.restart(address, as_itself=True)
     assert sim.stats.restored == 0
     assert sim.nodes[address].member.identity != old
+
+
+def test_members_on_small_disks_refuse_writes_rather_than_stop() -> None:
+    run = Run(8_002, SMALL_DISK)
+    result = run.run()
+    assert result.passed, result.problems[:3]
+    assert run.sim.stats.writes_refused_disk_full > 0
+    assert run.sim.stats.disk_full_stops == 0
+    assert run.sim.ledger.counts()["failed"] > 0  # the refused writes count as not applied

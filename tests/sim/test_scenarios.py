@@ -21,7 +21,7 @@ from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.metadata import ClusterState
 from shardgrid.sim.schedule import load_schedule, parse_schedule
 from shardgrid.sim.vopr import Run, SimResult, params_of
-from shardgrid.sim.workload import ACKED, ASYNC_MAP_NAME
+from shardgrid.sim.workload import ACKED, ASYNC_MAP_NAME, FAILED
 from tests.wire import codes, map_request
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -692,3 +692,17 @@ def test_every_member_killed_at_once_comes_back_from_its_disk_with_every_acknowl
     assert leader is not None
     assert {r.id for r in leader.consensus.state.members} == {event.member for _, _, event in restored}
     assert run.sim.ledger.counts()["acked"] > 1_000
+
+
+def test_members_whose_disks_fill_up_refuse_writes_before_their_disks_end_and_take_them_again() -> None:
+    run = passed("members-whose-disks-fill-up")
+    stats = run.sim.stats
+    assert stats.disk_full_stops == 0  # no write reached the end of a disk
+    joined_ms = step_time(run, 1)
+    writes = [w for keyed in run.sim.ledger.writes.values() for w in keyed]
+    refused_before = [w for w in writes if w.issued_ms < joined_ms and w.outcome == FAILED]
+    assert refused_before, "no write was refused for want of disk before members joined"
+    assert stats.writes_refused_disk_full >= len(refused_before)
+    taken_after = [w for w in writes if w.issued_ms > step_time(run, 2) and w.outcome == ACKED]
+    assert len(taken_after) > 100, "writes were not taken again once members joined"
+    assert max(len(disk.read(name)) for disk in run.sim.disks.values() for name in ("raft", "replicas")) < 100_000

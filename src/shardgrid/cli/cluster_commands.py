@@ -152,6 +152,12 @@ def status_document(status: ClusterStatus) -> dict[str, Any]:
                 "maps": {u.map_name: {"entries": u.entries, "memory_bytes": u.memory_bytes} for u in reply.maps},
                 "applied_index": reply.applied_index,
                 "quiet": reply.quiet,
+                "persistent": reply.persistent,
+                "disk_bytes": reply.disk_bytes,
+                "disk_free_bytes": reply.disk_free_bytes if reply.disk_free_bytes >= 0 else None,
+                "unsynced_writes": reply.unsynced_writes,
+                "sync_lag_ms": reply.sync_lag_ms,
+                "disk_full": reply.disk_full,
             }
         )
     leader = status.replies.get(status.leader)
@@ -214,6 +220,19 @@ def _memory_cell(used_bytes: int, limit_bytes: int) -> str:
     return f"{used} of {limit_bytes / 2**20:.0f} MiB ({100 * used_bytes / limit_bytes:.0f}%)"
 
 
+def _disk_cell(member: dict[str, Any]) -> str:
+    """A persistent member's data directory: its files' size, FULL while the member refuses
+    writes for want of room, and the sync lag while a write waits ('-' when not persistent)."""
+    if not member.get("persistent"):
+        return "-"
+    cell = f"{member['disk_bytes'] / 2**20:.1f} MiB"
+    if member["disk_full"]:
+        cell += " FULL"
+    if member["unsynced_writes"]:
+        cell += f", lag {member['sync_lag_ms']} ms"
+    return cell
+
+
 def render_status(document: dict[str, Any]) -> None:
     console = Console()
     if not console.is_terminal:
@@ -221,13 +240,13 @@ def render_status(document: dict[str, Any]) -> None:
     table = Table(title=None, show_edge=False)
     # The words of the JSON and the glossary: owned partitions (an owner's), lifecycle (a text
     # said "primaries" and "state" for them: found by an outside tester).
-    for column in STATUS_COLUMNS:
+    persistent = any(member.get("persistent") for member in document["members"])
+    columns = (*STATUS_COLUMNS, "disk") if persistent else STATUS_COLUMNS
+    for column in columns:
         table.add_column(column, justify="right" if column not in ("member", "role", "lifecycle") else "left")
     for member in document["members"]:
         if not member["reachable"]:
-            table.add_row(
-                member["address"], "?", f"unreachable: {member['error'][:60]}", *[""] * (len(STATUS_COLUMNS) - 3)
-            )
+            table.add_row(member["address"], "?", f"unreachable: {member['error'][:60]}", *[""] * (len(columns) - 3))
             continue
         lifecycle = member["lifecycle"] + (" (leaving)" if member["leaving"] else "")
         table.add_row(
@@ -242,6 +261,7 @@ def render_status(document: dict[str, Any]) -> None:
             str(member["entries"]),
             _memory_cell(member["memory_bytes"], member["max_memory_bytes"]),
             str(member["entries_evicted"]),
+            *((_disk_cell(member),) if persistent else ()),
         )
     if document["members"]:
         console.print(table)
@@ -260,6 +280,16 @@ def render_status(document: dict[str, Any]) -> None:
         console.print(
             f"[red]{document['unavailable_partitions']} partitions unavailable[/red]: every replica on members that "
             f"stopped answering ({', '.join(document['unreachable_members'])})"
+        )
+    full = [
+        f"{member['address']} ({(member['disk_free_bytes'] or 0) / 2**20:.0f} MiB free)"
+        for member in document["members"]
+        if member.get("disk_full")
+    ]
+    if full:
+        console.print(
+            f"[red]writes refused (DISK_FULL)[/red] by {', '.join(full)}: free space under disk_reserve_bytes plus "
+            "room to rewrite what it holds; reads and removes go on"
         )
     if document["safe"]:
         console.print("[green]safe[/green]: every replica in sync, nothing migrating")

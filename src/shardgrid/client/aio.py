@@ -25,6 +25,7 @@ from shardgrid.client.errors import (
     AdminError,
     ClientClosedError,
     ClusterUnavailableError,
+    DiskFullError,
     IndeterminateOperationStateError,
     MemberProtocolError,
     MemoryFullError,
@@ -96,7 +97,7 @@ def ttl_ms_of(ttl: float | None) -> int:
 
 
 # Answers whose reason the caller's error repeats (the member's words say what to do).
-REASONED = frozenset({m.ReplyCode.REJECTED, m.ReplyCode.UNAVAILABLE, m.ReplyCode.MEMORY_FULL})
+REASONED = frozenset({m.ReplyCode.REJECTED, m.ReplyCode.UNAVAILABLE, m.ReplyCode.MEMORY_FULL, m.ReplyCode.DISK_FULL})
 
 
 @dataclass(frozen=True, slots=True)
@@ -764,6 +765,12 @@ class AsyncClient:
                 done = count - left
                 applied = f"; the other {done} were done" if done else ""
                 raise MemoryFullError(f"{what}: {reason}{applied}", decision.outcome_unknown)
+            if verdict is Verdict.DISK_FULL:
+                refusals = (r for r in reasons if "disk" in r and "refused (not applied)" in r)
+                reason = next(refusals, "a member's disk is short of the room it keeps")
+                done = count - left
+                applied = f"; the other {done} were done" if done else ""
+                raise DiskFullError(f"{what}: {reason}{applied}", decision.outcome_unknown)
             if verdict is Verdict.REJECTED:
                 reason = reasons[0] if reasons else "refused by the cluster"
                 raise OperationRejectedError(f"{what}: {reason}", decision.outcome_unknown)

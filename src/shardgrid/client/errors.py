@@ -53,6 +53,14 @@ class MemoryFullError(OperationRejectedError):
     other members may have been written (a put_all is not atomic across partitions)."""
 
 
+class DiskFullError(OperationRejectedError):
+    """A persistent member that owns some of the call's keys is short of free disk space (it keeps
+    its ``disk_reserve_bytes`` and room to rewrite what it holds): it refused the writes to them,
+    unapplied (the message names the member, its free space and what it keeps), while it still
+    serves reads and removes. Writes are taken again once its disk has room. The call's keys in
+    partitions of other members may have been written."""
+
+
 class PartitionUnavailableError(ShardgridClientError):
     """Every replica of a partition the call needs is on members that stopped answering (a network
     split, or members that may have crashed): the partition is neither served nor restarted empty

@@ -45,6 +45,7 @@ class Verdict(enum.Enum):
     INDETERMINATE = "indeterminate"  # IndeterminateOperationStateError
     UNAVAILABLE = "unavailable"  # PartitionUnavailableError: not applied by this attempt
     MEMORY_FULL = "memory-full"  # MemoryFullError: the owner is at max_memory_bytes; not applied by this attempt
+    DISK_FULL = "disk-full"  # DiskFullError: the owner's disk is short of room; not applied by this attempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,10 @@ def on_answer(
         # The owner holds its max_memory_bytes of records: said at once, as Redis answers OOM at
         # maxmemory; it takes writes again once data is removed or expires, or members join.
         return Decision(Verdict.MEMORY_FULL, outcome_unknown=call.mutating and call.maybe_applied)
+    if status is ReplyCode.DISK_FULL:
+        # The owner's data directory is short of the room it keeps: said at once, as for memory;
+        # it takes writes again once its disk has room.
+        return Decision(Verdict.DISK_FULL, outcome_unknown=call.mutating and call.maybe_applied)
     if status is ReplyCode.EXPIRED:
         # This attempt came after the call's deadline and was not applied; an earlier one may have
         # been. Its time is up: sending again would only be refused the same way.

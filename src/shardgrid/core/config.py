@@ -213,6 +213,11 @@ class MemberConfig:
     """Keep on disk what the member must not forget across a crash (a member process's
     ``data_dir``): its Raft hard state, log and snapshots, and every replica it holds. A step's
     sends and replies then go out only once what they depend on is synced."""
+    disk_reserve_bytes: int = 256 * 1024 * 1024
+    """Free space a persistent member keeps on its data directory's file system, beyond room for
+    a whole rewrite of the records it holds (its files are compacted by rewriting them): with
+    less free, a write is refused with DISK_FULL while reads and removes go on, and writes are
+    taken again once there is room. 0: only the room for a rewrite is kept."""
     client_retry_after_ms: int = 50
     """What a reply asking a client to retry tells it to wait."""
     max_backup_reorder: int = 1_024
@@ -335,6 +340,7 @@ class MemberConfig:
         )
         require(self.max_chunk_bytes > 0, "max_chunk_bytes must be positive")
         require(0 <= self.max_memory_bytes <= MAX_COUNTER, "max_memory_bytes must be 0 (no limit) or positive")
+        require(0 <= self.disk_reserve_bytes <= MAX_COUNTER, "disk_reserve_bytes must be 0 or positive")
         require(
             0 < self.max_chunk_entries <= MAX_ENTRIES_PER_CHUNK, f"max_chunk_entries must be 1..{MAX_ENTRIES_PER_CHUNK}"
         )

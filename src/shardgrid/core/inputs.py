@@ -25,9 +25,13 @@ class Start:
 @dataclass(frozen=True, slots=True)
 class Synced:
     """A persistent member's first ``persisted`` ``Persist`` effects (counted from its start) are
-    on its disk: what waited for them may count on them now."""
+    on its disk: what waited for them may count on them now. ``free_bytes``: the free space of the
+    file system that holds them, as the runtime saw it then (-1: not looked at). A runtime says it
+    again now and then with nothing new synced, so that a member that refused writes for want of
+    room sees the room come back."""
 
     persisted: int
+    free_bytes: int = -1
 
 
 @dataclass(frozen=True, slots=True)

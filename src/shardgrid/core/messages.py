@@ -474,6 +474,7 @@ class ReplyCode(enum.IntEnum):
     SETTLING = 9  # an earlier attempt of this write was applied and waits for its backups: retry after retry_after_ms
     UNAVAILABLE = 10  # every replica of the partition is on members that stopped answering: nothing was applied
     MEMORY_FULL = 11  # the owner holds max_memory_bytes of records: the write was not applied (reads and removes go on)
+    DISK_FULL = 12  # the owner's disk has no room it keeps (disk_reserve_bytes): not applied (reads and removes go on)
 
 
 RETRYABLE: frozenset[ReplyCode] = frozenset(
@@ -659,6 +660,16 @@ class MemberStatus(Message, tag=130, kw_only=True):
     entries_evicted: Counter = 0  # entries it evicted as owner (a map's eviction_policy) since it started
     # Per map, by name: the MAX_STATUS_MAPS that take the most memory, when it holds more.
     maps: Annotated[tuple[MapUsage, ...], msgspec.Meta(max_length=MAX_STATUS_MAPS)] = ()
+    # A persistent member's data directory (``data_dir``): its files' bytes as it wrote them, the
+    # file system's free bytes as its runtime last saw them (-1: not known), its writes not yet
+    # synced and how long the oldest has waited, and whether it refuses writes for want of room
+    # (DISK_FULL: free space under disk_reserve_bytes plus room to rewrite what it holds).
+    persistent: bool = False
+    disk_bytes: Counter = 0
+    disk_free_bytes: Annotated[int, msgspec.Meta(ge=-1, le=MAX_COUNTER)] = -1
+    unsynced_writes: Counter = 0
+    sync_lag_ms: Counter = 0
+    disk_full: bool = False
 
 
 class ListenRequest(Message, tag=131):

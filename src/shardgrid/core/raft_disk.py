@@ -24,6 +24,9 @@ from shardgrid.core.raft.storage import RaftStorage, RaftWrite
 # takes, and at least REWRITE_ABOVE_BYTES: the disk holds a small multiple of the log.
 REWRITE_FACTOR = 4
 REWRITE_ABOVE_BYTES = 1024 * 1024
+# On a disk short of room the file is rewritten sooner, once it holds this much more than twice
+# what it takes written whole.
+COMPACT_EARLY_ABOVE_BYTES = 16 * 1024
 
 Encode = Callable[[RaftWrite], bytes]
 Decode = Callable[[bytes], RaftWrite]  # raises CorruptDisk for what no server wrote
@@ -91,17 +94,32 @@ class RaftFile:
         self.file_bytes = file_bytes
         self._whole_bytes = file_bytes
         self._replace_next = storage is None
+        self._measured_file_bytes = file_bytes  # the file's size when a rewrite was last built
         self._encode = encode
 
-    def record(self, write: RaftWrite) -> tuple[bytes, bool]:
-        """The bytes that make ``write`` durable, and whether they replace the file."""
+    def record(self, write: RaftWrite, room_bytes: int | None = None, *, tight: bool = False) -> tuple[bytes, bool]:
+        """The bytes that make ``write`` durable, and whether they replace the file. A rewrite
+        that would not fit in ``room_bytes`` (the disk's free space; None: not known) waits, the
+        write appended instead. On a ``tight`` disk the file is rewritten sooner, once that frees
+        over half of it (measured at most once for each eighth the file grows by)."""
         self.storage.apply(write)
         data = raft_record(write, self._encode)
+        if self._replace_next:
+            return self._rewritten(storage_record(self.storage, self._encode)), True
         limit = max(REWRITE_ABOVE_BYTES, REWRITE_FACTOR * self._whole_bytes)
-        if not self._replace_next and self.file_bytes + len(data) <= limit:
-            self.file_bytes += len(data)
-            return data, False
-        data = storage_record(self.storage, self._encode)
-        self.file_bytes = self._whole_bytes = len(data)
+        due = self.file_bytes + len(data) > limit
+        grown_bytes = self.file_bytes - self._measured_file_bytes
+        regrown = grown_bytes >= max(COMPACT_EARLY_ABOVE_BYTES, self.file_bytes // 8)
+        if (due and room_bytes is None) or ((due or tight) and regrown):
+            self._measured_file_bytes = self.file_bytes
+            whole = storage_record(self.storage, self._encode)
+            fits = room_bytes is None or len(whole) <= room_bytes
+            if fits and (due or self.file_bytes + len(data) > 2 * len(whole) + COMPACT_EARLY_ABOVE_BYTES):
+                return self._rewritten(whole), True
+        self.file_bytes += len(data)
+        return data, False
+
+    def _rewritten(self, whole: bytes) -> bytes:
+        self.file_bytes = self._whole_bytes = self._measured_file_bytes = len(whole)
         self._replace_next = False
-        return data, True
+        return whole

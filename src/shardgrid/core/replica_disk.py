@@ -29,7 +29,7 @@ from typing import Annotated
 
 import msgspec
 
-from shardgrid._engine import ColumnError
+from shardgrid._engine import DUMP_RECORD_BYTES, ColumnError
 from shardgrid.core.disk_records import HEADER, RecordKind, Scan, encode_record, refuse_corrupt
 from shardgrid.core.errors import CorruptDisk, ShardgridError
 from shardgrid.core.limits import MAX_BACKUP_COUNT, MAX_ENTRIES_PER_CHUNK, MAX_MAP_NAME_CHARS
@@ -46,6 +46,12 @@ IMAGE_PAGE_BYTES = 4 * 1024 * 1024
 # takes, and at least REWRITE_ABOVE_BYTES.
 REWRITE_FACTOR = 4
 REWRITE_ABOVE_BYTES = 64 * 1024 * 1024
+# What an image takes per entry beyond what a run carries of it (two lengths and the metadata).
+IMAGE_ENTRY_BYTES = DUMP_RECORD_BYTES
+# A member short of disk rewrites it sooner (``ReplicaJournal.take``), once it holds this much
+# more than twice what a rewrite writes; and builds the rewrite to measure it at most once for
+# each eighth of the file, or this much, that it grew by.
+COMPACT_EARLY_ABOVE_BYTES = 16 * 1024
 
 MapNameHeld = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_MAP_NAME_CHARS)]
 
@@ -130,13 +136,31 @@ def image_records(pid: int, data: PartitionData, now_ms: int, migration: Migrati
     return b"".join(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class _Whole:
+    """A rewrite of the replicas file, built: its bytes, and each copy's and staged copy's share."""
+
+    data: bytes
+    copy_bytes: dict[int, int]
+    staged_bytes: dict[int, int]
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.data)
+
+
 class ReplicaJournal:
     """What one step changed in the copies a member holds, kept until ``take`` writes it; and
     the size of the file, so that it is rewritten whole once it holds mostly what was replaced.
 
     The data path tells it of every change (``run``, ``image``, ``header``); a change it misses
     is a copy the disk does not hold as the member does, which the simulator's disk check finds.
-    A journal that starts a member's file afresh (``fresh``) rewrites it whole at its first take."""
+    A journal that starts a member's file afresh (``fresh``) rewrites it whole at its first take.
+
+    It also keeps, per copy, the bytes written for it since its last image (a run's entries each
+    counted with the metadata an image gives it): their sum estimates what a rewrite would write
+    (``live_bytes``; made exact whenever a rewrite is built), so that a rewrite is only tried when
+    the disk has room for it, and the member knows what room to keep."""
 
     def __init__(self, *, fresh: bool, file_bytes: int = 0) -> None:
         self._runs: list[tuple[WriteRun, int]] = []
@@ -145,9 +169,26 @@ class ReplicaJournal:
         # Per partition, the data a migration's destination committed to (None: dropped).
         self._staged: dict[int, tuple[MigrationRecord, PartitionData] | None] = {}
         self.staged: dict[int, tuple[MigrationRecord, PartitionData]] = {}  # what the file holds staged
-        self._rewrite = fresh
+        self._fresh = fresh  # the next take must rewrite the file, whatever the room
         self.file_bytes = file_bytes
         self._whole_bytes = file_bytes
+        # Bytes written for each copy (and staged copy) since its image; a file read back at a
+        # restart is counted whole until its first rewrite.
+        self._copy_bytes: dict[int, int] = {}
+        self._staged_bytes: dict[int, int] = {}
+        self._live_bytes = file_bytes
+        self._measured_file_bytes = file_bytes  # the file's size when the count was last made exact
+
+    @property
+    def whole_bytes(self) -> int:
+        """What the file's last rewrite wrote (what it was read back as, before the first)."""
+        return self._whole_bytes
+
+    @property
+    def live_bytes(self) -> int:
+        """About what a rewrite of the file would write now (each copy's last image and what was
+        appended for it since; a step not taken yet is not counted)."""
+        return self._live_bytes
 
     def run(self, run: WriteRun, start: int) -> None:
         self._runs.append((run, start))
@@ -169,46 +210,103 @@ class ReplicaJournal:
         """Staged data read back at a restart: the file holds it already."""
         self.staged[pid] = (migration, data)
 
-    def take(self, stores: Mapping[int, PartitionData], now_ms: int) -> tuple[bytes, bool] | None:
-        """The bytes of this step's changes and whether they replace the file (None: nothing)."""
-        if self._rewrite or self.file_bytes > max(REWRITE_ABOVE_BYTES, REWRITE_FACTOR * self._whole_bytes):
-            self._note_staged()
-            self._clear()
-            data = images(((pid, stores[pid]) for pid in sorted(stores)), now_ms)
-            data += b"".join(
-                image_records(pid, copy, now_ms, migration) for pid, (migration, copy) in sorted(self.staged.items())
-            )
-            data += STEP_END
-            self._rewrite = False
-            self.file_bytes = self._whole_bytes = len(data)
-            return data, True
+    def take(
+        self, stores: Mapping[int, PartitionData], now_ms: int, room_bytes: int | None = None, *, short: bool = False
+    ) -> tuple[bytes, bool] | None:
+        """The bytes of this step's changes and whether they replace the file (None: nothing).
+        A rewrite waits while ``live_bytes`` would not fit in ``room_bytes`` (the disk's free
+        space; None: not known), and the step's changes are appended instead: the old file is only
+        gone once the new one is written whole, so both must fit. A member ``short`` of disk
+        rewrites sooner than REWRITE_FACTOR, once a rewrite would free over half the file."""
+        due = self.file_bytes > max(REWRITE_ABOVE_BYTES, REWRITE_FACTOR * self._whole_bytes)
+        if self._fresh:
+            return self._rewritten(self._whole(stores, now_ms)), True
+        # The count grows with every run, a key written again counted twice: the file whole, built
+        # (bounded work: at most once for each eighth the file grows by), says what it takes.
+        remeasure = self.file_bytes - self._measured_file_bytes >= max(COMPACT_EARLY_ABOVE_BYTES, self._live_bytes // 8)
+        fits = room_bytes is None or self._live_bytes + len(STEP_END) <= room_bytes
+        if (due and (fits or remeasure)) or (short and remeasure):
+            self._measured_file_bytes = self.file_bytes
+            whole = self._whole(stores, now_ms)
+            fits = room_bytes is None or whole.size_bytes <= room_bytes
+            if fits and (due or self.file_bytes > 2 * whole.size_bytes + COMPACT_EARLY_ABOVE_BYTES):
+                return self._rewritten(whole), True
+            self._copy_bytes, self._staged_bytes = whole.copy_bytes, whole.staged_bytes
+            self._live_bytes = whole.size_bytes - len(STEP_END)
         if not self._runs and not self._changed and not self._headers and not self._staged:
             return None
         changed = self._changed
-        parts = [
-            _record(RecordKind.REPLICA_RUN, ReplicaRun(start=start, run=run))
-            for run, start in self._runs
-            if run.partition_id not in changed
-        ]
+        parts = []
+        for run, start in self._runs:
+            pid = run.partition_id
+            if pid not in changed:
+                parts.append(_record(RecordKind.REPLICA_RUN, ReplicaRun(start=start, run=run)))
+                entries = len(run.keys)
+                self._count(self._copy_bytes, pid, len(parts[-1]) + entries * IMAGE_ENTRY_BYTES, whole=False)
         for pid in sorted(changed | self._headers):
             data = stores.get(pid)
             if data is None:
                 parts.append(_record(RecordKind.REPLICA_DROP, ReplicaDrop(partition_id=pid)))
+                self._count(self._copy_bytes, pid, 0, whole=True)
             elif pid in changed:
                 parts.append(image_records(pid, data, now_ms))
+                self._count(self._copy_bytes, pid, len(parts[-1]), whole=True)
             else:
                 parts.append(_record(RecordKind.REPLICA_HEADER, _header(pid, data, image=False, now_ms=now_ms)))
+                self._count(self._copy_bytes, pid, len(parts[-1]), whole=False)
         for pid, staged in sorted(self._staged.items()):
             if staged is None:
                 parts.append(_record(RecordKind.REPLICA_DROP, ReplicaDrop(partition_id=pid, staged=True)))
+                self._count(self._staged_bytes, pid, 0, whole=True)
             else:
                 parts.append(image_records(pid, staged[1], now_ms, staged[0]))
+                self._count(self._staged_bytes, pid, len(parts[-1]), whole=True)
         self._note_staged()
         self._clear()
         parts.append(STEP_END)
         data = b"".join(parts)
         self.file_bytes += len(data)
         return data, False
+
+    def _whole(self, stores: Mapping[int, PartitionData], now_ms: int) -> _Whole:
+        """The file whole as a rewrite would write it now: every copy's image and every staged
+        copy's (this step's staging included)."""
+        staged = dict(self.staged)
+        for pid, change in self._staged.items():
+            if change is None:
+                staged.pop(pid, None)
+            else:
+                staged[pid] = change
+        pids = sorted(stores)
+        parts = [image_records(pid, stores[pid], now_ms) for pid in pids]
+        staged_pids = sorted(staged)
+        staged_parts = [image_records(pid, staged[pid][1], now_ms, staged[pid][0]) for pid in staged_pids]
+        return _Whole(
+            data=b"".join(parts) + b"".join(staged_parts) + STEP_END,
+            copy_bytes={pid: len(part) for pid, part in zip(pids, parts, strict=True)},
+            staged_bytes={pid: len(part) for pid, part in zip(staged_pids, staged_parts, strict=True)},
+        )
+
+    def _rewritten(self, whole: _Whole) -> bytes:
+        """Take ``whole`` as the file from now on."""
+        self._note_staged()
+        self._clear()
+        self._copy_bytes, self._staged_bytes = whole.copy_bytes, whole.staged_bytes
+        self._fresh = False
+        self._live_bytes = whole.size_bytes - len(STEP_END)
+        self.file_bytes = self._whole_bytes = self._measured_file_bytes = whole.size_bytes
+        return whole.data
+
+    def _count(self, counts: dict[int, int], pid: int, size_bytes: int, *, whole: bool) -> None:
+        """``size_bytes`` written for a copy: all of what a rewrite would write for it (``whole``:
+        an image, or 0 for a drop), or more of it (a run, a header)."""
+        before = counts.get(pid, 0)
+        after = size_bytes if whole else before + size_bytes
+        if after:
+            counts[pid] = after
+        else:
+            counts.pop(pid, None)
+        self._live_bytes += after - before
 
     def _note_staged(self) -> None:
         for pid, staged in self._staged.items():

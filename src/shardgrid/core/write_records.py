@@ -112,24 +112,26 @@ class WriteRecords:
 
     writers: dict[str, Writer] = field(default_factory=dict)
     answer_bytes: int = 0
-    # Writes this owner refused at its memory limit, until when an attempt of one may still come:
+    # Writes this owner refused at its memory or disk limit, until when an attempt of one may still come:
     # a late copy of the attempt is refused the same way. The owner's own (a copy of a request
     # goes to the member it was sent to), not replicated; bounded, the oldest let go first.
-    refusals: dict[tuple[str, int], int] = field(default_factory=dict)
+    refusals: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # (expires_ms, code)
 
-    def refuse(self, client_id: str, write_id: int, expires_ms: int) -> None:
-        self.refusals[(client_id, write_id)] = expires_ms
+    def refuse(self, client_id: str, write_id: int, expires_ms: int, code: int) -> None:
+        """Remember that this write was refused with ``code`` (a ``ReplyCode``) until ``expires_ms``."""
+        self.refusals[(client_id, write_id)] = (expires_ms, code)
         while len(self.refusals) > MAX_REFUSALS_PER_PARTITION:
             del self.refusals[next(iter(self.refusals))]
 
-    def refused(self, client_id: str, write_id: int, now_ms: int) -> bool:
-        expires_ms = self.refusals.get((client_id, write_id))
-        if expires_ms is None:
-            return False
-        if expires_ms < now_ms:
+    def refused(self, client_id: str, write_id: int, now_ms: int) -> int | None:
+        """The code this write was refused with, while it is remembered (None: it was not)."""
+        refusal = self.refusals.get((client_id, write_id))
+        if refusal is None:
+            return None
+        if refusal[0] < now_ms:
             del self.refusals[(client_id, write_id)]
-            return False
-        return True
+            return None
+        return refusal[1]
 
     def seen(self, client_id: str, write_id: int, now_ms: int) -> tuple[Seen, Writer | None]:
         writer = self.writers.get(client_id)

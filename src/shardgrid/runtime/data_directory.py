@@ -15,6 +15,7 @@ simulator reads its members' disks; this module only opens, writes, syncs and cl
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -43,6 +44,7 @@ class DataDirectory:
         self._files = dict(files)
         self._unsynced: set[DiskFile] = set()
         self.written = 0  # Persist effects carried out (what the member's Synced counts)
+        self.synced = 0  # of which this many are durable
 
     @classmethod
     def open(
@@ -117,10 +119,23 @@ class DataDirectory:
         for file in sorted(self._unsynced, key=lambda f: f.value):
             took += self._files[file].sync()
         self._unsynced.clear()
+        self.synced = self.written  # a replacement is synced as it is written
         return took
 
     def size_bytes(self) -> int:
         return sum(record_file.size_bytes for record_file in self._files.values())
+
+    def file_bytes(self) -> dict[DiskFile, int]:
+        return {file: record_file.size_bytes for file, record_file in self._files.items()}
+
+    def free_bytes(self) -> int:
+        """The free space of the file system the directory is on, as an unprivileged writer has it
+        (-1 when it cannot be read)."""
+        try:
+            stats = os.statvfs(self.path)
+        except OSError:
+            return -1
+        return stats.f_bavail * stats.f_frsize
 
     def close(self) -> None:
         for record_file in (self._member_file, *self._files.values()):

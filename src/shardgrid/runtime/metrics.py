@@ -11,11 +11,13 @@ only reads the registry, never the member.
 from __future__ import annotations
 
 import collections
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from shardgrid.core import messages as m
+from shardgrid.core.effects import DiskFile
 from shardgrid.core.events import MigrationEvent, MigrationPhase
 from shardgrid.core.records import page_count
 
@@ -119,12 +121,31 @@ class MemberMetrics:
         self.disk_bytes = self._gauge(
             "shardgrid_disk_bytes", "Bytes of the data directory's files (persistent members)."
         )
+        self.disk_file_bytes = self._gauge(
+            "shardgrid_disk_file_bytes",
+            "Bytes of one file of the data directory: raft (the log and snapshot) or replicas.",
+            ("file",),
+        )
+        self.disk_free_bytes = self._gauge(
+            "shardgrid_disk_free_bytes",
+            "Free bytes of the data directory's file system (-1: not readable). Under disk_reserve_bytes plus "
+            "room to rewrite the member's records, writes are refused (DISK_FULL).",
+        )
+        self.disk_unsynced_writes = self._gauge(
+            "shardgrid_disk_unsynced_writes", "The member's writes to its data directory not yet synced."
+        )
+        self.disk_sync_lag_seconds = self._gauge(
+            "shardgrid_disk_sync_lag_seconds", "How long the oldest write not yet synced has waited."
+        )
         self._maps: set[str] = set()
 
-    def on_sync(self, seconds: float, disk_bytes: int) -> None:
+    def on_sync(self, seconds: float, file_bytes: Mapping[DiskFile, int], free_bytes: int) -> None:
         if seconds:
             self.disk_sync_seconds.observe(seconds)
-        self.disk_bytes.set(disk_bytes)
+        self.disk_bytes.set(sum(file_bytes.values()))
+        for file, size_bytes in file_bytes.items():
+            self.disk_file_bytes.labels(file.value).set(size_bytes)
+        self.disk_free_bytes.set(free_bytes)
 
     def _spec(self, name: str, kind: str, documentation: str, labels: tuple[str, ...]) -> None:
         self.specs.append(MetricSpec(name=name, kind=kind, documentation=documentation, labels=labels))
@@ -180,6 +201,8 @@ class MemberMetrics:
                 self.migrations_failed.inc()
 
     def on_status(self, status: m.MemberStatus) -> None:
+        self.disk_unsynced_writes.set(status.unsynced_writes)
+        self.disk_sync_lag_seconds.set(status.sync_lag_ms / 1000)
         self.migrations_in_flight.set(status.migrations_here)
         self.partitions_owned.set(status.owned_partitions)
         self.backup_replicas.set(status.backup_replicas)

@@ -361,14 +361,15 @@ class MemberProcess:
         except (DiskFailed, OSError) as error:
             self._disk_failed("sync", error)
             return
-        self.metrics.on_sync(seconds, disk.size_bytes())
+        free_bytes = disk.free_bytes()
+        self.metrics.on_sync(seconds, disk.file_bytes(), free_bytes)
         sends, self._unsynced_sends = self._unsynced_sends, []
         for address, target_uuid, message, to_client in sends:
             if to_client:
                 self._reply(address, message)
             else:
                 self._send(address, target_uuid, message)
-        self._handle(Synced(disk.written))
+        self._handle(Synced(disk.synced, free_bytes))
 
     def _disk_failed(self, what: str, error: BaseException) -> None:
         """The member's core counts on what it wrote being kept: a write or sync the disk refused
@@ -819,6 +820,13 @@ class MemberProcess:
         self._dial_failure_lines.flush(now)
         self._ticks += 1
         if self._ticks % STATUS_EVERY_TICKS == 0 and self.member is not None:
+            disk = self._disk
+            if disk is not None and not self._sync_scheduled:
+                # The free space again, with nothing new synced: a member that refused writes for
+                # want of room takes them again once it has room (its own writes may be refused).
+                free_bytes = disk.free_bytes()
+                self.metrics.on_sync(0.0, disk.file_bytes(), free_bytes)
+                self._handle(Synced(disk.synced, free_bytes))
             self.metrics.on_status(self.member.status(0))
             kinds = {"client": 0, "member_dialed": 0, "member_accepted": 0}
             for link in self._links.values():

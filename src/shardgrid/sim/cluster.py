@@ -64,6 +64,8 @@ class Stats:
     pauses: int = 0
     stops: int = 0
     writes_refused_memory_full: int = 0  # keys of writes owners refused at max_memory_bytes
+    writes_refused_disk_full: int = 0  # keys of writes owners refused for want of disk (DISK_FULL)
+    disk_full_stops: int = 0  # members stopped by a write past their disk's size
     restored: int = 0  # members restarted as themselves from their disks
     syncs: int = 0
 
@@ -91,6 +93,9 @@ class Simulation:
         # sends wait for its writes' sync, ``disk_sync_ms`` later (a crash may come first).
         self.disks: dict[str, SimDisk] = {}
         self.disk_sync_ms = 1
+        # Each disk's size (0: no limit): a member is told its free space with each sync, and a
+        # write past it stops the member, as a process stops at a write its disk refuses (exit 74).
+        self.disk_capacity_bytes = 0
         # Each member's record clock is off the simulated time by up to this much either way (its
         # own wall clock at start): an expiry or a record's times set by one owner are read by the
         # next on another clock.
@@ -443,8 +448,13 @@ class Simulation:
                 else:
                     self._carry_out_send(node, identity, effect)
             elif isinstance(effect, Persist):
-                node.persisted += 1
                 disk = self.disks[node.address]
+                if self._refused_by_disk(disk, effect):
+                    node.exit_code = 74
+                    node.unsynced_sends.clear()  # nothing that waited for the write goes out
+                    self.stats.disk_full_stops += 1
+                    break
+                node.persisted += 1
                 if effect.replace:
                     disk.replace(effect.file.value, effect.data)
                 else:
@@ -471,6 +481,8 @@ class Simulation:
         else:
             if isinstance(effect.message, MapReply) and ReplyCode.MEMORY_FULL in effect.message.codes:
                 self.stats.writes_refused_memory_full += effect.message.codes.count(ReplyCode.MEMORY_FULL)
+            if isinstance(effect.message, MapReply) and ReplyCode.DISK_FULL in effect.message.codes:
+                self.stats.writes_refused_disk_full += effect.message.codes.count(ReplyCode.DISK_FULL)
             for reply_check in self.reply_checks:
                 reply_check(self, node.address, effect.client_address, effect.message)
             self._send(node.address, identity, effect.client_address, None, effect.message)
@@ -483,7 +495,16 @@ class Simulation:
         sends, node.unsynced_sends = node.unsynced_sends, []
         for send in sends:
             send()
-        self._run_member(node, Synced(node.persisted))
+        disk = self.disks[node.address]
+        free_bytes = self.disk_capacity_bytes - disk.size_bytes() if self.disk_capacity_bytes else -1
+        self._run_member(node, Synced(node.persisted, free_bytes))
+
+    def _refused_by_disk(self, disk: SimDisk, effect: Persist) -> bool:
+        """Whether a write would take the disk past its size (a replacement is written beside the
+        file it replaces, and needs room for both until then)."""
+        if not self.disk_capacity_bytes:
+            return False
+        return disk.size_bytes() + len(effect.data) > self.disk_capacity_bytes
 
     def _send(self, source: str, sender: MemberId | None, target: str, target_uuid: str | None, message: Any) -> None:
         self.stats.messages_sent += 1

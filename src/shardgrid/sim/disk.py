@@ -31,6 +31,13 @@ class SimDisk:
         base = self._replaced.get(name, self._synced.get(name, b""))
         return base + bytes(self._unsynced.get(name, b""))
 
+    def size_bytes(self) -> int:
+        """What the files take, every write counted (a replacement and the file it replaces both,
+        until it is synced)."""
+        names = set(self._synced) | set(self._unsynced) | set(self._replaced)
+        replaced = sum(len(data) for data in self._replaced.values())
+        return replaced + sum(len(self._synced.get(n, b"")) + len(self._unsynced.get(n, b"")) for n in names)
+
     def durable(self, name: str) -> bytes:
         """What a crash now would leave of the file, at the least."""
         return self._synced.get(name, b"")

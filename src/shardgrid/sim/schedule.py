@@ -130,6 +130,8 @@ _RUN_FIELDS = {
     "idle_map",
     "persistent",
     "disk_sync_ms",
+    "disk_capacity_bytes",
+    "disk_reserve_bytes",
 }
 _STEP_FIELDS = {
     "action",

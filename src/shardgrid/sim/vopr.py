@@ -120,6 +120,10 @@ class SimParams:
     # How long a persistent member's sync takes: the sends of a step that wrote wait this long, and
     # a crash in between loses (or tears) what the step wrote.
     disk_sync_ms: int = 1
+    # Each member's disk size (0: no limit), and the free space members keep on it (their
+    # disk_reserve_bytes): owners refuse writes (DISK_FULL) before their disks are full.
+    disk_capacity_bytes: int = 0
+    disk_reserve_bytes: int = 0
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -134,6 +138,7 @@ class SimParams:
             compare_and_set=self.compare_and_set,
         )
         sim.disk_sync_ms = self.disk_sync_ms
+        sim.disk_capacity_bytes = self.disk_capacity_bytes
         install_checks(sim)
         return sim
 
@@ -167,6 +172,7 @@ class SimParams:
             migration_fragments_enabled=self.fragments,
             partition_lost_timeout_ms=self.partition_lost_timeout_ms,
             max_memory_bytes=self.max_memory_bytes,
+            disk_reserve_bytes=self.disk_reserve_bytes,
             persistent=self.persistent,
             **(TIGHT_TRANSFERS if self.tight_transfers else {}),
         )

@@ -191,7 +191,7 @@ class ClientRequests:
             expires = bool(message.ttls_ms) or ttl_ms > 0
             keys = len(message.keys)
             growth = put_growth_bytes(keys, size, expires=expires, new_maps=partitions, map_name=message.map_name)
-            fits_whole = self.upkeep.fits(growth)
+            fits_whole = self.upkeep.fits(growth) and not self.upkeep.disk_short()
         return Scope(
             call=call,
             message=message,
@@ -444,9 +444,10 @@ class ClientRequests:
         is on every sync backup (as the first answer waited for), SETTLING until then; a write too
         old to tell is refused, as is a client this partition has no room to remember."""
         now = self.ctx.now_ms
-        if data.writes.refused(message.client_id, message.write_id, now):
-            call.mark(unit, ReplyCode.MEMORY_FULL)
-            call.reason = self.upkeep.memory_full_reason()
+        refused = data.writes.refused(message.client_id, message.write_id, now)
+        if refused is not None:
+            call.mark(unit, refused)
+            call.reason = self.upkeep.full_reason(refused)
             return False
         seen, writer = data.writes.seen(message.client_id, message.write_id, now)
         if seen is Seen.NEW:
@@ -809,24 +810,28 @@ class ClientRequests:
         """Whether a put of ``run_keys`` (``expires``: with a time to live) may go ahead
         (``Upkeep.room_for``, which may evict for it); refused MEMORY_FULL otherwise, nothing
         applied."""
+        reason = self.upkeep.disk_full_reason()
+        if reason:
+            self._refuse_full(call, message, data, unit, ReplyCode.DISK_FULL, reason)
+            return False
         renewal = message.kind == SET_TTL
         reason = self.upkeep.room_for(pid, data, message.map_name, slots, run_keys, run_values, size, renewal, expires)
         if reason:
-            self._refuse_memory_full(call, message, data, unit, reason)
+            self._refuse_full(call, message, data, unit, ReplyCode.MEMORY_FULL, reason)
             return False
         return True
 
-    def _refuse_memory_full(
-        self, call: PendingCall, message: MapRequest, data: PartitionData, unit: Indexes, reason: str = ""
+    def _refuse_full(
+        self, call: PendingCall, message: MapRequest, data: PartitionData, unit: Indexes, code: ReplyCode, reason: str
     ) -> None:
-        """Refuse the keys at ``unit`` MEMORY_FULL, nothing applied. A named write's refusal is
-        remembered, so that a late copy of the same attempt is refused the same way rather than
-        applied once memory is freed (the client was told it was not applied; found by an outside
-        tester: a duplicated request applied 3 ms after its refusal)."""
-        call.mark(unit, ReplyCode.MEMORY_FULL)
-        call.reason = reason or self.upkeep.memory_full_reason()
+        """Refuse the keys at ``unit`` with ``code`` (MEMORY_FULL or DISK_FULL), nothing applied. A
+        named write's refusal is remembered, so that a late copy of the same attempt is refused the
+        same way rather than applied once there is room (the client was told it was not applied;
+        found by an outside tester: a duplicated request applied 3 ms after its refusal)."""
+        call.mark(unit, code)
+        call.reason = reason
         if message.client_id and message.write_id:
-            data.writes.refuse(message.client_id, message.write_id, self.ctx.now_ms + NO_DEADLINE_TTL_MS)
+            data.writes.refuse(message.client_id, message.write_id, self.ctx.now_ms + NO_DEADLINE_TTL_MS, code)
 
     def _answer_too_large(self, call: PendingCall, message: MapRequest, unit: Indexes) -> bool:
         """Whether a conditional write's answer (the values held before, when asked for) passes

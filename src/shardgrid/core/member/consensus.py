@@ -31,6 +31,9 @@ MAX_COMMANDS_PER_ENTRY = 1_000
 # rounds of one event are bounded, and what remains is applied with the next event.
 MAX_FLUSH_ROUNDS = 16
 ANSWERED_LATELY_HEARTBEATS = 3  # a member that answered within this many heartbeats is answering
+# A persistent member short of disk snapshots its log every snapshot_every_entries / 16, but no
+# more often than this.
+MIN_SNAPSHOT_EVERY_ENTRIES_WHEN_TIGHT = 16
 
 Done = Callable[[bool], None]  # told True when the proposal was applied, False when it was lost
 
@@ -237,12 +240,22 @@ class Consensus:
             return
         write = self.raft.take_write()
         if write is not None:
-            data, replace = self._file.record(write)
+            room_bytes, tight = self._room()
+            data, replace = self._file.record(write, room_bytes, tight=tight)
             number = self.ctx.persist(DiskFile.RAFT, data, replace=replace)
             if write.entries_from:  # what earlier writes held from there on is rewritten
                 cap = write.entries_from - 1
                 self._unsynced = deque((n, min(index, cap)) for n, index in self._unsynced)
             self._unsynced.append((number, self.raft.log.last_index))
+
+    def _room(self) -> tuple[int | None, bool]:
+        """The disk's free space as the runtime last said (None: not known), and whether it is
+        tight: under ``disk_reserve_bytes`` and room to rewrite what the Raft file holds."""
+        free_bytes = self.ctx.disk.free_bytes
+        if free_bytes < 0:
+            return None, False
+        needed_bytes = self.ctx.config.disk_reserve_bytes + self.ctx.disk.file_bytes(DiskFile.RAFT)
+        return free_bytes, free_bytes < needed_bytes
 
     def synced(self, persisted: int) -> None:
         """The member's first ``persisted`` Persist effects are durable."""
@@ -299,6 +312,9 @@ class Consensus:
 
     def _maybe_compact(self) -> None:
         every = self.ctx.config.snapshot_every_entries
+        if self._file is not None and self._room()[1]:
+            # A disk short of room: the log is cut into a snapshot sixteen times as often.
+            every = max(MIN_SNAPSHOT_EVERY_ENTRIES_WHEN_TIGHT, every // 16)
         if self.applied_index % every != 0:
             return
         if self._checkpoint is not None and self._checkpoint[0] > self.raft.log.snapshot_index:

@@ -10,6 +10,7 @@ import random
 from typing import Any
 
 from shardgrid.core.config import MemberConfig
+from shardgrid.core.disk_usage import DiskUsage
 from shardgrid.core.effects import DiskFile, Effect, Emit, Persist, ReplyToClient, Send, SendToAddress, SetTimer
 from shardgrid.core.identity import MemberId
 
@@ -18,12 +19,12 @@ class Context:
     __slots__ = (
         "clock_offset_ms",
         "config",
+        "disk",
         "hash_seed",
         "identity",
         "lite",
         "now_ms",
         "out",
-        "persists",
         "rng",
         "seed_addresses",
     )
@@ -46,7 +47,7 @@ class Context:
         self.lite = lite
         self.now_ms = 0
         self.out: list[Effect] = []
-        self.persists = 0  # Persist effects emitted since the member started
+        self.disk = DiskUsage()  # what a persistent member wrote, and what its runtime says of it
         # Keys the storage engine's hash tables (from the runtime's randomness or the simulator's
         # seed): a client that does not know it cannot choose keys that collide.
         self.hash_seed = hash_seed
@@ -78,6 +79,5 @@ class Context:
 
     def persist(self, file: DiskFile, data: bytes, *, replace: bool = False, hold_sends: bool = True) -> int:
         """Emit a write; its number among the member's writes (``Synced`` counts them)."""
-        self.persists += 1
         self.out.append(Persist(file=file, data=data, replace=replace, hold_sends=hold_sends))
-        return self.persists
+        return self.disk.wrote(file, len(data), replace=replace, now_ms=self.now_ms)

@@ -106,9 +106,14 @@ class DataPath:
         journal = self.journal
         if journal is None:
             return
-        taken = journal.take(self._stores, self.ctx.now_ms)
+        free_bytes = self.ctx.disk.free_bytes
+        room_bytes = free_bytes if free_bytes >= 0 else None
+        taken = journal.take(self._stores, self.ctx.now_ms, room_bytes, short=self.upkeep.disk_short())
         if taken is not None:
             self.ctx.persist(DiskFile.REPLICAS, taken[0], replace=taken[1])
+
+    def replicas_file_live_bytes(self) -> int:
+        return self.journal.live_bytes if self.journal is not None else 0
 
     def applied_run(self, run: WriteRun, start: int) -> None:
         """A backup applied ``run`` from ``start`` on."""

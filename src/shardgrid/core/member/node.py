@@ -205,6 +205,7 @@ class Member:
         )
         involved = len(self.migrations.partitions_involved())
         data = self.data
+        disk = self.ctx.disk
         quiet = self.joined and involved == 0 and not data.busy()
         return m.MemberStatus(
             call_id=call_id,
@@ -244,6 +245,12 @@ class Member:
             entries=data.upkeep.entry_count,
             entries_evicted=data.upkeep.entries_evicted,
             maps=self._map_usage(),
+            persistent=self.ctx.config.persistent,
+            disk_bytes=disk.disk_bytes,
+            disk_free_bytes=disk.free_bytes,
+            unsynced_writes=disk.unsynced_writes,
+            sync_lag_ms=disk.sync_lag_ms(self.ctx.now_ms),
+            disk_full=data.upkeep.disk_short(),
         )
 
     def _map_usage(self) -> tuple[m.MapUsage, ...]:
@@ -278,6 +285,7 @@ class Member:
         elif isinstance(incoming, StopSignalled):
             self.leaving.on_signal(incoming, self.joined)
         elif isinstance(incoming, Synced):
+            self.ctx.disk.reported(incoming.persisted, incoming.free_bytes)
             self.consensus.synced(incoming.persisted)
         else:
             raise TypeError(f"unknown input {type(incoming).__name__}")
@@ -294,6 +302,7 @@ class Member:
         migration's destination first, then its log, whose state they are reconciled with as with
         a snapshot's (copies the table no longer names it for are dropped, missing ones asked for)."""
         invariant(self.ctx.config.persistent, "only a persistent member restores from its disk")
+        self.ctx.disk.restored(dict(disk.file_bytes))
         self.data.restore(disk.replicas.copies, disk.file_bytes.get(DiskFile.REPLICAS, 0))
         self.migrations.restore_staged(disk.replicas.staged)
         self.consensus.restore(disk.raft, disk.file_bytes.get(DiskFile.RAFT, 0))

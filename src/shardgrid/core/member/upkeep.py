@@ -20,7 +20,7 @@ from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_COUNTER, MAX_ENTRIES_PER_CHUNK, MAX_OPERATIONS_PER_REQUEST
 from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
-from shardgrid.core.messages import Column
+from shardgrid.core.messages import Column, ReplyCode
 from shardgrid.core.store import PartitionData
 
 # What a new record costs the engine beyond its key's and value's bytes (its slot, its share of the
@@ -94,6 +94,11 @@ class OwnerWrites(Protocol):
         """Remove ``keys`` of the map as the owner's write (replicated unless ``slots`` is None)."""
         ...
 
+    def replicas_file_live_bytes(self) -> int:
+        """At least what a rewrite of a persistent member's replicas file would write (0: not
+        persistent)."""
+        ...
+
 
 class Upkeep:
     def __init__(self, ctx: Context, consensus: Consensus, writes: OwnerWrites) -> None:
@@ -156,6 +161,36 @@ class Upkeep:
             f"of records, at its max_memory_bytes of {limit}: writes are refused (not applied), reads and "
             "removes go on; remove data, let it expire, add members, or raise the limit"
         )
+
+    def disk_short(self) -> bool:
+        """Whether a persistent member has less free disk than it keeps (``disk_full_reason``)."""
+        config = self.ctx.config
+        return config.persistent and self.ctx.disk.short_of_bytes(config.disk_reserve_bytes, self.rewrite_bytes()) > 0
+
+    def rewrite_bytes(self) -> int:
+        """At least what a rewrite of the member's replicas file would write now."""
+        return self.writes.replicas_file_live_bytes()
+
+    def disk_full_reason(self) -> str:
+        """Why a persistent member refuses writes for want of disk ('' when it has room): its
+        file system's free space is under its ``disk_reserve_bytes`` plus room for a rewrite of
+        the records it holds (their engine count: more than a rewrite writes)."""
+        if not self.disk_short():
+            return ""
+        reserve = self.ctx.config.disk_reserve_bytes
+        rewrite = self.rewrite_bytes()
+        return (
+            f"member {self.ctx.identity.address} has {self.ctx.disk.free_bytes} bytes free on its data "
+            f"directory's disk, under the {reserve + rewrite} it keeps (disk_reserve_bytes {reserve}, and room to "
+            f"rewrite its {rewrite} bytes of records): writes are refused (not applied), reads and removes go on; "
+            "free disk space, remove data, or add members"
+        )
+
+    def full_reason(self, code: int) -> str:
+        """What a write refused again with ``code`` (MEMORY_FULL or DISK_FULL) is told."""
+        if code == ReplyCode.DISK_FULL:
+            return self.disk_full_reason() or "the owner's disk was short of the room it keeps when this write came"
+        return self.memory_full_reason()
 
     def room_for(
         self,
