@@ -11,6 +11,10 @@ Three parts, each on fresh member processes on 127.0.0.1 with one sync backup:
 - **Restart.** One member (no backup) holding ``restart_entries`` entries of 100 bytes is
   SIGKILLed and started again on its directory: the seconds from its start until it answers a
   read with the data (target: at most 3 s for 1,000,000).
+- **Rolling restart.** Three members holding ``rolling_entries`` entries are each SIGKILLed and
+  started again on their directories in turn, the next once the cluster is safe again: the records
+  moved (migrations and replica syncs), as a share of what re-replicating each restarted member's
+  copies whole would move (target: under 5%).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ CALL_TIMEOUT_MS = 60_000
 RESTART_TIMEOUT_S = 120.0
 MIN_RATE_SHARE = 0.30
 MAX_RESTART_S = 3.0
+MAX_ROLLING_MOVED_SHARE = 0.05
+COUNT_SETTLE_S = 1.0
 
 
 def _start(directory: Path, addresses: list[str], persistent: bool, *extra: str) -> list[LocalMember]:
@@ -168,17 +174,74 @@ def _restart(directory: Path, address: str, entries: int) -> dict[str, Any]:
         end([m.pid for m in members if alive(m.pid)], grace_s=5)
 
 
-def run_persist_bench(batches: int, restart_entries: int) -> dict[str, Any]:
+def _moved(client: Client, addresses: list[str]) -> dict[str, int]:
+    """Per member, the records it sent since it started (migrations and replica syncs)."""
+    moved = {}
+    for address in addresses:
+        status = client.member_status(address)
+        moved[address] = status.entries_migrated + status.entries_synced
+    return moved
+
+
+def _rolling_restart(directory: Path, addresses: list[str], entries: int) -> dict[str, Any]:
+    """Three members loaded with ``entries``, each SIGKILLed and started again on its directory in
+    turn, the next once the cluster is safe with all three again: the records moved (migrations
+    and replica syncs) against what a full re-replication of each restarted member would move
+    (every copy it held)."""
+    members = _start(directory, addresses, True)
+    try:
+        wait_until_formed(members, 60, directory)
+        with Client(addresses) as client:
+            client.wait_until_safe(60)
+        asyncio.run(_write(addresses, entries // BATCH))
+        moved = full = 0
+        seconds: list[float] = []
+        for position, address in enumerate(addresses):
+            with Client(addresses, operation_call_timeout_ms=CALL_TIMEOUT_MS) as client:
+                client.wait_until_safe(RESTART_TIMEOUT_S, members=len(addresses))
+                time.sleep(COUNT_SETTLE_S)  # a member counts its records once a tick
+                full += client.member_status(address).entries
+                before = _moved(client, addresses)
+            os.kill(members[position].pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and alive(members[position].pid):
+                time.sleep(0.05)
+            started = time.monotonic()
+            port = int(address.rpartition(":")[2])
+            settings = ("--partition-count", str(PARTITIONS), "--data-dir", str(directory / f"data-{port}"))
+            members[position] = start_member(directory, port, addresses, len(addresses), settings)
+            with Client(addresses, operation_call_timeout_ms=CALL_TIMEOUT_MS) as client:
+                client.wait_until_safe(RESTART_TIMEOUT_S, members=len(addresses))
+                seconds.append(round(time.monotonic() - started, 2))
+                after = _moved(client, addresses)
+            # The restarted member counts from its start; the others from theirs, before and after.
+            moved += after[address] + sum(after[a] - before[a] for a in addresses if a != address)
+        with Client(addresses) as client:
+            size = client.get_map("data").size()
+        return {
+            "entries": entries // BATCH * BATCH,
+            "entries_after": size,
+            "entries_moved": moved,
+            "entries_a_full_re_replication_moves": full,
+            "moved_share": round(moved / full, 4) if full else None,
+            "seconds_to_safe": seconds,
+        }
+    finally:
+        end([m.pid for m in members if alive(m.pid)], grace_s=5)
+
+
+def run_persist_bench(batches: int, restart_entries: int, rolling_entries: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="shardgrid-bench-persist-") as folder:
         directory = Path(folder)
         addresses = loopback_addresses(BENCH_FIRST_PORT, MEMBERS + 1)
         founders = addresses[:MEMBERS]
-        for part in ("memory", "synced", "cut", "restart"):
+        for part in ("memory", "synced", "cut", "restart", "rolling"):
             (directory / part).mkdir()
         memory_rate = _rate(directory / "memory", founders, False, batches)
         always_rate = _rate(directory / "synced", founders, True, batches)
         cut = _power_cut(directory / "cut", founders, 2 * batches)
         restart = _restart(directory / "restart", addresses[MEMBERS], restart_entries)
+        rolling = _rolling_restart(directory / "rolling", founders, rolling_entries)
     share = always_rate / memory_rate if memory_rate else 0.0
     seconds = restart["seconds_to_serve"]
     report: dict[str, Any] = {
@@ -189,6 +252,7 @@ def run_persist_bench(batches: int, restart_entries: int) -> dict[str, Any]:
         "synced_share_of_in_memory": round(share, 3),
         "power_cut": cut,
         "restart": restart,
+        "rolling_restart": rolling,
     }
     return with_targets(
         report,
@@ -214,6 +278,14 @@ def run_persist_bench(batches: int, restart_entries: int) -> dict[str, Any]:
                 comparison="<=",
                 wanted=MAX_RESTART_S,
             ),
+            Target(
+                name="rolling_restart_moved_share",
+                figure="records moved by a rolling restart of the three members (each SIGKILLed and restarted on "
+                "its directory in turn), over what a full re-replication of each would move",
+                measured=rolling["moved_share"] if rolling["moved_share"] is not None else 1.0,
+                comparison="<",
+                wanted=MAX_ROLLING_MOVED_SHARE,
+            ),
         ],
     )
 
@@ -224,4 +296,5 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
         "synced_share_of_in_memory": report["synced_share_of_in_memory"],
         "power_cut_lost": report["power_cut"]["lost"],
         "restart_seconds_to_serve": report["restart"]["seconds_to_serve"],
+        "rolling_restart_moved_share": report["rolling_restart"]["moved_share"],
     }

@@ -149,6 +149,8 @@ def status_document(status: ClusterStatus) -> dict[str, Any]:
                 "memory_bytes": reply.memory_bytes,
                 "max_memory_bytes": reply.max_memory_bytes,
                 "entries_evicted": reply.entries_evicted,
+                "entries_migrated": reply.entries_migrated,
+                "entries_synced": reply.entries_synced,
                 "maps": {u.map_name: {"entries": u.entries, "memory_bytes": u.memory_bytes} for u in reply.maps},
                 "applied_index": reply.applied_index,
                 "quiet": reply.quiet,

@@ -345,15 +345,23 @@ def bench_disk(entries: int, record: bool) -> None:
     show_default=True,
     help="Entries of 100 bytes the restarted member holds.",
 )
+@click.option(
+    "--rolling-entries",
+    type=click.IntRange(1_000, 10_000_000),
+    default=300_000,
+    show_default=True,
+    help="Entries of 100 bytes the three members of the rolling restart hold.",
+)
 @record_option
-def bench_persist(batches: int, restart_entries: int, record: bool) -> None:
+def bench_persist(batches: int, restart_entries: int, rolling_entries: int, record: bool) -> None:
     """Members with a data directory: batched put_all with every write synced against the in-memory rate,
-    every member SIGKILLed during a load and restarted (acknowledged writes lost), and the seconds until a
-    restarted member serves its entries. Exits 1 below 30% of the in-memory rate, on a loss, or when a
-    member of 1,000,000 entries takes over 3 s to serve again."""
+    every member SIGKILLed during a load and restarted (acknowledged writes lost), the seconds until a
+    restarted member serves its entries, and the records a rolling restart moves. Exits 1 below 30% of the
+    in-memory rate, on a loss, when a member of 1,000,000 entries takes over 3 s to serve again, or when the
+    rolling restart moves 5% or more of what re-replicating the members would."""
     from shardgrid.cli.bench_persist import headline, run_persist_bench
 
-    report = run_persist_bench(batches, restart_entries)
+    report = run_persist_bench(batches, restart_entries, rolling_entries)
     conclude("persist", report, headline(report), record)
 
 

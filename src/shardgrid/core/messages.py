@@ -670,6 +670,7 @@ class MemberStatus(Message, tag=130, kw_only=True):
     unsynced_writes: Counter = 0
     sync_lag_ms: Counter = 0
     disk_full: bool = False
+    entries_synced: Counter = 0  # records this member sent in replica syncs, as owner, since it started
 
 
 class ListenRequest(Message, tag=131):

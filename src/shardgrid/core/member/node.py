@@ -240,6 +240,7 @@ class Member:
             entries_migrated=self.migrations.entries_sent,
             bytes_migrated=self.migrations.bytes_sent,
             chunks_resent=self.migrations.chunks_resent,
+            entries_synced=data.syncs.entries_sent,
             memory_bytes=data.upkeep.memory_bytes,
             max_memory_bytes=self.ctx.config.max_memory_bytes,
             entries=data.upkeep.entry_count,

@@ -22,6 +22,7 @@ from shardgrid.core.member.context import Context
 from shardgrid.core.member.owner_replication import OwnerReplication
 from shardgrid.core.member.routes import Routes
 from shardgrid.core.messages import SYNC, ReplicaSummary, ReplicaSyncRequest, TransferAck, TransferChunk
+from shardgrid.core.records import page_count
 from shardgrid.core.store import PartitionData
 from shardgrid.core.transfer import OutgoingTransfer, SendWindow, Staging, transfer_problem, window_chunks
 
@@ -84,6 +85,7 @@ class ReplicaSyncs:
         self.copies = copies
         self.owner = owner
         self.backups = backups
+        self.entries_sent = 0  # records this member sent in replica syncs as owner (resends not counted)
         self.member_serves = member_serves
         self.migrations: Involved | None = None  # wired by the member (they ask each other)
         self._outgoing: dict[int, dict[MemberId, OutgoingSync]] = {}  # per partition, per backup
@@ -161,7 +163,11 @@ class ReplicaSyncs:
         now_ms = self.ctx.now_ms
         data = self.copies.store(sync.partition_id)
         # The maps it reads take no writes: the stream never finds them changed.
-        sync.transfer.fill(self.ctx.config, now_ms, lambda: data.writes.snapshot(now_ms), self.ctx.send)
+
+        def built(chunk: TransferChunk) -> None:
+            self.entries_sent += page_count(chunk.records)
+
+        sync.transfer.fill(self.ctx.config, now_ms, lambda: data.writes.snapshot(now_ms), self.ctx.send, built=built)
 
     def _end(self, sync: OutgoingSync) -> None:
         self._by_id.pop(sync.sync_id, None)
