@@ -25,6 +25,9 @@ from shardgrid.core.limits import (
 )
 from shardgrid.core.raft import RaftSettings
 
+# When a persistent member syncs what it wrote (MemberConfig.fsync), as Redis's appendfsync.
+FsyncPolicy = Literal["always", "every_ms", "never"]
+FSYNC_POLICIES: tuple[str, ...] = get_args(FsyncPolicy)
 # What a map does at its size (MapConfig.eviction_policy).
 EvictionPolicy = Literal["NONE", "LRU", "LFU", "RANDOM"]
 EVICTION_POLICIES: tuple[str, ...] = get_args(EvictionPolicy)
@@ -213,6 +216,17 @@ class MemberConfig:
     """Keep on disk what the member must not forget across a crash (a member process's
     ``data_dir``): its Raft hard state, log and snapshots, and every replica it holds. A step's
     sends and replies then go out only once what they depend on is synced."""
+    fsync: FsyncPolicy = "always"
+    """When a persistent member syncs its replicas' writes. ``always``: before anything that
+    depends on them leaves the member (a write is acknowledged only once it is on the disk of its
+    owner and of every sync backup; nothing acknowledged is lost when every member is killed at
+    once). ``every_ms``: every `fsync_interval_ms`, acknowledging before (a crash loses what that
+    member applied since its last sync). ``never``: when the metadata log is synced, or the system
+    writes it back. The metadata log, migrations and replica syncs are synced before what depends
+    on them whatever the policy; an owner restarted from a disk that may have lost writes starts a
+    new lineage, and its backups take its copy whole."""
+    fsync_interval_ms: int = 1_000
+    """With ``fsync = "every_ms"``: how long a write may wait for its sync."""
     disk_reserve_bytes: int = 256 * 1024 * 1024
     """Free space a persistent member keeps on its data directory's file system, beyond room for
     a whole rewrite of the records it holds (its files are compacted by rewriting them): with
@@ -341,6 +355,8 @@ class MemberConfig:
         require(self.max_chunk_bytes > 0, "max_chunk_bytes must be positive")
         require(0 <= self.max_memory_bytes <= MAX_COUNTER, "max_memory_bytes must be 0 (no limit) or positive")
         require(0 <= self.disk_reserve_bytes <= MAX_COUNTER, "disk_reserve_bytes must be 0 or positive")
+        require(self.fsync in FSYNC_POLICIES, f"fsync is one of {', '.join(FSYNC_POLICIES)}")
+        require(0 < self.fsync_interval_ms <= 60_000, "fsync_interval_ms is 1 to 60000")
         require(
             0 < self.max_chunk_entries <= MAX_ENTRIES_PER_CHUNK, f"max_chunk_entries must be 1..{MAX_ENTRIES_PER_CHUNK}"
         )

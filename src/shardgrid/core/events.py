@@ -113,13 +113,17 @@ class RemovedFromCluster:
 class MemberRestored:
     """This member came back from its disk as itself: its log through ``applied_index``, its
     ``partitions`` copies holding ``entries`` entries, and ``torn_bytes`` its files lost at their
-    torn tails (written, never synced, so never acknowledged)."""
+    torn tails (written, never synced). With ``fsync`` other than ``always`` (``fsync``), what it
+    acknowledged within its last sync interval may not be on its disk: the ``new_lineages``
+    partitions it owns start new lineages, their backups taking its copies whole."""
 
     member: MemberId
     applied_index: int
     partitions: int
     entries: int
     torn_bytes: int
+    fsync: str = "always"
+    new_lineages: int = 0
 
 
 @dataclass(frozen=True, slots=True)

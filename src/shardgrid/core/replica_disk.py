@@ -178,6 +178,9 @@ class ReplicaJournal:
         self._staged_bytes: dict[int, int] = {}
         self._live_bytes = file_bytes
         self._measured_file_bytes = file_bytes  # the file's size when the count was last made exact
+        # Whether the last take held write runs only (no image, header, drop or staged data): what
+        # a member that syncs them on a timer lets its sends go ahead of.
+        self.took_runs_only = False
 
     @property
     def whole_bytes(self) -> int:
@@ -236,6 +239,7 @@ class ReplicaJournal:
         if not self._runs and not self._changed and not self._headers and not self._staged:
             return None
         changed = self._changed
+        self.took_runs_only = not changed and not self._headers and not self._staged
         parts = []
         for run, start in self._runs:
             pid = run.partition_id
@@ -289,6 +293,7 @@ class ReplicaJournal:
 
     def _rewritten(self, whole: _Whole) -> bytes:
         """Take ``whole`` as the file from now on."""
+        self.took_runs_only = False
         self._note_staged()
         self._clear()
         self._copy_bytes, self._staged_bytes = whole.copy_bytes, whole.staged_bytes

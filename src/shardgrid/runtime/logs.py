@@ -150,6 +150,12 @@ def log_member_event(logger: logging.Logger, event: Any) -> None:
             level = logging.DEBUG
     elif isinstance(event, events.PartitionLost | events.ClusterNotFormed | events.PartitionsUnavailable):
         level = logging.WARNING
+    elif isinstance(event, events.MemberRestored) and event.fsync != "always":
+        level = logging.WARNING
+        fields["note"] = (
+            f"fsync={event.fsync}: writes acknowledged within the last sync interval before the stop may be lost; "
+            "the partitions it owns start new lineages and their backups take its copies"
+        )
     elif isinstance(event, events.LeaveRefused):
         level = logging.WARNING
         fields["note"] = "still serving; a second signal stops it at once, as a crash would"

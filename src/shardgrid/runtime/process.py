@@ -145,6 +145,8 @@ class MemberProcess:
         self._disk: DataDirectory | None = None
         self._unsynced_sends: list[tuple[str, str | None, Any, bool]] = []
         self._sync_scheduled = False
+        self._timed_sync: asyncio.TimerHandle | None = None  # fsync = every_ms: the next sync
+        self._disk_refused = False  # the data directory refused a write or a sync
         interval_s = REPORT_EVERY_RETRIES * settings.member_config.join_retry_ms / 1000
         self._refusal_lines = logs.BoundedLines(self.logger, interval_s, MAX_BOUNDED_LOG_KEYS)
         self._dial_failure_lines = logs.BoundedLines(self.logger, interval_s, MAX_BOUNDED_LOG_KEYS)
@@ -262,8 +264,11 @@ class MemberProcess:
         self._stopped.set()
 
     async def _close_all(self) -> None:
-        if self._unsynced_sends:
-            self._sync()  # what the member said last leaves once it is on the disk
+        if self._timed_sync is not None:
+            self._timed_sync.cancel()
+            self._timed_sync = None
+        if not self._disk_refused and (self._unsynced_sends or (self._disk is not None and self._disk.unsynced)):
+            self._sync()  # what the member said last leaves once it is on the disk (every write, whatever fsync)
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
@@ -349,7 +354,16 @@ class MemberProcess:
             # After every read this loop turn has ready: one sync for all of them.
             self._sync_scheduled = True
             self.loop.call_soon(self._sync)
+        elif disk.unsynced and self._timed_sync is None and self.settings.member_config.fsync == "every_ms":
+            # Writes that need not wait (fsync = every_ms): synced within fsync_interval_ms.
+            interval_s = self.settings.member_config.fsync_interval_ms / 1000
+            self._timed_sync = self.loop.call_later(interval_s, self._sync_on_timer)
         return holding
+
+    def _sync_on_timer(self) -> None:
+        self._timed_sync = None
+        if not self._sync_scheduled:
+            self._sync()
 
     def _sync(self) -> None:
         self._sync_scheduled = False
@@ -376,6 +390,7 @@ class MemberProcess:
         leaves it ahead of its disk, so the process stops (nothing that waited was sent) and a
         restart comes back from what the disk holds."""
         self._unsynced_sends = []
+        self._disk_refused = True  # nothing more is written or synced: the restart reads the disk
         logs.log(self.logger, "disk-failed", logging.CRITICAL, refused=what, error=str(error))
         self._finish(f"the data directory refused a {what}: {error}", 74)
 

@@ -47,6 +47,8 @@ class Node:
     # A persistent member's sends and replies waiting for its disk's sync (group commit), in order.
     unsynced_sends: list[Callable[[], None]] = field(default_factory=list)
     persisted: int = 0  # Persist effects carried out for this incarnation (what Synced counts)
+    timed_sync: bool = False  # fsync = every_ms: a sync of writes that did not wait is on its way
+    synced_ms: int = 0  # when its disk was last synced (or read back at its start)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -199,7 +201,7 @@ class Simulation:
             clock_offset_ms=SIM_EPOCH_MS + self._skew_of(identity),
         )
         incarnation = previous.incarnation + 1 if previous else 1
-        self.nodes[address] = Node(address=address, member=member, incarnation=incarnation)
+        self.nodes[address] = Node(address=address, member=member, incarnation=incarnation, synced_ms=self.now_ms)
         if self.network.groups and address not in self.network.groups:
             self.network.groups[address] = 0  # a process started during a split is on its first side
         self._run_member(self.nodes[address], Start(disk_state))
@@ -242,6 +244,8 @@ class Simulation:
         node.alive = False
         node.held.clear()
         node.unsynced_sends.clear()  # never sent: the process died before its writes' sync
+        if self.config.persistent and self.config.fsync != "always":
+            self.ledger.lossy_crash(node.synced_ms, self.now_ms)
         disk = self.disks.get(address)
         if disk is not None:
             disk.crash(self.rng, tear=True)
@@ -419,6 +423,8 @@ class Simulation:
         elif kind == "sync":
             node = self._running(payload[0], payload[1], kind, payload)
             if node is not None:
+                if len(payload) > 2:
+                    node.timed_sync = False
                 self._synced(node)
         elif kind == "action":
             payload()
@@ -441,6 +447,15 @@ class Simulation:
         holding = bool(node.unsynced_sends) or any(type(e) is Persist and e.hold_sends for e in effects)
         if holding and not node.unsynced_sends:
             self._schedule(self.now_ms + self.disk_sync_ms, "sync", (node.address, node.incarnation))
+        elif (
+            not holding
+            and not node.timed_sync
+            and self.config.fsync == "every_ms"
+            and any(type(e) is Persist for e in effects)
+        ):
+            node.timed_sync = True
+            at_ms = self.now_ms + self.config.fsync_interval_ms + self.disk_sync_ms
+            self._schedule(at_ms, "sync", (node.address, node.incarnation, "timed"))
         for effect in effects:
             if isinstance(effect, Send | SendToAddress | ReplyToClient):
                 if holding:
@@ -491,6 +506,7 @@ class Simulation:
         """A persistent member's disk synced: the sends that waited for it go, in order, and the
         member is told what is durable now."""
         self.disks[node.address].sync()
+        node.synced_ms = self.now_ms
         self.stats.syncs += 1
         sends, node.unsynced_sends = node.unsynced_sends, []
         for send in sends:

@@ -132,6 +132,8 @@ _RUN_FIELDS = {
     "disk_sync_ms",
     "disk_capacity_bytes",
     "disk_reserve_bytes",
+    "fsync",
+    "fsync_interval_ms",
 }
 _STEP_FIELDS = {
     "action",

@@ -124,6 +124,11 @@ class SimParams:
     # disk_reserve_bytes): owners refuse writes (DISK_FULL) before their disks are full.
     disk_capacity_bytes: int = 0
     disk_reserve_bytes: int = 0
+    # When members sync their replicas' writes (``fsync``): every_ms and never acknowledge before
+    # the sync, and the ledger counts a write whose call overlapped a crashed member's time since
+    # its last sync as maybe lost.
+    fsync: str = "always"
+    fsync_interval_ms: int = 1_000
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -173,6 +178,8 @@ class SimParams:
             partition_lost_timeout_ms=self.partition_lost_timeout_ms,
             max_memory_bytes=self.max_memory_bytes,
             disk_reserve_bytes=self.disk_reserve_bytes,
+            fsync=self.fsync,  # type: ignore[arg-type]
+            fsync_interval_ms=self.fsync_interval_ms,
             persistent=self.persistent,
             **(TIGHT_TRANSFERS if self.tight_transfers else {}),
         )

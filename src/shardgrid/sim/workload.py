@@ -72,6 +72,9 @@ class Write:
     issued_ms: int
     outcome: str = FAILED
     finished_ms: int = 0  # when its call ended (an applied write was applied by then)
+    # Its call overlapped the time since a crashed member's last sync (``fsync`` other than
+    # ``always``): it may be lost, and may show in reads until its partition's replicas agree.
+    maybe_lost: bool = False
 
 
 @dataclass(slots=True)
@@ -87,6 +90,9 @@ class Ledger:
     # How far two members' record clocks may be apart: an entry may expire that much sooner or
     # later on its next owner than on the one that wrote it.
     ttl_slack_ms: int = 0
+    # Crashes of members that sync on a timer: (last sync, crash) times, within which a write
+    # may be lost even though it was acknowledged.
+    lossy_windows: list[tuple[int, int]] = field(default_factory=list)
 
     def check_read(self, key: bytes, value: bytes | None, started_ms: int, now_ms: int, member: str) -> None:
         self.reads_checked += 1
@@ -119,7 +125,7 @@ class Ledger:
             return
         writes = self.writes.get(key, [])
         index = next((i for i, w in enumerate(writes) if value is not None and w.value == value), -1)
-        if index > self.observed.get(key, -1):
+        if index > self.observed.get(key, -1) and not (index >= 0 and writes[index].maybe_lost):
             self.observed[key] = index
 
     def allowed_final_values(self, key: bytes, now_ms: int | None = None) -> set[bytes | None]:
@@ -141,6 +147,45 @@ class Ledger:
         if ttl_ms is not None and floor >= 0 and (now_ms is None or soonest_ms <= now_ms):
             allowed.add(None)
         return allowed
+
+    def lossy_crash(self, synced_ms: int, crashed_ms: int) -> None:
+        """A member that syncs on a timer (``fsync`` other than ``always``) crashed at
+        ``crashed_ms``, its disk last synced at ``synced_ms``: a write whose call overlapped that
+        span may be lost (the member may have applied it, as owner or backup, after its last
+        sync), acknowledged or not. Those finished are counted as maybe now, those still in flight
+        when they finish (``settle``); a read that returned one no longer bounds what may come
+        back."""
+        self.lossy_windows.append((synced_ms, crashed_ms))
+        for key, writes in self.writes.items():
+            downgraded = False
+            for write in writes:
+                if write.outcome == ACKED and write.finished_ms >= synced_ms and write.issued_ms <= crashed_ms:
+                    write.outcome = MAYBE
+                    downgraded = True
+                if write.issued_ms <= crashed_ms and (write.finished_ms >= synced_ms or not write.finished_ms):
+                    write.maybe_lost = True
+            if downgraded or key in self.observed:
+                self._unobserve(key)
+
+    def settle(self, key: bytes, write: Write) -> None:
+        """A write's call ended: acknowledged within a lossy crash's span, it may be lost."""
+        if write.outcome != ACKED:
+            return
+        if any(write.finished_ms >= synced and write.issued_ms <= crashed for synced, crashed in self.lossy_windows):
+            write.outcome = MAYBE
+            write.maybe_lost = True
+            self._unobserve(key)
+
+    def _unobserve(self, key: bytes) -> None:
+        """A read's floor no higher than the key's last acknowledged write: what a read returned
+        after it may have been lost since."""
+        observed = self.observed.get(key)
+        if observed is None:
+            return
+        writes = self.writes.get(key, [])
+        last_acked = max((i for i, w in enumerate(writes) if w.outcome == ACKED), default=-1)
+        if observed > last_acked:
+            self.observed[key] = last_acked
 
     def counts(self) -> dict[str, int]:
         result = {ACKED: 0, MAYBE: 0, FAILED: 0}
@@ -405,6 +450,7 @@ class SimClient:
         if call.write is not None:
             call.write.outcome = MAYBE if (outcome == FAILED and call.progress.maybe_applied) else outcome
             call.write.finished_ms = now_ms
+            self.ledger.settle(call.key, call.write)
         self.call = None
         self.completed_ops += 1
         self.next_op_ms = now_ms + self.THINK_MS

@@ -110,7 +110,10 @@ class DataPath:
         room_bytes = free_bytes if free_bytes >= 0 else None
         taken = journal.take(self._stores, self.ctx.now_ms, room_bytes, short=self.upkeep.disk_short())
         if taken is not None:
-            self.ctx.persist(DiskFile.REPLICAS, taken[0], replace=taken[1])
+            # Runs alone may go ahead of their sync when the member syncs on a timer; a copy
+            # taken whole (a sync, a migration's data) is synced before it is acknowledged.
+            timed = self.ctx.config.fsync != "always" and journal.took_runs_only
+            self.ctx.persist(DiskFile.REPLICAS, taken[0], replace=taken[1], hold_sends=not timed)
 
     def replicas_file_live_bytes(self) -> int:
         return self.journal.live_bytes if self.journal is not None else 0
@@ -355,13 +358,21 @@ class DataPath:
         """Backups of partitions this member holds no data of (a snapshot named it) ask the owner."""
         self.syncs.ask_for_missing_data()
 
-    def sync_after_promotion(self, partition_ids: list[int]) -> None:
-        """A promoted owner starts a new lineage and brings its backups into it."""
+    def sync_after_promotion(self, partition_ids: list[int], *, restarted: bool = False) -> None:
+        """A promoted owner starts a new lineage and brings its backups into it. So does an owner
+        ``restarted`` from a disk that may lack writes it acknowledged (``fsync`` other than
+        ``always``): its backups may be ahead of it in its lineage, and the writes it takes next
+        would reuse their sequence numbers for other writes; in a new lineage they take its copy
+        whole, and what only they held of the lost writes is lost with them (as a restarted Redis
+        primary's replicas resync from its AOF). Its lineage names the restart apart from the
+        promotion, which the partition's version alone would not."""
         table = self.consensus.state.table
         for pid in partition_ids:
             if table is not None and table.owner(pid) == self.ctx.identity:
                 data = self.store(pid)
                 data.lineage = f"{self.ctx.identity.uuid[:8]}@{table.versions[pid]}"
+                if restarted:
+                    data.lineage += f"~{self.ctx.rng.getrandbits(32):08x}"
                 if data.copy_index >= 1:
                     self._refresh_idle(data)
                 data.copy_index = 0  # the owner's copy now, whatever slot it was kept for

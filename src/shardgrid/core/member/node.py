@@ -307,6 +307,12 @@ class Member:
         self.data.restore(disk.replicas.copies, disk.file_bytes.get(DiskFile.REPLICAS, 0))
         self.migrations.restore_staged(disk.replicas.staged)
         self.consensus.restore(disk.raft, disk.file_bytes.get(DiskFile.RAFT, 0))
+        owned: list[int] = []
+        fsync = self.ctx.config.fsync
+        if fsync != "always":
+            table = self.consensus.state.table
+            owned = [pid for pid in disk.replicas.copies if table is not None and table.owner(pid) == self.identity]
+            self.data.sync_after_promotion(sorted(owned), restarted=True)
         self.ctx.emit(
             events.MemberRestored(
                 self.identity,
@@ -314,6 +320,8 @@ class Member:
                 len(disk.replicas.copies),
                 sum(data.size() for data in disk.replicas.copies.values()),
                 sum(disk.torn_bytes.values()),
+                fsync,
+                len(owned),
             )
         )
 

@@ -169,6 +169,11 @@ class RaftNode:
         node.commit_index = max(node.log.snapshot_index, min(hard.commit, node.log.last_index))
         node._durable_hard_state = hard
         node._votes_held_until_ms = now_ms + settings.election_timeout_ms
+        if node.membership.voters == (identity,):
+            # The only voter: no other server can have led since it stopped, and only its own
+            # vote elects, so it campaigns at its first tick rather than wait out a leader that
+            # was itself (a cluster of one came back after an election timeout, not at once).
+            node._election_deadline_ms = now_ms
         return node
 
     # --- queries ---------------------------------------------------------------------------------
