@@ -235,6 +235,7 @@ def test_an_entry_of_every_command_round_trips_through_the_mirrors() -> None:
         c.PromoteToDataMember(b),
         c.MarkLeaving(a),
         c.StopAllMembers(),
+        c.ResumeAfterShutdown(),
         c.MarkUnreachable((a, b)),
         c.MarkReachable((b,)),
         c.ReviveUnavailable(),

@@ -694,6 +694,15 @@ def test_every_member_killed_at_once_comes_back_from_its_disk_with_every_acknowl
     assert run.sim.ledger.counts()["acked"] > 1_000
 
 
+def test_a_rolling_restart_from_disk_moves_no_partition() -> None:
+    run = passed("a-rolling-restart-from-disk")
+    first_kill_ms = step_time(run, 1)
+    started = [e for t, _, e in emitted(run, events.MigrationEvent) if t > first_kill_ms]
+    assert not started, f"migrations after the first kill: {started[:3]}"
+    assert len(emitted(run, events.MemberRestored)) == 3
+    assert run.sim.ledger.counts()["acked"] > 1_000
+
+
 def test_members_whose_disks_fill_up_refuse_writes_before_their_disks_end_and_take_them_again() -> None:
     run = passed("members-whose-disks-fill-up")
     stats = run.sim.stats

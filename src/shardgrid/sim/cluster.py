@@ -483,6 +483,10 @@ class Simulation:
         if node.exit_code is not None and node.alive:
             node.alive = False
             node.stopped = True
+            disk = self.disks.get(node.address)
+            if disk is not None and node.exit_code != 74:
+                disk.sync()  # a process that stops syncs what it wrote before it exits
+                node.synced_ms = self.now_ms
             self.stats.stops += 1
             self._record("stopped", node.address)
         for check in self.checks:

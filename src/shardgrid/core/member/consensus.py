@@ -226,9 +226,9 @@ class Consensus:
         # Still committing after the bound: the rest is applied with the next event.
 
     def forget_disk(self) -> None:
-        """This member stopped for good (it left, or the cluster shut down and dropped its data):
-        its Raft file is emptied, so that a process started on its directory is a new member, not
-        this one back without the data it dropped."""
+        """This member left the cluster (its replicas handed over): its Raft file is emptied, so
+        that a process started on its directory is a new member, not this one back without the
+        data it dropped."""
         if self._file is not None:
             self.ctx.persist(DiskFile.RAFT, b"", replace=True)
             self._file = None

@@ -115,6 +115,13 @@ class DataPath:
             timed = self.ctx.config.fsync != "always" and journal.took_runs_only
             self.ctx.persist(DiskFile.REPLICAS, taken[0], replace=taken[1], hold_sends=not timed)
 
+    def stop_journaling(self) -> None:
+        """The member stops and keeps its disk as it is: what this step changed is written now,
+        and nothing after (the copies it drops from memory stay on the disk)."""
+        self.persist()
+        self.journal = None
+        self.owner.journal = None
+
     def replicas_file_live_bytes(self) -> int:
         return self.journal.live_bytes if self.journal is not None else 0
 

@@ -82,7 +82,7 @@ class Leaving:
         forward: Callable[[ShutdownMember, Respond], None],
         lifecycle: Callable[[], Lifecycle],
         mark_leaving: Callable[[], None],
-        halt: Callable[[], None],
+        halt: Callable[[bool], None],
     ) -> None:
         """``forward`` asks the leader (``Admin.forward``); the member owns its lifecycle:
         ``lifecycle`` reads it, ``mark_leaving`` sets it to LEAVING, and ``halt`` to STOPPED,
@@ -336,8 +336,11 @@ class Leaving:
     # --- stopping ----------------------------------------------------------------------------------
 
     def stop(self, reason: str, exit_code: int, *, left: bool = False) -> None:
-        """The one way a member stops: it drops what it holds, says so to listeners and to those
-        who asked it to leave, and tells its process how to exit. A leave asked and not answered
+        """The one way a member stops: it drops what it holds (a persistent member that has not
+        ``left`` keeps it on its disk: started again there, it comes back with it, whether the
+        cluster shut down, every member was signalled, or a second signal stopped it as a crash
+        would), says so to listeners and to those who asked it to leave, and tells its process
+        how to exit. A leave asked and not answered
         yet is answered ok only when the member ``left`` (removed once it held nothing); stopped
         any other way (a second signal, the cluster shut down, nobody left to take its replicas),
         it failed: ``shardgrid shutdown HOST`` must not report a leave that handed nothing over
@@ -347,7 +350,7 @@ class Leaving:
             return
         self._set_stage(LeaveStage.STOPPED)
         self.stop_reason = reason
-        self._halt()
+        self._halt(not left)  # a persistent member that did not hand its replicas over keeps them
         self.ctx.emit(MemberStopped(self.ctx.identity, reason))
         answers, self._answers = self._answers, []
         result, answer = ADMIN_OK, reason

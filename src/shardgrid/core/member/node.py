@@ -40,6 +40,7 @@ from shardgrid.core.member.migration_leader import MigrationLeader
 from shardgrid.core.member.migration_participant import MigrationParticipant
 from shardgrid.core.member_disk import MemberDisk
 from shardgrid.core.metadata import Changes
+from shardgrid.core.metadata.commands import ResumeAfterShutdown
 from shardgrid.core.placement import replica_count_for
 from shardgrid.core.raft import Role
 from shardgrid.core.raft.messages import VoteRequest
@@ -85,6 +86,11 @@ class Member:
         self.lifecycle = Lifecycle.DISCOVERING
         self._last_tick_ms = 0
         self._drive_requested = False
+        self._shut_down_index: int | None = None  # the entry that shut the cluster down, applied this event
+        # Restored from a disk whose log says the cluster shut down: as leader, it resumes it.
+        self._resume_after_shutdown = False
+        self._resume_proposed_term = -1
+        self._restoring = False  # restoring from its disk (Start(disk)), not loading a snapshot
         self._last_assignment_request_ms = NEVER_MS
         self._known_leader: MemberId | None = None
         self._migrations_finished = 0
@@ -292,6 +298,10 @@ class Member:
             raise TypeError(f"unknown input {type(incoming).__name__}")
         if self.lifecycle is not Lifecycle.STOPPED:
             self.consensus.flush(self._gather)
+            if self._shut_down_index is not None:
+                index, self._shut_down_index = self._shut_down_index, None
+                if self.consensus.state.shut_down:
+                    self.leaving.on_cluster_shut_down(index)
         else:
             self.consensus.persist()  # what it learned last (a cluster's shutdown) is kept
         self.data.persist()
@@ -306,7 +316,11 @@ class Member:
         self.ctx.disk.restored(dict(disk.file_bytes))
         self.data.restore(disk.replicas.copies, disk.file_bytes.get(DiskFile.REPLICAS, 0))
         self.migrations.restore_staged(disk.replicas.staged)
-        self.consensus.restore(disk.raft, disk.file_bytes.get(DiskFile.RAFT, 0))
+        self._restoring = True
+        try:
+            self.consensus.restore(disk.raft, disk.file_bytes.get(DiskFile.RAFT, 0))
+        finally:
+            self._restoring = False
         owned: list[int] = []
         fsync = self.ctx.config.fsync
         if fsync != "always":
@@ -325,6 +339,21 @@ class Member:
             )
         )
 
+    def _resume(self) -> None:
+        """A member back from its disk after a cluster shutdown: as leader, once a term, it
+        proposes the cluster's resumption (ACTIVE again); its members came back with their data."""
+        state = self.consensus.state
+        if not state.shut_down and not state.parting:
+            self._resume_after_shutdown = False
+            return
+        term = self.consensus.term
+        if (
+            self.consensus.is_leader
+            and self._resume_proposed_term != term
+            and self.consensus.propose(ResumeAfterShutdown())
+        ):
+            self._resume_proposed_term = term
+
     def _link_restored(self, peer: MemberId) -> None:
         if not self.joined or peer == self.identity or not self.consensus.state.is_member(peer):
             return
@@ -335,6 +364,8 @@ class Member:
 
     def _gather(self) -> None:
         """The leader's proposals of this event, gathered into the entry about to be proposed."""
+        if self._resume_after_shutdown:
+            self._resume()
         if self._drive_requested:
             self._drive_requested = False
             self.migration_leader.drive()
@@ -555,8 +586,12 @@ class Member:
         state = self.consensus.state
         if self.lifecycle is Lifecycle.DISCOVERING and state.is_member(self.identity):
             self._become_active()
+        if self._restoring and (state.shut_down or state.parting):
+            # Back from its disk after the cluster shut down, or every data member was asked to
+            # leave (they stopped keeping what they held): it stays, and as leader resumes it.
+            self._resume_after_shutdown = True
         record = state.record_of(self.identity)
-        if record is not None and record.leaving:
+        if record is not None and record.leaving and not self._resume_after_shutdown:
             self.leaving.on_marked_leaving()
         self.migrations.on_state_loaded()  # (it also starts the lineage of a promotion inside the snapshot)
         if state.table is not None:
@@ -572,7 +607,8 @@ class Member:
             self.data.clear_serving_maps(every if available_again is None else available_again)
         self.data.stand_ins.after_applied()
         self.migration_leader.reset(self.consensus.is_leader)
-        self.leaving.after_applied(self.consensus.raft.commit_index)
+        if not self._resume_after_shutdown:
+            self.leaving.after_applied(self.consensus.raft.commit_index)
         self._drive_requested = True
 
     def on_applied(self, index: int, term: int, changes: Changes) -> None:
@@ -626,7 +662,9 @@ class Member:
                     self.ctx.lite = False
         self.migration_leader.on_applied(term, changes)
         if changes.shut_down and self.joined:
-            self.leaving.on_cluster_shut_down(index)
+            # Stopped once the event's entries are all applied: a member that catches up after
+            # the cluster came back from its disks applies the resumption in the same batch.
+            self._shut_down_index = index
             return
         self.leaving.after_applied(index)
         self._drive_requested = True
@@ -685,10 +723,16 @@ class Member:
     def _execute_leave(self, origin: MemberId, command: m.ShutdownMember, respond: Respond) -> None:
         self.leaving.execute(origin, command, respond)
 
-    def _halt(self) -> None:
+    def _halt(self, keep_disk: bool) -> None:
+        """Stop; what the member holds goes, but a persistent member that ``keep_disk`` leaves its
+        disk as it is (its copies and its log: the next process on its directory comes back as
+        it). One that left empties its log too, so that a process started there joins anew."""
         self._set_lifecycle(Lifecycle.STOPPED)
+        if keep_disk:
+            self.data.stop_journaling()  # what it holds stays on the disk, whatever is dropped from memory
         self.data.drop_everything()
-        self.consensus.forget_disk()
+        if not keep_disk:
+            self.consensus.forget_disk()
 
     def _rejoin_as_new_member(self) -> None:
         """Removed while away (paused, cut off): drop everything and join again with a new identity,

@@ -88,6 +88,12 @@ class StopAllMembers(Message, tag=69):
     """Every member stops (the cluster went PASSIVE first)."""
 
 
+class ResumeAfterShutdown(Message, tag=73):
+    """Persistent members came back from their disks after the cluster shut down, or after every
+    data member was asked to leave (each stopped keeping what it held): the cluster runs again,
+    ACTIVE, and no member is leaving (as Hazelcast's cluster after a hot restart)."""
+
+
 class MarkUnreachable(Message, tag=70):
     """Members silent past the failure timeout (their leases over) that hold every replica left of
     some partition: each partition that keeps a replica elsewhere is repaired as for a removal;
@@ -118,6 +124,7 @@ Command = (
     | PromoteToDataMember
     | MarkLeaving
     | StopAllMembers
+    | ResumeAfterShutdown
     | MarkUnreachable
     | MarkReachable
     | ReviveUnavailable

@@ -31,6 +31,7 @@ from shardgrid.core.metadata.commands import (
     MemberRecord,
     PromoteToDataMember,
     RemoveMembers,
+    ResumeAfterShutdown,
     ReviveUnavailable,
     SetClusterState,
     StartMigrations,
@@ -349,6 +350,13 @@ def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataS
     if isinstance(command, StopAllMembers):
         changes.shut_down = True
         return state.evolve(shut_down=True)
+    if isinstance(command, ResumeAfterShutdown):
+        if not state.shut_down and not state.parting:
+            return state
+        if state.cluster_state is not ClusterState.ACTIVE:
+            changes.cluster_state = ClusterState.ACTIVE
+        members = tuple(msgspec.structs.replace(r, leaving=False) if r.leaving else r for r in state.members)
+        return state.evolve(shut_down=False, parting=False, cluster_state=ClusterState.ACTIVE, members=members)
     if isinstance(command, MarkUnreachable):
         return _mark_unreachable(state, command, changes)
     if isinstance(command, MarkReachable):
