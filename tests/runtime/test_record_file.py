@@ -57,6 +57,31 @@ def test_a_torn_tail_is_cut_at_open_and_the_next_record_follows_the_last_whole_o
     assert numbers_in(path) == [1, 2, 4]
 
 
+def test_a_file_opened_but_not_accepted_is_left_as_found_and_a_busy_one_untouched(tmp_path: Path) -> None:
+    """Found by an outside tester: a directory refused after it was read (another address's) had
+    its torn tails cut and its replacements in progress removed, and a second process on a busy
+    directory deleted the first one's replacement before it learned the lock was taken."""
+    path = tmp_path / "log"
+    torn = record(1) + record(2)[:50]
+    path.write_bytes(torn)
+    replacement = path.with_name(path.name + TEMPORARY_SUFFIX)
+    replacement.write_bytes(b"in progress")
+    file, scan = RecordFile.open(path, accept=False)
+    assert scan.torn_bytes == 50
+    assert path.read_bytes() == torn
+    assert replacement.exists()
+    with pytest.raises(DiskFailed, match="open in another process"):
+        RecordFile.open(path)
+    assert replacement.exists()  # the second opener touched nothing
+    file.accept()
+    assert path.read_bytes() == record(1)
+    assert not replacement.exists()
+    file.append(record(3))
+    file.sync()
+    file.close()
+    assert numbers_in(path) == [1, 3]
+
+
 def test_corruption_names_the_file_and_the_byte_and_changes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "log"
     damaged = bytearray(record(1) + record(2) + record(3))

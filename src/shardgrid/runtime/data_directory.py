@@ -63,12 +63,12 @@ class DataDirectory:
         opened: list[RecordFile] = []
         try:
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
-            member_file, member_scan = RecordFile.open(path / MEMBER_FILE)
+            member_file, member_scan = RecordFile.open(path / MEMBER_FILE, accept=False)
             opened.append(member_file)
             scans: dict[DiskFile, Scan] = {}
             files: dict[DiskFile, RecordFile] = {}
             for file in DiskFile:
-                files[file], scans[file] = RecordFile.open(path / file.value)
+                files[file], scans[file] = RecordFile.open(path / file.value, accept=False)
                 opened.append(files[file])
             identity = read_identity(member_scan, cluster_name, str(path / MEMBER_FILE))
             disk = None
@@ -80,6 +80,8 @@ class DataDirectory:
                     )
                 disk = read_member_disk(scans, hash_seed=hash_seed, max_idle_ms=max_idle_ms, now_ms=now_ms)
             refuse_orphaned_data(identity, disk, scans, str(path))
+            for record_file in opened:  # refused by nothing: taken to write on
+                record_file.accept()
             if disk is not None:
                 # A step torn off the replicas file is cut before the file is written again.
                 files[DiskFile.REPLICAS].truncate(disk.file_bytes[DiskFile.REPLICAS])

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from shardgrid.core.disk_records import Scan, refuse_corrupt, scan_records
-from shardgrid.core.errors import ShardgridError
+from shardgrid.core.errors import ShardgridError, invariant
 
 TEMPORARY_SUFFIX = ".new"  # a replacement being written: never read, removed at open
 
@@ -50,14 +50,17 @@ class RecordFile:
         self.size_bytes = size_bytes
         self._unsynced = False
         self._failed = ""  # why the file may no longer be written ('' while it may)
+        self._accepted = True  # taken as read (``accept``): it may be written
 
     @classmethod
-    def open(cls, path: Path) -> tuple[RecordFile, Scan]:
-        """Open ``path`` (made when missing) and read what it holds."""
+    def open(cls, path: Path, *, accept: bool = True) -> tuple[RecordFile, Scan]:
+        """Open ``path`` (made when missing), lock it and read what it holds, then ``accept`` it
+        (unless told not to: nothing of it is then changed until ``accept`` is called, so that a
+        directory refused after reading, another cluster's or another address's, is left as it
+        was found). A second process on a busy file is refused before it touches anything (found
+        by an outside tester: it deleted the first one's replacement in progress)."""
         if path.is_dir():
             raise DiskFailed(f"{path} is a directory, not a file of records")
-        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-            os.unlink(path.with_name(path.name + TEMPORARY_SUFFIX))  # a replacement a crash cut short
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             try:
@@ -66,15 +69,34 @@ class RecordFile:
                 raise DiskFailed(f"{path} is open in another process (two members on one data directory?)") from error
             scan = scan_records(_read_all(fd))
             refuse_corrupt(scan, path)
-            if scan.torn_bytes:
-                os.ftruncate(fd, scan.valid_bytes)
-            os.fsync(fd)  # what a crash left in the page cache is on the disk before it counts
-            os.lseek(fd, scan.valid_bytes, os.SEEK_SET)
         except BaseException:
             os.close(fd)
             raise
-        _sync_directory(path.parent)  # the file's own name is durable before anything in it counts
-        return cls(path, fd, scan.valid_bytes), scan
+        record_file = cls(path, fd, scan.valid_bytes)
+        record_file._accepted = False
+        if accept:
+            try:
+                record_file.accept()
+            except BaseException:
+                os.close(fd)
+                raise
+        return record_file, scan
+
+    def accept(self) -> None:
+        """Take the file as read, to write on: a torn tail is cut off, a replacement a crash cut
+        short is removed, and the file is synced before anything in it counts (after a crash the
+        page cache may still hold records that never reached the disk, and a restarted member
+        must not acknowledge them as durable)."""
+        if self._accepted:
+            return
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            os.unlink(self.path.with_name(self.path.name + TEMPORARY_SUFFIX))
+        if os.fstat(self._fd).st_size != self.size_bytes:
+            os.ftruncate(self._fd, self.size_bytes)
+        os.fsync(self._fd)
+        os.lseek(self._fd, self.size_bytes, os.SEEK_SET)
+        _sync_directory(self.path.parent)  # the file's own name is durable before anything in it counts
+        self._accepted = True
 
     def append(self, data: bytes) -> None:
         """Write ``data`` (whole records) after what the file holds; durable at the next ``sync``."""
@@ -136,6 +158,7 @@ class RecordFile:
         self.size_bytes = size_bytes
 
     def _check_usable(self) -> None:
+        invariant(self._accepted, lambda: f"{self.path} is written before it was accepted")
         if self._failed:
             raise DiskFailed(f"{self.path}: {self._failed}")
 
