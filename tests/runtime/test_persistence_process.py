@@ -318,3 +318,31 @@ def test_a_torn_tail_is_cut_and_the_member_comes_back_with_what_was_synced(tmp_p
         with Client([address]) as client:
             client.wait_until_safe(60)
             assert client.get_map("data").get_all(list(entries)) == entries
+
+
+def test_a_member_returning_late_from_its_directory_rejoins_as_a_new_member(tmp_path) -> None:
+    """SIGKILLed and kept away past the failure timeout, a member is removed and its partitions
+    repaired from their backups; started again on its directory, it learns it was removed, drops
+    its stale copies and joins as a new member, and the cluster holds every entry."""
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
+    with LocalCluster(tmp_path, 3, "--partition-count", "31", started=0) as running:
+        running.addresses = addresses
+        _start_all(running, tmp_path, addresses)
+        running.wait_formed()
+        entries = {f"k{i}": VALUE for i in range(1_000)}
+        late = addresses[2]
+        with Client(addresses, operation_call_timeout_ms=60_000) as client:
+            client.wait_until_safe(60)
+            client.get_map("data").put_all(entries)
+            old_uuid = client.member_status(late).uuid
+            running.kill(late)
+            deadline = time.monotonic() + 60
+            while late in client.cluster_status().members:
+                assert time.monotonic() < deadline, "the member that stayed away was not removed"
+                time.sleep(0.2)
+            client.wait_until_safe(60)
+            port = late.rpartition(":")[2]
+            running.start(late, addresses, 3, "--data-dir", str(tmp_path / f"data-{port}"))
+            client.wait_until_safe(90, members=3)
+            assert client.member_status(late).uuid != old_uuid
+            assert client.get_map("data").get_all(list(entries)) == entries

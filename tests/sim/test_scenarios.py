@@ -694,6 +694,21 @@ def test_every_member_killed_at_once_comes_back_from_its_disk_with_every_acknowl
     assert run.sim.ledger.counts()["acked"] > 1_000
 
 
+def test_a_member_returning_late_from_disk_rejoins_as_a_new_member() -> None:
+    run = passed("a-member-returning-late-from-disk")
+    restored = emitted(run, events.MemberRestored)
+    assert len(restored) == 1  # it read its disk back
+    old = restored[0][2].member
+    removed = [e for _, _, e in emitted(run, events.MemberRemoved) if e.member == old]
+    assert removed, "the member that stayed away was not removed"
+    leader = run.sim.leader()
+    assert leader is not None
+    state = leader.consensus.state
+    assert not state.is_member(old)
+    assert any(r.id.address == old.address for r in state.members)  # back, as another member
+    assert run.sim.ledger.counts()["acked"] > 1_000
+
+
 def test_a_rolling_restart_from_disk_moves_no_partition() -> None:
     run = passed("a-rolling-restart-from-disk")
     first_kill_ms = step_time(run, 1)
