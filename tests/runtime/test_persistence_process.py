@@ -4,9 +4,11 @@ directory another member holds, or one that is damaged, is refused at start, nam
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,18 +20,25 @@ from tests.runtime.local_cluster import FAST_SETTINGS, LocalCluster, free_ports
 VALUE = b"v" * 100
 
 
-def _start_all(running: LocalCluster, tmp_path, addresses: list[str]) -> None:
+def _start_all(running: LocalCluster, tmp_path, addresses: list[str], *settings: str) -> None:
     for address in addresses:
         port = address.rpartition(":")[2]
-        running.start(address, addresses, 3, "--data-dir", str(tmp_path / f"data-{port}"))
+        running.start(address, addresses, 3, "--data-dir", str(tmp_path / f"data-{port}"), *settings)
 
 
-def test_every_member_killed_at_once_comes_back_from_its_disk_with_every_acknowledged_write(tmp_path) -> None:
+@contextlib.contextmanager
+def _three_persistent_members(tmp_path, *settings: str) -> Iterator[tuple[LocalCluster, list[str]]]:
+    """Three members, each with its own data directory under ``tmp_path``, formed."""
     addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
     with LocalCluster(tmp_path, 3, "--partition-count", "31", started=0) as running:
         running.addresses = addresses
-        _start_all(running, tmp_path, addresses)
+        _start_all(running, tmp_path, addresses, *settings)
         running.wait_formed()
+        yield running, addresses
+
+
+def test_every_member_killed_at_once_comes_back_from_its_disk_with_every_acknowledged_write(tmp_path) -> None:
+    with _three_persistent_members(tmp_path) as (running, addresses):
         acknowledged: dict[str, bytes] = {}
         with Client(addresses, operation_call_timeout_ms=30_000) as client:
             client.wait_until_safe(60)
@@ -182,18 +191,8 @@ def test_members_that_sync_every_second_come_back_consistent_losing_at_most_that
     lineages, their backups take their copies whole, and the cluster is safe again with every
     write acknowledged before that interval."""
     interval_ms = 500
-    addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
     settings = ("--set", "fsync=every_ms", "--set", f"fsync_interval_ms={interval_ms}")
-    with LocalCluster(tmp_path, 3, "--partition-count", "31", started=0) as running:
-        running.addresses = addresses
-
-        def start_all() -> None:
-            for address in addresses:
-                port = address.rpartition(":")[2]
-                running.start(address, addresses, 3, "--data-dir", str(tmp_path / f"data-{port}"), *settings)
-
-        start_all()
-        running.wait_formed()
+    with _three_persistent_members(tmp_path, *settings) as (running, addresses):
         acknowledged: list[tuple[float, dict[str, bytes]]] = []
         with Client(addresses, operation_call_timeout_ms=30_000) as client:
             client.wait_until_safe(60)
@@ -210,7 +209,7 @@ def test_members_that_sync_every_second_come_back_consistent_losing_at_most_that
             killed_at = time.monotonic()
             for address in addresses:
                 running.kill(address)
-        start_all()
+        _start_all(running, tmp_path, addresses, *settings)
         for address in addresses:
             running.wait_for_log(address, "member-restored", timeout_s=60)
         with Client(addresses, operation_call_timeout_ms=60_000) as client:
@@ -229,11 +228,7 @@ def test_a_cluster_shut_down_comes_back_from_its_directories_with_every_entry(tm
     """shardgrid shutdown --cluster, then every member started again on its directory: the same
     members come back with every entry, and the cluster is ACTIVE again (Hazelcast's hot restart
     after a cluster shutdown)."""
-    addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
-    with LocalCluster(tmp_path, 3, "--partition-count", "31", started=0) as running:
-        running.addresses = addresses
-        _start_all(running, tmp_path, addresses)
-        running.wait_formed()
+    with _three_persistent_members(tmp_path) as (running, addresses):
         entries = {f"k{i}": VALUE + str(i).encode() for i in range(2_000)}
         with Client(addresses, operation_call_timeout_ms=30_000) as client:
             client.wait_until_safe(60)
@@ -259,11 +254,7 @@ def test_a_rolling_restart_moves_almost_nothing(tmp_path) -> None:
     """Each member SIGKILLed and started again on its directory in turn, as for an upgrade: the
     cluster is safe with all three after each, and the records moved (migrations and replica
     syncs) stay under 5% of what re-replicating each member's copies would move."""
-    addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
-    with LocalCluster(tmp_path, 3, "--partition-count", "31", started=0) as running:
-        running.addresses = addresses
-        _start_all(running, tmp_path, addresses)
-        running.wait_formed()
+    with _three_persistent_members(tmp_path) as (running, addresses):
         entries = {f"k{i}": VALUE for i in range(3_000)}
         with Client(addresses, operation_call_timeout_ms=60_000) as client:
             client.wait_until_safe(60)
@@ -324,11 +315,7 @@ def test_a_member_returning_late_from_its_directory_rejoins_as_a_new_member(tmp_
     """SIGKILLed and kept away past the failure timeout, a member is removed and its partitions
     repaired from their backups; started again on its directory, it learns it was removed, drops
     its stale copies and joins as a new member, and the cluster holds every entry."""
-    addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
-    with LocalCluster(tmp_path, 3, "--partition-count", "31", started=0) as running:
-        running.addresses = addresses
-        _start_all(running, tmp_path, addresses)
-        running.wait_formed()
+    with _three_persistent_members(tmp_path) as (running, addresses):
         entries = {f"k{i}": VALUE for i in range(1_000)}
         late = addresses[2]
         with Client(addresses, operation_call_timeout_ms=60_000) as client:
