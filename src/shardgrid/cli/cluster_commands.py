@@ -415,7 +415,8 @@ def promote(address: str, **options: Any) -> None:
     "--cluster",
     "whole_cluster",
     is_flag=True,
-    help="Shut the whole cluster down: PASSIVE first, then every member stops; the data is dropped.",
+    help="Shut the whole cluster down: PASSIVE first, then every member stops; the data is dropped, unless the "
+    "members are persistent (a restart on their data directories brings the cluster back).",
 )
 @client_options
 def shutdown(address: str | None, whole_cluster: bool, **options: Any) -> None:

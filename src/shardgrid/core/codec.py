@@ -116,6 +116,7 @@ class _WireState(Record, kw_only=True):
     completed: Annotated[tuple[MigrationRecord, ...], msgspec.Meta(max_length=MAX_COMPLETED_IN_METADATA)]
     shut_down: bool
     parting: bool = False
+    shutting_down: bool = False
 
 
 def _table_to_wire(table: PartitionTable) -> _WireTable:
@@ -156,6 +157,7 @@ def _state_to_wire(state: MetadataState) -> _WireState:
         completed=state.completed,
         shut_down=state.shut_down,
         parting=state.parting,
+        shutting_down=state.shutting_down,
     )
 
 
@@ -178,6 +180,7 @@ def _state_from_wire(wire: _WireState) -> MetadataState:
         wire.completed,
         wire.shut_down,
         wire.parting,
+        wire.shutting_down,
     )
 
 

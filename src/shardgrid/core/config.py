@@ -354,7 +354,7 @@ class MemberConfig:
         )
         require(self.max_chunk_bytes > 0, "max_chunk_bytes must be positive")
         require(0 <= self.max_memory_bytes <= MAX_COUNTER, "max_memory_bytes must be 0 (no limit) or positive")
-        require(0 <= self.disk_reserve_bytes <= MAX_COUNTER, "disk_reserve_bytes must be 0 or positive")
+        require(0 <= self.disk_reserve_bytes <= MAX_COUNTER, f"disk_reserve_bytes is 0 to {MAX_COUNTER}")
         require(self.fsync in FSYNC_POLICIES, f"fsync is one of {', '.join(FSYNC_POLICIES)}")
         require(0 < self.fsync_interval_ms <= 60_000, "fsync_interval_ms is 1 to 60000")
         require(

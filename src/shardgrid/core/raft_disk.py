@@ -24,8 +24,8 @@ from shardgrid.core.raft.storage import RaftStorage, RaftWrite
 # takes, and at least REWRITE_ABOVE_BYTES: the disk holds a small multiple of the log.
 REWRITE_FACTOR = 4
 REWRITE_ABOVE_BYTES = 1024 * 1024
-# On a disk short of room the file is rewritten sooner, once it holds this much more than twice
-# what it takes written whole.
+# On a disk short of room the file is rewritten sooner, once that frees a quarter of it and at
+# least this much.
 COMPACT_EARLY_ABOVE_BYTES = 16 * 1024
 
 Encode = Callable[[RaftWrite], bytes]
@@ -100,8 +100,8 @@ class RaftFile:
     def record(self, write: RaftWrite, room_bytes: int | None = None, *, tight: bool = False) -> tuple[bytes, bool]:
         """The bytes that make ``write`` durable, and whether they replace the file. A rewrite
         that would not fit in ``room_bytes`` (the disk's free space; None: not known) waits, the
-        write appended instead. On a ``tight`` disk the file is rewritten sooner, once that frees
-        over half of it (measured at most once for each eighth the file grows by)."""
+        write appended instead. On a ``tight`` disk the file is rewritten sooner, once that frees a
+        quarter of it (measured at most once for each eighth the file grows by)."""
         self.storage.apply(write)
         data = raft_record(write, self._encode)
         if self._replace_next:
@@ -114,7 +114,8 @@ class RaftFile:
             self._measured_file_bytes = self.file_bytes
             whole = storage_record(self.storage, self._encode)
             fits = room_bytes is None or len(whole) <= room_bytes
-            if fits and (due or self.file_bytes + len(data) > 2 * len(whole) + COMPACT_EARLY_ABOVE_BYTES):
+            frees_bytes = self.file_bytes + len(data) - len(whole)
+            if fits and (due or frees_bytes >= max(COMPACT_EARLY_ABOVE_BYTES, self.file_bytes // 4)):
                 return self._rewritten(whole), True
         self.file_bytes += len(data)
         return data, False

@@ -48,9 +48,9 @@ REWRITE_FACTOR = 4
 REWRITE_ABOVE_BYTES = 64 * 1024 * 1024
 # What an image takes per entry beyond what a run carries of it (two lengths and the metadata).
 IMAGE_ENTRY_BYTES = DUMP_RECORD_BYTES
-# A member short of disk rewrites it sooner (``ReplicaJournal.take``), once it holds this much
-# more than twice what a rewrite writes; and builds the rewrite to measure it at most once for
-# each eighth of the file, or this much, that it grew by.
+# A member short of disk rewrites it sooner (``ReplicaJournal.take``), once that frees a quarter
+# of it and at least this much; and builds the rewrite to measure it at most once for each eighth
+# of the file, or this much, that it grew by.
 COMPACT_EARLY_ABOVE_BYTES = 16 * 1024
 
 MapNameHeld = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_MAP_NAME_CHARS)]
@@ -220,7 +220,7 @@ class ReplicaJournal:
         A rewrite waits while ``live_bytes`` would not fit in ``room_bytes`` (the disk's free
         space; None: not known), and the step's changes are appended instead: the old file is only
         gone once the new one is written whole, so both must fit. A member ``short`` of disk
-        rewrites sooner than REWRITE_FACTOR, once a rewrite would free over half the file."""
+        rewrites sooner than REWRITE_FACTOR, once a rewrite would free a quarter of the file."""
         due = self.file_bytes > max(REWRITE_ABOVE_BYTES, REWRITE_FACTOR * self._whole_bytes)
         if self._fresh:
             return self._rewritten(self._whole(stores, now_ms)), True
@@ -232,7 +232,8 @@ class ReplicaJournal:
             self._measured_file_bytes = self.file_bytes
             whole = self._whole(stores, now_ms)
             fits = room_bytes is None or whole.size_bytes <= room_bytes
-            if fits and (due or self.file_bytes > 2 * whole.size_bytes + COMPACT_EARLY_ABOVE_BYTES):
+            frees_bytes = self.file_bytes - whole.size_bytes
+            if fits and (due or frees_bytes >= max(COMPACT_EARLY_ABOVE_BYTES, self.file_bytes // 4)):
                 return self._rewritten(whole), True
             self._copy_bytes, self._staged_bytes = whole.copy_bytes, whole.staged_bytes
             self._live_bytes = whole.size_bytes - len(STEP_END)

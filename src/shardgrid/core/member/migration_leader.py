@@ -161,6 +161,7 @@ class MigrationLeader:
             or changes.lost
             or changes.cluster_state is not None
             or changes.table_assigned
+            or changes.resumed
         ):
             self.needs_rebalance = True
 

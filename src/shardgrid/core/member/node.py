@@ -91,6 +91,11 @@ class Member:
         self._resume_after_shutdown = False
         self._resume_proposed_term = -1
         self._restoring = False  # restoring from its disk (Start(disk)), not loading a snapshot
+        # The last log entry its disk held, when it came back from one: an entry up to it that
+        # stops the cluster was written before the restart (and is resumed), one after is new.
+        self._restored_last_index: int | None = None
+        self._stopping_index = 0  # the entry from which the log says the cluster is stopping
+        self._was_stopping = False
         self._last_assignment_request_ms = NEVER_MS
         self._known_leader: MemberId | None = None
         self._migrations_finished = 0
@@ -301,6 +306,7 @@ class Member:
             if self._shut_down_index is not None:
                 index, self._shut_down_index = self._shut_down_index, None
                 if self.consensus.state.shut_down:
+                    self.admin.on_cluster_shut_down()
                     self.leaving.on_cluster_shut_down(index)
         else:
             self.consensus.persist()  # what it learned last (a cluster's shutdown) is kept
@@ -316,6 +322,7 @@ class Member:
         self.ctx.disk.restored(dict(disk.file_bytes))
         self.data.restore(disk.replicas.copies, disk.file_bytes.get(DiskFile.REPLICAS, 0))
         self.migrations.restore_staged(disk.replicas.staged)
+        self._restored_last_index = disk.raft.entries[-1].index if disk.raft.entries else disk.raft.snapshot_index
         self._restoring = True
         try:
             self.consensus.restore(disk.raft, disk.file_bytes.get(DiskFile.RAFT, 0))
@@ -339,11 +346,21 @@ class Member:
             )
         )
 
+    def _note_stopping(self, index: int) -> None:
+        """Where the log began to say the cluster is stopping; when that entry was on this
+        member's disk before it came back from it, the stop was before the restart: resumed."""
+        stopping = self.consensus.state.stopping
+        if stopping and not self._was_stopping:
+            self._stopping_index = index
+        self._was_stopping = stopping
+        restored = self._restored_last_index
+        if stopping and restored is not None and self._stopping_index <= restored:
+            self._resume_after_shutdown = True
+
     def _resume(self) -> None:
         """A member back from its disk after a cluster shutdown: as leader, once a term, it
         proposes the cluster's resumption (ACTIVE again); its members came back with their data."""
-        state = self.consensus.state
-        if not state.shut_down and not state.parting:
+        if not self.consensus.state.stopping:
             self._resume_after_shutdown = False
             return
         term = self.consensus.term
@@ -586,9 +603,12 @@ class Member:
         state = self.consensus.state
         if self.lifecycle is Lifecycle.DISCOVERING and state.is_member(self.identity):
             self._become_active()
-        if self._restoring and (state.shut_down or state.parting):
-            # Back from its disk after the cluster shut down, or every data member was asked to
-            # leave (they stopped keeping what they held): it stays, and as leader resumes it.
+        self._was_stopping = state.stopping
+        if self._restoring and state.stopping:
+            # Back from its disk after the cluster shut down (or was shutting down), or every data
+            # member was asked to leave (they stopped keeping what they held): it stays, and as
+            # leader resumes it.
+            self._stopping_index = self.consensus.applied_index
             self._resume_after_shutdown = True
         record = state.record_of(self.identity)
         if record is not None and record.leaving and not self._resume_after_shutdown:
@@ -613,6 +633,7 @@ class Member:
 
     def on_applied(self, index: int, term: int, changes: Changes) -> None:
         me = self.identity
+        self._note_stopping(index)
         for record in changes.members_added:
             self.ctx.emit(events.MemberAdded(record.id, index))
             if record.id == me and self.lifecycle is Lifecycle.DISCOVERING:
@@ -655,7 +676,8 @@ class Member:
         for member in changes.members_changed:
             record = state.record_of(member)
             if record is not None and record.leaving and member == me and self.lifecycle is Lifecycle.ACTIVE:
-                self.leaving.on_marked_leaving()
+                if not self._resume_after_shutdown:
+                    self.leaving.on_marked_leaving()
             elif record is not None and not record.lite and not record.leaving:
                 self.ctx.emit(events.MemberPromoted(member, index))
                 if member == me:
@@ -664,9 +686,11 @@ class Member:
         if changes.shut_down and self.joined:
             # Stopped once the event's entries are all applied: a member that catches up after
             # the cluster came back from its disks applies the resumption in the same batch.
-            self._shut_down_index = index
+            if not self._resume_after_shutdown:
+                self._shut_down_index = index
             return
-        self.leaving.after_applied(index)
+        if not self._resume_after_shutdown:
+            self.leaving.after_applied(index)
         self._drive_requested = True
 
     def on_leadership(self, leader: MemberId | None, term: int, was_leader: bool) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from shardgrid._engine import EXPIRY_BYTES, INDEX_BYTES, MAP_BYTES, RECORD_BYTES
+from shardgrid.core.effects import DiskFile
 from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_COUNTER, MAX_ENTRIES_PER_CHUNK, MAX_OPERATIONS_PER_REQUEST
 from shardgrid.core.member.consensus import Consensus
@@ -168,13 +169,15 @@ class Upkeep:
         return config.persistent and self.ctx.disk.short_of_bytes(config.disk_reserve_bytes, self.rewrite_bytes()) > 0
 
     def rewrite_bytes(self) -> int:
-        """At least what a rewrite of the member's replicas file would write now."""
-        return self.writes.replicas_file_live_bytes()
+        """About what rewrites of the member's files would write now: its replicas file's live
+        bytes, and its Raft file whole (a rewrite of it writes no more; found by an outside
+        tester: the Raft log's dead bytes ate the reserve, and a member stopped at a full disk)."""
+        return self.writes.replicas_file_live_bytes() + self.ctx.disk.file_bytes(DiskFile.RAFT)
 
     def disk_full_reason(self) -> str:
         """Why a persistent member refuses writes for want of disk ('' when it has room): its
         file system's free space is under its ``disk_reserve_bytes`` plus room for a rewrite of
-        the records it holds (their engine count: more than a rewrite writes)."""
+        its files (``rewrite_bytes``)."""
         if not self.disk_short():
             return ""
         reserve = self.ctx.config.disk_reserve_bytes
@@ -182,7 +185,7 @@ class Upkeep:
         return (
             f"member {self.ctx.identity.address} has {self.ctx.disk.free_bytes} bytes free on its data "
             f"directory's disk, under the {reserve + rewrite} it keeps (disk_reserve_bytes {reserve}, and room to "
-            f"rewrite its {rewrite} bytes of records): writes are refused (not applied), reads and removes go on; "
+            f"rewrite its files, {rewrite} bytes): writes are refused (not applied), reads and removes go on; "
             "free disk space, remove data, or add members"
         )
 

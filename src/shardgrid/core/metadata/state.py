@@ -52,6 +52,7 @@ _STATE_FIELDS = (
     "completed",
     "shut_down",
     "parting",
+    "shutting_down",
 )
 
 
@@ -77,6 +78,10 @@ class MetadataState:
         # (for a member to join and take it, or graceful_shutdown_timeout_ms), found by an outside
         # tester: three of four members signalled and the fourth killed dropped every entry.
         parting: bool = False,
+        # PASSIVE for a cluster shutdown (``SetClusterState.for_shutdown``) that has not stopped
+        # the members yet: a cluster restarted from its disks after a crash in between resumes,
+        # as after the shutdown itself (found by an outside tester: it came back PASSIVE for good).
+        shutting_down: bool = False,
     ) -> None:
         self.partition_count = partition_count
         self.members = members
@@ -86,12 +91,20 @@ class MetadataState:
         self.completed = completed
         self.shut_down = shut_down
         self.parting = parting
+        self.shutting_down = shutting_down
         # Derived views, computed on first use: the state never changes, so neither do they.
         self._by_replica: dict[MemberId, MemberRecord] | None = None
         self._load: dict[MemberId, int] | None = None
         self._committed_ids: frozenset[str] | None = None
         self._stand_ins: dict[int, MemberId | None] | None = None
         self._any_unreachable: bool | None = None
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the log says the cluster was stopping when it was last written: shut down,
+        every data member leaving, or PASSIVE for a shutdown not done yet. A member back from its
+        disk in such a state stays, and as leader resumes the cluster (``ResumeAfterShutdown``)."""
+        return self.shut_down or self.parting or self.shutting_down
 
     def evolve(self, **changes: object) -> MetadataState:
         """A new state with some fields replaced (the derived views are computed afresh)."""
@@ -267,6 +280,7 @@ class Changes:
     cluster_state: ClusterState | None = None
     table_assigned: bool = False
     shut_down: bool = False
+    resumed: bool = False  # the cluster runs again after a shutdown (nobody leaving any more)
 
     @property
     def table_changed(self) -> bool:
@@ -322,7 +336,7 @@ def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataS
             changes.refused.append(problem)
             return state
         changes.cluster_state = command.state
-        return state.evolve(cluster_state=command.state)
+        return state.evolve(cluster_state=command.state, shutting_down=command.for_shutdown)
     if isinstance(command, PromoteToDataMember | MarkLeaving):
         record = state.record_of(command.member)
         if record is None:
@@ -351,12 +365,15 @@ def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataS
         changes.shut_down = True
         return state.evolve(shut_down=True)
     if isinstance(command, ResumeAfterShutdown):
-        if not state.shut_down and not state.parting:
+        if not state.stopping:
             return state
         if state.cluster_state is not ClusterState.ACTIVE:
             changes.cluster_state = ClusterState.ACTIVE
+        changes.resumed = True
         members = tuple(msgspec.structs.replace(r, leaving=False) if r.leaving else r for r in state.members)
-        return state.evolve(shut_down=False, parting=False, cluster_state=ClusterState.ACTIVE, members=members)
+        return state.evolve(
+            shut_down=False, parting=False, shutting_down=False, cluster_state=ClusterState.ACTIVE, members=members
+        )
     if isinstance(command, MarkUnreachable):
         return _mark_unreachable(state, command, changes)
     if isinstance(command, MarkReachable):
