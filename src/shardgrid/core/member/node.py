@@ -603,12 +603,13 @@ class Member:
         state = self.consensus.state
         if self.lifecycle is Lifecycle.DISCOVERING and state.is_member(self.identity):
             self._become_active()
+        if state.stopping and not self._was_stopping:
+            self._stopping_index = self.consensus.applied_index  # a snapshot through the stopping entry
         self._was_stopping = state.stopping
         if self._restoring and state.stopping:
             # Back from its disk after the cluster shut down (or was shutting down), or every data
             # member was asked to leave (they stopped keeping what they held): it stays, and as
             # leader resumes it.
-            self._stopping_index = self.consensus.applied_index
             self._resume_after_shutdown = True
         record = state.record_of(self.identity)
         if record is not None and record.leaving and not self._resume_after_shutdown:
