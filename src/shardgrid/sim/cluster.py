@@ -485,8 +485,13 @@ class Simulation:
             node.stopped = True
             disk = self.disks.get(node.address)
             if disk is not None and node.exit_code != 74:
-                disk.sync()  # a process that stops syncs what it wrote before it exits
+                # A process that stops syncs what it wrote, then sends what waited for it (its
+                # last answers: found by an outside tester, they were dropped here).
+                disk.sync()
                 node.synced_ms = self.now_ms
+                sends, node.unsynced_sends = node.unsynced_sends, []
+                for send in sends:
+                    send()
             self.stats.stops += 1
             self._record("stopped", node.address)
         for check in self.checks:

@@ -93,8 +93,11 @@ class Member:
         self._restoring = False  # restoring from its disk (Start(disk)), not loading a snapshot
         # The last log entry its disk held, when it came back from one: an entry up to it that
         # stops the cluster was written before the restart (and is resumed), one after is new.
-        self._restored_last_index: int | None = None
-        self._stopping_index = 0  # the entry from which the log says the cluster is stopping
+        # (index, term) of the last entry its disk held, or None: a stop at or before it in both
+        # is the restart's (a new leader may write new entries at indexes the disk held, in a
+        # later term).
+        self._restored_last: tuple[int, int] | None = None
+        self._stopping_at = (0, 0)  # (index, term) of the entry from which the cluster is stopping
         self._was_stopping = False
         self._last_assignment_request_ms = NEVER_MS
         self._known_leader: MemberId | None = None
@@ -322,7 +325,13 @@ class Member:
         self.ctx.disk.restored(dict(disk.file_bytes))
         self.data.restore(disk.replicas.copies, disk.file_bytes.get(DiskFile.REPLICAS, 0))
         self.migrations.restore_staged(disk.replicas.staged)
-        self._restored_last_index = disk.raft.entries[-1].index if disk.raft.entries else disk.raft.snapshot_index
+        raft_disk = disk.raft
+        if raft_disk.entries:
+            self._restored_last = (raft_disk.entries[-1].index, raft_disk.entries[-1].term)
+        elif raft_disk.snapshot is not None:
+            self._restored_last = (raft_disk.snapshot.index, raft_disk.snapshot.term)
+        else:
+            self._restored_last = (0, 0)
         self._restoring = True
         try:
             self.consensus.restore(disk.raft, disk.file_bytes.get(DiskFile.RAFT, 0))
@@ -346,16 +355,21 @@ class Member:
             )
         )
 
-    def _note_stopping(self, index: int) -> None:
+    def _note_stopping(self, index: int, term: int) -> None:
         """Where the log began to say the cluster is stopping; when that entry was on this
-        member's disk before it came back from it, the stop was before the restart: resumed."""
+        member's disk before it came back from it, the stop was before the restart: resumed.
+        Decided again at every entry (a resumption and a new shutdown may come in one batch)."""
         stopping = self.consensus.state.stopping
         if stopping and not self._was_stopping:
-            self._stopping_index = index
+            self._stopping_at = (index, term)
         self._was_stopping = stopping
-        restored = self._restored_last_index
-        if stopping and restored is not None and self._stopping_index <= restored:
-            self._resume_after_shutdown = True
+        restored = self._restored_last
+        self._resume_after_shutdown = (
+            stopping
+            and restored is not None
+            and self._stopping_at[0] <= restored[0]
+            and self._stopping_at[1] <= restored[1]
+        )
 
     def _resume(self) -> None:
         """A member back from its disk after a cluster shutdown: as leader, once a term, it
@@ -603,14 +617,17 @@ class Member:
         state = self.consensus.state
         if self.lifecycle is Lifecycle.DISCOVERING and state.is_member(self.identity):
             self._become_active()
-        if state.stopping and not self._was_stopping:
-            self._stopping_index = self.consensus.applied_index  # a snapshot through the stopping entry
-        self._was_stopping = state.stopping
-        if self._restoring and state.stopping:
+        if self._restoring:
             # Back from its disk after the cluster shut down (or was shutting down), or every data
             # member was asked to leave (they stopped keeping what they held): it stays, and as
             # leader resumes it.
-            self._resume_after_shutdown = True
+            self._stopping_at = (0, 0)
+            self._was_stopping = state.stopping
+            self._resume_after_shutdown = state.stopping
+        else:
+            # A snapshot through the entry that began the stop: its index and term stand for it.
+            snapshot = self.consensus.raft.log.snapshot
+            self._note_stopping(self.consensus.applied_index, snapshot.term if snapshot is not None else 0)
         record = state.record_of(self.identity)
         if record is not None and record.leaving and not self._resume_after_shutdown:
             self.leaving.on_marked_leaving()
@@ -634,7 +651,7 @@ class Member:
 
     def on_applied(self, index: int, term: int, changes: Changes) -> None:
         me = self.identity
-        self._note_stopping(index)
+        self._note_stopping(index, term)
         for record in changes.members_added:
             self.ctx.emit(events.MemberAdded(record.id, index))
             if record.id == me and self.lifecycle is Lifecycle.DISCOVERING:
