@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardgrid.core.disk_records import RecordKind, encode_record, scan_records
+from shardgrid.core.disk_records import COMPACT_EARLY_ABOVE_BYTES, RecordKind, encode_record, scan_records
 from shardgrid.core.errors import CorruptDisk
 from shardgrid.core.messages import EMPTY_COLUMN, PUT, REMOVE, Column, WriteRun
-from shardgrid.core.replica_disk import COMPACT_EARLY_ABOVE_BYTES, STEP_END, ReplicaJournal, images, load_replicas
+from shardgrid.core.replica_disk import STEP_END, ReplicaJournal, images, load_replicas
 from shardgrid.core.store import PartitionData
 
 

@@ -35,6 +35,10 @@ HEADER = struct.Struct("<IBII")  # length, kind, payload crc32, header crc32 (of
 _CHECKED = struct.Struct("<IBI")  # the part of the header its checksum covers
 SECTOR_BYTES = 512  # the unit a disk writes whole or not at all
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # one record: a Raft snapshot or a chunk of a partition, with room
+# A member short of disk rewrites a file sooner than its usual rule, once that frees a quarter of
+# it and at least this much; and builds a rewrite to measure it at most once for each eighth of
+# the file (or this much) that it grew by (``worth_measuring``, ``frees_enough``).
+COMPACT_EARLY_ABOVE_BYTES = 16 * 1024
 
 
 class RecordKind(enum.IntEnum):
@@ -57,6 +61,17 @@ class Scan:
     valid_bytes: int  # the length of the intact prefix: where the next record goes
     torn_bytes: int  # bytes of a torn tail after it (0 when the file ends cleanly)
     corrupt: str  # why the file is corrupt at ``valid_bytes`` ('' when it is not)
+
+
+def worth_measuring(grown_bytes: int, size_bytes: int) -> bool:
+    """Whether a file that grew ``grown_bytes`` since its rewrite was last built (of ``size_bytes``
+    then or now) is worth building one again: bounded work, once per eighth it grows by."""
+    return grown_bytes >= max(COMPACT_EARLY_ABOVE_BYTES, size_bytes // 8)
+
+
+def frees_enough(file_bytes: int, whole_bytes: int) -> bool:
+    """Whether rewriting a file of ``file_bytes`` as ``whole_bytes`` frees enough to be done early."""
+    return file_bytes - whole_bytes >= max(COMPACT_EARLY_ABOVE_BYTES, file_bytes // 4)
 
 
 def refuse_corrupt(scan: Scan, name: object) -> None:

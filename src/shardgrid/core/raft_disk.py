@@ -15,7 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from shardgrid.core.codec import decode_raft_write, encode_raft_write
-from shardgrid.core.disk_records import RecordKind, Scan, encode_record, refuse_corrupt, scan_records
+from shardgrid.core.disk_records import (
+    RecordKind,
+    Scan,
+    encode_record,
+    frees_enough,
+    refuse_corrupt,
+    scan_records,
+    worth_measuring,
+)
 from shardgrid.core.errors import CorruptDisk
 from shardgrid.core.limits import MAX_ENTRIES_PER_RAFT_WRITE
 from shardgrid.core.raft.storage import RaftStorage, RaftWrite
@@ -24,9 +32,6 @@ from shardgrid.core.raft.storage import RaftStorage, RaftWrite
 # takes, and at least REWRITE_ABOVE_BYTES: the disk holds a small multiple of the log.
 REWRITE_FACTOR = 4
 REWRITE_ABOVE_BYTES = 1024 * 1024
-# On a disk short of room the file is rewritten sooner, once that frees a quarter of it and at
-# least this much.
-COMPACT_EARLY_ABOVE_BYTES = 16 * 1024
 
 Encode = Callable[[RaftWrite], bytes]
 Decode = Callable[[bytes], RaftWrite]  # raises CorruptDisk for what no server wrote
@@ -108,14 +113,12 @@ class RaftFile:
             return self._rewritten(storage_record(self.storage, self._encode)), True
         limit = max(REWRITE_ABOVE_BYTES, REWRITE_FACTOR * self._whole_bytes)
         due = self.file_bytes + len(data) > limit
-        grown_bytes = self.file_bytes - self._measured_file_bytes
-        regrown = grown_bytes >= max(COMPACT_EARLY_ABOVE_BYTES, self.file_bytes // 8)
+        regrown = worth_measuring(self.file_bytes - self._measured_file_bytes, self.file_bytes)
         if (due and room_bytes is None) or ((due or tight) and regrown):
             self._measured_file_bytes = self.file_bytes
             whole = storage_record(self.storage, self._encode)
             fits = room_bytes is None or len(whole) <= room_bytes
-            frees_bytes = self.file_bytes + len(data) - len(whole)
-            if fits and (due or frees_bytes >= max(COMPACT_EARLY_ABOVE_BYTES, self.file_bytes // 4)):
+            if fits and (due or frees_enough(self.file_bytes + len(data), len(whole))):
                 return self._rewritten(whole), True
         self.file_bytes += len(data)
         return data, False

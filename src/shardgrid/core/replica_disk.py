@@ -30,7 +30,15 @@ from typing import Annotated
 import msgspec
 
 from shardgrid._engine import DUMP_RECORD_BYTES, ColumnError
-from shardgrid.core.disk_records import HEADER, RecordKind, Scan, encode_record, refuse_corrupt
+from shardgrid.core.disk_records import (
+    HEADER,
+    RecordKind,
+    Scan,
+    encode_record,
+    frees_enough,
+    refuse_corrupt,
+    worth_measuring,
+)
 from shardgrid.core.errors import CorruptDisk, ShardgridError
 from shardgrid.core.limits import MAX_BACKUP_COUNT, MAX_ENTRIES_PER_CHUNK, MAX_MAP_NAME_CHARS
 from shardgrid.core.messages import ChunkMapName, PartitionId, RecordColumns, WriteRun
@@ -48,10 +56,6 @@ REWRITE_FACTOR = 4
 REWRITE_ABOVE_BYTES = 64 * 1024 * 1024
 # What an image takes per entry beyond what a run carries of it (two lengths and the metadata).
 IMAGE_ENTRY_BYTES = DUMP_RECORD_BYTES
-# A member short of disk rewrites it sooner (``ReplicaJournal.take``), once that frees a quarter
-# of it and at least this much; and builds the rewrite to measure it at most once for each eighth
-# of the file, or this much, that it grew by.
-COMPACT_EARLY_ABOVE_BYTES = 16 * 1024
 
 MapNameHeld = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_MAP_NAME_CHARS)]
 
@@ -183,11 +187,6 @@ class ReplicaJournal:
         self.took_runs_only = False
 
     @property
-    def whole_bytes(self) -> int:
-        """What the file's last rewrite wrote (what it was read back as, before the first)."""
-        return self._whole_bytes
-
-    @property
     def live_bytes(self) -> int:
         """About what a rewrite of the file would write now (each copy's last image and what was
         appended for it since; a step not taken yet is not counted)."""
@@ -226,14 +225,13 @@ class ReplicaJournal:
             return self._rewritten(self._whole(stores, now_ms)), True
         # The count grows with every run, a key written again counted twice: the file whole, built
         # (bounded work: at most once for each eighth the file grows by), says what it takes.
-        remeasure = self.file_bytes - self._measured_file_bytes >= max(COMPACT_EARLY_ABOVE_BYTES, self._live_bytes // 8)
+        remeasure = worth_measuring(self.file_bytes - self._measured_file_bytes, self._live_bytes)
         fits = room_bytes is None or self._live_bytes + len(STEP_END) <= room_bytes
         if (due and (fits or remeasure)) or (short and remeasure):
             self._measured_file_bytes = self.file_bytes
             whole = self._whole(stores, now_ms)
             fits = room_bytes is None or whole.size_bytes <= room_bytes
-            frees_bytes = self.file_bytes - whole.size_bytes
-            if fits and (due or frees_bytes >= max(COMPACT_EARLY_ABOVE_BYTES, self.file_bytes // 4)):
+            if fits and (due or frees_enough(self.file_bytes, whole.size_bytes)):
                 return self._rewritten(whole), True
             self._copy_bytes, self._staged_bytes = whole.copy_bytes, whole.staged_bytes
             self._live_bytes = whole.size_bytes - len(STEP_END)

@@ -124,9 +124,6 @@ class DataDirectory:
         self.synced = self.written  # a replacement is synced as it is written
         return took
 
-    def size_bytes(self) -> int:
-        return sum(record_file.size_bytes for record_file in self._files.values())
-
     def file_bytes(self) -> dict[DiskFile, int]:
         return {file: record_file.size_bytes for file, record_file in self._files.items()}
 

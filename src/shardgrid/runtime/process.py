@@ -375,14 +375,19 @@ class MemberProcess:
         except (DiskFailed, OSError) as error:
             self._disk_failed("sync", error)
             return
-        free_bytes = disk.free_bytes()
-        self.metrics.on_sync(seconds, disk.file_bytes(), free_bytes)
         sends, self._unsynced_sends = self._unsynced_sends, []
         for address, target_uuid, message, to_client in sends:
             if to_client:
                 self._reply(address, message)
             else:
                 self._send(address, target_uuid, message)
+        self._report_synced(disk, seconds)
+
+    def _report_synced(self, disk: DataDirectory, seconds: float) -> None:
+        """Tell the member what of its writes is durable and how much room its disk has (and the
+        metrics what the sync took)."""
+        free_bytes = disk.free_bytes()
+        self.metrics.on_sync(seconds, disk.file_bytes(), free_bytes)
         self._handle(Synced(disk.synced, free_bytes))
 
     def _disk_failed(self, what: str, error: BaseException) -> None:
@@ -839,9 +844,7 @@ class MemberProcess:
             if disk is not None and not self._sync_scheduled:
                 # The free space again, with nothing new synced: a member that refused writes for
                 # want of room takes them again once it has room (its own writes may be refused).
-                free_bytes = disk.free_bytes()
-                self.metrics.on_sync(0.0, disk.file_bytes(), free_bytes)
-                self._handle(Synced(disk.synced, free_bytes))
+                self._report_synced(disk, 0.0)
             self.metrics.on_status(self.member.status(0))
             kinds = {"client": 0, "member_dialed": 0, "member_accepted": 0}
             for link in self._links.values():

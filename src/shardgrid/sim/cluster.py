@@ -483,15 +483,10 @@ class Simulation:
         if node.exit_code is not None and node.alive:
             node.alive = False
             node.stopped = True
-            disk = self.disks.get(node.address)
-            if disk is not None and node.exit_code != 74:
+            if node.address in self.disks and node.exit_code != 74:
                 # A process that stops syncs what it wrote, then sends what waited for it (its
                 # last answers: found by an outside tester, they were dropped here).
-                disk.sync()
-                node.synced_ms = self.now_ms
-                sends, node.unsynced_sends = node.unsynced_sends, []
-                for send in sends:
-                    send()
+                self._sync_disk(node)
             self.stats.stops += 1
             self._record("stopped", node.address)
         for check in self.checks:
@@ -514,15 +509,19 @@ class Simulation:
     def _synced(self, node: Node) -> None:
         """A persistent member's disk synced: the sends that waited for it go, in order, and the
         member is told what is durable now."""
-        self.disks[node.address].sync()
-        node.synced_ms = self.now_ms
+        self._sync_disk(node)
         self.stats.syncs += 1
-        sends, node.unsynced_sends = node.unsynced_sends, []
-        for send in sends:
-            send()
         disk = self.disks[node.address]
         free_bytes = self.disk_capacity_bytes - disk.size_bytes() if self.disk_capacity_bytes else -1
         self._run_member(node, Synced(node.persisted, free_bytes))
+
+    def _sync_disk(self, node: Node) -> None:
+        """Sync a member's disk, then send, in order, what waited for it."""
+        self.disks[node.address].sync()
+        node.synced_ms = self.now_ms
+        sends, node.unsynced_sends = node.unsynced_sends, []
+        for send in sends:
+            send()
 
     def _refused_by_disk(self, disk: SimDisk, effect: Persist) -> bool:
         """Whether a write would take the disk past its size (a replacement is written beside the

@@ -96,7 +96,6 @@ class StateChange:
     state: ClusterState
     respond: Respond
     deadline_ms: int
-    shutdown: bool = False  # a cluster shutdown: answered by this member if it learns it is done first
     then_shutdown: bool = False
     confirm_index: int = 0  # a shutdown waits until every member applied the PASSIVE entry
 

@@ -91,11 +91,9 @@ class Member:
         self._resume_after_shutdown = False
         self._resume_proposed_term = -1
         self._restoring = False  # restoring from its disk (Start(disk)), not loading a snapshot
-        # The last log entry its disk held, when it came back from one: an entry up to it that
-        # stops the cluster was written before the restart (and is resumed), one after is new.
-        # (index, term) of the last entry its disk held, or None: a stop at or before it in both
-        # is the restart's (a new leader may write new entries at indexes the disk held, in a
-        # later term).
+        # (index, term) of the last log entry its disk held when it came back from one (None: it
+        # did not): a stop at or before it in both was the restart's, and is resumed; a later one
+        # is new (a new leader may write new entries at indexes the disk held, in a later term).
         self._restored_last: tuple[int, int] | None = None
         self._stopping_at = (0, 0)  # (index, term) of the entry from which the cluster is stopping
         self._was_stopping = False
@@ -373,10 +371,9 @@ class Member:
 
     def _resume(self) -> None:
         """A member back from its disk after a cluster shutdown: as leader, once a term, it
-        proposes the cluster's resumption (ACTIVE again); its members came back with their data."""
-        if not self.consensus.state.stopping:
-            self._resume_after_shutdown = False
-            return
+        proposes the cluster's resumption (ACTIVE again); its members came back with their data.
+        (Asked only while the flag says so: ``_note_stopping`` clears it once the log no longer
+        says the cluster is stopping.)"""
         term = self.consensus.term
         if (
             self.consensus.is_leader
