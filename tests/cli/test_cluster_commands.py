@@ -53,6 +53,17 @@ def test_a_local_cluster_from_up_to_down(tmp_path):
         assert len(status["members"]) == 3
         assert status["safe"] is True
         assert sum(member["owned_partitions"] for member in status["members"]) == 271
+        listed = json.loads(_shardgrid("partitions", "list", "--members", members, "--json").stdout)
+        assert [row["partition_id"] for row in listed] == list(range(271))
+        addresses = {member["address"] for member in status["members"]}
+        for row in listed:  # one backup on another member, none unavailable
+            assert row["owner"] in addresses
+            assert len(row["backups"]) == 1
+            assert row["backups"][0] != row["owner"]
+            assert row["backups"][0] in addresses
+            assert not row["unavailable"]
+        owned = {address: sum(row["owner"] == address for row in listed) for address in addresses}
+        assert owned == {member["address"]: member["owned_partitions"] for member in status["members"]}
         assert _shardgrid("map", "put", "users", "ada", '{"born": 1815}', "--members", members).returncode == 0
         got = _shardgrid("map", "get", "users", "ada", "--members", members)
         assert json.loads(got.stdout) == {"born": 1815}

@@ -37,6 +37,28 @@ def test_table_pages_and_redirects_only_move_forward():
     assert group_by_owner([0, 1, 2, 3], [0, 1, 2, 3], view) == {None: [0], "c:1": [1], "a:1": [2, 3]}
 
 
+def test_the_view_keeps_every_replica_and_which_partitions_are_unavailable():
+    view = TableView()
+    reply = m.TableReply(
+        partition_count=3,
+        first_partition=0,
+        addresses=("a:1", "b:1", "c:1"),
+        versions=(1, 1, 1),
+        replicas=((0, 1), (1, -1), (2, 0)),
+        unavailable=(2,),
+    )
+    assert view.apply_page(reply) is None
+    assert view.replicas == [("a:1", "b:1"), ("b:1",), ("c:1", "a:1")]
+    assert view.unavailable == {2}
+    assert view.owners[2] is None
+    healed = m.TableReply(
+        partition_count=3, first_partition=0, addresses=("a:1", "c:1"), versions=(1, 1, 2), replicas=((0,), (0,), (1,))
+    )
+    view.apply_page(healed)
+    assert view.unavailable == set()
+    assert view.replicas == [("a:1",), ("a:1",), ("c:1",)]
+
+
 def test_requests_are_split_by_count_and_bytes():
     keys = [b"k"] * 5
     assert split_requests(range(5), keys, None, 2) == [[0, 1], [2, 3], [4]]

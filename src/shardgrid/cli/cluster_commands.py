@@ -491,7 +491,36 @@ def remove(address: str, **options: Any) -> None:
 
 @click.group()
 def partitions() -> None:
-    """Partitions the cluster cannot serve now."""
+    """Where the partitions are, and the ones the cluster cannot serve now."""
+
+
+@partitions.command("list")
+@client_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per partition, in a list.")
+def partitions_list(as_json: bool, **options: Any) -> None:
+    """Each partition's version, owner and backups, as a member's table holds them now, and
+    whether it is unavailable (every replica on members that stopped answering)."""
+    found = _with_client(options, lambda client: client.partitions())
+    if as_json:
+        rows = [
+            {
+                "partition_id": p.partition_id,
+                "version": p.version,
+                "owner": p.owner,
+                "backups": list(p.replicas[1:]),
+                "unavailable": p.unavailable,
+            }
+            for p in found
+        ]
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(show_edge=False)
+    for heading in ("partition", "version", "owner", "backups", ""):
+        table.add_column(heading)
+    for p in found:
+        marked = "[red]unavailable[/red]" if p.unavailable else ""
+        table.add_row(str(p.partition_id), str(p.version), p.owner or "-", " ".join(p.replicas[1:]), marked)
+    Console().print(table)
 
 
 @partitions.command("revive")

@@ -17,6 +17,7 @@ from shardgrid.client.errors import (
     ShardgridClientError,
 )
 from shardgrid.client.serialization import BytesSerializer, KeySerializer, MsgpackSerializer, Serializer
+from shardgrid.client.status import ClusterStatus, PartitionInfo
 from shardgrid.client.sync import Client, Map
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "BytesSerializer",
     "Client",
     "ClientClosedError",
+    "ClusterStatus",
     "ClusterUnavailableError",
     "DiskFullError",
     "EntryView",
@@ -38,6 +40,7 @@ __all__ = [
     "MsgpackSerializer",
     "OperationRejectedError",
     "OperationTimeoutError",
+    "PartitionInfo",
     "PartitionUnavailableError",
     "Serializer",
     "ShardgridClientError",

@@ -35,7 +35,7 @@ from shardgrid.client.errors import (
 )
 from shardgrid.client.routing import TableView, group_by_owner, split_requests
 from shardgrid.client.serialization import KeySerializer, MsgpackSerializer, Serializer
-from shardgrid.client.status import ClusterStatus
+from shardgrid.client.status import ClusterStatus, PartitionInfo
 from shardgrid.core import codec
 from shardgrid.core import messages as m
 from shardgrid.core.call_policy import (
@@ -968,6 +968,21 @@ class AsyncClient:
 
     async def is_cluster_safe(self) -> bool:
         return (await self.cluster_status()).safe
+
+    async def partitions(self) -> tuple[PartitionInfo, ...]:
+        """Every partition as a member's table holds it now (asked afresh): where each one's
+        replicas are, for an operator or a test that needs to know which members hold what."""
+        await self.refresh_table()
+        view = self.table
+        return tuple(
+            PartitionInfo(
+                partition_id=pid,
+                version=view.versions[pid],
+                replicas=view.replicas[pid],
+                unavailable=pid in view.unavailable,
+            )
+            for pid in range(view.partition_count)
+        )
 
     async def wait_until_safe(self, timeout_s: float, poll_s: float = 0.2, members: int = 0) -> ClusterStatus:
         """Returns the first safe status (with at least ``members`` members: in a rolling restart,

@@ -20,6 +20,10 @@ class TableView:
     partition_count: int = 0
     owners: list[str | None] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    # Every replica's address per partition (the owner first), as the last table reply said: what
+    # ``partitions()`` shows; routing reads ``owners``, which redirects and silences also move.
+    replicas: list[tuple[str, ...]] = field(default_factory=list)
+    unavailable: set[int] = field(default_factory=set)  # every replica on members that stopped answering
     members: list[str] = field(default_factory=list)  # every address a table reply named
 
     @property
@@ -33,6 +37,8 @@ class TableView:
             self.partition_count = reply.partition_count
             self.owners = [None] * reply.partition_count
             self.versions = [-1] * reply.partition_count
+            self.replicas = [()] * reply.partition_count
+            self.unavailable = set()
         for address in reply.addresses:
             if address not in self.members:
                 self.members.append(address)
@@ -43,9 +49,12 @@ class TableView:
             owner = row[0] if row else -1
             self.owners[pid] = reply.addresses[owner] if 0 <= owner < len(reply.addresses) else None
             self.versions[pid] = version
+            self.replicas[pid] = tuple(reply.addresses[i] for i in row if 0 <= i < len(reply.addresses))
+            self.unavailable.discard(pid)
         for pid in reply.unavailable:
             if 0 <= pid < self.partition_count:
                 self.owners[pid] = None  # its owner does not answer: any member says so at once
+                self.unavailable.add(pid)
         if reply.more and reply.replicas:
             return reply.first_partition + len(reply.replicas)
         return None

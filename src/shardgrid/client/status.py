@@ -16,6 +16,21 @@ from dataclasses import dataclass, field
 from shardgrid.core.messages import MemberStatus
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionInfo:
+    """One partition as the table a member sent holds it: its version, the addresses of its
+    replicas (the owner first, then the backups) and whether every one of them stopped answering."""
+
+    partition_id: int
+    version: int
+    replicas: tuple[str, ...]
+    unavailable: bool
+
+    @property
+    def owner(self) -> str | None:
+        return self.replicas[0] if self.replicas else None
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterStatus:
     members: tuple[str, ...]  # the member list, as the member asked first applied it

@@ -19,7 +19,7 @@ from shardgrid.client.aio import AsyncClient, AsyncMap, EventListener
 from shardgrid.client.entry_view import EntryView
 from shardgrid.client.errors import ClientClosedError
 from shardgrid.client.serialization import Serializer
-from shardgrid.client.status import ClusterStatus
+from shardgrid.client.status import ClusterStatus, PartitionInfo
 from shardgrid.core.hashing import Key
 from shardgrid.core.messages import EventNotice, MemberStatus
 from shardgrid.core.metadata.cluster_state import ClusterState
@@ -104,6 +104,9 @@ class Client:
 
     def is_cluster_safe(self) -> bool:
         return self._run(self._async.is_cluster_safe())
+
+    def partitions(self) -> tuple[PartitionInfo, ...]:
+        return self._run(self._async.partitions())
 
     def wait_until_safe(self, timeout_s: float, members: int = 0) -> ClusterStatus:
         return self._run(self._async.wait_until_safe(timeout_s, members=members))
