@@ -74,14 +74,14 @@ def test_a_data_directory_another_member_holds_is_refused(tmp_path) -> None:
         assert second.returncode == 1
         assert b"is open in another process" in second.stderr
         running.kill(address)
-        # Its directory names its address: started elsewhere, it says where it belongs.
+        # The only voter of its cluster, started elsewhere: nobody could rename it there.
         moved = subprocess.run(
             member_command(other, [f"127.0.0.1:{other}"], 1, (*FAST_SETTINGS, "--data-dir", directory)),
             capture_output=True,
             timeout=60,
         )
         assert moved.returncode == 1
-        assert f"not 127.0.0.1:{other}".encode() in moved.stderr
+        assert f"only voter of, at 127.0.0.1:{port}: start it there".encode() in moved.stderr, moved.stderr[-2000:]
 
 
 def test_a_damaged_raft_file_is_refused_naming_it(tmp_path) -> None:
@@ -332,4 +332,47 @@ def test_a_member_returning_late_from_its_directory_rejoins_as_a_new_member(tmp_
             running.start(late, addresses, 3, "--data-dir", str(tmp_path / f"data-{port}"))
             client.wait_until_safe(90, members=3)
             assert client.member_status(late).uuid != old_uuid
+            assert client.get_map("data").get_all(list(entries)) == entries
+
+
+def test_a_member_restarted_at_another_address_is_renamed_with_its_data(tmp_path) -> None:
+    """SIGKILLed, then started on its directory at another port (a host that took its volume over):
+    the member asks its cluster to rename it there, keeps its uuid and its replicas (no partition
+    moves, its backups catch up from their sequences), and the cluster holds every entry."""
+    with _three_persistent_members(tmp_path) as (running, addresses):
+        entries = {f"k{i}": VALUE for i in range(2_000)}
+        gone = addresses[2]
+        with Client(addresses, operation_call_timeout_ms=60_000) as client:
+            client.wait_until_safe(60)
+            client.get_map("data").put_all(entries)
+            time.sleep(1.0)  # a member counts its records once a tick
+            status = client.member_status(gone)
+            held, old_uuid = status.entries, status.uuid
+            owned = sum(p.owner == gone for p in client.partitions())
+            before = {a: _moved(client.member_status(a)) for a in addresses[:2]}
+            running.kill(gone)
+        port = gone.rpartition(":")[2]
+        moved_to = running.start(None, addresses[:2], 3, "--data-dir", str(tmp_path / f"data-{port}"))
+        running.wait_for_log(moved_to, "member-moved", timeout_s=60)
+        assert "member-moving" in running.log_text(moved_to)
+        members = [*addresses[:2], moved_to]
+        with Client(members, operation_call_timeout_ms=60_000) as client:
+            client.wait_until_safe(90, members=3)
+            assert set(client.cluster_status().members) == set(members)
+            assert client.member_status(moved_to).uuid == old_uuid
+            partitions = client.partitions()
+            assert not [p for p in partitions if gone in p.replicas]
+            assert sum(p.owner == moved_to for p in partitions) == owned
+            after = {a: _moved(client.member_status(a)) for a in addresses[:2]}
+            moved = sum(after[a] - before[a] for a in addresses[:2]) + _moved(client.member_status(moved_to))
+            assert moved < 0.05 * held, f"{moved} records moved of the {held} it held"
+            assert client.get_map("data").get_all(list(entries)) == entries
+        # Its member file names it at its new address now: killed and started there again, it
+        # comes back as itself, restored, not moving.
+        running.kill(moved_to)
+        running.start(moved_to, members, 3, "--data-dir", str(tmp_path / f"data-{port}"))
+        running.wait_for_log(moved_to, "member-restored", timeout_s=60)
+        with Client(members, operation_call_timeout_ms=60_000) as client:
+            client.wait_until_safe(90, members=3)
+            assert client.member_status(moved_to).uuid == old_uuid
             assert client.get_map("data").get_all(list(entries)) == entries

@@ -19,7 +19,17 @@ from shardgrid.sim.checkers import check_disk, final_violations
 from shardgrid.sim.vopr import Run, SimParams, run_seed
 
 SCALE = int(os.environ.get("SHARDGRID_SIM_SEEDS", "75"))
-PERSISTENT_FAULTS = ("crash-all", "restart-self", "crash", "leader-crash", "join", "split", "pause", "shutdown")
+PERSISTENT_FAULTS = (
+    "crash-all",
+    "restart-self",
+    "move",
+    "crash",
+    "leader-crash",
+    "join",
+    "split",
+    "pause",
+    "shutdown",
+)
 PERSISTENT = SimParams(
     ops=400, members=3, partitions=31, persistent=True, faults=PERSISTENT_FAULTS, fault_gap_ms=(1_000, 4_000)
 )

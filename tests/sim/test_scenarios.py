@@ -730,3 +730,26 @@ def test_members_whose_disks_fill_up_refuse_writes_before_their_disks_end_and_ta
     taken_after = [w for w in writes if w.issued_ms > step_time(run, 2) and w.outcome == ACKED]
     assert len(taken_after) > 100, "writes were not taken again once members joined"
     assert max(len(disk.read(name)) for disk in run.sim.disks.values() for name in ("raft", "replicas")) < 100_000
+
+
+def test_a_member_restarted_at_a_new_address_is_renamed_and_moves_no_partition() -> None:
+    run = passed("a-member-restarted-at-a-new-address")
+    (moving,) = [e for _, _, e in emitted(run, events.MemberMoving)]
+    assert moving.partitions > 0
+    assert moving.old.uuid == moving.new.uuid
+    assert moving.old.address != moving.new.address
+    (moved,) = [e for _, _, e in emitted(run, events.MemberMoved)]
+    assert (moved.old, moved.new) == (moving.old, moving.new)
+    leader = run.sim.leader()
+    assert leader is not None
+    state = leader.consensus.state
+    assert state.is_member(moving.new)
+    assert not state.is_member(moving.old)
+    assert not any(moving.old in slots for slots in state.table.replicas)
+    assert sum(moving.new in slots for slots in state.table.replicas) == moving.partitions
+    # Renamed, not removed: no member left, none joined, no partition moved.
+    assert not emitted(run, events.MemberRemoved)
+    assert not emitted(run, events.MemberAdded)
+    move_ms = step_time(run, 2)
+    assert not [e for t, _, e in emitted(run, events.MigrationEvent) if t > move_ms]
+    assert run.sim.ledger.counts()["acked"] > 1_000

@@ -70,6 +70,7 @@ COMMAND_TYPES: tuple[type[Message], ...] = (
     c.MarkUnreachable,
     c.MarkReachable,
     c.ReviveUnavailable,
+    c.ReaddressMember,
 )
 
 
@@ -206,6 +207,7 @@ _WIRE_COMMAND_TYPES: tuple[type[Message], ...] = (
     c.MarkUnreachable,
     c.MarkReachable,
     c.ReviveUnavailable,
+    c.ReaddressMember,
 )
 _WireCommands = Annotated[
     tuple[Union[_WIRE_COMMAND_TYPES], ...],  # type: ignore[valid-type]  # noqa: UP007

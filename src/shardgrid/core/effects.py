@@ -80,4 +80,13 @@ class Persist:
     hold_sends: bool = True
 
 
-Effect = Send | SendToAddress | ReplyToClient | SetTimer | Emit | Stop | Persist
+@dataclass(frozen=True, slots=True)
+class KeepIdentity:
+    """Write the data directory's member file anew, naming ``member`` (synced before any send of
+    the step goes out): a persistent member that came back at another address is now known to
+    the cluster there, and a restart on the directory comes back as that member."""
+
+    member: MemberId
+
+
+Effect = Send | SendToAddress | ReplyToClient | SetTimer | Emit | Stop | Persist | KeepIdentity

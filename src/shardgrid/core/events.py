@@ -127,6 +127,39 @@ class MemberRestored:
 
 
 @dataclass(frozen=True, slots=True)
+class MemberMoving:
+    """This member came back from ``old``'s data directory at another address (``new``): it asks
+    the cluster to rename it there, holding its ``partitions`` copies (``entries`` entries) apart
+    until then; ``torn_bytes`` as for ``MemberRestored``."""
+
+    old: MemberId
+    new: MemberId
+    partitions: int
+    entries: int
+    torn_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMoved:
+    """The cluster renamed this member at its new address (log entry ``applied_index``): it took
+    its copies back and serves them."""
+
+    old: MemberId
+    new: MemberId
+    applied_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberReaddressed:
+    """The log renamed member ``old`` at ``new``'s address (the same member, back from its data
+    directory elsewhere): every partition it held names it there (entry ``log_index``)."""
+
+    old: MemberId
+    new: MemberId
+    log_index: int
+
+
+@dataclass(frozen=True, slots=True)
 class MemberStopped:
     """This member stopped: its graceful shutdown completed, or the cluster shut down."""
 

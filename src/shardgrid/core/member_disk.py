@@ -19,6 +19,7 @@ from shardgrid.core.disk_records import RecordKind, Scan, encode_record, refuse_
 from shardgrid.core.effects import DiskFile
 from shardgrid.core.errors import CorruptDisk
 from shardgrid.core.identity import MemberId
+from shardgrid.core.metadata import MetadataState
 from shardgrid.core.raft.storage import RaftStorage
 from shardgrid.core.raft_disk import raft_storage
 from shardgrid.core.replica_disk import ReplicasOnDisk, load_replicas
@@ -71,6 +72,18 @@ class MemberDisk:
     replicas: ReplicasOnDisk
     file_bytes: dict[DiskFile, int] = field(default_factory=dict)  # each file's intact length
     torn_bytes: dict[DiskFile, int] = field(default_factory=dict)
+    # The identity the member file holds, when the process now listens at another address: the
+    # member comes back as itself there only once the cluster renames it (``ReaddressMember``).
+    # Until then it holds its replicas apart, unserved, and takes no part in the log.
+    moved_from: MemberId | None = None
+
+    @property
+    def known_addresses(self) -> tuple[str, ...]:
+        """The addresses of the members its log last listed (where to look for the cluster)."""
+        snapshot = self.raft.snapshot
+        if snapshot is None or not isinstance(snapshot.state, MetadataState):
+            return ()
+        return tuple(member.address for member in snapshot.state.member_ids)
 
 
 def read_member_disk(
@@ -90,7 +103,18 @@ def read_member_disk(
     raft = raft_storage(raft_scan, "the Raft file")
     if raft.snapshot is None:
         return None  # it never held a cluster's log (a term or a vote at most): it joins anew
-    replica_scan = scans.get(DiskFile.REPLICAS, empty)
+    return _with_replicas(raft, raft_scan, scans.get(DiskFile.REPLICAS, empty), hash_seed, max_idle_ms, now_ms)
+
+
+def _with_replicas(
+    raft: RaftStorage,
+    raft_scan: Scan,
+    replica_scan: Scan,
+    hash_seed: int,
+    max_idle_ms: Mapping[str, int],
+    now_ms: int,
+    moved_from: MemberId | None = None,
+) -> MemberDisk:
     replicas = load_replicas(replica_scan, hash_seed=hash_seed, max_idle_ms=max_idle_ms, now_ms=now_ms)
     return MemberDisk(
         raft=raft,
@@ -100,7 +124,48 @@ def read_member_disk(
             DiskFile.RAFT: raft_scan.torn_bytes,
             DiskFile.REPLICAS: replica_scan.torn_bytes + replica_scan.valid_bytes - replicas.whole_bytes,
         },
+        moved_from=moved_from,
     )
+
+
+def read_moved_disk(
+    scans: Mapping[DiskFile, Scan],
+    moved_from: MemberId,
+    *,
+    hash_seed: int,
+    max_idle_ms: Mapping[str, int],
+    now_ms: int = 0,
+) -> MemberDisk:
+    """The state of a member whose process now listens at another address than ``moved_from``'s:
+    its replicas, and of its Raft file only what says where the cluster was and how far its log
+    was committed (it takes the log afresh from the cluster once renamed: its file may even be a
+    fresh log, written after an earlier start at the new address that did not get that far).
+    ``CorruptDisk`` as for ``read_member_disk``."""
+    empty = scan_records(b"")
+    raft_scan = scans.get(DiskFile.RAFT, empty)
+    raft = raft_storage(raft_scan, "the Raft file") if raft_scan.records or raft_scan.corrupt else RaftStorage()
+    voters = _last_voters(raft)
+    if voters and set(voters) <= {moved_from}:
+        raise CorruptDisk(
+            f"the directory holds member {moved_from.uuid} of a cluster it is the only voter of, at "
+            f"{moved_from.address}: start it there (a member comes back at another address only while a "
+            "majority of its cluster's voters runs, to rename it)"
+        )
+    replica_scan = scans.get(DiskFile.REPLICAS, empty)
+    return _with_replicas(raft, raft_scan, replica_scan, hash_seed, max_idle_ms, now_ms, moved_from)
+
+
+def _last_voters(raft: RaftStorage) -> tuple[MemberId, ...]:
+    """The voters of the newest configuration the stored log holds (none without a log)."""
+    if raft.snapshot is None:
+        return ()
+    membership = raft.snapshot.membership
+    for entry in raft.entries:
+        if entry.forced is not None:
+            membership = entry.forced
+        elif entry.change is not None and not entry.change.problem(membership):
+            membership = entry.change.apply(membership)
+    return membership.voters
 
 
 def refuse_orphaned_data(

@@ -77,6 +77,9 @@ class JoinRequest(Message, tag=20):
     lite: bool = False
     heard_of_cluster: bool = False  # the sender knows a cluster exists: it must not found one
     settings_digest: Digest = ""  # of the settings every member must share (MemberConfig.settings_digest)
+    # A persistent member back from its data directory at another address: the identity the
+    # directory holds (the same uuid). The leader renames that member rather than add a new one.
+    moved_from: MemberId | None = None
 
 
 class JoinRedirect(Message, tag=21):
@@ -684,8 +687,8 @@ class ListenRequest(Message, tag=131):
 class EventNotice(Message, tag=132, kw_only=True):
     """One event a member emitted, for a listening client: ``kind`` names it (``migration``,
     ``member-added``, ``member-removed``, ``leader-changed``, ``cluster-state-changed``,
-    ``partition-lost``, ``member-promoted``, or ``listening`` first, to say the subscription holds);
-    the other fields carry what that kind has, addresses for members."""
+    ``partition-lost``, ``member-promoted``, ``member-readdressed``, or ``listening`` first, to say
+    the subscription holds); the other fields carry what that kind has, addresses for members."""
 
     call_id: Counter
     kind: Annotated[str, msgspec.Meta(max_length=64)]

@@ -21,13 +21,13 @@ from pathlib import Path
 
 from shardgrid.core.disk_records import Scan
 from shardgrid.core.effects import DiskFile, Persist
-from shardgrid.core.errors import CorruptDisk
 from shardgrid.core.identity import MemberId
 from shardgrid.core.member_disk import (
     MemberDisk,
     identity_record,
     read_identity,
     read_member_disk,
+    read_moved_disk,
     refuse_orphaned_data,
 )
 from shardgrid.runtime.record_file import DiskFailed, RecordFile
@@ -58,8 +58,9 @@ class DataDirectory:
         now_ms: int,
     ) -> tuple[DataDirectory, MemberId | None, MemberDisk | None]:
         """Open (or make) the directory and read it: the identity it holds and what the member
-        left (both None for a new member). ``CorruptDisk`` names a damaged file, and a directory
-        of another cluster or address; ``DiskFailed`` a directory another process holds."""
+        left (both None for a new member; ``MemberDisk.moved_from`` set when the identity is at
+        another address than ``address``). ``CorruptDisk`` names a damaged file, and a directory
+        of another cluster; ``DiskFailed`` a directory another process holds."""
         opened: list[RecordFile] = []
         try:
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -72,12 +73,11 @@ class DataDirectory:
                 opened.append(files[file])
             identity = read_identity(member_scan, cluster_name, str(path / MEMBER_FILE))
             disk = None
-            if identity is not None:
-                if identity.address != address:
-                    raise CorruptDisk(
-                        f"{path} holds member {identity.uuid} at {identity.address}, not {address}: start it "
-                        "there (a member restarted at another address is not supported yet)"
-                    )
+            if identity is not None and identity.address != address:
+                # Moved: it asks its cluster to rename it here (its member file keeps the old
+                # address until the cluster has), holding its replicas meanwhile.
+                disk = read_moved_disk(scans, identity, hash_seed=hash_seed, max_idle_ms=max_idle_ms, now_ms=now_ms)
+            elif identity is not None:
                 disk = read_member_disk(scans, hash_seed=hash_seed, max_idle_ms=max_idle_ms, now_ms=now_ms)
             refuse_orphaned_data(identity, disk, scans, str(path))
             for record_file in opened:  # refused by nothing: taken to write on

@@ -34,6 +34,9 @@ def notice_of(event: Any, call_id: int) -> EventNotice | None:
         return EventNotice(
             call_id=call_id, kind=kind, member=event.member.address, detail=f"log index {event.log_index}"
         )
+    if isinstance(event, events.MemberReaddressed):
+        detail = f"was {event.old.address}; log index {event.log_index}"
+        return EventNotice(call_id=call_id, kind="member-readdressed", member=event.new.address, detail=detail)
     if isinstance(event, events.LeaderChanged):
         return EventNotice(
             call_id=call_id, kind="leader-changed", member=event.leader.address, detail=f"term {event.term}"

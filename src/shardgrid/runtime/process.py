@@ -33,7 +33,7 @@ from typing import Any
 
 from shardgrid.core import codec
 from shardgrid.core import messages as m
-from shardgrid.core.effects import Emit, Persist, ReplyToClient, Send, SendToAddress, SetTimer, Stop
+from shardgrid.core.effects import Emit, KeepIdentity, Persist, ReplyToClient, Send, SendToAddress, SetTimer, Stop
 from shardgrid.core.identity import MemberId
 from shardgrid.core.inputs import LinkRestored, Start, StopSignalled, Synced, TimerFired
 from shardgrid.core.inputs import Receive as ReceiveEvent
@@ -197,7 +197,8 @@ class MemberProcess:
                     now_ms=self.now_ms(),
                 )
                 if kept is not None:
-                    self.identity = kept
+                    # Back at another address, it is the same member (the same uuid) there.
+                    self.identity = MemberId(kept.uuid, address)
                 else:
                     self._disk.set_identity(self.identity, process.cluster_name)
             except BaseException:
@@ -343,13 +344,15 @@ class MemberProcess:
         (its own writes need it, or an earlier step's sends wait already: they go out in order)."""
         holding = bool(self._unsynced_sends)
         for effect in effects:
-            if type(effect) is Persist:
-                try:
+            try:
+                if isinstance(effect, Persist):
                     disk.write(effect)
-                except (DiskFull, DiskFailed, OSError) as error:
-                    self._disk_failed("write", error)
-                    return True
-                holding = holding or effect.hold_sends
+                    holding = holding or effect.hold_sends
+                elif isinstance(effect, KeepIdentity):
+                    disk.set_identity(effect.member, self.process.cluster_name)  # synced as it is written
+            except (DiskFull, DiskFailed, OSError) as error:
+                self._disk_failed("write", error)
+                return True
         if holding and not self._sync_scheduled:
             # After every read this loop turn has ready: one sync for all of them.
             self._sync_scheduled = True

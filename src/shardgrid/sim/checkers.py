@@ -285,8 +285,8 @@ def disk_differences(sim: Simulation, address: str) -> list[str]:
     copies the member holds ('' for none): a change the data path did not tell its journal of."""
     node = sim.nodes[address]
     disk = sim.disks.get(address)
-    if disk is None or not node.alive:
-        return []
+    if disk is None or not node.alive or node.member.moving:
+        return []  # (a member moved to another address holds its disk's copies apart until renamed)
     member = node.member
     held = load_replicas(
         scan_records(disk.read(DiskFile.REPLICAS.value)), hash_seed=0, max_idle_ms=sim.config.max_idle_ms

@@ -19,11 +19,21 @@ from shardgrid.core import codec
 from shardgrid.core.call_policy import CallSettings
 from shardgrid.core.config import MemberConfig
 from shardgrid.core.disk_records import scan_records
-from shardgrid.core.effects import DiskFile, Emit, Persist, ReplyToClient, Send, SendToAddress, SetTimer, Stop
+from shardgrid.core.effects import (
+    DiskFile,
+    Emit,
+    KeepIdentity,
+    Persist,
+    ReplyToClient,
+    Send,
+    SendToAddress,
+    SetTimer,
+    Stop,
+)
 from shardgrid.core.identity import MemberId
 from shardgrid.core.inputs import LinkRestored, Receive, Start, StopSignalled, Synced, TimerFired
 from shardgrid.core.member import Member
-from shardgrid.core.member_disk import read_member_disk
+from shardgrid.core.member_disk import read_member_disk, read_moved_disk
 from shardgrid.core.messages import AdminReply, AdminRequest, MapReply, ReplyCode, TableRequest
 from shardgrid.sim.disk import SimDisk
 from shardgrid.sim.network import Network, NetworkConfig
@@ -178,17 +188,25 @@ class Simulation:
         disk_state = None
         if self.config.persistent:
             disk = self.disks.setdefault(address, SimDisk())
-            if as_itself and previous is not None:
+            kept = disk.identity
+            if as_itself and kept is not None:
                 files = {file: scan_records(disk.read(file.value)) for file in DiskFile}
-                hash_seed = uuid.UUID(previous.member.identity.uuid).int & (2**64 - 1)
-                disk_state = read_member_disk(
-                    files, hash_seed=hash_seed, max_idle_ms=self.config.max_idle_ms, now_ms=self.now_ms
-                )
+                hash_seed = uuid.UUID(kept.uuid).int & (2**64 - 1)
+                if kept.address != address:  # a directory brought to another address
+                    disk_state = read_moved_disk(
+                        files, kept, hash_seed=hash_seed, max_idle_ms=self.config.max_idle_ms, now_ms=self.now_ms
+                    )
+                else:
+                    disk_state = read_member_disk(
+                        files, hash_seed=hash_seed, max_idle_ms=self.config.max_idle_ms, now_ms=self.now_ms
+                    )
                 if disk_state is not None:
-                    identity = previous.member.identity
+                    identity = MemberId(kept.uuid, address)
                     for file in DiskFile:  # the torn tails cut off, as the runtime does at open
                         disk.truncate(file.value, disk_state.file_bytes.get(file, 0))
                     self.stats.restored += 1
+            if disk_state is None:
+                disk.identity = identity  # a new member's file, written at its start
         known = seeds if seeds is not None else self.seed_addresses
         # The record clock: a fixed wall-clock start (2026-01-01), so a seed replays exactly.
         member = Member(
@@ -268,6 +286,18 @@ class Simulation:
         if isolated:
             self.isolate(address)
         self.start_member(address, as_itself=as_itself)
+
+    def move(self, address: str) -> str:
+        """A persistent member's process comes back at a new address with its disk (a host that
+        took its volume over): its process there, if alive, is killed first. Returns the new address."""
+        if self.nodes[address].alive:
+            self.crash(address)
+        new = self.new_address()
+        self.disks[new] = self.disks.pop(address)
+        self.stats.restarts += 1
+        self._record("move", (address, new))
+        self.start_member(new, as_itself=True)
+        return new
 
     def isolate(self, address: str) -> None:
         """Cut ``address`` off from every member (clients still reach it)."""
@@ -440,8 +470,12 @@ class Simulation:
         return node
 
     def _run_member(self, node: Node, event: Any) -> None:
+        before = node.member.identity
         effects = node.member.handle(self.now_ms, event)
         identity = node.member.identity
+        disk = self.disks.get(node.address)
+        if disk is not None and identity != before:
+            disk.identity = identity  # rejoined as a new member: the process writes its member file
         # A step that wrote what its sends depend on sends them after the sync, as does every step
         # while a sync is pending (a member process's group commit, in order).
         holding = bool(node.unsynced_sends) or any(type(e) is Persist and e.hold_sends for e in effects)
@@ -474,6 +508,8 @@ class Simulation:
                     disk.replace(effect.file.value, effect.data)
                 else:
                     disk.append(effect.file.value, effect.data)
+            elif isinstance(effect, KeepIdentity):
+                self.disks[node.address].identity = effect.member  # written whole and synced at once
             elif isinstance(effect, SetTimer):
                 self._schedule(max(effect.at_ms, self.now_ms), "timer", (node.address, node.incarnation, effect.name))
             elif isinstance(effect, Emit):

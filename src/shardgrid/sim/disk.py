@@ -16,6 +16,7 @@ import random
 from dataclasses import dataclass, field
 
 from shardgrid.core.disk_records import SECTOR_BYTES
+from shardgrid.core.identity import MemberId
 
 
 @dataclass(slots=True)
@@ -25,6 +26,10 @@ class SimDisk:
     _replaced: dict[str, bytes] = field(default_factory=dict)  # a whole new file, not yet synced
     syncs: int = 0
     torn_writes: int = 0
+    # What the member file names (a process writes it whole, synced, when an identity starts, when
+    # it rejoins as a new member, and when the cluster renamed it at a new address): kept apart
+    # from the files, whose sizes the disk's capacity counts.
+    identity: MemberId | None = None
 
     def read(self, name: str) -> bytes:
         """What the running process sees of the file: everything it wrote."""

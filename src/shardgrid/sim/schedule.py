@@ -24,7 +24,8 @@ A ``require`` entry is ``"<ref> != <ref>"``, ``"<ref> == <ref>"`` or ``"<ref> ex
 
 Actions: ``crash`` (``drop_in_flight``: what it sent and is still on the wire dies too, except
 to ``keep_to``), ``restart`` (at the same address; ``isolated`` keeps it cut off until a heal; ``as_itself``:
-a persistent member comes back from its disk),
+a persistent member comes back from its disk), ``move`` (a persistent member, killed first if it
+runs, comes back from its disk at a new address: the next ``m`` number names it there),
 ``pause`` and ``resume``, ``split`` (``groups``, which may name clients, ``client-1`` ...;
 ``hold_ms``: what a client and a member send each other across it is held and arrives after the
 heal, up to that much later, instead of being lost), ``isolate``, ``heal``, ``drop`` (the next
@@ -62,6 +63,7 @@ from shardgrid.sim.cluster import Simulation
 ACTIONS = (
     "crash",
     "restart",
+    "move",
     "pause",
     "resume",
     "split",
@@ -369,7 +371,7 @@ def _parse_step(number: int, raw: dict[str, Any], name: str) -> Step:
     if action == "split":
         groups = raw.get("groups")
         require(isinstance(groups, list) and len(groups) >= 2, f"{where}: split needs at least two groups")
-    if action in ("crash", "restart", "pause", "resume", "isolate", "shutdown", "promote", "recover"):
+    if action in ("crash", "restart", "move", "pause", "resume", "isolate", "shutdown", "promote", "recover"):
         require("target" in raw, f"{where}: {action} needs a target")
     options = {k: v for k, v in raw.items() if k not in ("action", "at_ms", "after_ms", "when")}
     step = Step(action=action, at_ms=raw.get("at_ms"), after_ms=raw.get("after_ms"), when=trigger, options=options)
@@ -580,7 +582,7 @@ class ScheduleRunner:
         duration = o.get("duration_ms")
         if duration is not None:
             self.undo_until_ms = max(self.undo_until_ms, sim.now_ms + duration)
-        if action in ("crash", "pause", "resume", "isolate", "shutdown", "promote", "restart", "recover"):
+        if action in ("crash", "pause", "resume", "isolate", "shutdown", "promote", "restart", "recover", "move"):
             targets = self._targets(o["target"], context)
             if not targets:
                 return f"{action}: {o['target']} names no member now"
@@ -590,6 +592,8 @@ class ScheduleRunner:
                 sim.crash(address, drop_in_flight=bool(o.get("drop_in_flight", False)), keep_to=keep)
             elif action == "restart":
                 sim.restart(address, isolated=bool(o.get("isolated", False)), as_itself=bool(o.get("as_itself", False)))
+            elif action == "move":
+                return f"move {address} to {sim.move(address)}"
             elif action == "pause":
                 sim.pause(address)
                 if duration is not None:

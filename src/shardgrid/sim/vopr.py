@@ -46,6 +46,7 @@ FAULTS = (
     "promote",
     "crash-all",  # persistent members only: every member SIGKILLed at once, all restarted from their disks
     "restart-self",  # persistent members only: a crash, and a restart as itself from its disk
+    "move",  # persistent members only: a crash, and a restart from its disk at a new address
 )
 SLICE_MS = 200
 # The cache map's size in each partition when it evicts (SimParams.cache_eviction): below the keys
@@ -349,7 +350,10 @@ class Run:
         if node.member.identity not in current:
             return True
         alive = {n.member.identity for n in self.sim.nodes.values() if n.alive and not n.paused}
-        remaining = sum(1 for v in current if v in alive and v != node.member.identity)
+        # A voter leaving gracefully goes soon: counted on, the leader's demotion of it left two
+        # voters, one of them just paused (found by a random run with members moved).
+        leaving = {r.id for r in leader.consensus.state.members if r.leaving} if leader is not None else set()
+        remaining = sum(1 for v in current if v in alive and v != node.member.identity and v not in leaving)
         return remaining * 2 > len(current)
 
     def _data_budget_now(self) -> int:
@@ -552,14 +556,29 @@ class Run:
         elif fault == "crash-all" and self.params.persistent and alive and not sim.network.groups:
             self._crash_all(alive)
         elif fault == "restart-self" and self.params.persistent:
-            victims = [a for a in alive if self._may_lose(a)]
-            if victims:
-                victim = self.rng.choice(victims)
-                self._count_loss(victim)
-                sim.crash(victim)
-                delay = self.rng.choice([self.rng.randint(50, 2_000), sim.config.failure_timeout_ms + 2_000])
-                sim.at(sim.now_ms + delay, lambda: sim.restart(victim, as_itself=True))
-                self.faults.append(f"{sim.now_ms}: crash {victim}, restart it as itself {delay} ms later")
+            self._crash_and_bring_back(alive, moved=False)
+        elif fault == "move" and self.params.persistent and len(alive) < self.max_members:
+            self._crash_and_bring_back(alive, moved=True)
+
+    def _crash_and_bring_back(self, alive: list[str], *, moved: bool) -> None:
+        """A persistent member crashed, back from its disk soon or past the failure timeout (then
+        removed meanwhile: it joins as a new member, its stale copies dropped), at its address or
+        ``moved`` to a new one (renamed there, its data kept, when back in time)."""
+        sim = self.sim
+        victims = [a for a in alive if self._may_lose(a)]
+        if not victims:
+            return
+        victim = self.rng.choice(victims)
+        self._count_loss(victim)
+        sim.crash(victim)
+        soon_ms = self.rng.randint(50, 3_000 if moved else 2_000)
+        delay = self.rng.choice([soon_ms, sim.config.failure_timeout_ms + 2_000])
+        if moved:
+            sim.at(sim.now_ms + delay, lambda: self.faults.append(f"{sim.now_ms}: moved to {sim.move(victim)}"))
+            self.faults.append(f"{sim.now_ms}: crash {victim}, bring its disk to a new address {delay} ms later")
+        else:
+            sim.at(sim.now_ms + delay, lambda: sim.restart(victim, as_itself=True))
+            self.faults.append(f"{sim.now_ms}: crash {victim}, restart it as itself {delay} ms later")
 
     def _crash_all(self, alive: list[str]) -> None:
         """Every member killed at once (a power cut), each restarted from its disk a moment later:

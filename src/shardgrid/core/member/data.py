@@ -101,6 +101,13 @@ class DataPath:
             self.journal = ReplicaJournal(fresh=False, file_bytes=file_bytes)
             self.owner.journal = self.journal
 
+    def take_back(self, copies: dict[int, PartitionData]) -> None:
+        """Hold the copies a member moved to another address kept apart until the cluster renamed
+        it: its file holds them already (``restore`` was told its length)."""
+        invariant(not self._stores, "copies are taken back into a member that holds none")
+        self._stores = dict(copies)
+        self._owned = None
+
     def persist(self) -> None:
         """Write what this step changed in the copies (its sends wait for it)."""
         journal = self.journal

@@ -148,6 +148,20 @@ class Discovery:
         self._last_report_ms: int | None = None  # when it last said why no cluster formed
         # Seed addresses (no others: bounded by the seed list) -> what answered there last, and when.
         self._seeds_heard: dict[str, tuple[str, int]] = {}
+        # The member whose data directory this process came back from at another address: it asks
+        # to be renamed in that member's cluster, and founds none (``moved``).
+        self.moved_from: MemberId | None = None
+
+    def moved(self, moved_from: MemberId, known_addresses: tuple[str, ...]) -> None:
+        """This process holds ``moved_from``'s data directory and listens at another address: it
+        looks for that member's cluster (its seeds, and where the members its log listed were) to
+        be renamed in it, and never founds one."""
+        self.moved_from = moved_from
+        self.known_addresses = tuple(dict.fromkeys((*self.known_addresses, *known_addresses)))
+        self._heard_of_cluster()
+
+    def _request(self, heard_of_cluster: bool) -> JoinRequest:
+        return JoinRequest(self.ctx.identity, self.ctx.lite, heard_of_cluster, self._digest, moved_from=self.moved_from)
 
     def tick(self, asked: set[str]) -> Bootstrap | None:
         """Probe what is due; returns the founding message when this process should bootstrap
@@ -156,7 +170,7 @@ class Discovery:
         self._release_a_replaced_proposer()
         if self.ctx.now_ms - self._last_probe_ms >= config.join_retry_ms:
             self._last_probe_ms = self.ctx.now_ms
-            request = JoinRequest(self.ctx.identity, self.ctx.lite, self.cluster_seen, self._digest)
+            request = self._request(self.cluster_seen)
             targets = list(self.known_addresses)
             if self.leader_address is not None and self.leader_address not in targets:
                 targets.append(self.leader_address)
@@ -176,7 +190,7 @@ class Discovery:
         if message.leader_address is not None and message.leader_address != self.ctx.identity.address:
             self.leader_address = message.leader_address
             asked.add(message.leader_address)
-            request = JoinRequest(self.ctx.identity, self.ctx.lite, True, self._digest)
+            request = self._request(True)
             self.ctx.send_to_address(message.leader_address, request)
 
     def on_rejected(self, sender: str, message: JoinRejected) -> None:

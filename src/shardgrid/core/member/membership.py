@@ -13,6 +13,12 @@
   itself demoted for leaving.
 - Leaving: a member shutting down gracefully is removed once it holds no replica and takes part in
   no migration.
+- Moves: a persistent member back from its data directory at another address asks to be renamed
+  (``JoinRequest.moved_from``). Once its old incarnation is certainly gone (silent past its lease),
+  the leader demotes it if it votes, then replaces the learner by one at the new address in one
+  entry with ``ReaddressMember``: the table names it there and nothing moves (a learner's
+  replacement never touches a majority). One whose old identity is no longer a member was removed
+  while away: it is told so and joins as a new member, its stale replicas dropped.
 """
 
 from __future__ import annotations
@@ -27,12 +33,28 @@ from shardgrid.core.member.consensus import Consensus
 from shardgrid.core.member.context import Context
 from shardgrid.core.member.leases import Leases
 from shardgrid.core.member.migration_leader import MigrationLeader
-from shardgrid.core.messages import ADMIN_FAILED, ADMIN_OK, ADMIN_UNAVAILABLE, JoinRedirect, JoinRejected, JoinRequest
+from shardgrid.core.messages import (
+    ADMIN_FAILED,
+    ADMIN_OK,
+    ADMIN_UNAVAILABLE,
+    JoinRedirect,
+    JoinRejected,
+    JoinRequest,
+    NotAMember,
+)
 from shardgrid.core.metadata import MetadataState
-from shardgrid.core.metadata.commands import AddMembers, MarkReachable, MarkUnreachable, MemberRecord, RemoveMembers
+from shardgrid.core.metadata.commands import (
+    AddMembers,
+    MarkReachable,
+    MarkUnreachable,
+    MemberRecord,
+    ReaddressMember,
+    RemoveMembers,
+)
 from shardgrid.core.raft import ConfChange
 
 SEED_PROBE_EVERY_JOIN_RETRIES = 10  # the leader tells seed addresses no member holds where it is
+MOVER_FRESH_JOIN_RETRIES = 5  # a mover not heard from for this many join retries is forgotten
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +80,8 @@ class MembershipLeader:
         self.leases = leases
         self.migration_leader = migration_leader
         self.joiners: dict[MemberId, bool] = {}  # waiting to be added -> lite
+        # A member back at a new address -> (the identity its directory holds, when it last asked).
+        self.movers: dict[MemberId, tuple[MemberId, int]] = {}
         self.last_heard: dict[MemberId, int] = {}
         self.distrust_until_ms = 0
         self.leader_since_ms = 0
@@ -80,6 +104,7 @@ class MembershipLeader:
         for respond, _ in removals.values():
             respond(ADMIN_UNAVAILABLE, "the leader changed before the removal was applied; ask again")
         self.joiners = {}
+        self.movers = {}
         self.last_heard = {}
         self.leader_since_ms = self.ctx.now_ms
         self._last_seed_probe_ms = self.ctx.now_ms
@@ -105,6 +130,9 @@ class MembershipLeader:
             reason = "its partition count or map replication settings differ from this cluster's"
             self.ctx.send_to_address(joiner.address, JoinRejected(reason))
             return
+        if message.moved_from is not None:
+            self._on_moved(message, message.moved_from)
+            return
         if state.shut_down or not state.cluster_state.join_allowed:
             reason = (
                 "the cluster is shutting down" if state.shut_down else f"the cluster is {state.cluster_state.value}"
@@ -122,6 +150,23 @@ class MembershipLeader:
             return
         if joiner in self.joiners or len(self.joiners) < self.ctx.config.max_pending_joins:
             self.joiners[joiner] = message.lite
+
+    def _on_moved(self, message: JoinRequest, old: MemberId) -> None:
+        """A persistent member back at a new address asks to be renamed (whatever the cluster
+        state: it is no new member, and its partitions wait for it)."""
+        state = self.consensus.state
+        mover = message.member
+        if old.uuid != mover.uuid or old.address == mover.address or old == self.ctx.identity:
+            reason = f"{old} is not a member that moved to {mover.address}"
+            self.ctx.send_to_address(mover.address, JoinRejected(reason))
+            return
+        if not state.is_member(old):
+            # Removed while away (its replicas were made again elsewhere): it rejoins as a new
+            # member, dropping what it holds. It takes this only from a log that went past its own.
+            self.ctx.send_to_address(mover.address, NotAMember(self.consensus.raft.commit_index))
+            return
+        if mover in self.movers or len(self.movers) < self.ctx.config.max_pending_joins:
+            self.movers[mover] = (old, self.ctx.now_ms)
 
     def _member_count(self) -> int:
         """Members by the newest configuration, one not yet committed included."""
@@ -178,8 +223,39 @@ class MembershipLeader:
 
     def _change_configuration(self) -> None:
         """At most one configuration change at a time, the most urgent first."""
-        if self._remove_departed() or self._admit_joiners() or self._adjust_voters():
+        if self._readdress_movers() or self._remove_departed() or self._admit_joiners() or self._adjust_voters():
             return
+
+    def _readdress_movers(self) -> bool:
+        """Rename one member back at a new address, once its old incarnation is certainly gone: a
+        voter is demoted first (the voters left must have a majority that answers), then the
+        learner is replaced by its new address in one entry with ``ReaddressMember``."""
+        state = self.consensus.state
+        raft = self.consensus.raft
+        config = self.ctx.config
+        now = self.ctx.now_ms
+        forget_after_ms = MOVER_FRESH_JOIN_RETRIES * config.join_retry_ms
+        quiet_ms = config.lease_ms + config.clock_drift_margin_ms
+        taken = {r.address for r in state.member_ids}
+        for mover, (old, asked_ms) in sorted(self.movers.items()):
+            if state.is_member(mover) or not state.is_member(old) or now - asked_ms > forget_after_ms:
+                del self.movers[mover]
+                continue
+            if (
+                mover.address in taken  # another member is there: waited for until it is removed
+                or self._silent_ms(old) <= quiet_ms
+                or not self.leases.certainly_expired(old)
+                or self.migration_leader.removal_blocked(old)
+            ):
+                continue
+            if raft.membership.is_voter(old):
+                if self._answering_majority(set(raft.membership.voters) - {old}):
+                    return self.consensus.propose_change(ConfChange(demote=old))
+                continue
+            del self.movers[mover]
+            change = ConfChange(add_learners=(mover,), remove=(old,))
+            return self.consensus.propose_change(change, (ReaddressMember(old, mover),))
+        return False
 
     def _remove_departed(self) -> bool:
         state = self.consensus.state
@@ -261,10 +337,12 @@ class MembershipLeader:
         """Members silent past the failure timeout whose leases have certainly ended: as good as
         crashed to the cluster (a cut-off member among them keeps what it holds)."""
         state = self.consensus.state
+        moving = {old for old, _ in self.movers.values()}
         return [
             member
             for member in state.member_ids
             if member != self.ctx.identity
+            and member not in moving  # back at a new address: renamed, not removed
             and self._silent_ms(member) > self.ctx.config.failure_timeout_ms
             and self.leases.certainly_expired(member)
             and not self.migration_leader.removal_blocked(member)

@@ -154,6 +154,7 @@ class MigrationLeader:
         if (
             changes.members_added
             or changes.members_removed
+            or changes.members_readdressed
             or changes.members_changed
             or changes.members_unreachable
             or changes.members_reachable

@@ -22,7 +22,7 @@ from typing import Any
 from shardgrid.core import events
 from shardgrid.core import messages as m
 from shardgrid.core.config import MemberConfig
-from shardgrid.core.effects import DiskFile, Effect
+from shardgrid.core.effects import DiskFile, Effect, KeepIdentity
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import MemberId
 from shardgrid.core.inputs import Input, LinkRestored, Receive, Start, StopSignalled, Synced, TimerFired
@@ -95,6 +95,9 @@ class Member:
         # did not): a stop at or before it in both was the restart's, and is resumed; a later one
         # is new (a new leader may write new entries at indexes the disk held, in a later term).
         self._restored_last: tuple[int, int] | None = None
+        # Back from its directory at another address: what the directory held, kept apart (not
+        # served, not in the log) until the cluster renames this member (``_take_back_moved``).
+        self._moved: MemberDisk | None = None
         self._stopping_at = (0, 0)  # (index, term) of the entry from which the cluster is stopping
         self._was_stopping = False
         self._last_assignment_request_ms = NEVER_MS
@@ -167,6 +170,11 @@ class Member:
     @property
     def stop_reason(self) -> str:
         return self.leaving.stop_reason
+
+    @property
+    def moving(self) -> bool:
+        """Back from its directory at another address, not renamed by the cluster yet."""
+        return self._moved is not None
 
     @property
     def joined(self) -> bool:
@@ -321,6 +329,9 @@ class Member:
         a snapshot's (copies the table no longer names it for are dropped, missing ones asked for)."""
         invariant(self.ctx.config.persistent, "only a persistent member restores from its disk")
         self.ctx.disk.restored(dict(disk.file_bytes))
+        if disk.moved_from is not None:
+            self._hold_moved(disk, disk.moved_from)
+            return
         self.data.restore(disk.replicas.copies, disk.file_bytes.get(DiskFile.REPLICAS, 0))
         self.migrations.restore_staged(disk.replicas.staged)
         raft_disk = disk.raft
@@ -352,6 +363,47 @@ class Member:
                 len(owned),
             )
         )
+
+    def _hold_moved(self, disk: MemberDisk, old: MemberId) -> None:
+        """Back from ``old``'s directory at another address: this member looks for its cluster and
+        asks to be renamed (``JoinRequest.moved_from``); its copies wait apart, its log is taken
+        afresh from the cluster once renamed. Its replicas file goes on from where it ends (a
+        fresh one would be rewritten empty at the first step); its Raft file is replaced by the
+        first write of the log it takes, and its member file only once it is renamed, so that a
+        crash on the way comes back here the same way."""
+        invariant(old.uuid == self.identity.uuid and old.address != self.identity.address, "a move keeps the uuid")
+        self.data.restore({}, disk.file_bytes.get(DiskFile.REPLICAS, 0))
+        self._moved = disk
+        self.discovery.moved(old, disk.known_addresses)
+        copies = disk.replicas.copies
+        self.ctx.emit(
+            events.MemberMoving(
+                old,
+                self.identity,
+                len(copies),
+                sum(data.size() for data in copies.values()),
+                sum(disk.torn_bytes.values()),
+            )
+        )
+
+    def _take_back_moved(self, available_again: list[int] | None) -> None:
+        """The cluster renamed this member (the log names it at its new address): its copies and
+        staged data are taken back, reconciled with the log as a restart's are, and the member
+        file names it here from now on."""
+        disk, self._moved = self._moved, None
+        invariant(disk is not None and disk.moved_from is not None, "only a moved member takes its data back")
+        self.ctx.out.append(KeepIdentity(self.identity))
+        self.data.take_back(disk.replicas.copies)
+        self.migrations.restore_staged(disk.replicas.staged)
+        self.on_state_loaded(available_again)
+        if self.ctx.config.fsync != "always":
+            table = self.consensus.state.table
+            owned = [pid for pid in disk.replicas.copies if table is not None and table.owner(pid) == self.identity]
+            self.data.sync_after_promotion(sorted(owned), restarted=True)
+        self.ctx.emit(events.MemberMoved(disk.moved_from, self.identity, self.consensus.applied_index))
+
+    def _moved_and_named(self) -> bool:
+        return self._moved is not None and self.consensus.state.is_member(self.identity)
 
     def _note_stopping(self, index: int, term: int) -> None:
         """Where the log began to say the cluster is stopping; when that entry was on this
@@ -426,7 +478,9 @@ class Member:
                 self._not_a_member(sender)  # a removed voter that still campaigns learns it here
             return
         if kind is m.NotAMember:
-            if self.consensus.state.is_member(sender):  # an outsider cannot talk a member out
+            # An outsider cannot talk a member out; a moved member hears it from a member it asked.
+            asked = self._moved is not None and sender.address in self.consensus.admitted_by
+            if self.consensus.state.is_member(sender) or asked:
                 self._on_not_a_member(message)
             return
         if not self.joined:
@@ -567,6 +621,14 @@ class Member:
             self.ctx.send(sender, m.NotAMember(self.consensus.raft.commit_index))
 
     def _on_not_a_member(self, message: m.NotAMember) -> None:
+        moved = self._moved
+        if moved is not None and not self.consensus.has_state:
+            # The leader says the member this directory holds is no longer one (removed while it
+            # was away), from a log past the one the directory holds: its copies are stale.
+            if message.commit_index > moved.raft.hard_state.commit:
+                self._moved = None
+                self._rejoin_as_new_member(self.discovery.known_addresses)
+            return
         if not self.joined or message.commit_index <= self.consensus.raft.commit_index:
             return  # the sender has not applied what we have: it lags, we were not removed
         if not self.leaving.on_removed():
@@ -611,6 +673,9 @@ class Member:
     def on_state_loaded(self, available_again: list[int] | None = None) -> None:
         """A snapshot replaced the state (or a restart restored it: ``available_again`` then lists
         the partitions its log made available again since its own snapshot)."""
+        if self._moved_and_named():
+            self._take_back_moved(available_again)  # (which loads the state with its copies held)
+            return
         state = self.consensus.state
         if self.lifecycle is Lifecycle.DISCOVERING and state.is_member(self.identity):
             self._become_active()
@@ -648,11 +713,16 @@ class Member:
 
     def on_applied(self, index: int, term: int, changes: Changes) -> None:
         me = self.identity
+        if self._moved_and_named():
+            self._take_back_moved(list(changes.available))
         self._note_stopping(index, term)
         for record in changes.members_added:
             self.ctx.emit(events.MemberAdded(record.id, index))
             if record.id == me and self.lifecycle is Lifecycle.DISCOVERING:
                 self._become_active()
+        for old, new in changes.members_readdressed:
+            self.ctx.emit(events.MemberReaddressed(old, new, index))
+            self.leases.forget(old)
         for member in changes.members_removed:
             self.ctx.emit(events.MemberRemoved(member, index))
             self.leases.forget(member)
@@ -773,14 +843,17 @@ class Member:
         if not keep_disk:
             self.consensus.forget_disk()
 
-    def _rejoin_as_new_member(self) -> None:
-        """Removed while away (paused, cut off): drop everything and join again with a new identity,
-        through every address of the cluster it last knew."""
+    def _rejoin_as_new_member(self, known: tuple[str, ...] | None = None) -> None:
+        """Removed while away (paused, cut off, or moved to another address): drop everything and
+        join again with a new identity, through every address of the cluster it last knew
+        (``known``, else those of the members its log lists)."""
         old = self.identity
-        known = tuple(r.address for r in self.consensus.state.member_ids if r != old)
+        if known is None:
+            known = tuple(r.address for r in self.consensus.state.member_ids if r != old)
         self.data.drop_everything()
         new = MemberId(str(uuid.UUID(int=self.ctx.rng.getrandbits(128), version=4)), old.address)
-        self._set_lifecycle(Lifecycle.DISCOVERING)
+        if self.lifecycle is not Lifecycle.DISCOVERING:
+            self._set_lifecycle(Lifecycle.DISCOVERING)
         self.ctx.identity = new
         self._build(known, cluster_seen=True)
         self.leaving.attach(self.consensus)

@@ -114,6 +114,17 @@ class ReviveUnavailable(Message, tag=72):
     lost) and given new, empty replicas; the unreachable members keep nothing of it."""
 
 
+class ReaddressMember(Message, tag=74):
+    """A persistent member came back from its data directory at another address (``new``: the
+    same uuid as ``old``, the address it listens at now): it stays the same member with the same
+    replicas, so the member list and every table slot that named ``old`` name ``new`` instead
+    (only those partitions' versions rise, as seed 003's restore of a table with a changed
+    replica address does), and nothing moves."""
+
+    old: MemberId
+    new: MemberId
+
+
 Command = (
     AddMembers
     | RemoveMembers
@@ -128,4 +139,5 @@ Command = (
     | MarkUnreachable
     | MarkReachable
     | ReviveUnavailable
+    | ReaddressMember
 )

@@ -30,6 +30,7 @@ from shardgrid.core.metadata.commands import (
     MarkUnreachable,
     MemberRecord,
     PromoteToDataMember,
+    ReaddressMember,
     RemoveMembers,
     ResumeAfterShutdown,
     ReviveUnavailable,
@@ -264,6 +265,7 @@ class Changes:
 
     members_added: list[MemberRecord] = field(default_factory=list)
     members_removed: list[MemberId] = field(default_factory=list)
+    members_readdressed: list[tuple[MemberId, MemberId]] = field(default_factory=list)  # (old, new)
     members_changed: list[MemberId] = field(default_factory=list)  # promoted to data, or leaving
     members_unreachable: list[MemberId] = field(default_factory=list)
     members_reachable: list[MemberId] = field(default_factory=list)
@@ -380,6 +382,8 @@ def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataS
         return _mark_reachable(state, command, changes)
     if isinstance(command, ReviveUnavailable):
         return _revive(state, changes)
+    if isinstance(command, ReaddressMember):
+        return _readdress(state, command, changes)
     changes.refused.append(f"unknown command {type(command).__name__}")
     return state
 
@@ -413,6 +417,37 @@ def _mark_reachable(state: MetadataState, command: MarkReachable, changes: Chang
     changes.members_reachable.extend(back)
     members = tuple(msgspec.structs.replace(r, unreachable=False) if r.id in back else r for r in state.members)
     after = state.evolve(members=members)
+    changes.available.extend(sorted(before - set(after.unavailable_partitions())))
+    return after
+
+
+def _readdress(state: MetadataState, command: ReaddressMember, changes: Changes) -> MetadataState:
+    """The member ``old`` listens at ``new``'s address now: the same member, so its record and its
+    table slots are renamed, not repaired. A migration it took part in is rolled back first (its
+    messages went to the old address); one marked unreachable answers again."""
+    old, new = command.old, command.new
+    record = state.record_of(old)
+    taken = any(m.address == new.address for m in state.member_ids)  # (itself included, or another)
+    if record is None or taken or old.uuid != new.uuid:
+        changes.refused.append(f"{old} cannot take the address of {new}")
+        return state
+    before = set(state.unavailable_partitions())
+    state = _roll_back_migrations_of(state, {old}, changes)
+    renamed = msgspec.structs.replace(record, id=new, unreachable=False)
+    members = tuple(renamed if r.id == old else r for r in state.members)
+    changes.members_readdressed.append((old, new))
+    if record.unreachable:
+        changes.members_reachable.append(new)
+    table = state.table
+    if table is None:
+        return state.evolve(members=members)
+    updates = {
+        pid: (tuple(new if r == old else r for r in slots), table.versions[pid] + 1)
+        for pid, slots in enumerate(table.replicas)
+        if old in slots
+    }
+    changes.partitions.update(updates)
+    after = state.evolve(members=members, table=table.with_partitions(updates) if updates else table)
     changes.available.extend(sorted(before - set(after.unavailable_partitions())))
     return after
 
