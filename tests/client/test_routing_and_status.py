@@ -105,6 +105,9 @@ def test_safe_needs_every_member_quiet_and_agreeing():
         ),
         "busy": ClusterStatus(members, {"a:1": _status("a:1"), "b:1": _status("b:1", quiet=False, syncs_in_flight=1)}),
         "agree on a leader": ClusterStatus(members, {"a:1": _status("a:1"), "b:1": _status("b:1", leader="b:1")}),
+        "came back from its disks and waits for b:1": ClusterStatus(
+            members, {"a:1": _status("a:1", awaited_members=("b:1",))}, {"b:1": "cannot connect"}
+        ),
     }
     for expected, status in cases.items():
         assert expected in status.unsafe_reason, (expected, status.unsafe_reason)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from shardgrid.cli.local_cluster import member_command
-from shardgrid.client import Client, DiskFullError
+from shardgrid.client import Client, DiskFullError, PartitionUnavailableError
 from shardgrid.core.disk_records import RecordKind, encode_record
 from tests.runtime.local_cluster import FAST_SETTINGS, LocalCluster, free_ports
 
@@ -375,4 +375,113 @@ def test_a_member_restarted_at_another_address_is_renamed_with_its_data(tmp_path
         with Client(members, operation_call_timeout_ms=60_000) as client:
             client.wait_until_safe(90, members=3)
             assert client.member_status(moved_to).uuid == old_uuid
+            assert client.get_map("data").get_all(list(entries)) == entries
+
+
+def _killed_then_two_back(
+    tmp_path, policy: str, *settings: str
+) -> Iterator[tuple[LocalCluster, list[str], dict[str, bytes], str]]:
+    """Three persistent members (partitions 31, one backup unless ``settings`` say otherwise) with
+    2,000 entries, every one SIGKILLed at once, and two started again: yields the cluster, the
+    addresses, the entries, and the third member's address (away)."""
+    hot = ("--set", "hot_restart_timeout_ms=4000", "--set", f"hot_restart_policy={policy}", *settings)
+    with _three_persistent_members(tmp_path, *hot) as (running, addresses):
+        entries = {f"k{i}": VALUE for i in range(2_000)}
+        with Client(addresses, operation_call_timeout_ms=60_000) as client:
+            client.wait_until_safe(60)
+            client.get_map("data").put_all(entries)
+        for address in addresses:
+            running.kill(address)
+        away = addresses[2]
+        _start_all(running, tmp_path, addresses[:2], *hot)
+        for address in addresses[:2]:
+            running.wait_for_log(address, "member-restored", timeout_s=60)
+        yield running, addresses, entries, away
+
+
+def _wait_for_log_of_any(running: LocalCluster, addresses: list[str], needle: str, timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for address in addresses:
+            if needle in running.log_text(address):
+                return address
+        time.sleep(0.1)
+    raise AssertionError(f"no {needle!r} within {timeout_s} s")
+
+
+def test_a_hot_restart_waits_for_a_member_that_stays_away_with_full_recovery_only(tmp_path) -> None:
+    """Every member SIGKILLed, two back: the leader waits for the third past the failure timeout
+    and past hot_restart_timeout_ms (full_recovery_only waits on), says whom it waits for, removes
+    nobody and moves nothing; the third comes back as itself and every entry is there."""
+    with contextlib.contextmanager(_killed_then_two_back)(tmp_path, "full_recovery_only") as (
+        running,
+        addresses,
+        entries,
+        away,
+    ):
+        back = addresses[:2]
+        with Client(back, operation_call_timeout_ms=60_000) as client:
+            deadline = time.monotonic() + 30
+            while f"waits for {away}" not in (status := client.cluster_status()).unsafe_reason:
+                assert time.monotonic() < deadline, status.unsafe_reason
+                time.sleep(0.2)
+            _wait_for_log_of_any(running, back, "hot-restart-incomplete")
+            time.sleep(2.0)  # past failure_timeout_ms (5 s) and hot_restart_timeout_ms (4 s)
+            assert away in client.cluster_status().members  # not removed
+            uuid = {a: client.member_status(a).uuid for a in back}
+        _start_all(running, tmp_path, [away])
+        running.wait_for_log(away, "member-restored", timeout_s=60)
+        with Client(addresses, operation_call_timeout_ms=60_000) as client:
+            client.wait_until_safe(90, members=3)
+            assert {a: client.member_status(a).uuid for a in back} == uuid
+            assert sum(_moved(client.member_status(a)) for a in addresses) == 0
+            assert client.get_map("data").get_all(list(entries)) == entries
+
+
+def test_a_partial_restart_most_recent_gives_the_member_away_up_and_reports_what_only_it_held_lost(tmp_path) -> None:
+    """Without backups, every member SIGKILLed and two back: past hot_restart_timeout_ms the third
+    is removed at once and its partitions are reported lost (served again, empty); the rest is
+    there. Started again later, it rejoins as a new member, its stale replicas dropped."""
+    with contextlib.contextmanager(_killed_then_two_back)(
+        tmp_path, "partial_recovery_most_recent", "--set", "backup_count=0"
+    ) as (running, addresses, entries, away):
+        back = addresses[:2]
+        leader = _wait_for_log_of_any(running, back, "hot-restart-incomplete", timeout_s=60)
+        running.wait_for_log(leader, "partition-lost")
+        with Client(back, operation_call_timeout_ms=60_000) as client:
+            client.wait_until_safe(90, members=2)
+            held = client.get_map("data").get_all(list(entries))
+            assert 0 < len(held) < len(entries)
+            assert all(held[key] == entries[key] for key in held)
+            old_uuid_gone = away not in client.cluster_status().members
+            assert old_uuid_gone
+        _start_all(running, tmp_path, [away], "--set", "backup_count=0")
+        running.wait_for_log(away, "removed-from-cluster", timeout_s=60)
+        with Client(addresses, operation_call_timeout_ms=60_000) as client:
+            client.wait_until_safe(90, members=3)
+            assert client.get_map("data").get_all(list(entries)) == held  # nothing stale came back
+
+
+def test_a_partial_restart_most_complete_keeps_what_only_the_member_away_holds_until_it_returns(tmp_path) -> None:
+    """Without backups, every member SIGKILLed and two back: past hot_restart_timeout_ms the third
+    is handled as a crashed member that holds the last replicas of its partitions: unavailable,
+    named in the error, not lost; started again, it serves them whole."""
+    with contextlib.contextmanager(_killed_then_two_back)(
+        tmp_path, "partial_recovery_most_complete", "--set", "backup_count=0"
+    ) as (running, addresses, entries, away):
+        back = addresses[:2]
+        leader = _wait_for_log_of_any(running, back, "hot-restart-incomplete", timeout_s=60)
+        running.wait_for_log(leader, "partitions-unavailable")
+        with Client(back, operation_call_timeout_ms=10_000) as client:
+            deadline = time.monotonic() + 30
+            while not (unavailable := [p for p in client.partitions() if p.unavailable]):
+                assert time.monotonic() < deadline, "no partition is unavailable"
+                time.sleep(0.2)
+            assert all(p.owner == away for p in unavailable)
+            with pytest.raises(PartitionUnavailableError, match=away):
+                client.get_map("data").get_all(list(entries))
+        _start_all(running, tmp_path, [away], "--set", "backup_count=0")
+        running.wait_for_log(away, "member-restored", timeout_s=60)
+        with Client(addresses, operation_call_timeout_ms=60_000) as client:
+            client.wait_until_safe(90, members=3)
             assert client.get_map("data").get_all(list(entries)) == entries

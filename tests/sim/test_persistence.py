@@ -56,7 +56,18 @@ SMALL_DISK = replace(PERSISTENT, disk_capacity_bytes=160_000, disk_reserve_bytes
 # differed from it at the same sequence).
 EVERY_MS = replace(PERSISTENT, fsync="every_ms", fsync_interval_ms=1_000)
 NEVER = replace(PERSISTENT_LOSSY, fsync="never")
+# Hot restarts: after a crash of every member one comes back late, past the failure timeout, before
+# or after hot_restart_timeout_ms: waited for, then removed (what only it held is reported lost: not
+# with one backup) and rejoining as a new member when it comes back.
+HOT_RESTART = replace(
+    PERSISTENT, members=4, hot_restart_timeout_ms=6_000, hot_restart_policy="partial_recovery_most_recent"
+)
+HOT_RESTART_COMPLETE = replace(
+    PERSISTENT_LOSSY, hot_restart_timeout_ms=6_000, hot_restart_policy="partial_recovery_most_complete"
+)
 CONFIGURATIONS = {
+    "hot-restart": HOT_RESTART,
+    "hot-restart-complete": HOT_RESTART_COMPLETE,
     "every-ms": EVERY_MS,
     "never": NEVER,
     "small-disk": SMALL_DISK,

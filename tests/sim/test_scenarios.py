@@ -753,3 +753,42 @@ def test_a_member_restarted_at_a_new_address_is_renamed_and_moves_no_partition()
     move_ms = step_time(run, 2)
     assert not [e for t, _, e in emitted(run, events.MigrationEvent) if t > move_ms]
     assert run.sim.ledger.counts()["acked"] > 1_000
+
+
+def test_a_hot_restart_waits_for_a_slow_member_and_moves_nothing() -> None:
+    run = passed("a-hot-restart-waits-for-a-slow-member")
+    assert len(emitted(run, events.MemberRestored)) == 4  # the slow one too, as itself
+    assert not emitted(run, events.MemberRemoved)
+    assert not emitted(run, events.MigrationEvent)
+    (incomplete,) = {e for _, _, e in emitted(run, events.HotRestartIncomplete)}
+    assert incomplete.policy == "full_recovery_only"
+    assert len(incomplete.members) == 1
+    assert run.sim.ledger.counts()["acked"] > 1_000
+
+
+def test_a_partial_restart_most_recent_removes_the_members_away_and_reports_their_partitions_lost() -> None:
+    run = passed("a-partial-restart-keeps-the-most-recent")
+    (incomplete,) = {e for _, _, e in emitted(run, events.HotRestartIncomplete)}
+    assert incomplete.policy == "partial_recovery_most_recent"
+    away = set(incomplete.members)
+    assert len(away) == 2
+    gave_up_ms = min(t for t, _, _ in emitted(run, events.HotRestartIncomplete))
+    assert {e.member for t, _, e in emitted(run, events.MemberRemoved) if t < gave_up_ms + 1_000} >= away
+    lost = {e.partition_id for _, _, e in emitted(run, events.PartitionLost)}
+    assert lost
+    assert lost == set(run.sim.stats.partitions_lost)
+    # The one that came back later was removed: it joins as a new member, its replicas dropped.
+    (rejoined,) = [e for _, _, e in emitted(run, events.RemovedFromCluster)]
+    assert rejoined.old_identity in away
+
+
+def test_a_partial_restart_most_complete_keeps_what_only_the_members_away_hold_until_they_return() -> None:
+    run = passed("a-partial-restart-keeps-the-most-complete")
+    (incomplete,) = {e for _, _, e in emitted(run, events.HotRestartIncomplete)}
+    assert incomplete.policy == "partial_recovery_most_complete"
+    (unavailable,) = [e for _, _, e in emitted(run, events.PartitionsUnavailable)][:1]
+    back = {e.partition_ids for _, _, e in emitted(run, events.PartitionsAvailable)}
+    assert unavailable.partition_ids in back  # served whole again once they answered
+    assert not emitted(run, events.PartitionLost)
+    assert not run.sim.stats.partitions_lost
+    assert not emitted(run, events.RemovedFromCluster)

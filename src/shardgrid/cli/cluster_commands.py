@@ -173,6 +173,7 @@ def status_document(status: ClusterStatus) -> dict[str, Any]:
         "missing_replicas": leader.missing_replicas if leader else None,
         "unavailable_partitions": leader.unavailable_partitions if leader else None,
         "unreachable_members": list(leader.unreachable_members) if leader else [],
+        "awaited_members": list(leader.awaited_members) if leader else [],
         "safe": status.safe,
         "unsafe_reason": status.unsafe_reason or None,
         "members": members,
@@ -282,6 +283,11 @@ def render_status(document: dict[str, Any]) -> None:
         console.print(
             f"[red]{document['unavailable_partitions']} partitions unavailable[/red]: every replica on members that "
             f"stopped answering ({', '.join(document['unreachable_members'])})"
+        )
+    if document["awaited_members"]:
+        console.print(
+            f"[yellow]hot restart[/yellow]: the leader came back from its disk and waits for "
+            f"{', '.join(document['awaited_members'])} (their partitions wait too)"
         )
     full = [
         f"{member['address']} ({(member['disk_free_bytes'] or 0) / 2**20:.0f} MiB free)"

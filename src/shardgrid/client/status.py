@@ -47,6 +47,12 @@ class ClusterStatus:
         """Why the cluster is not safe now, or '' when it is."""
         if not self.members:
             return "no member list yet (the cluster has not formed)"
+        awaited = sorted({a for reply in self.replies.values() for a in reply.awaited_members})
+        if awaited:
+            return (
+                f"the cluster came back from its disks and waits for {', '.join(awaited)} (hot restart: their "
+                "partitions wait for them until hot_restart_timeout_ms; or: shardgrid remove)"
+            )
         unavailable = max((reply.unavailable_partitions for reply in self.replies.values()), default=0)
         if unavailable:
             away = sorted({a for reply in self.replies.values() for a in reply.unreachable_members})

@@ -28,6 +28,8 @@ from shardgrid.core.raft import RaftSettings
 # When a persistent member syncs what it wrote (MemberConfig.fsync), as Redis's appendfsync.
 FsyncPolicy = Literal["always", "every_ms", "never"]
 FSYNC_POLICIES: tuple[str, ...] = get_args(FsyncPolicy)
+HotRestartPolicy = Literal["full_recovery_only", "partial_recovery_most_recent", "partial_recovery_most_complete"]
+HOT_RESTART_POLICIES: tuple[str, ...] = get_args(HotRestartPolicy)
 # What a map does at its size (MapConfig.eviction_policy).
 EvictionPolicy = Literal["NONE", "LRU", "LFU", "RANDOM"]
 EVICTION_POLICIES: tuple[str, ...] = get_args(EvictionPolicy)
@@ -227,6 +229,18 @@ class MemberConfig:
     new lineage, and its backups take its copy whole."""
     fsync_interval_ms: int = 1_000
     """With ``fsync = "every_ms"``: how long a write may wait for its sync."""
+    hot_restart_timeout_ms: int = 120_000
+    """How long a leader back from its disk waits for the members it has not heard from since,
+    instead of `failure_timeout_ms`: a restarted cluster neither removes them nor repairs their
+    partitions meanwhile, so that members slow to come back move nothing. 0: no wait."""
+    hot_restart_policy: HotRestartPolicy = "full_recovery_only"
+    """What the leader does with members still away after `hot_restart_timeout_ms` (seed 003's
+    partial restart). ``full_recovery_only``: it waits on for them (their partitions unavailable)
+    until they come back or an operator removes them. ``partial_recovery_most_recent``: it removes
+    them at once, and the partitions only they held are reported lost: the cluster serves every
+    partition again, from what came back. ``partial_recovery_most_complete``: it treats them as
+    crashed: the partitions with a replica that came back are repaired, and those only they held
+    stay unavailable, in case they come back, until `partition_lost_timeout_ms`."""
     disk_reserve_bytes: int = 256 * 1024 * 1024
     """Free space a persistent member keeps on its data directory's file system, beyond room for
     a whole rewrite of the records it holds (its files are compacted by rewriting them): with
@@ -357,6 +371,11 @@ class MemberConfig:
         require(0 <= self.disk_reserve_bytes <= MAX_COUNTER, f"disk_reserve_bytes is 0 to {MAX_COUNTER}")
         require(self.fsync in FSYNC_POLICIES, f"fsync is one of {', '.join(FSYNC_POLICIES)}")
         require(0 < self.fsync_interval_ms <= 60_000, "fsync_interval_ms is 1 to 60000")
+        require(
+            self.hot_restart_policy in HOT_RESTART_POLICIES,
+            f"hot_restart_policy is one of {', '.join(HOT_RESTART_POLICIES)}",
+        )
+        require(0 <= self.hot_restart_timeout_ms <= MAX_COUNTER, "hot_restart_timeout_ms must be 0 or positive")
         require(
             0 < self.max_chunk_entries <= MAX_ENTRIES_PER_CHUNK, f"max_chunk_entries must be 1..{MAX_ENTRIES_PER_CHUNK}"
         )

@@ -160,6 +160,18 @@ class MemberReaddressed:
 
 
 @dataclass(frozen=True, slots=True)
+class HotRestartIncomplete:
+    """The leader, back from its disk, waited ``hot_restart_timeout_ms`` for ``members`` and they
+    are still away; ``policy`` (``hot_restart_policy``) says what follows: waited for on
+    (``full_recovery_only``), removed at once with the partitions only they held reported lost
+    (``partial_recovery_most_recent``), or handled as crashed members
+    (``partial_recovery_most_complete``)."""
+
+    members: tuple[MemberId, ...]
+    policy: str
+
+
+@dataclass(frozen=True, slots=True)
 class MemberStopped:
     """This member stopped: its graceful shutdown completed, or the cluster shut down."""
 

@@ -673,6 +673,9 @@ class MemberStatus(Message, tag=130, kw_only=True):
     unsynced_writes: Counter = 0
     sync_lag_ms: Counter = 0
     disk_full: bool = False
+    # The leader's, back from its disk: the members it waits for as a hot restart's (neither removed
+    # nor repaired around until hot_restart_timeout_ms, or for good with full_recovery_only).
+    awaited_members: Annotated[tuple[str, ...], msgspec.Meta(max_length=MAX_MEMBER_COUNT)] = ()
     entries_synced: Counter = 0  # records this member sent in replica syncs, as owner, since it started
 
 

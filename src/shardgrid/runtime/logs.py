@@ -131,6 +131,7 @@ _EVENT_NAMES: dict[type, str] = {
     events.MemberMoving: "member-moving",
     events.MemberMoved: "member-moved",
     events.MemberReaddressed: "member-readdressed",
+    events.HotRestartIncomplete: "hot-restart-incomplete",
     events.PartitionsUnavailable: "partitions-unavailable",
     events.PartitionsAvailable: "partitions-available",
     events.MemberStopped: "member-stopped",
@@ -151,7 +152,10 @@ def log_member_event(logger: logging.Logger, event: Any) -> None:
             level = logging.WARNING
         elif event.phase is events.MigrationPhase.STARTED:
             level = logging.DEBUG
-    elif isinstance(event, events.PartitionLost | events.ClusterNotFormed | events.PartitionsUnavailable):
+    elif isinstance(
+        event,
+        events.PartitionLost | events.ClusterNotFormed | events.PartitionsUnavailable | events.HotRestartIncomplete,
+    ):
         level = logging.WARNING
     elif isinstance(event, events.MemberRestored) and event.fsync != "always":
         level = logging.WARNING

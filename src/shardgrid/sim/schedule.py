@@ -136,6 +136,8 @@ _RUN_FIELDS = {
     "disk_reserve_bytes",
     "fsync",
     "fsync_interval_ms",
+    "hot_restart_timeout_ms",
+    "hot_restart_policy",
 }
 _STEP_FIELDS = {
     "action",

@@ -130,6 +130,11 @@ class SimParams:
     # its last sync as maybe lost.
     fsync: str = "always"
     fsync_interval_ms: int = 1_000
+    # How long a leader back from its disk waits for members not heard from since, and what it then
+    # does with those still away (hot_restart_policy); the runs' default waits no longer than the
+    # failure timeout, so that a crash of every member with one kept away plays as before.
+    hot_restart_timeout_ms: int = 0
+    hot_restart_policy: str = "full_recovery_only"
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -181,6 +186,8 @@ class SimParams:
             disk_reserve_bytes=self.disk_reserve_bytes,
             fsync=self.fsync,  # type: ignore[arg-type]
             fsync_interval_ms=self.fsync_interval_ms,
+            hot_restart_timeout_ms=self.hot_restart_timeout_ms,
+            hot_restart_policy=self.hot_restart_policy,  # type: ignore[arg-type]
             persistent=self.persistent,
             **(TIGHT_TRANSFERS if self.tight_transfers else {}),
         )
@@ -587,6 +594,13 @@ class Run:
         for address in alive:
             sim.crash(address)
         delays = {address: self.rng.randint(100, 3_000) for address in alive}
+        hot_restart_ms = self.params.hot_restart_timeout_ms
+        if hot_restart_ms and len(alive) > 1:
+            # One comes back late: past the failure timeout, and past the hot restart's only when the
+            # cluster was safe (then the partial policies may give that one up as a lost member).
+            failure_ms = sim.config.failure_timeout_ms
+            latest_ms = failure_ms + hot_restart_ms + 2_000 if self.data_losses == 0 else hot_restart_ms
+            delays[self.rng.choice(alive)] = self.rng.randint(failure_ms, max(failure_ms, latest_ms))
         for address, delay in delays.items():
             sim.at(sim.now_ms + delay, lambda address=address: sim.restart(address, as_itself=True))
         self.lost.update(alive)

@@ -13,6 +13,11 @@
   itself demoted for leaving.
 - Leaving: a member shutting down gracefully is removed once it holds no replica and takes part in
   no migration.
+- Hot restart: a leader back from its disk gives the members it has not heard from since it leads
+  until ``hot_restart_timeout_ms`` after its restart, instead of the failure timeout: a cluster
+  restarted from its disks neither removes nor repairs around members slow to come back. Past it,
+  ``hot_restart_policy`` says what becomes of those still away (waited for; removed at once; or
+  handled as crashed members).
 - Moves: a persistent member back from its data directory at another address asks to be renamed
   (``JoinRequest.moved_from``). Once its old incarnation is certainly gone (silent past its lease),
   the leader demotes it if it votes, then replaces the learner by one at the new address in one
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shardgrid.core import limits
+from shardgrid.core import events, limits
 from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import NEVER_MS
 from shardgrid.core.member.admin import Respond
@@ -90,10 +95,25 @@ class MembershipLeader:
         # Members an operator said are gone for good (``RemoveMember``): removed now, even when they
         # hold the last replicas of a partition; each answered once its removal is applied.
         self._removals: dict[MemberId, tuple[Respond, int]] = {}
+        # When this member came back from its disk (None: it did not), and, while it leads, the
+        # members it waits for as a hot restart's (None: not worked out yet in this leadership).
+        self._restarted_ms: int | None = None
+        self._awaited: set[MemberId] | None = None
+        self._heard: set[MemberId] = set()  # members heard from in this leadership
+        self._gave_up_reported = False  # (full_recovery_only: said once a leadership that it waits on)
         # Voters an operator's recovery (``shardgrid recover``) left behind as lost for good:
         # removed once silent past the failure timeout, even when they hold the last replicas of a
         # partition (kept across a change of leader: the recovery said they never come back).
         self._given_up: set[MemberId] = set()
+
+    def restarted(self) -> None:
+        """This member came back from its disk: as leader it waits for the members as a hot restart's."""
+        self._restarted_ms = self.ctx.now_ms
+
+    @property
+    def awaited(self) -> tuple[MemberId, ...]:
+        """The members this leader waits for as a hot restart's (none once it gave up on them)."""
+        return tuple(sorted(m for m in self._awaited or () if self._awaiting(m)))
 
     def give_up(self, members: tuple[MemberId, ...]) -> None:
         """The operator recovered from a lost majority at this member: ``members`` never come back."""
@@ -105,12 +125,18 @@ class MembershipLeader:
             respond(ADMIN_UNAVAILABLE, "the leader changed before the removal was applied; ask again")
         self.joiners = {}
         self.movers = {}
+        self._awaited = None
+        self._heard = set()
+        self._gave_up_reported = False
         self.last_heard = {}
         self.leader_since_ms = self.ctx.now_ms
         self._last_seed_probe_ms = self.ctx.now_ms
 
     def heard_from(self, member: MemberId) -> None:
         self.last_heard[member] = self.ctx.now_ms
+        self._heard.add(member)
+        if self._awaited:
+            self._awaited.discard(member)
 
     def stood_still(self) -> None:
         """The process was paused: what it knows of others' silence is stale for a while."""
@@ -189,6 +215,7 @@ class MembershipLeader:
             self.last_heard.setdefault(member, now)
         for gone in [m for m in self.last_heard if not state.is_member(m)]:
             del self.last_heard[gone]
+        self._hot_restart(state)
         if now - self._last_seed_probe_ms >= SEED_PROBE_EVERY_JOIN_RETRIES * self.ctx.config.join_retry_ms:
             self._last_seed_probe_ms = now
             self._probe_seeds(state)
@@ -196,6 +223,42 @@ class MembershipLeader:
             self._change_configuration()
         self._mark_reachability(state)
         self._answer_removals()
+
+    def _hot_restart(self, state: MetadataState) -> None:
+        """Work out whom this leader waits for as a hot restart's, and past the timeout carry out
+        the policy for those still away."""
+        config = self.ctx.config
+        now = self.ctx.now_ms
+        restarted = self._restarted_ms
+        if self._awaited is None:
+            within = restarted is not None and now < restarted + config.hot_restart_timeout_ms
+            me = self.ctx.identity
+            self._awaited = {m for m in state.member_ids if m != me and m not in self._heard} if within else set()
+            return
+        self._awaited = {m for m in self._awaited if state.is_member(m)}
+        if not self._awaited or restarted is None or now < restarted + config.hot_restart_timeout_ms:
+            return
+        policy = config.hot_restart_policy
+        if policy == "full_recovery_only":
+            if not self._gave_up_reported:
+                self._gave_up_reported = True
+                self.ctx.emit(events.HotRestartIncomplete(tuple(sorted(self._awaited)), policy))
+            return
+        away = tuple(sorted(self._awaited))
+        self._awaited = set()
+        self.ctx.emit(events.HotRestartIncomplete(away, policy))
+        if policy == "partial_recovery_most_recent":
+            self._given_up.update(away)  # removed at once: what only they held is lost
+
+    def _awaiting(self, member: MemberId) -> bool:
+        """Whether ``member`` is waited for as a hot restart's now (an operator's removal goes first)."""
+        if not self._awaited or member not in self._awaited or member in self._removals:
+            return False
+        restarted = self._restarted_ms
+        config = self.ctx.config
+        return config.hot_restart_policy == "full_recovery_only" or (
+            restarted is not None and self.ctx.now_ms < restarted + config.hot_restart_timeout_ms
+        )
 
     def _probe_seeds(self, state: MetadataState) -> None:
         """Tell whoever runs at a seed address that is no member's where this cluster is. A member
@@ -343,6 +406,7 @@ class MembershipLeader:
             for member in state.member_ids
             if member != self.ctx.identity
             and member not in moving  # back at a new address: renamed, not removed
+            and not self._awaiting(member)  # a hot restart waits for it
             and self._silent_ms(member) > self.ctx.config.failure_timeout_ms
             and self.leases.certainly_expired(member)
             and not self.migration_leader.removal_blocked(member)

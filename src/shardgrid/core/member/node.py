@@ -272,6 +272,7 @@ class Member:
             unsynced_writes=disk.unsynced_writes,
             sync_lag_ms=disk.sync_lag_ms(self.ctx.now_ms),
             disk_full=data.upkeep.disk_short(),
+            awaited_members=tuple(m.address for m in self.membership.awaited) if is_leader else (),
         )
 
     def _map_usage(self) -> tuple[m.MapUsage, ...]:
@@ -342,6 +343,7 @@ class Member:
         else:
             self._restored_last = (0, 0)
         self._restoring = True
+        self.membership.restarted()
         try:
             self.consensus.restore(disk.raft, disk.file_bytes.get(DiskFile.RAFT, 0))
         finally:
