@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shardgrid._engine import split
 from shardgrid.core import events
 from shardgrid.core import messages as m
 from shardgrid.core.config import MemberConfig
@@ -1362,6 +1363,38 @@ def test_a_scan_page_is_the_entries_from_its_offset_up_to_its_count_and_the_repl
     assert packed.packed_values == b"".join(reply.values)
     assert list(unpacked_lengths(packed.key_lengths)) == [len(key) for key in reply.keys]
     assert list(unpacked_lengths(packed.value_lengths)) == [len(value) for value in reply.values]
+
+
+def test_a_scan_with_metadata_pages_every_record_with_its_metadata_and_only_packed() -> None:
+    """What a backup reads: every record of the partition (expired ones not yet removed too), each
+    with the engine's metadata, in pages that fit together; unpacked, it is refused."""
+    member, now = alone()
+    keys = tuple(key for key in (b"k%d" % n for n in range(200)) if partition_id_of_serialized(key, 4) == 0)
+    request = map_request(call_id=1, kind=m.PUT, map_name="m", keys=keys, values=tuple(b"v" * 10 for _ in keys))
+    member.handle(now + 1, Receive("c", None, None, request))
+    held = dict(member.data.view(0).maps["m"].items())
+    got: dict[bytes, bytes] = {}
+    offset, call_id = 0, 10
+    while True:
+        scan = m.ScanRequest(
+            call_id=call_id, map_name="m", partition_id=0, offset=offset, max_entries=7, packed=True, with_metadata=True
+        )
+        (reply,) = replies(member.handle(now + 2, Receive("c", None, None, scan)))
+        assert reply.code is m.ReplyCode.OK
+        key_lengths = unpacked_lengths(reply.key_lengths)
+        assert len(reply.metadata) == 48 * len(key_lengths)
+        created = [int.from_bytes(reply.metadata[48 * i : 48 * i + 8], "little") for i in range(len(key_lengths))]
+        assert all(stamp > 0 for stamp in created)
+        keys_got = split(reply.packed_keys, reply.key_lengths)
+        got.update(zip(keys_got, split(reply.packed_values, reply.value_lengths), strict=True))
+        offset, call_id = reply.next_offset, call_id + 1
+        if not reply.more:
+            break
+    assert got == held
+    unpacked = m.ScanRequest(call_id=99, map_name="m", partition_id=0, with_metadata=True)
+    (refused,) = replies(member.handle(now + 3, Receive("c", None, None, unpacked)))
+    assert refused.code is m.ReplyCode.REJECTED
+    assert "packed" in refused.reason
 
 
 def test_a_client_cannot_ask_a_leave_past_the_last_data_members_refusal() -> None:

@@ -93,7 +93,7 @@ def parse_members(text: str) -> list[str]:
     return members
 
 
-def _with_client(options: dict[str, Any], action: Callable[[Client], T]) -> T:
+def with_client(options: dict[str, Any], action: Callable[[Client], T]) -> T:
     members = parse_members(str(options["members"]))
     timeout_s = options["timeout_s"]
     if not (math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
@@ -310,7 +310,7 @@ def render_status(document: dict[str, Any]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def status(as_json: bool, **options: Any) -> None:
     """Members, leader, cluster state, partitions and replicas per member, migrations, safe or not."""
-    document = status_document(_with_client(options, lambda client: client.cluster_status()))
+    document = status_document(with_client(options, lambda client: client.cluster_status()))
     if as_json:
         click.echo(json.dumps(document, indent=2))
     else:
@@ -350,7 +350,7 @@ def safe(wait_s: float, until_members: int | None, **options: Any) -> None:
         return status.unsafe_reason or status.too_few_reason(members)
 
     options["timeout_s"] = max(options["timeout_s"], wait_s + 10)
-    reason = _with_client(options, check)
+    reason = with_client(options, check)
     if reason:
         click.echo(f"not safe: {reason}")
         sys.exit(EXIT_REFUSED)
@@ -376,7 +376,7 @@ def watch(limit_s: float, until_members: int | None, **options: Any) -> None:
     def follow(client: Client) -> WatchResult:
         return watch_until_safe(client, limit_s, Console(), "migrations", until_members=until_members or 0)
 
-    result = _with_client(options, follow)
+    result = with_client(options, follow)
     if not result.safe:
         click.echo(f"not safe after {result.seconds:.0f} s: {result.reason}")
         sys.exit(EXIT_REFUSED)
@@ -394,7 +394,7 @@ def state() -> None:
 @client_options
 def state_get(**options: Any) -> None:
     """Print the cluster state: active, no-migration, frozen or passive."""
-    click.echo(_with_client(options, lambda client: client.get_cluster_state()).value)
+    click.echo(with_client(options, lambda client: client.get_cluster_state()).value)
 
 
 @state.command("set")
@@ -402,7 +402,7 @@ def state_get(**options: Any) -> None:
 @client_options
 def state_set(new_state: str, **options: Any) -> None:
     """Change the cluster state (no-migration pauses rebalancing; active resumes it)."""
-    _with_client(options, lambda client: client.change_cluster_state(new_state))
+    with_client(options, lambda client: client.change_cluster_state(new_state))
     click.echo(f"cluster state: {new_state.lower()}")
 
 
@@ -411,7 +411,7 @@ def state_set(new_state: str, **options: Any) -> None:
 @client_options
 def promote(address: str, **options: Any) -> None:
     """Make the lite member at ADDRESS a data member."""
-    _with_client(options, lambda client: client.promote(address))
+    with_client(options, lambda client: client.promote(address))
     click.echo(f"{address} is a data member")
 
 
@@ -434,14 +434,14 @@ def shutdown(address: str | None, whole_cluster: bool, **options: Any) -> None:
     if address is None:
         if not whole_cluster:
             raise click.UsageError("give either a member's ADDRESS or --cluster")
-        _with_client(options, lambda client: client.shutdown_cluster())
+        with_client(options, lambda client: client.shutdown_cluster())
         click.echo("the cluster shut down")
         return
     if whole_cluster:
         raise click.UsageError("give either a member's ADDRESS or --cluster, not both")
     if click.get_current_context().get_parameter_source("timeout_s") is click.core.ParameterSource.DEFAULT:
         options["timeout_s"] = SHUTDOWN_TIMEOUT_S  # handing replicas over takes its time, unless told otherwise
-    _with_client(options, lambda client: client.shutdown_member(address))
+    with_client(options, lambda client: client.shutdown_member(address))
     click.echo(f"{address} left the cluster")
 
 
@@ -455,7 +455,7 @@ def rebalance() -> None:
 def rebalance_pause(**options: Any) -> None:
     """Pause rebalancing (the no-migration state): data is served and a crashed owner's backup is
     promoted, but nothing else moves until `rebalance resume`."""
-    _with_client(options, lambda client: client.change_cluster_state("no-migration"))
+    with_client(options, lambda client: client.change_cluster_state("no-migration"))
     click.echo("rebalancing paused (cluster state no-migration)")
 
 
@@ -464,7 +464,7 @@ def rebalance_pause(**options: Any) -> None:
 def rebalance_resume(**options: Any) -> None:
     """Resume rebalancing (the active state): missing backups are refilled and the cluster
     rebalanced."""
-    _with_client(options, lambda client: client.change_cluster_state("active"))
+    with_client(options, lambda client: client.change_cluster_state("active"))
     click.echo("rebalancing resumed (cluster state active)")
 
 
@@ -480,7 +480,7 @@ def recover(address: str, yes: bool, **options: Any) -> None:
     if not yes:
         raise click.UsageError("recovery discards the lost voters for good: run it again with --yes")
     options["members"] = address
-    answer = _with_client(options, lambda client: client.admin(m.RecoverLostMajority(), address))
+    answer = with_client(options, lambda client: client.admin(m.RecoverLostMajority(), address))
     click.echo(answer)
 
 
@@ -492,7 +492,7 @@ def remove(address: str, **options: Any) -> None:
     and holds the last replicas of some partitions is otherwise kept, unreachable, for
     partition_lost_timeout_ms in case it comes back. Those partitions are reported lost and
     restart empty. A member that answers is refused: ask it to leave with shutdown."""
-    click.echo(_with_client(options, lambda client: client.admin(m.RemoveMember(address))))
+    click.echo(with_client(options, lambda client: client.admin(m.RemoveMember(address))))
 
 
 @click.group()
@@ -506,7 +506,7 @@ def partitions() -> None:
 def partitions_list(as_json: bool, **options: Any) -> None:
     """Each partition's version, owner and backups, as a member's table holds them now, and
     whether it is unavailable (every replica on members that stopped answering)."""
-    found = _with_client(options, lambda client: client.partitions())
+    found = with_client(options, lambda client: client.partitions())
     if as_json:
         rows = [
             {
@@ -539,7 +539,7 @@ def partitions_revive(yes: bool, **options: Any) -> None:
     one of its members answers."""
     if not yes:
         raise click.UsageError("reviving gives up the data of the unavailable partitions: run it again with --yes")
-    click.echo(_with_client(options, lambda client: client.admin(m.RevivePartitions())))
+    click.echo(with_client(options, lambda client: client.admin(m.RevivePartitions())))
 
 
 @click.group("map")
@@ -577,7 +577,7 @@ _TTL_OPTION = click.option(
 @client_options
 def map_put(map_name: str, key: str, value: str, ttl: float | None, **options: Any) -> None:
     """Store VALUE (JSON; a plain word is taken as a string) under KEY."""
-    _with_client(options, lambda client: client.get_map(map_name).set(key, _json_or_word(value), ttl))
+    with_client(options, lambda client: client.get_map(map_name).set(key, _json_or_word(value), ttl))
 
 
 @map_group.command("replace")
@@ -597,7 +597,7 @@ def map_replace(map_name: str, key: str, value: str, if_value: str | None, ttl: 
             return held.replace(key, _json_or_word(value), ttl) is not None
         return held.replace_if_same(key, _json_or_word(if_value), _json_or_word(value), ttl)
 
-    if not _with_client(options, run):
+    if not with_client(options, run):
         condition = "has no value" if if_value is None else f"does not hold {if_value}"
         click.echo(f"{map_name}: {key!r} {condition}: nothing stored", err=True)
         sys.exit(EXIT_REFUSED)
@@ -617,7 +617,7 @@ def map_remove(map_name: str, key: str, if_value: str | None, **options: Any) ->
             return held.remove(key) is not None
         return held.remove_if_same(key, _json_or_word(if_value))
 
-    if not _with_client(options, run):
+    if not with_client(options, run):
         click.echo(f"{map_name}: {key!r} was not removed (no such key, or another value)", err=True)
         sys.exit(EXIT_REFUSED)
 
@@ -630,7 +630,7 @@ def map_remove(map_name: str, key: str, if_value: str | None, **options: Any) ->
 def map_set_ttl(map_name: str, key: str, seconds: float, **options: Any) -> None:
     """Make KEY's entry live SECONDS from now (0: until removed), its value unchanged; exit 1 when
     the map has no such key."""
-    if not _with_client(options, lambda client: client.get_map(map_name).set_ttl(key, seconds)):
+    if not with_client(options, lambda client: client.get_map(map_name).set_ttl(key, seconds)):
         click.echo(f"{map_name} has no key {key!r}: no TTL set", err=True)
         sys.exit(EXIT_REFUSED)
 
@@ -642,7 +642,7 @@ def map_set_ttl(map_name: str, key: str, seconds: float, **options: Any) -> None
 def map_entry(map_name: str, key: str, **options: Any) -> None:
     """Print KEY's entry view as JSON (value, times in ms since the epoch, expiry, hits, version);
     exit 1 when the map has no such key. It counts no read."""
-    view = _with_client(options, lambda client: client.get_map(map_name).get_entry_view(key))
+    view = with_client(options, lambda client: client.get_map(map_name).get_entry_view(key))
     if view is None:
         click.echo(f"{map_name} has no key {key!r}", err=True)
         sys.exit(EXIT_REFUSED)
@@ -657,7 +657,7 @@ def map_entry(map_name: str, key: str, **options: Any) -> None:
 def map_get(map_name: str, key: str, **options: Any) -> None:
     """Print KEY's value as JSON; exit 1 when the map has no such key."""
     missing = object()
-    value = _with_client(options, lambda client: client.get_map(map_name).get(key, missing))
+    value = with_client(options, lambda client: client.get_map(map_name).get(key, missing))
     if value is missing:
         click.echo(f"{map_name} has no key {key!r}", err=True)
         sys.exit(EXIT_REFUSED)
@@ -669,7 +669,7 @@ def map_get(map_name: str, key: str, **options: Any) -> None:
 @client_options
 def map_size(map_name: str, **options: Any) -> None:
     """Print how many entries the map holds (each owner counts its partitions)."""
-    click.echo(_with_client(options, lambda client: client.get_map(map_name).size()))
+    click.echo(with_client(options, lambda client: client.get_map(map_name).size()))
 
 
 COMMANDS = (

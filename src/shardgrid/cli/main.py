@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 
 from shardgrid import __version__
+from shardgrid.cli.backup_commands import COMMANDS as BACKUP_COMMANDS
 from shardgrid.cli.bench_cluster import headline as cluster_headline
 from shardgrid.cli.bench_cluster import run_cluster_bench
 from shardgrid.cli.bench_member import headline as member_headline
@@ -530,7 +531,7 @@ def config_show(config_path: Path | None, output_format: str, **options: Any) ->
 
 cli.add_command(member)
 cli.add_command(pipeline)
-for command in CLUSTER_COMMANDS:
+for command in (*CLUSTER_COMMANDS, *BACKUP_COMMANDS):
     cli.add_command(command)
 
 

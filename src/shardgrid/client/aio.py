@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from shardgrid._engine import ColumnError
+from shardgrid._engine import METADATA_FIELDS, ColumnError
 from shardgrid.client.connection import ConnectionLost, MemberConnection
 from shardgrid.client.encoded_columns import EncodedColumns
 from shardgrid.client.entry_view import EntryView, entry_view_of
@@ -109,8 +109,12 @@ class PackedEntries:
     key_lengths: bytes
     values: bytes
     value_lengths: bytes
+    # With ``with_metadata``: each record's METADATA_FIELDS (created, updated and accessed times,
+    # expiry, hits, version) as six unsigned 64-bit little-endian numbers, expired records included.
+    metadata: bytes = b""
 
 
+METADATA_RECORD_BYTES = 8 * len(METADATA_FIELDS)  # one record's metadata in a backup's scan
 # The highest reply code a member sends: any other byte in an answer is a malformed answer.
 _MAX_REPLY_CODE = max(m.ReplyCode)
 
@@ -233,6 +237,10 @@ class AsyncClient:
         for connection in self._connections.values():
             connection.close()
         self._connections.clear()
+
+    @property
+    def cluster_name(self) -> str:
+        return self._session_settings.cluster_name
 
     def get_map(self, name: str, key_type: type = str, value_serializer: Serializer | None = None) -> AsyncMap:
         _check_map_name(name)
@@ -805,16 +813,21 @@ class AsyncClient:
             values.extend(page.values)
         return keys, values
 
-    async def scan_partition_packed(self, map_name: str, pid: int, page_entries: int = 10_000) -> PackedEntries:
+    async def scan_partition_packed(
+        self, map_name: str, pid: int, page_entries: int = 10_000, *, with_metadata: bool = False
+    ) -> PackedEntries:
         """``scan_partition`` as packed columns: each column's bytes end to end, with each entry's
-        length (what a reader building Arrow arrays takes without an object per entry). The
-        member's pages are checked whole: lengths that do not add up are the member's error."""
-        pages = await self._scan_pages(map_name, pid, page_entries, keys_only=False, packed=True)
+        length (what a reader building Arrow arrays takes without an object per entry). With
+        ``with_metadata``, the records as the owner holds them, each with its metadata (expired
+        ones not yet removed included): what a backup copies. The member's pages are checked
+        whole: lengths that do not add up are the member's error."""
+        pages = await self._scan_pages(map_name, pid, page_entries, False, True, with_metadata)
         entries = PackedEntries(
             b"".join(page.packed_keys for page in pages),
             b"".join(page.key_lengths for page in pages),
             b"".join(page.packed_values for page in pages),
             b"".join(page.value_lengths for page in pages),
+            b"".join(page.metadata for page in pages),
         )
         try:
             key_lengths, value_lengths = unpacked_lengths(entries.key_lengths), unpacked_lengths(entries.value_lengths)
@@ -825,12 +838,13 @@ class AsyncClient:
             or sum(key_lengths) != len(entries.keys)
             or sum(value_lengths) != len(entries.values)
             or any(page.keys or page.values for page in pages)
+            or len(entries.metadata) != (len(key_lengths) * METADATA_RECORD_BYTES if with_metadata else 0)
         ):
             raise MemberProtocolError(f"a scan page of partition {pid}: its packed columns and lengths do not match")
         return entries
 
     async def _scan_pages(
-        self, map_name: str, pid: int, page_entries: int, keys_only: bool, packed: bool
+        self, map_name: str, pid: int, page_entries: int, keys_only: bool, packed: bool, with_metadata: bool = False
     ) -> list[m.ScanReply]:
         """The pages of one consistent copy of the partition (see ``scan_partition``)."""
         _check_map_name(map_name)
@@ -842,7 +856,9 @@ class AsyncClient:
         offset = 0
         stamp: tuple[str, int] | None = None
         while True:
-            reply = await self._scan_page(map_name, pid, offset, page_entries, keys_only, progress, packed)
+            reply = await self._scan_page(
+                map_name, pid, offset, page_entries, keys_only, progress, packed, with_metadata
+            )
             if reply is None:
                 pages, offset, stamp = [], 0, None  # another owner, or the same later: start over
                 continue
@@ -883,6 +899,7 @@ class AsyncClient:
         keys_only: bool,
         progress: CallProgress,
         packed: bool = False,
+        with_metadata: bool = False,
     ) -> m.ScanReply | None:
         """One page from the partition's owner, after the retries a lost answer calls for; None
         when an owner refused it (it moved, or it migrates): the caller starts the partition over.
@@ -897,6 +914,7 @@ class AsyncClient:
                 max_entries=page_entries,
                 keys_only=keys_only,
                 packed=packed,
+                with_metadata=with_metadata,
             )
 
         while True:

@@ -13,9 +13,11 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from shardgrid.client.aio import AsyncClient, AsyncMap, EventListener
+from shardgrid.client.backup import Manifest, RestoreReport, restore_backup, take_backup
 from shardgrid.client.entry_view import EntryView
 from shardgrid.client.errors import ClientClosedError
 from shardgrid.client.serialization import Serializer
@@ -107,6 +109,30 @@ class Client:
 
     def partitions(self) -> tuple[PartitionInfo, ...]:
         return self._run(self._async.partitions())
+
+    def backup(
+        self,
+        directory: str | Path,
+        *,
+        maps: Sequence[str] | None = None,
+        pause_writes: bool = False,
+        progress: Callable[[str], None] | None = None,
+    ) -> Manifest:
+        """Copy the cluster's data into ``directory`` (see ``shardgrid.client.backup``)."""
+        return self._run(
+            take_backup(self._async, Path(directory), maps=maps, pause_writes=pause_writes, progress=progress)
+        )
+
+    def restore(
+        self,
+        directory: str | Path,
+        *,
+        maps: Sequence[str] | None = None,
+        merge: bool = False,
+        progress: Callable[[str], None] | None = None,
+    ) -> RestoreReport:
+        """Write the backup in ``directory`` into the cluster (see ``shardgrid.client.backup``)."""
+        return self._run(restore_backup(self._async, Path(directory), maps=maps, merge=merge, progress=progress))
 
     def wait_until_safe(self, timeout_s: float, members: int = 0) -> ClusterStatus:
         return self._run(self._async.wait_until_safe(timeout_s, members=members))

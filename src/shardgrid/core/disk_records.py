@@ -51,6 +51,7 @@ class RecordKind(enum.IntEnum):
     REPLICA_DROP = 5  # the member no longer holds a partition
     REPLICA_STEP_END = 6  # the end of one step's replica records
     MEMBER_IDENTITY = 7  # who the member is (member_disk)
+    BACKUP_PAGE = 8  # some records of one partition of one map, in a backup (client.backup)
 
 
 @dataclass(frozen=True, slots=True)

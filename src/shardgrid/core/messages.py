@@ -575,6 +575,10 @@ class ScanRequest(Message, tag=127, kw_only=True):
     # The page as packed columns (``ScanReply.packed_keys`` and the rest) instead of one item per
     # entry: a reader building Arrow arrays then makes no object per entry.
     packed: bool = False
+    # With ``packed``: the records as the owner holds them, each with its metadata (the engine's
+    # METADATA_FIELDS: times, expiry, hits, version) in ``ScanReply.metadata``, expired ones not yet
+    # removed included: what a backup copies.
+    with_metadata: bool = False
 
 
 class ScanReply(Message, tag=128, kw_only=True):
@@ -602,6 +606,8 @@ class ScanReply(Message, tag=128, kw_only=True):
     # Where the next page starts: past the positions this page covered, expired entries left out
     # among them included (0 from a member that counts positions by entries returned).
     next_offset: Counter = 0
+    # ``ScanRequest.with_metadata``: six unsigned 64-bit little-endian numbers per record.
+    metadata: PackedBytes = b""
 
 
 class MemberStatusRequest(Message, tag=129):

@@ -236,6 +236,17 @@ class MapRecords:
                 keys=keys, key_lengths=key_lengths, values=values, value_lengths=value_lengths, metadata=metadata
             )
 
+    def dump_page(self, offset: int, max_entries: int, max_bytes: int) -> tuple[RecordPage, int]:
+        """The records from position ``offset`` on with their metadata (expired ones too), at most
+        ``max_entries`` and ``max_bytes``, and the position after them: a backup's page."""
+        keys, key_lengths, values, value_lengths, metadata, next_offset = self._store.dump(
+            self.name, offset, max_entries, max_bytes
+        )
+        page = RecordColumns(
+            keys=keys, key_lengths=key_lengths, values=values, value_lengths=value_lengths, metadata=metadata
+        )
+        return page, next_offset
+
     def load(self, page: RecordPage) -> None:
         """Take a page of another replica's records as they are (raises ``ColumnError``, having
         changed nothing, when the page breaks the engine's rules)."""

@@ -21,6 +21,7 @@ from shardgrid._engine import ColumnError, check_column, split
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import (
+    MAX_ENTRIES_PER_CHUNK,
     MAX_FRAME_BYTES,
     MAX_GET_ANSWER_BYTES,
     MAX_MAP_NAME_CHARS,
@@ -66,7 +67,7 @@ from shardgrid.core.messages import (
     TableRequest,
     WriteRun,
 )
-from shardgrid.core.records import EMPTY_SCAN_PAGE, ttls_fit
+from shardgrid.core.records import EMPTY_SCAN_PAGE, MapRecords, ttls_fit
 from shardgrid.core.store import PartitionData, columns_bytes, counted_bytes, unpacked_lengths
 from shardgrid.core.write_records import NO_DEADLINE_TTL_MS, RECORD_GRACE_MS, WINDOW_IDS, Seen
 
@@ -649,6 +650,9 @@ class ClientRequests:
             return
         data = self.stand_ins.store(pid) if standing_in else self.data.store(pid)
         records = data.maps.get(message.map_name)
+        if message.with_metadata:
+            self._reply_records(client, message, data, records)
+            return
         # The engine's order is the same from one page to the next while the map does not change
         # (the version says when it did). A page covers positions from the offset; an expired
         # entry among them is left out, so the reply says where the next page starts.
@@ -689,6 +693,36 @@ class ClientRequests:
                 map_version=version,
                 next_offset=next_offset,
             )
+        self.ctx.reply(client, reply)
+
+    def _reply_records(
+        self, client: str, message: ScanRequest, data: PartitionData, records: MapRecords | None
+    ) -> None:
+        """A scan page of the records with their metadata (``ScanRequest.with_metadata``)."""
+        if not message.packed:
+            reason = "records with their metadata come as packed columns only"
+            self.ctx.reply(client, ScanReply(call_id=message.call_id, code=ReplyCode.REJECTED, reason=reason))
+            return
+        total = len(records) if records is not None else 0
+        page, next_offset = None, message.offset
+        if records is not None and message.offset < total and message.max_entries:
+            max_entries = min(message.max_entries, MAX_ENTRIES_PER_CHUNK)
+            page, next_offset = records.dump_page(message.offset, max_entries, MAX_REPLY_VALUE_BYTES)
+        next_offset = max(next_offset, message.offset)
+        reply = ScanReply(
+            call_id=message.call_id,
+            code=ReplyCode.OK,
+            total=total,
+            more=next_offset < total,
+            lineage=data.lineage,
+            map_version=data.version_of(message.map_name),
+            packed_keys=page.keys if page is not None else b"",
+            key_lengths=page.key_lengths if page is not None else b"",
+            packed_values=page.values if page is not None else b"",
+            value_lengths=page.value_lengths if page is not None else b"",
+            metadata=page.metadata if page is not None else b"",
+            next_offset=next_offset,
+        )
         self.ctx.reply(client, reply)
 
     def on_table_request(self, client: str, message: TableRequest) -> None:
