@@ -95,7 +95,7 @@ def test_a_reference_to_no_member_is_a_usage_error_before_the_run(tmp_path) -> N
         ),
         (
             'action = "crash"\ntarget = "m9"',
-            "step 1: m9 is never started (3 members and 0 join step(s): m1..m3)",
+            "step 1: m9 is never started (3 members and 0 join or move step(s): m1..m3)",
         ),
         (
             'action = "crash"\ntarget = "owner:500"',

@@ -84,6 +84,16 @@ def test_a_rejected_write_is_not_applied_unless_an_earlier_attempt_may_have_been
     assert on_answer(AT_LEAST_ONCE, earlier, ReplyCode.REJECTED, 0, 2_100).outcome_unknown
 
 
+def test_a_write_told_to_wait_for_its_backups_may_have_been_applied_whatever_ends_it() -> None:
+    """SETTLING says an earlier attempt was applied: a refusal, a timeout or an unavailable
+    partition after it leaves the write's outcome unknown, never 'not applied'."""
+    for ending in (ReplyCode.REJECTED, ReplyCode.UNAVAILABLE, ReplyCode.EXPIRED, ReplyCode.MEMORY_FULL):
+        call = CallProgress(0, mutating=True)
+        settling = on_answer(AT_LEAST_ONCE, call, ReplyCode.SETTLING, 10, 5)
+        assert settling.verdict is Verdict.RETRY
+        assert on_answer(AT_LEAST_ONCE, call, ending, 0, 20).outcome_unknown, ending
+
+
 @pytest.mark.parametrize(
     "settings",
     [CallSettings(operation_call_timeout_ms=0), CallSettings(min_retry_backoff_ms=0), CallSettings(50, False, 100, 10)],

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from shardgrid.core import messages as m
 from shardgrid.core.disk_usage import UNKNOWN_FREE_BYTES, DiskUsage
-from shardgrid.core.effects import DiskFile, Persist
+from shardgrid.core.effects import DiskFile, Persist, WriteMode
 from shardgrid.core.inputs import Receive, Synced
 from shardgrid.core.table import PartitionTable
 from tests.core.test_member import CONFIG, B, following, grant_lease, replies, run_ticks
@@ -109,7 +109,9 @@ def test_a_member_that_is_not_persistent_never_refuses_for_its_disk() -> None:
 @given(
     st.lists(
         st.one_of(
-            st.tuples(st.just("write"), st.sampled_from(list(DiskFile)), st.integers(0, 5_000), st.booleans()),
+            st.tuples(
+                st.just("write"), st.sampled_from(list(DiskFile)), st.integers(0, 5_000), st.sampled_from(WriteMode)
+            ),
             st.tuples(st.just("report"), st.integers(0, 40), st.integers(-1, 1_000_000)),
             st.tuples(st.just("wait"), st.integers(0, 1_000)),
         ),
@@ -117,21 +119,36 @@ def test_a_member_that_is_not_persistent_never_refuses_for_its_disk() -> None:
     )
 )
 def test_the_count_follows_the_writes(steps: list[tuple]) -> None:
-    """Each file's bytes are what was written to it since its last replacement, the free space is
+    """Each file's bytes are what was written to it since its last replacement (and its next file's,
+    while a compaction builds one), the free space is
     the last report less what was written since, and the lag is the oldest unsynced write's age."""
     usage = DiskUsage()
     sizes = dict.fromkeys(DiskFile, 0)
+    following = dict.fromkeys(DiskFile, 0)  # a compaction's next file, beside each
     times: list[int] = []  # when each write was emitted
     synced = 0
     now = 0
     free, written_since = UNKNOWN_FREE_BYTES, 0
     for step in steps:
         if step[0] == "write":
-            _, file, size, whole = step
-            number = usage.wrote(file, size, replace=whole, now_ms=now)
+            _, file, size, mode = step
+            if mode in (WriteMode.ADOPT_NEXT, WriteMode.DISCARD_NEXT):
+                size = 0
+            number = usage.wrote(file, size, mode=mode, now_ms=now)
             times.append(now)
             assert number == len(times)
-            sizes[file] = size if whole else sizes[file] + size
+            if mode is WriteMode.APPEND:
+                sizes[file] += size
+            elif mode is WriteMode.REPLACE:
+                sizes[file], following[file] = size, 0
+            elif mode is WriteMode.BEGIN_NEXT:
+                following[file] = size
+            elif mode is WriteMode.APPEND_NEXT:
+                following[file] += size
+            elif mode is WriteMode.ADOPT_NEXT:
+                sizes[file], following[file] = following[file], 0
+            else:
+                following[file] = 0
             written_since += size
         elif step[0] == "report":
             _, back, reported = step
@@ -142,7 +159,8 @@ def test_the_count_follows_the_writes(steps: list[tuple]) -> None:
                 free, written_since = reported, 0
         else:
             now += step[1]
-        assert usage.disk_bytes == sum(sizes.values())
+        assert usage.disk_bytes == sum(sizes.values()) + sum(following.values())
+        assert all(usage.file_bytes(file) == sizes[file] + following[file] for file in DiskFile)
         assert usage.unsynced_writes == len(times) - synced
         assert usage.sync_lag_ms(now) == (now - times[synced] if synced < len(times) else 0)
         expected_free = UNKNOWN_FREE_BYTES if free == UNKNOWN_FREE_BYTES else max(0, free - written_since)

@@ -1,6 +1,7 @@
 """The replicas' file: what a journal writes after each step reads back into the copies it was
-written from, a step torn off leaves the copies as before it, and bytes no member wrote are
-refused, naming the record."""
+written from, whether a compaction runs beside it or just took its place; a compaction writes a
+bounded share a step; a step torn off leaves the copies as before it; and bytes no member wrote
+are refused, naming the record."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardgrid.core import disk_records, replica_disk
 from shardgrid.core.disk_records import COMPACT_EARLY_ABOVE_BYTES, RecordKind, encode_record, scan_records
+from shardgrid.core.effects import WriteMode
 from shardgrid.core.errors import CorruptDisk
 from shardgrid.core.messages import EMPTY_COLUMN, PUT, REMOVE, Column, WriteRun
-from shardgrid.core.replica_disk import STEP_END, ReplicaJournal, images, load_replicas
+from shardgrid.core.replica_disk import STEP_END, JournalWrite, ReplicaJournal, images, load_replicas
 from shardgrid.core.store import PartitionData
 
 
@@ -41,34 +44,65 @@ def _views(copies: dict[int, PartitionData]) -> dict[int, object]:
     }
 
 
+class Files:
+    """The replicas file and a compaction's next file, written as a member process writes them."""
+
+    def __init__(self) -> None:
+        self.file = b""
+        self.next: bytes | None = None
+        self.adopted = 0
+
+    def apply(self, writes: list[JournalWrite]) -> None:
+        for write in writes:
+            mode = write.mode
+            if mode is WriteMode.APPEND:
+                self.file += write.data
+            elif mode is WriteMode.REPLACE:
+                self.file, self.next = write.data, None
+            elif mode is WriteMode.BEGIN_NEXT:
+                self.next = write.data
+            elif mode is WriteMode.APPEND_NEXT:
+                assert self.next is not None, "appended to a next file never begun"
+                self.next += write.data
+            elif mode is WriteMode.ADOPT_NEXT:
+                assert self.next is not None, "adopted a next file never begun"
+                assert not write.data
+                self.file, self.next = self.next, None
+                self.adopted += 1
+            else:
+                self.next = None
+
+
 Op = tuple[str, int, int]  # (what, partition, a number)
 OPS = st.tuples(
     st.sampled_from(["put", "remove", "image", "drop", "header", "step"]), st.integers(0, 3), st.integers(0, 9)
 )
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(OPS, max_size=60))
-def test_what_a_journal_writes_reads_back_into_the_copies_it_was_written_from(ops: list[Op]) -> None:
+@settings(max_examples=80, deadline=None)
+@given(st.lists(OPS, max_size=80), st.integers(1, 3))
+def test_what_a_journal_writes_reads_back_into_the_copies_it_was_written_from(ops: list[Op], share: int) -> None:
+    """After every step the file reads back into the copies, whether a compaction runs beside it or
+    just replaced it (each step images ``share`` hundred bytes of copies into its next file, here,
+    so that one spans many steps); and the journal's count of the file is its size."""
     stores: dict[int, PartitionData] = {}
-    journal = ReplicaJournal(fresh=True)
-    file = b""
-    first = True
+    journal = ReplicaJournal(fresh=True, share_bytes=100 * share)
+    files = Files()
 
     def take(number: int = 0) -> None:
-        """A step's take, on a disk with ``number`` * 40 bytes free (0: not known), short of room
-        when ``number`` is odd: a rewrite (after the fresh file's first) only when it fits, and the
-        file always the size the journal counts; a rewrite's live count is exact."""
-        nonlocal file, first
-        room = number * 40 if number else None
-        taken = journal.take(stores, 0, room, short=number % 2 == 1)
-        if taken is not None:
-            file = taken[0] if taken[1] else file + taken[0]
-            if taken[1]:
-                assert first or room is None or len(taken[0]) <= room
-                assert journal.live_bytes + len(STEP_END) == len(images(sorted(stores.items()), 0) + STEP_END)
-            first = False
-        assert journal.file_bytes == len(file)
+        """A step's take, on a disk with ``number`` * 40 bytes free (0 and 9: not known), short of
+        room when ``number`` is odd (a compaction begins once the file grew an eighth); one due
+        whenever ``number`` is 9."""
+        room = number * 40 if number not in (0, 9) else None
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(replica_disk, "COMPACT_EARLY_ABOVE_BYTES", 0)
+            patch.setattr(disk_records, "COMPACT_EARLY_ABOVE_BYTES", 0)
+            patch.setattr(journal, "_min_bytes", 0 if number == 9 else 1 << 26)
+            files.apply(journal.take(stores, 0, room, short=number % 2 == 1))
+        assert journal.file_bytes == len(files.file)
+        assert _views(_load(files.file)) == _views(stores)
+        if files.next is not None and not journal.compacting:
+            pytest.fail("a next file left behind by a compaction that ended")
 
     for what, pid, number in ops:
         data = stores.get(pid)
@@ -93,21 +127,60 @@ def test_what_a_journal_writes_reads_back_into_the_copies_it_was_written_from(op
         elif what == "step":
             take(number)
     take()
-    assert _views(_load(file)) == _views(stores)
+    for _ in range(20):  # a compaction still running ends, with no more changes
+        take()
+    assert not journal.compacting
+    assert _views(_load(files.file)) == _views(stores)
+
+
+def test_a_compaction_writes_a_bounded_share_a_step_and_its_next_file_then_takes_the_files_place() -> None:
+    stores = {pid: PartitionData() for pid in range(20)}
+    journal = ReplicaJournal(fresh=True, min_bytes=1 << 30)
+    files = Files()
+    files.apply(journal.take(stores, 0))
+    for _ in range(16):  # every key written sixteen times over, a step a round
+        for pid in range(20):
+            run = _run(pid, stores[pid], PUT, [b"key-%d" % i for i in range(100)])
+            stores[pid].apply_run(run, 0, 0)
+            journal.run(run, 0)
+        files.apply(journal.take(stores, 0))
+        assert not journal.compacting  # (under its min_bytes)
+    before = len(files.file)
+    whole = len(images(sorted(stores.items()), 0))
+    assert before > 4 * whole
+    shares = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(journal, "_min_bytes", 0)
+        patch.setattr(journal, "_share_bytes", whole // 5)
+        for step in range(100):
+            run = _run(step % 20, stores[step % 20], PUT, [b"key-1"])  # writes go on meanwhile
+            stores[step % 20].apply_run(run, 0, 0)
+            journal.run(run, 0)
+            writes = journal.take(stores, 0)
+            files.apply(writes)
+            shares.append(sum(len(w.data) for w in writes if w.mode.to_next))
+            assert _views(_load(files.file)) == _views(stores)
+            if not journal.compacting:
+                break
+    assert len(shares) >= 5  # a fifth of it a step, or about
+    assert max(shares) <= whole // 5 + whole // 10
+    assert files.adopted == 1
+    assert len(files.file) < whole + 2_000  # the file is its data again
+    assert journal.live_bytes + len(STEP_END) <= len(files.file)
 
 
 def test_a_step_torn_off_leaves_the_copies_as_before_it_and_is_cut_before_the_next() -> None:
     stores = {1: PartitionData()}
     journal = ReplicaJournal(fresh=True)
-    file = journal.take(stores, 0)[0]  # type: ignore[index]
+    (file,) = journal.take(stores, 0)
     run = _run(1, stores[1], PUT, [b"a", b"b"])
     stores[1].apply_run(run, 0, 0)
     journal.run(run, 0)
-    step = journal.take(stores, 0)[0]  # type: ignore[index]
-    torn = file + step[: -len(STEP_END)]  # every record of the step but its end
+    (step,) = journal.take(stores, 0)
+    torn = file.data + step.data[: -len(STEP_END)]  # every record of the step but its end
     held = load_replicas(scan_records(torn), hash_seed=0, max_idle_ms={})
     assert held.copies[1].sequence == 0
-    assert held.whole_bytes == len(file)
+    assert held.whole_bytes == len(file.data)
 
 
 def test_a_run_that_does_not_follow_its_copy_is_corrupt() -> None:
@@ -117,7 +190,7 @@ def test_a_run_that_does_not_follow_its_copy_is_corrupt() -> None:
     journal.run(run, 0)
     journal.run(run, 0)  # the same sequence twice: no member applies a write twice
     with pytest.raises(CorruptDisk, match="record 1: a run of partition 1 from sequence 1 after 1"):
-        _load(journal.take({1: data}, 0)[0])  # type: ignore[index]
+        _load(journal.take({1: data}, 0)[0].data)
 
 
 @pytest.mark.parametrize(
@@ -135,7 +208,7 @@ def test_records_no_member_wrote_are_refused_naming_the_record(data: bytes, matc
 
 def test_an_image_cut_by_a_step_end_is_corrupt() -> None:
     stores = {2: PartitionData.holding({"m": {b"k": b"v"}})}
-    whole = ReplicaJournal(fresh=True).take(stores, 0)[0]  # type: ignore[index]
+    whole = ReplicaJournal(fresh=True).take(stores, 0)[0].data
     cut = whole[: -len(STEP_END)]
     pages = scan_records(cut).records
     header_only = encode_record(*pages[0]) + STEP_END  # the image's header, then at once a step's end
@@ -143,52 +216,70 @@ def test_an_image_cut_by_a_step_end_is_corrupt() -> None:
         _load(header_only)
 
 
-def _overwritten(times: int) -> tuple[ReplicaJournal, dict[int, PartitionData], bytes]:
+def _overwritten(times: int) -> tuple[ReplicaJournal, dict[int, PartitionData], Files]:
     """A journal whose one copy had its ten keys written ``times`` times over, a step each."""
     stores = {0: PartitionData()}
     journal = ReplicaJournal(fresh=True)
-    file = journal.take(stores, 0)[0]  # type: ignore[index]
+    files = Files()
+    files.apply(journal.take(stores, 0))
     for n in range(times):
         run = _run(0, stores[0], PUT, [b"k%d" % (n % 10)])
         stores[0].apply_run(run, 0, 0)
         journal.run(run, 0)
-        file += journal.take(stores, 0)[0]  # type: ignore[index]
-    return journal, stores, file
+        files.apply(journal.take(stores, 0))
+    return journal, stores, files
 
 
-def test_a_member_short_of_disk_rewrites_its_file_early_when_that_frees_most_of_it() -> None:
-    journal, stores, file = _overwritten(400)
-    assert len(file) > 2 * len(images(sorted(stores.items()), 0)) + COMPACT_EARLY_ABOVE_BYTES
+def test_a_member_short_of_disk_compacts_its_file_early() -> None:
+    journal, stores, files = _overwritten(400)
+    before = len(files.file)
+    assert before > 2 * len(images(sorted(stores.items()), 0)) + COMPACT_EARLY_ABOVE_BYTES
     run = _run(0, stores[0], PUT, [b"k0"])
     stores[0].apply_run(run, 0, 0)
     journal.run(run, 0)
-    taken = journal.take(stores, 0, 1 << 20, short=True)
-    assert taken is not None
-    assert taken[1]  # rewritten whole, long before REWRITE_FACTOR
-    assert len(taken[0]) < len(file) // 2
-    assert _views(_load(taken[0])) == _views(stores)
-    assert journal.live_bytes + len(STEP_END) == len(taken[0])
+    files.apply(journal.take(stores, 0, 1 << 20, short=True))
+    assert files.adopted == 1  # compacted, long before REWRITE_FACTOR (one copy: in one step)
+    assert len(files.file) < before // 2
+    assert _views(_load(files.file)) == _views(stores)
+    assert journal.live_bytes + len(STEP_END) == len(files.file)
 
 
-def test_a_rewrite_that_would_not_fit_on_the_disk_waits_and_the_step_is_appended() -> None:
-    journal, stores, file = _overwritten(400)
-    whole = len(images(sorted(stores.items()), 0) + STEP_END)
+def test_a_compaction_without_room_for_its_next_file_is_dropped_and_the_file_written_on() -> None:
+    journal, stores, files = _overwritten(400)
     run = _run(0, stores[0], PUT, [b"k1"])
     stores[0].apply_run(run, 0, 0)
     journal.run(run, 0)
-    taken = journal.take(stores, 0, whole - 1, short=True)  # one byte short of room for the rewrite
-    assert taken is not None
-    assert not taken[1]
-    file += taken[0]
-    assert _views(_load(file)) == _views(stores)
-    # Measured once: the next steps append without building the file whole again until it grows.
-    assert journal.live_bytes + len(STEP_END) <= whole + len(taken[0]) + 100
+    files.apply(journal.take(stores, 0, 100, short=True))  # a compaction begins, but has no room
+    assert files.adopted == 0
+    assert files.next is None
+    assert not journal.compacting
+    assert _views(_load(files.file)) == _views(stores)
+    # Tried once: the next steps append without beginning another until the file grows an eighth.
     for n in range(5):
         run = _run(0, stores[0], PUT, [b"k%d" % n])
         stores[0].apply_run(run, 0, 0)
         journal.run(run, 0)
-        taken = journal.take(stores, 0, 1 << 20, short=True)
-        assert taken is not None
-        assert not taken[1]  # room again, but the file has not grown an eighth since it was measured
-        file += taken[0]
-    assert _views(_load(file)) == _views(stores)
+        writes = journal.take(stores, 0, 1 << 20, short=True)
+        assert [w.mode for w in writes] == [WriteMode.APPEND]
+        files.apply(writes)
+    assert _views(_load(files.file)) == _views(stores)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.dictionaries(
+        st.integers(0, 30),
+        st.dictionaries(
+            st.text(min_size=1, max_size=40),
+            st.dictionaries(st.binary(min_size=1, max_size=60), st.binary(max_size=300), max_size=40),
+            max_size=3,
+        ),
+        max_size=5,
+    )
+)
+def test_what_a_compaction_is_measured_to_take_at_most_is_no_less_than_it_takes(held: dict) -> None:
+    """Short of disk, a compaction begins only when its next file fits: what it is measured to
+    take must not be less than what it writes."""
+    stores = {pid: PartitionData.holding(maps) for pid, maps in held.items()}
+    journal = ReplicaJournal(fresh=False)
+    assert journal._image_bound(stores, 0) >= len(images(sorted(stores.items()), 0) + STEP_END)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from shardgrid.core.disk_records import encode_record
+from shardgrid.core.disk_records import encode_record, scan_records
 from shardgrid.core.errors import CorruptDisk
 from shardgrid.runtime.record_file import TEMPORARY_SUFFIX, DiskFailed, RecordFile
 
@@ -106,6 +106,40 @@ def test_a_replacement_is_whole_and_a_half_written_one_is_ignored(tmp_path: Path
     (tmp_path / ("log" + TEMPORARY_SUFFIX)).write_bytes(record(99)[:10])  # a crash mid-replacement
     assert numbers_in(path) == [7, 8]
     assert not (tmp_path / ("log" + TEMPORARY_SUFFIX)).exists()
+
+
+def test_a_next_file_takes_the_files_place_whole_and_one_left_unfinished_is_removed(tmp_path: Path) -> None:
+    """A compaction: the next file is written beside the file (which is written on meanwhile),
+    then synced and renamed into its place; one a crash left unfinished is removed at the next
+    open, the file itself whole, and one given up is deleted."""
+    path = tmp_path / "log"
+    following = tmp_path / ("log" + TEMPORARY_SUFFIX)
+    file, _ = RecordFile.open(path)
+    for number in range(5):
+        file.append(record(number))
+    file.begin_next(record(10))
+    file.append(record(5))  # the file goes on meanwhile
+    file.append_next(record(11))
+    file.sync()
+    assert numbers_in_open(path) == [0, 1, 2, 3, 4, 5]
+    assert following.exists()
+    assert file.next_bytes == 2 * len(record(0))
+    file.adopt_next()
+    assert (file.size_bytes, file.next_bytes) == (2 * len(record(0)), 0)
+    file.append(record(12))
+    file.sync()
+    file.begin_next(record(20))
+    file.discard_next()
+    assert not following.exists()
+    file.begin_next(record(30))  # unfinished when the process stops
+    file.close()
+    assert numbers_in(path) == [10, 11, 12]
+    assert not following.exists()
+
+
+def numbers_in_open(path: Path) -> list[int]:
+    """The records of a file another RecordFile holds open (read without taking its lock)."""
+    return [int.from_bytes(payload[:4], "big") for _, payload in scan_records(path.read_bytes()).records]
 
 
 WRITER = textwrap.dedent(

@@ -21,7 +21,7 @@ from shardgrid.core.member.lifecycle import Lifecycle
 from shardgrid.core.metadata import ClusterState
 from shardgrid.sim.schedule import load_schedule, parse_schedule
 from shardgrid.sim.vopr import Run, SimResult, params_of
-from shardgrid.sim.workload import ACKED, ASYNC_MAP_NAME, FAILED
+from shardgrid.sim.workload import ACKED, ASYNC_MAP_NAME, FAILED, MAYBE
 from tests.wire import codes, map_request
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -792,3 +792,18 @@ def test_a_partial_restart_most_complete_keeps_what_only_the_members_away_hold_u
     assert not emitted(run, events.PartitionLost)
     assert not run.sim.stats.partitions_lost
     assert not emitted(run, events.RemovedFromCluster)
+
+
+def test_a_moved_member_killed_as_it_is_renamed_comes_back_moving_again() -> None:
+    run = passed("a-moved-member-killed-as-it-is-renamed")
+    moving = [e for _, _, e in emitted(run, events.MemberMoving)]
+    assert len(moving) == 2  # moved, and again after the kill: its member file still named the old address
+    assert len(emitted(run, events.MemberMoved)) >= 1
+    assert not [e for _, _, e in emitted(run, events.MemberRestored) if e.member.uuid == moving[0].old.uuid]
+    assert run.sim.ledger.counts()["acked"] > 1_000
+
+
+def test_a_write_told_settling_then_refused_ends_as_maybe_applied() -> None:
+    run = passed("a-write-settling-when-the-cluster-shuts-down")
+    settled = [w for keyed in run.sim.ledger.writes.values() for w in keyed if w.outcome == MAYBE]
+    assert settled

@@ -97,6 +97,11 @@ def on_answer(
         return Decision(Verdict.TIMED_OUT, outcome_unknown=call.mutating and call.maybe_applied)
     if status is ReplyCode.WRONG_OWNER:
         return _retry(settings, call, now_ms, now_ms, refresh_table=False)  # to the owner the answer names
+    if status is ReplyCode.SETTLING:
+        # An earlier attempt was applied (it waits for its backups): whatever ends the call now, the
+        # write may be there (found by an outside tester: a retry then refused by a cluster gone
+        # PASSIVE ended the call as never applied, and the write was read later).
+        call.maybe_applied = call.maybe_applied or call.mutating
     if status in RETRYABLE:
         backoff = min(max(retry_after_ms, settings.min_retry_backoff_ms), settings.max_retry_backoff_ms)
         # A member not ready may be an owner cut off from the leader, whose partitions the others

@@ -28,6 +28,8 @@ from shardgrid.core.raft import RaftSettings
 # When a persistent member syncs what it wrote (MemberConfig.fsync), as Redis's appendfsync.
 FsyncPolicy = Literal["always", "every_ms", "never"]
 FSYNC_POLICIES: tuple[str, ...] = get_args(FsyncPolicy)
+DEFAULT_COMPACTION_MIN_BYTES = 64 * 1024 * 1024
+DEFAULT_COMPACTION_BYTES_PER_STEP = 4 * 1024 * 1024
 HotRestartPolicy = Literal["full_recovery_only", "partial_recovery_most_recent", "partial_recovery_most_complete"]
 HOT_RESTART_POLICIES: tuple[str, ...] = get_args(HotRestartPolicy)
 # What a map does at its size (MapConfig.eviction_policy).
@@ -229,6 +231,13 @@ class MemberConfig:
     new lineage, and its backups take its copy whole."""
     fsync_interval_ms: int = 1_000
     """With ``fsync = "every_ms"``: how long a write may wait for its sync."""
+    compaction_min_bytes: int = DEFAULT_COMPACTION_MIN_BYTES
+    """A persistent member compacts its replicas file (writes it anew: an image of every copy)
+    once it holds four times what that would, and at least this much (as Redis's
+    auto-aof-rewrite-min-size); sooner when short of disk."""
+    compaction_bytes_per_step: int = DEFAULT_COMPACTION_BYTES_PER_STEP
+    """While compacting, the images a member writes per step, at most (one copy's alone may pass
+    it): a compaction never stalls the member for a rewrite of everything it holds."""
     hot_restart_timeout_ms: int = 120_000
     """How long a leader back from its disk waits for the members it has not heard from since,
     instead of `failure_timeout_ms`: a restarted cluster neither removes them nor repairs their
@@ -376,6 +385,8 @@ class MemberConfig:
             f"hot_restart_policy is one of {', '.join(HOT_RESTART_POLICIES)}",
         )
         require(0 <= self.hot_restart_timeout_ms <= MAX_COUNTER, "hot_restart_timeout_ms must be 0 or positive")
+        require(0 <= self.compaction_min_bytes <= MAX_COUNTER, "compaction_min_bytes must be 0 or positive")
+        require(0 < self.compaction_bytes_per_step <= MAX_COUNTER, "compaction_bytes_per_step must be positive")
         require(
             0 < self.max_chunk_entries <= MAX_ENTRIES_PER_CHUNK, f"max_chunk_entries must be 1..{MAX_ENTRIES_PER_CHUNK}"
         )

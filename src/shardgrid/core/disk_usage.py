@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from shardgrid.core.effects import DiskFile
+from shardgrid.core.effects import DiskFile, WriteMode
 from shardgrid.core.errors import invariant
 
 UNKNOWN_FREE_BYTES = -1  # ``Synced.free_bytes`` from a runtime that did not look
@@ -27,6 +27,7 @@ class DiskUsage:
     __slots__ = (
         "_file_bytes",
         "_free_bytes",
+        "_next_bytes",
         "_reported_at_written_bytes",
         "_unsynced_ms",
         "synced",
@@ -36,6 +37,7 @@ class DiskUsage:
 
     def __init__(self) -> None:
         self._file_bytes: dict[DiskFile, int] = dict.fromkeys(DiskFile, 0)
+        self._next_bytes: dict[DiskFile, int] = dict.fromkeys(DiskFile, 0)  # a compaction's next file
         self.written = 0  # Persist effects emitted since the member started (``Synced`` counts them)
         self.synced = 0  # of which the runtime said this many are durable
         self.written_bytes = 0  # their bytes
@@ -49,12 +51,24 @@ class DiskUsage:
         for file, size_bytes in file_bytes.items():
             self._file_bytes[file] = size_bytes
 
-    def wrote(self, file: DiskFile, size_bytes: int, *, replace: bool, now_ms: int) -> int:
+    def wrote(self, file: DiskFile, size_bytes: int, *, mode: WriteMode, now_ms: int) -> int:
         """A write emitted: its number among the member's writes."""
         self._unsynced_ms.append(now_ms)
         self.written += 1
         self.written_bytes += size_bytes
-        self._file_bytes[file] = size_bytes if replace else self._file_bytes[file] + size_bytes
+        if mode is WriteMode.APPEND:
+            self._file_bytes[file] += size_bytes
+        elif mode is WriteMode.REPLACE:
+            self._file_bytes[file] = size_bytes
+            self._next_bytes[file] = 0  # (a replacement discards a next file being built)
+        elif mode is WriteMode.BEGIN_NEXT:
+            self._next_bytes[file] = size_bytes
+        elif mode is WriteMode.APPEND_NEXT:
+            self._next_bytes[file] += size_bytes
+        elif mode is WriteMode.ADOPT_NEXT:
+            self._file_bytes[file], self._next_bytes[file] = self._next_bytes[file], 0
+        else:
+            self._next_bytes[file] = 0
         return self.written
 
     def reported(self, persisted: int, free_bytes: int) -> None:
@@ -70,11 +84,12 @@ class DiskUsage:
 
     @property
     def disk_bytes(self) -> int:
-        """The member's files' bytes, as it wrote them."""
-        return sum(self._file_bytes.values())
+        """The member's files' bytes, as it wrote them (the next files being built included)."""
+        return sum(self._file_bytes.values()) + sum(self._next_bytes.values())
 
     def file_bytes(self, file: DiskFile) -> int:
-        return self._file_bytes[file]
+        """One file's bytes, and the next file's being built beside it."""
+        return self._file_bytes[file] + self._next_bytes[file]
 
     @property
     def unsynced_writes(self) -> int:

@@ -64,10 +64,28 @@ class DiskFile(enum.Enum):
     REPLICAS = "replicas"  # every replica the member holds, as images and write runs (``replica_disk``)
 
 
+class WriteMode(enum.Enum):
+    """How a ``Persist`` writes its file. A file is compacted by bounded steps: it is written anew
+    beside itself (its next file: images of what it holds, a bounded share a step, and the steps'
+    own records for what the next file holds already) while the file itself goes on being written
+    whole, and the next file takes its place once it holds everything. The next file is never read:
+    a restart removes it, and the file itself is whole."""
+
+    APPEND = "append"  # ``data`` after what the file holds
+    REPLACE = "replace"  # ``data`` is the whole file, atomically: the old file or the new, never a mix
+    BEGIN_NEXT = "begin-next"  # ``data`` begins the next file (one left from before is discarded)
+    APPEND_NEXT = "append-next"  # ``data`` after what the next file holds
+    ADOPT_NEXT = "adopt-next"  # the next file, synced, becomes the file, atomically (``data`` empty)
+    DISCARD_NEXT = "discard-next"  # the next file is deleted (``data`` empty)
+
+    @property
+    def to_next(self) -> bool:
+        return self in (WriteMode.BEGIN_NEXT, WriteMode.APPEND_NEXT)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Persist:
-    """Write ``data`` (whole disk records) to the end of ``file``, or with ``replace`` make the file
-    ``data`` (atomically: the old file or the new, never a mix).
+    """Write ``data`` (whole disk records) to ``file`` as ``mode`` says.
 
     Every send and reply of the step that emitted a ``Persist`` with ``hold_sends``, and of any
     step after it, goes out only once that write is synced: what they say (a vote, an
@@ -76,7 +94,7 @@ class Persist:
 
     file: DiskFile
     data: bytes
-    replace: bool = False
+    mode: WriteMode = WriteMode.APPEND
     hold_sends: bool = True
 
 

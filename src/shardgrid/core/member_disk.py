@@ -78,12 +78,16 @@ class MemberDisk:
     moved_from: MemberId | None = None
 
     @property
-    def known_addresses(self) -> tuple[str, ...]:
-        """The addresses of the members its log last listed (where to look for the cluster)."""
+    def known_members(self) -> tuple[MemberId, ...]:
+        """The members its log's snapshot lists (where to look for the cluster, and whom to hear)."""
         snapshot = self.raft.snapshot
         if snapshot is None or not isinstance(snapshot.state, MetadataState):
             return ()
-        return tuple(member.address for member in snapshot.state.member_ids)
+        return snapshot.state.member_ids
+
+    @property
+    def known_addresses(self) -> tuple[str, ...]:
+        return tuple(member.address for member in self.known_members)
 
 
 def read_member_disk(

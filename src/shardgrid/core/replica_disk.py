@@ -23,6 +23,7 @@ the copies are as before it, never half-way through it.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -30,7 +31,9 @@ from typing import Annotated
 import msgspec
 
 from shardgrid._engine import DUMP_RECORD_BYTES, ColumnError
+from shardgrid.core.config import DEFAULT_COMPACTION_BYTES_PER_STEP, DEFAULT_COMPACTION_MIN_BYTES
 from shardgrid.core.disk_records import (
+    COMPACT_EARLY_ABOVE_BYTES,
     HEADER,
     RecordKind,
     Scan,
@@ -39,6 +42,7 @@ from shardgrid.core.disk_records import (
     refuse_corrupt,
     worth_measuring,
 )
+from shardgrid.core.effects import WriteMode
 from shardgrid.core.errors import CorruptDisk, ShardgridError
 from shardgrid.core.limits import MAX_BACKUP_COUNT, MAX_ENTRIES_PER_CHUNK, MAX_MAP_NAME_CHARS
 from shardgrid.core.messages import ChunkMapName, PartitionId, RecordColumns, WriteRun
@@ -50,12 +54,13 @@ from shardgrid.core.write_records import WriterRecords, records_problem
 
 # An image's pages: the bound the engine's dump keeps (entries, and bytes beyond its metadata).
 IMAGE_PAGE_BYTES = 4 * 1024 * 1024
-# The file is rewritten whole (an image of every copy) once it holds this many times what that
-# takes, and at least REWRITE_ABOVE_BYTES.
+# The file is compacted (written anew beside itself: an image of every copy) once it holds this
+# many times what that takes, and at least the member's compaction_min_bytes.
 REWRITE_FACTOR = 4
-REWRITE_ABOVE_BYTES = 64 * 1024 * 1024
 # What an image takes per entry beyond what a run carries of it (two lengths and the metadata).
 IMAGE_ENTRY_BYTES = DUMP_RECORD_BYTES
+# A page's record header and fields beyond its columns (its map's name among them), at most.
+IMAGE_PAGE_FRAMING_BYTES = 128 + 4 * MAX_MAP_NAME_CHARS
 
 MapNameHeld = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_MAP_NAME_CHARS)]
 
@@ -153,20 +158,75 @@ class _Whole:
         return len(self.data)
 
 
+@dataclass(frozen=True, slots=True)
+class JournalWrite:
+    """What a step writes: ``data`` to the replicas file as ``mode`` says (``WriteMode``)."""
+
+    data: bytes
+    mode: WriteMode = WriteMode.APPEND
+
+
+@dataclass(slots=True)
+class _Part:
+    """One record group of a step: a run, or an image, header or drop, of a copy or a staged copy."""
+
+    staged: bool
+    pid: int
+    whole: bool  # an image or a drop: all a rewrite would hold of it (a run or a header adds to it)
+    data: bytes
+
+
+@dataclass(slots=True)
+class _Build:
+    """A compaction in progress: the replicas file written anew beside itself (its next file), a
+    bounded share a step. The next file holds the copies (and staged copies) in ``copies`` and
+    ``staged``: each imaged there (or dropped, or created after the build began), and each step's
+    records for them since; the others are still to image, ``pending``."""
+
+    pending: deque[int]
+    staged_pending: deque[int]
+    copies: set[int] = field(default_factory=set)
+    staged: set[int] = field(default_factory=set)
+    copy_bytes: dict[int, int] = field(default_factory=dict)  # what the next file holds of each
+    staged_bytes: dict[int, int] = field(default_factory=dict)
+    bound_bytes: int = 0  # what the next file takes at most, as measured when the build began
+    file_bytes: int = 0
+    begun: bool = False
+
+    def count(self, part: _Part) -> None:
+        counts = self.staged_bytes if part.staged else self.copy_bytes
+        counts[part.pid] = len(part.data) if part.whole else counts.get(part.pid, 0) + len(part.data)
+
+
 class ReplicaJournal:
     """What one step changed in the copies a member holds, kept until ``take`` writes it; and
-    the size of the file, so that it is rewritten whole once it holds mostly what was replaced.
+    the size of the file, so that it is compacted once it holds mostly what was replaced.
 
     The data path tells it of every change (``run``, ``image``, ``header``); a change it misses
     is a copy the disk does not hold as the member does, which the simulator's disk check finds.
     A journal that starts a member's file afresh (``fresh``) rewrites it whole at its first take.
 
+    Compaction is by bounded steps (``_Build``): once the file holds REWRITE_FACTOR times what a
+    rewrite would (or sooner when the disk is short of room), the file is written anew beside
+    itself, ``share_bytes`` of images a step, while each step still goes whole to the
+    file itself, and the next file replaces it once it holds every copy. A member never stalls
+    for a rewrite of everything it holds; a crash on the way restarts from the file itself.
+
     It also keeps, per copy, the bytes written for it since its last image (a run's entries each
     counted with the metadata an image gives it): their sum estimates what a rewrite would write
-    (``live_bytes``; made exact whenever a rewrite is built), so that a rewrite is only tried when
-    the disk has room for it, and the member knows what room to keep."""
+    (``live_bytes``; made exact whenever a compaction ends), so that one is begun only when the
+    disk has room for it, and the member knows what room to keep."""
 
-    def __init__(self, *, fresh: bool, file_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        fresh: bool,
+        file_bytes: int = 0,
+        min_bytes: int = DEFAULT_COMPACTION_MIN_BYTES,
+        share_bytes: int = DEFAULT_COMPACTION_BYTES_PER_STEP,
+    ) -> None:
+        self._min_bytes = min_bytes  # the file is compacted only past this (compaction_min_bytes)
+        self._share_bytes = share_bytes  # images a step writes to the next file, at most
         self._runs: list[tuple[WriteRun, int]] = []
         self._changed: set[int] = set()  # an image or a drop, whichever the copy ends the step as
         self._headers: set[int] = set()
@@ -177,11 +237,12 @@ class ReplicaJournal:
         self.file_bytes = file_bytes
         self._whole_bytes = file_bytes
         # Bytes written for each copy (and staged copy) since its image; a file read back at a
-        # restart is counted whole until its first rewrite.
+        # restart is counted whole until its first compaction.
         self._copy_bytes: dict[int, int] = {}
         self._staged_bytes: dict[int, int] = {}
         self._live_bytes = file_bytes
-        self._measured_file_bytes = file_bytes  # the file's size when the count was last made exact
+        self._measured_file_bytes = file_bytes  # the file's size when a compaction last began
+        self._build: _Build | None = None
         # Whether the last take held write runs only (no image, header, drop or staged data): what
         # a member that syncs them on a timer lets its sends go ahead of.
         self.took_runs_only = False
@@ -191,6 +252,10 @@ class ReplicaJournal:
         """About what a rewrite of the file would write now (each copy's last image and what was
         appended for it since; a step not taken yet is not counted)."""
         return self._live_bytes
+
+    @property
+    def compacting(self) -> bool:
+        return self._build is not None
 
     def run(self, run: WriteRun, start: int) -> None:
         self._runs.append((run, start))
@@ -214,62 +279,164 @@ class ReplicaJournal:
 
     def take(
         self, stores: Mapping[int, PartitionData], now_ms: int, room_bytes: int | None = None, *, short: bool = False
-    ) -> tuple[bytes, bool] | None:
-        """The bytes of this step's changes and whether they replace the file (None: nothing).
-        A rewrite waits while ``live_bytes`` would not fit in ``room_bytes`` (the disk's free
-        space; None: not known), and the step's changes are appended instead: the old file is only
-        gone once the new one is written whole, so both must fit. A member ``short`` of disk
-        rewrites sooner than REWRITE_FACTOR, once a rewrite would free a quarter of the file."""
-        due = self.file_bytes > max(REWRITE_ABOVE_BYTES, REWRITE_FACTOR * self._whole_bytes)
+    ) -> list[JournalWrite]:
+        """The writes of this step's changes: appended to the file, and while a compaction runs
+        (or one begins: the file is due for one, or the member is ``short`` of disk and it grew an
+        eighth since the last), its share to the next file. A compaction begins only when
+        ``live_bytes`` fits in ``room_bytes`` (the disk's free space; None: not known), and is
+        dropped when the room left would not take its next share."""
         if self._fresh:
-            return self._rewritten(self._whole(stores, now_ms)), True
-        # The count grows with every run, a key written again counted twice: the file whole, built
-        # (bounded work: at most once for each eighth the file grows by), says what it takes.
-        remeasure = worth_measuring(self.file_bytes - self._measured_file_bytes, self._live_bytes)
-        fits = room_bytes is None or self._live_bytes + len(STEP_END) <= room_bytes
-        if (due and (fits or remeasure)) or (short and remeasure):
-            self._measured_file_bytes = self.file_bytes
-            whole = self._whole(stores, now_ms)
-            fits = room_bytes is None or whole.size_bytes <= room_bytes
-            if fits and (due or frees_enough(self.file_bytes, whole.size_bytes)):
-                return self._rewritten(whole), True
-            self._copy_bytes, self._staged_bytes = whole.copy_bytes, whole.staged_bytes
-            self._live_bytes = whole.size_bytes - len(STEP_END)
-        if not self._runs and not self._changed and not self._headers and not self._staged:
+            return [JournalWrite(self._rewritten(self._whole(stores, now_ms)), WriteMode.REPLACE)]
+        parts = self._step_parts(stores, now_ms)
+        writes = []
+        if parts:
+            data = b"".join(part.data for part in parts) + STEP_END
+            self.file_bytes += len(data)
+            writes.append(JournalWrite(data))
+        if self._build is None:
+            bound = self._compaction_due(stores, now_ms, room_bytes, short)
+            if bound is not None:
+                pending, staged_pending = deque(sorted(stores)), deque(sorted(self.staged))
+                self._build = _Build(pending=pending, staged_pending=staged_pending, bound_bytes=bound)
+        if self._build is not None:
+            writes.extend(self._build_step(self._build, parts, stores, now_ms, room_bytes))
+        return writes
+
+    def _compaction_due(
+        self, stores: Mapping[int, PartitionData], now_ms: int, room_bytes: int | None, short: bool
+    ) -> int | None:
+        """Whether a compaction begins now: at most what its next file will take, or None. Due (the
+        file holds REWRITE_FACTOR times what a rewrite would, by the count), it begins when the
+        count fits in ``room_bytes``; short of room, or due without room by the count, it measures
+        what a rewrite would take at most (once for each eighth the file grows by: bounded work),
+        and begins when that fits and frees enough."""
+        due = self.file_bytes > max(self._min_bytes, REWRITE_FACTOR * self._whole_bytes)
+        counted = self._live_bytes + len(STEP_END)
+        if due and (room_bytes is None or counted <= room_bytes):
+            return counted
+        regrown = worth_measuring(self.file_bytes - self._measured_file_bytes, self._live_bytes)
+        if not ((due or short) and regrown and self.file_bytes >= COMPACT_EARLY_ABOVE_BYTES):
             return None
+        self._measured_file_bytes = self.file_bytes
+        bound = min(counted, self._image_bound(stores, now_ms))
+        if room_bytes is not None and bound > room_bytes:
+            return None
+        return bound if due or frees_enough(self.file_bytes, bound) else None
+
+    def _image_bound(self, stores: Mapping[int, PartitionData], now_ms: int) -> int:
+        """At most what every copy's image (and staged copy's) takes: each header as it would be
+        written, each record as the engine counts its memory (more than its image takes), and the
+        pages' framing."""
+        copies = [(pid, data, None) for pid, data in stores.items()]
+        copies += [(pid, data, migration) for pid, (migration, data) in self.staged.items()]
+        total = len(STEP_END)
+        for pid, data, migration in copies:
+            header = _header(pid, data, image=True, now_ms=now_ms, migration=migration)
+            records = sum(len(held) for held in data.maps.values())
+            pages = records // MAX_ENTRIES_PER_CHUNK + len(data.maps) + 1
+            total += len(_record(RecordKind.REPLICA_HEADER, header)) + pages * IMAGE_PAGE_FRAMING_BYTES
+            total += sum(held.memory_bytes() for held in data.maps.values())
+        return total
+
+    def _step_parts(self, stores: Mapping[int, PartitionData], now_ms: int) -> list[_Part]:
+        """This step's records, a group per copy change, counted towards ``live_bytes``."""
         changed = self._changed
         self.took_runs_only = not changed and not self._headers and not self._staged
-        parts = []
+        parts: list[_Part] = []
         for run, start in self._runs:
             pid = run.partition_id
             if pid not in changed:
-                parts.append(_record(RecordKind.REPLICA_RUN, ReplicaRun(start=start, run=run)))
-                entries = len(run.keys)
-                self._count(self._copy_bytes, pid, len(parts[-1]) + entries * IMAGE_ENTRY_BYTES, whole=False)
+                data = _record(RecordKind.REPLICA_RUN, ReplicaRun(start=start, run=run))
+                parts.append(_Part(staged=False, pid=pid, whole=False, data=data))
+                self._count(self._copy_bytes, pid, len(data) + len(run.keys) * IMAGE_ENTRY_BYTES, whole=False)
         for pid in sorted(changed | self._headers):
-            data = stores.get(pid)
-            if data is None:
-                parts.append(_record(RecordKind.REPLICA_DROP, ReplicaDrop(partition_id=pid)))
+            copy = stores.get(pid)
+            if copy is None:
+                data = _record(RecordKind.REPLICA_DROP, ReplicaDrop(partition_id=pid))
+                parts.append(_Part(staged=False, pid=pid, whole=True, data=data))
                 self._count(self._copy_bytes, pid, 0, whole=True)
             elif pid in changed:
-                parts.append(image_records(pid, data, now_ms))
-                self._count(self._copy_bytes, pid, len(parts[-1]), whole=True)
+                data = image_records(pid, copy, now_ms)
+                parts.append(_Part(staged=False, pid=pid, whole=True, data=data))
+                self._count(self._copy_bytes, pid, len(data), whole=True)
             else:
-                parts.append(_record(RecordKind.REPLICA_HEADER, _header(pid, data, image=False, now_ms=now_ms)))
-                self._count(self._copy_bytes, pid, len(parts[-1]), whole=False)
+                data = _record(RecordKind.REPLICA_HEADER, _header(pid, copy, image=False, now_ms=now_ms))
+                parts.append(_Part(staged=False, pid=pid, whole=False, data=data))
+                self._count(self._copy_bytes, pid, len(data), whole=False)
         for pid, staged in sorted(self._staged.items()):
             if staged is None:
-                parts.append(_record(RecordKind.REPLICA_DROP, ReplicaDrop(partition_id=pid, staged=True)))
+                data = _record(RecordKind.REPLICA_DROP, ReplicaDrop(partition_id=pid, staged=True))
+                parts.append(_Part(staged=True, pid=pid, whole=True, data=data))
                 self._count(self._staged_bytes, pid, 0, whole=True)
             else:
-                parts.append(image_records(pid, staged[1], now_ms, staged[0]))
-                self._count(self._staged_bytes, pid, len(parts[-1]), whole=True)
+                data = image_records(pid, staged[1], now_ms, staged[0])
+                parts.append(_Part(staged=True, pid=pid, whole=True, data=data))
+                self._count(self._staged_bytes, pid, len(data), whole=True)
         self._note_staged()
         self._clear()
-        parts.append(STEP_END)
-        data = b"".join(parts)
-        self.file_bytes += len(data)
-        return data, False
+        return parts
+
+    def _build_step(
+        self,
+        build: _Build,
+        parts: list[_Part],
+        stores: Mapping[int, PartitionData],
+        now_ms: int,
+        room_bytes: int | None,
+    ) -> list[JournalWrite]:
+        """A compaction's share of this step: the step's records of what the next file holds (an
+        image or a drop takes a copy there at once), then images of the next copies still to
+        image, ``share_bytes`` at most; once it holds every copy, it replaces the file."""
+        out: list[bytes] = []
+        for part in parts:
+            held = build.staged if part.staged else build.copies
+            if part.pid in held or part.whole:
+                held.add(part.pid)
+                out.append(part.data)
+                build.count(part)
+        budget = self._share_bytes
+        for staged, pending, held, source in (
+            (False, build.pending, build.copies, stores),
+            (True, build.staged_pending, build.staged, self.staged),
+        ):
+            if not pending:
+                # Copies made since the build began (a run into an empty copy) are imaged as well.
+                pending.extend(sorted(pid for pid in source if pid not in held))
+            while pending and budget > 0:
+                pid = pending.popleft()
+                if pid in held or pid not in source:
+                    continue
+                if staged:
+                    migration, copy = self.staged[pid]
+                    data = image_records(pid, copy, now_ms, migration)
+                else:
+                    data = image_records(pid, stores[pid], now_ms)
+                held.add(pid)
+                out.append(data)
+                build.count(_Part(staged=staged, pid=pid, whole=True, data=data))
+                budget -= len(data)
+        done = not build.pending and not build.staged_pending
+        if not out and (build.begun or not done):
+            return []
+        data = b"".join(out) + STEP_END
+        if room_bytes is not None and max(build.bound_bytes - build.file_bytes, 0) + len(data) > room_bytes:
+            # No room for the next file to grow: it is dropped, and the file written on alone.
+            self._build = None
+            return [JournalWrite(b"", WriteMode.DISCARD_NEXT)] if build.begun else []
+        writes = [JournalWrite(data, WriteMode.APPEND_NEXT if build.begun else WriteMode.BEGIN_NEXT)]
+        build.file_bytes += len(data)
+        build.begun = True
+        if done:
+            writes.append(JournalWrite(b"", WriteMode.ADOPT_NEXT))
+            self._adopted(build)
+        return writes
+
+    def _adopted(self, build: _Build) -> None:
+        """The next file is the file from now on: its counts are exact."""
+        self._build = None
+        self.file_bytes = self._whole_bytes = self._measured_file_bytes = build.file_bytes
+        self._copy_bytes, self._staged_bytes = build.copy_bytes, build.staged_bytes
+        self._live_bytes = sum(build.copy_bytes.values()) + sum(build.staged_bytes.values())
 
     def _whole(self, stores: Mapping[int, PartitionData], now_ms: int) -> _Whole:
         """The file whole as a rewrite would write it now: every copy's image and every staged
@@ -297,6 +464,7 @@ class ReplicaJournal:
         self._clear()
         self._copy_bytes, self._staged_bytes = whole.copy_bytes, whole.staged_bytes
         self._fresh = False
+        self._build = None
         self._live_bytes = whole.size_bytes - len(STEP_END)
         self.file_bytes = self._whole_bytes = self._measured_file_bytes = whole.size_bytes
         return whole.data

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from shardgrid.core.disk_records import Scan
-from shardgrid.core.effects import DiskFile, Persist
+from shardgrid.core.effects import DiskFile, Persist, WriteMode
 from shardgrid.core.identity import MemberId
 from shardgrid.core.member_disk import (
     MemberDisk,
@@ -104,11 +104,20 @@ class DataDirectory:
         """Carry out a ``Persist`` effect (``DiskFull`` when the disk refuses it)."""
         record_file = self._files[effect.file]
         self.written += 1
-        if effect.replace:
-            record_file.replace(effect.data)  # synced as it is written
-        else:
+        mode = effect.mode
+        if mode is WriteMode.APPEND:
             record_file.append(effect.data)
             self._unsynced.add(effect.file)
+        elif mode is WriteMode.REPLACE:
+            record_file.replace(effect.data)  # synced as it is written
+        elif mode is WriteMode.BEGIN_NEXT:
+            record_file.begin_next(effect.data)
+        elif mode is WriteMode.APPEND_NEXT:
+            record_file.append_next(effect.data)
+        elif mode is WriteMode.ADOPT_NEXT:
+            record_file.adopt_next()  # synced, then renamed into place, before it returns
+        else:
+            record_file.discard_next()
 
     @property
     def unsynced(self) -> bool:
@@ -125,7 +134,8 @@ class DataDirectory:
         return took
 
     def file_bytes(self) -> dict[DiskFile, int]:
-        return {file: record_file.size_bytes for file, record_file in self._files.items()}
+        """Each file's bytes, a compaction's next file included."""
+        return {file: f.size_bytes + f.next_bytes for file, f in self._files.items()}
 
     def free_bytes(self) -> int:
         """The free space of the file system the directory is on, as an unprivileged writer has it

@@ -49,6 +49,10 @@ class RecordFile:
         self._fd = fd
         self.size_bytes = size_bytes
         self._unsynced = False
+        # The file being written anew beside this one (a compaction's next file, at TEMPORARY_SUFFIX):
+        # never read; it takes this file's place whole (``adopt_next``), or is removed.
+        self._next_fd = -1
+        self.next_bytes = 0
         self._failed = ""  # why the file may no longer be written ('' while it may)
         self._accepted = True  # taken as read (``accept``): it may be written
 
@@ -110,6 +114,59 @@ class RecordFile:
         self.size_bytes = start + len(data)
         self._unsynced = True
 
+    def begin_next(self, data: bytes) -> None:
+        """Begin the file's next one with ``data`` (one begun before is discarded)."""
+        self._check_usable()
+        self.discard_next()
+        temporary = self.path.with_name(self.path.name + TEMPORARY_SUFFIX)
+        fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise
+        self._next_fd = fd
+        self.next_bytes = 0
+        self.append_next(data)
+
+    def append_next(self, data: bytes) -> None:
+        """Write ``data`` after what the next file holds (synced only when it is adopted)."""
+        self._check_usable()
+        invariant(self._next_fd >= 0, lambda: f"{self.path}: no next file to append to")
+        try:
+            _write_all(self._next_fd, data)
+        except OSError as error:
+            self.discard_next()  # what it held is of no use now; the file itself is whole
+            _refused(error, f"{self.path}: the disk refused {len(data)} bytes of its compaction")
+        self.next_bytes += len(data)
+
+    def adopt_next(self) -> None:
+        """The next file, synced, becomes this file, atomically: a crash leaves one or the other."""
+        self._check_usable()
+        invariant(self._next_fd >= 0, lambda: f"{self.path}: no next file to adopt")
+        temporary = self.path.with_name(self.path.name + TEMPORARY_SUFFIX)
+        try:
+            os.fsync(self._next_fd)
+            os.replace(temporary, self.path)
+        except OSError as error:
+            self.discard_next()
+            _refused(error, f"{self.path}: no room to take its compaction")
+        _sync_directory(self.path.parent)
+        os.close(self._fd)
+        self._fd, self._next_fd = self._next_fd, -1
+        self.size_bytes, self.next_bytes = self.next_bytes, 0
+        self._unsynced = False
+
+    def discard_next(self) -> None:
+        """Remove the next file (a compaction given up), if there is one."""
+        if self._next_fd < 0:
+            return
+        os.close(self._next_fd)
+        self._next_fd = -1
+        self.next_bytes = 0
+        with contextlib.suppress(OSError):
+            os.unlink(self.path.with_name(self.path.name + TEMPORARY_SUFFIX))
+
     def sync(self) -> float:
         """Make every append durable; the seconds it took (0 when nothing was appended)."""
         self._check_usable()
@@ -127,6 +184,7 @@ class RecordFile:
     def replace(self, data: bytes) -> None:
         """Make ``data`` the whole file, atomically: a crash leaves the old file or the new one."""
         self._check_usable()
+        self.discard_next()  # (written at the same temporary name)
         temporary = self.path.with_name(self.path.name + TEMPORARY_SUFFIX)
         fd = -1
         try:
@@ -163,6 +221,9 @@ class RecordFile:
             raise DiskFailed(f"{self.path}: {self._failed}")
 
     def close(self) -> None:
+        if self._next_fd >= 0:
+            os.close(self._next_fd)
+            self._next_fd = -1
         os.close(self._fd)
 
     def _cut_back(self, size_bytes: int) -> None:

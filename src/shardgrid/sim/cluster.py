@@ -188,6 +188,7 @@ class Simulation:
         disk_state = None
         if self.config.persistent:
             disk = self.disks.setdefault(address, SimDisk())
+            disk.restarted()
             kept = disk.identity
             if as_itself and kept is not None:
                 files = {file: scan_records(disk.read(file.value)) for file in DiskFile}
@@ -504,10 +505,7 @@ class Simulation:
                     self.stats.disk_full_stops += 1
                     break
                 node.persisted += 1
-                if effect.replace:
-                    disk.replace(effect.file.value, effect.data)
-                else:
-                    disk.append(effect.file.value, effect.data)
+                disk.write(effect.file.value, effect.data, effect.mode)
             elif isinstance(effect, KeepIdentity):
                 self.disks[node.address].identity = effect.member  # written whole and synced at once
             elif isinstance(effect, SetTimer):

@@ -16,7 +16,10 @@ import random
 from dataclasses import dataclass, field
 
 from shardgrid.core.disk_records import SECTOR_BYTES
+from shardgrid.core.effects import WriteMode
 from shardgrid.core.identity import MemberId
+
+NEXT_SUFFIX = ".new"  # a compaction's next file, as the runtime names it
 
 
 @dataclass(slots=True)
@@ -46,6 +49,39 @@ class SimDisk:
     def durable(self, name: str) -> bytes:
         """What a crash now would leave of the file, at the least."""
         return self._synced.get(name, b"")
+
+    def write(self, name: str, data: bytes, mode: WriteMode) -> None:
+        """Carry out a ``Persist`` as a member process's runtime does. A compaction's next file
+        (``name.next``) is synced and renamed into place at once when adopted (the runtime does so
+        before it goes on), and removed at a restart (``restarted``)."""
+        following = name + NEXT_SUFFIX
+        if mode is WriteMode.APPEND:
+            self.append(name, data)
+        elif mode is WriteMode.REPLACE:
+            self.discard(following)
+            self.replace(name, data)
+        elif mode is WriteMode.BEGIN_NEXT:
+            self.discard(following)
+            self.append(following, data)
+        elif mode is WriteMode.APPEND_NEXT:
+            self.append(following, data)
+        elif mode is WriteMode.ADOPT_NEXT:
+            self.syncs += 1
+            self._synced[name] = self.read(following)
+            self._unsynced.pop(name, None)
+            self._replaced.pop(name, None)
+            self.discard(following)
+        else:
+            self.discard(following)
+
+    def discard(self, name: str) -> None:
+        for files in (self._synced, self._unsynced, self._replaced):
+            files.pop(name, None)
+
+    def restarted(self) -> None:
+        """A process opened the directory: what a compaction left beside a file is removed."""
+        for name in [n for n in (*self._synced, *self._unsynced, *self._replaced) if n.endswith(NEXT_SUFFIX)]:
+            self.discard(name)
 
     def append(self, name: str, data: bytes) -> None:
         self._unsynced.setdefault(name, bytearray()).extend(data)

@@ -138,6 +138,8 @@ _RUN_FIELDS = {
     "fsync_interval_ms",
     "hot_restart_timeout_ms",
     "hot_restart_policy",
+    "compaction_min_bytes",
+    "compaction_bytes_per_step",
 }
 _STEP_FIELDS = {
     "action",
@@ -303,7 +305,8 @@ def check_schedule(schedule: Schedule, *, members: int, partitions: int, random_
     join lists given ``--members 4``)."""
     if "join" in schedule.run:
         _check_join_lists(schedule.run["join"], members, schedule.name)
-    joins = sum(1 for step in schedule.steps if step.action == "join")
+    # A join, and a move (the member comes back at a new address), start the next m number.
+    joins = sum(1 for step in schedule.steps if step.action in ("join", "move"))
     highest = None if random_joins else members + joins  # random joins start members of their own
     for number, step in enumerate(schedule.steps, start=1):
         for ref in _references_of(step):
@@ -311,7 +314,7 @@ def check_schedule(schedule: Schedule, *, members: int, partitions: int, random_
             if highest is not None and re.fullmatch(r"m[1-9][0-9]*", text) and int(text[1:]) > highest:
                 raise ConfigError(
                     f"schedule {schedule.name}, step {number}: {text} is never started "
-                    f"({members} members and {joins} join step(s): m1..m{highest})"
+                    f"({members} members and {joins} join or move step(s): m1..m{highest})"
                 )
             if text.startswith(("owner:", "backup:")) and int(text.split(":", 1)[1]) >= partitions:
                 raise ConfigError(

@@ -135,6 +135,9 @@ class SimParams:
     # failure timeout, so that a crash of every member with one kept away plays as before.
     hot_restart_timeout_ms: int = 0
     hot_restart_policy: str = "full_recovery_only"
+    # When a persistent member compacts its replicas file, and how much of it a step writes.
+    compaction_min_bytes: int = 64 * 1024 * 1024
+    compaction_bytes_per_step: int = 4 * 1024 * 1024
 
     def simulation(self, seed: int) -> Simulation:
         """A simulator for these parameters, checking the per-step invariants."""
@@ -188,6 +191,8 @@ class SimParams:
             fsync_interval_ms=self.fsync_interval_ms,
             hot_restart_timeout_ms=self.hot_restart_timeout_ms,
             hot_restart_policy=self.hot_restart_policy,  # type: ignore[arg-type]
+            compaction_min_bytes=self.compaction_min_bytes,
+            compaction_bytes_per_step=self.compaction_bytes_per_step,
             persistent=self.persistent,
             **(TIGHT_TRANSFERS if self.tight_transfers else {}),
         )
@@ -354,13 +359,20 @@ class Run:
             if not holders:
                 return True
             current = max(holders, key=lambda raft: raft.log.membership_index()).membership.voters
-        if node.member.identity not in current:
-            return True
-        alive = {n.member.identity for n in self.sim.nodes.values() if n.alive and not n.paused}
-        # A voter leaving gracefully goes soon: counted on, the leader's demotion of it left two
-        # voters, one of them just paused (found by a random run with members moved).
+        # A voter leaving gracefully goes soon, and a staying learner may take its vote at any
+        # moment: counted on, the leader's demotion of it left two voters, one of them just paused,
+        # or a learner crashed as it was promoted (found by random runs with members moved).
         leaving = {r.id for r in leader.consensus.state.members if r.leaving} if leader is not None else set()
+        if leaving & set(current):
+            return False
+        alive = {n.member.identity for n in self.sim.nodes.values() if n.alive and not n.paused}
         remaining = sum(1 for v in current if v in alive and v != node.member.identity and v not in leaving)
+        if node.member.identity not in current:
+            # A learner of a data member may be promoted at any moment while the voters are fewer
+            # than they may be: the voters must keep a live majority with it among them (a learner
+            # crashed 14 ms before the leader promoted it: found by a random run).
+            promotable = not lite and len(current) < self.sim.config.max_voters
+            return not promotable or remaining * 2 > len(current) + 1
         return remaining * 2 > len(current)
 
     def _data_budget_now(self) -> int:
@@ -628,7 +640,9 @@ class Run:
         sim = self.sim
         if not alive:
             return
-        state = self.rng.choice([ClusterState.NO_MIGRATION, ClusterState.FROZEN])
+        # PASSIVE refuses writes: a retry told SETTLING (its write applied, waiting for backups) and
+        # then refused must end the call as maybe applied (found by an outside tester).
+        state = self.rng.choice([ClusterState.NO_MIGRATION, ClusterState.FROZEN, ClusterState.PASSIVE])
         sim.admin(self.rng.choice(alive), ChangeClusterState(state))
         duration = self.rng.randint(1_000, 5_000)
         back = self.rng.choice(alive)

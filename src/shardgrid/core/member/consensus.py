@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from shardgrid.core.effects import DiskFile
+from shardgrid.core.effects import DiskFile, WriteMode
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import MemberId
 from shardgrid.core.member.context import Context
@@ -230,7 +230,7 @@ class Consensus:
         that a process started on its directory is a new member, not this one back without the
         data it dropped."""
         if self._file is not None:
-            self.ctx.persist(DiskFile.RAFT, b"", replace=True)
+            self.ctx.persist(DiskFile.RAFT, b"", mode=WriteMode.REPLACE)
             self._file = None
 
     def persist(self) -> None:
@@ -242,7 +242,7 @@ class Consensus:
         if write is not None:
             room_bytes, tight = self._room()
             data, replace = self._file.record(write, room_bytes, tight=tight)
-            number = self.ctx.persist(DiskFile.RAFT, data, replace=replace)
+            number = self.ctx.persist(DiskFile.RAFT, data, mode=WriteMode.REPLACE if replace else WriteMode.APPEND)
             if write.entries_from:  # what earlier writes held from there on is rewritten
                 cap = write.entries_from - 1
                 self._unsynced = deque((n, min(index, cap)) for n, index in self._unsynced)

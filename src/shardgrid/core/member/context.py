@@ -11,7 +11,17 @@ from typing import Any
 
 from shardgrid.core.config import MemberConfig
 from shardgrid.core.disk_usage import DiskUsage
-from shardgrid.core.effects import DiskFile, Effect, Emit, Persist, ReplyToClient, Send, SendToAddress, SetTimer
+from shardgrid.core.effects import (
+    DiskFile,
+    Effect,
+    Emit,
+    Persist,
+    ReplyToClient,
+    Send,
+    SendToAddress,
+    SetTimer,
+    WriteMode,
+)
 from shardgrid.core.identity import MemberId
 
 
@@ -77,7 +87,9 @@ class Context:
     def set_timer(self, name: str, at_ms: int) -> None:
         self.out.append(SetTimer(name, at_ms))
 
-    def persist(self, file: DiskFile, data: bytes, *, replace: bool = False, hold_sends: bool = True) -> int:
+    def persist(
+        self, file: DiskFile, data: bytes, *, mode: WriteMode = WriteMode.APPEND, hold_sends: bool = True
+    ) -> int:
         """Emit a write; its number among the member's writes (``Synced`` counts them)."""
-        self.out.append(Persist(file=file, data=data, replace=replace, hold_sends=hold_sends))
-        return self.disk.wrote(file, len(data), replace=replace, now_ms=self.now_ms)
+        self.out.append(Persist(file=file, data=data, mode=mode, hold_sends=hold_sends))
+        return self.disk.wrote(file, len(data), mode=mode, now_ms=self.now_ms)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from shardgrid.core.effects import DiskFile
+from shardgrid.core.effects import DiskFile, WriteMode
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import MAX_OPERATIONS_PER_REQUEST
@@ -55,7 +55,7 @@ class DataPath:
         self.migrations: MigrationView | None = None  # wired by the member (they ask each other)
         self._stores: dict[int, PartitionData] = {}
         # A persistent member's record of what each step changed in its copies, written after it.
-        self.journal: ReplicaJournal | None = ReplicaJournal(fresh=True) if ctx.config.persistent else None
+        self.journal: ReplicaJournal | None = self._journal(fresh=True) if ctx.config.persistent else None
         # owned_partitions' answer and the table it was worked out under (None: to work out
         # again): asked every tick, it walked every store (5% of a simulated run).
         self._owned: tuple[object, list[int]] | None = None
@@ -98,8 +98,17 @@ class DataPath:
         self._stores = dict(copies)
         self._owned = None
         if self.journal is not None:
-            self.journal = ReplicaJournal(fresh=False, file_bytes=file_bytes)
+            self.journal = self._journal(fresh=False, file_bytes=file_bytes)
             self.owner.journal = self.journal
+
+    def _journal(self, *, fresh: bool, file_bytes: int = 0) -> ReplicaJournal:
+        config = self.ctx.config
+        return ReplicaJournal(
+            fresh=fresh,
+            file_bytes=file_bytes,
+            min_bytes=config.compaction_min_bytes,
+            share_bytes=config.compaction_bytes_per_step,
+        )
 
     def take_back(self, copies: dict[int, PartitionData]) -> None:
         """Hold the copies a member moved to another address kept apart until the cluster renamed
@@ -115,12 +124,14 @@ class DataPath:
             return
         free_bytes = self.ctx.disk.free_bytes
         room_bytes = free_bytes if free_bytes >= 0 else None
-        taken = journal.take(self._stores, self.ctx.now_ms, room_bytes, short=self.upkeep.disk_short())
-        if taken is not None:
+        for write in journal.take(self._stores, self.ctx.now_ms, room_bytes, short=self.upkeep.disk_short()):
             # Runs alone may go ahead of their sync when the member syncs on a timer; a copy
-            # taken whole (a sync, a migration's data) is synced before it is acknowledged.
-            timed = self.ctx.config.fsync != "always" and journal.took_runs_only
-            self.ctx.persist(DiskFile.REPLICAS, taken[0], replace=taken[1], hold_sends=not timed)
+            # taken whole (a sync, a migration's data) is synced before it is acknowledged. A
+            # compaction's next file is never read until it replaces the file: nothing waits for it.
+            hold = write.mode in (WriteMode.APPEND, WriteMode.REPLACE)
+            if hold and self.ctx.config.fsync != "always" and journal.took_runs_only:
+                hold = False
+            self.ctx.persist(DiskFile.REPLICAS, write.data, mode=write.mode, hold_sends=hold)
 
     def stop_journaling(self) -> None:
         """The member stops and keeps its disk as it is: what this step changed is written now,

@@ -87,6 +87,8 @@ class MembershipLeader:
         self.joiners: dict[MemberId, bool] = {}  # waiting to be added -> lite
         # A member back at a new address -> (the identity its directory holds, when it last asked).
         self.movers: dict[MemberId, tuple[MemberId, int]] = {}
+        # Processes that claimed a member's identity while it answered -> when (bounded as movers).
+        self._impostors: dict[MemberId, int] = {}
         self.last_heard: dict[MemberId, int] = {}
         self.distrust_until_ms = 0
         self.leader_since_ms = 0
@@ -125,6 +127,7 @@ class MembershipLeader:
             respond(ADMIN_UNAVAILABLE, "the leader changed before the removal was applied; ask again")
         self.joiners = {}
         self.movers = {}
+        self._impostors = {}
         self._awaited = None
         self._heard = set()
         self._gave_up_reported = False
@@ -137,6 +140,13 @@ class MembershipLeader:
         self._heard.add(member)
         if self._awaited:
             self._awaited.discard(member)
+        if self.movers:
+            # The member a process at a new address claims to be answers after the claim: that
+            # process runs on a copy of its directory (found by an outside tester: renamed once the
+            # member died, the copy served values older than the member had acknowledged).
+            for mover in [m for m, (old, _) in self.movers.items() if old == member]:
+                del self.movers[mover]
+                self._impostors[mover] = self.ctx.now_ms
 
     def stood_still(self) -> None:
         """The process was paused: what it knows of others' silence is stale for a while."""
@@ -189,7 +199,14 @@ class MembershipLeader:
         if not state.is_member(old):
             # Removed while away (its replicas were made again elsewhere): it rejoins as a new
             # member, dropping what it holds. It takes this only from a log that went past its own.
-            self.ctx.send_to_address(mover.address, NotAMember(self.consensus.raft.commit_index))
+            # To that process alone (its uuid): another at its address ignores it (found by an
+            # outside tester: a forged request named a follower's address, and the follower left).
+            self.ctx.send(mover, NotAMember(self.consensus.raft.commit_index))
+            return
+        if mover in self._impostors:
+            # Its data is not that member's: it drops it and joins as a new member.
+            self._impostors[mover] = self.ctx.now_ms
+            self.ctx.send(mover, NotAMember(self.consensus.raft.commit_index))
             return
         if mover in self.movers or len(self.movers) < self.ctx.config.max_pending_joins:
             self.movers[mover] = (old, self.ctx.now_ms)
@@ -300,6 +317,8 @@ class MembershipLeader:
         forget_after_ms = MOVER_FRESH_JOIN_RETRIES * config.join_retry_ms
         quiet_ms = config.lease_ms + config.clock_drift_margin_ms
         taken = {r.address for r in state.member_ids}
+        for impostor in [i for i, at_ms in self._impostors.items() if now - at_ms > forget_after_ms]:
+            del self._impostors[impostor]
         for mover, (old, asked_ms) in sorted(self.movers.items()):
             if state.is_member(mover) or not state.is_member(old) or now - asked_ms > forget_after_ms:
                 del self.movers[mover]

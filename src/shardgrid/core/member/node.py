@@ -98,6 +98,9 @@ class Member:
         # Back from its directory at another address: what the directory held, kept apart (not
         # served, not in the log) until the cluster renames this member (``_take_back_moved``).
         self._moved: MemberDisk | None = None
+        # Renamed, its member file is to name it here once the log that names it is on its disk:
+        # True until this step's writes are numbered, then the number of the last of them.
+        self._keep_identity_after: bool | int | None = None
         self._stopping_at = (0, 0)  # (index, term) of the entry from which the cluster is stopping
         self._was_stopping = False
         self._last_assignment_request_ms = NEVER_MS
@@ -309,6 +312,11 @@ class Member:
         elif isinstance(incoming, Synced):
             self.ctx.disk.reported(incoming.persisted, incoming.free_bytes)
             self.consensus.synced(incoming.persisted)
+            after = self._keep_identity_after
+            if after is not None and after is not True and incoming.persisted >= after:
+                # The log naming this member at its new address is durable: now its member file.
+                self._keep_identity_after = None
+                self.ctx.out.append(KeepIdentity(self.identity))
         else:
             raise TypeError(f"unknown input {type(incoming).__name__}")
         if self.lifecycle is not Lifecycle.STOPPED:
@@ -321,6 +329,8 @@ class Member:
         else:
             self.consensus.persist()  # what it learned last (a cluster's shutdown) is kept
         self.data.persist()
+        if self._keep_identity_after is True:
+            self._keep_identity_after = ctx.disk.written  # this step's writes, the log's among them
         out, ctx.out = ctx.out, []
         return out
 
@@ -391,10 +401,13 @@ class Member:
     def _take_back_moved(self, available_again: list[int] | None) -> None:
         """The cluster renamed this member (the log names it at its new address): its copies and
         staged data are taken back, reconciled with the log as a restart's are, and the member
-        file names it here from now on."""
+        file names it here once that log is durable."""
         disk, self._moved = self._moved, None
         invariant(disk is not None and disk.moved_from is not None, "only a moved member takes its data back")
-        self.ctx.out.append(KeepIdentity(self.identity))
+        # Its member file names it here only once the log that names it here is durable: a crash
+        # before then comes back moving again, not as a member its log does not list (found by an
+        # outside tester: it came back at applied index 0 and dropped the copies it owned).
+        self._keep_identity_after = True
         self.data.take_back(disk.replicas.copies)
         self.migrations.restore_staged(disk.replicas.staged)
         self.on_state_loaded(available_again)
@@ -480,9 +493,14 @@ class Member:
                 self._not_a_member(sender)  # a removed voter that still campaigns learns it here
             return
         if kind is m.NotAMember:
-            # An outsider cannot talk a member out; a moved member hears it from a member it asked.
-            asked = self._moved is not None and sender.address in self.consensus.admitted_by
-            if self.consensus.state.is_member(sender) or asked:
+            # An outsider cannot talk a member out; a moved member hears it from a member its log
+            # listed or the leader one named (not from any process at an address it asked: found
+            # by an outside tester, a stranger made it drop its copies).
+            moved = self._moved
+            told = moved is not None and (
+                sender in moved.known_members or sender.address == self.discovery.leader_address
+            )
+            if self.consensus.state.is_member(sender) or told:
                 self._on_not_a_member(message)
             return
         if not self.joined:
