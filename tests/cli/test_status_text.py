@@ -70,3 +70,10 @@ def test_a_persistent_members_disk_is_shown_and_a_full_one_named(capsys: pytest.
     assert "5.0 MiB FULL" in out
     assert "5.0 MiB, lag 40 ms" in out
     assert "writes refused (DISK_FULL) by 127.0.0.1:2 (3 MiB free)" in out
+
+
+def test_a_hot_restart_says_whom_the_leader_waits_for(capsys: pytest.CaptureFixture[str]) -> None:
+    render_status({**status_document(ClusterStatus(members=())), "awaited_members": ["127.0.0.1:3"]})
+    out = capsys.readouterr().out
+    assert "hot restart" in out
+    assert "waits for 127.0.0.1:3" in out

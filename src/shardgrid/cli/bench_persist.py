@@ -16,6 +16,11 @@ Three parts, each on fresh member processes on 127.0.0.1 with one sync backup:
   started again on their directories in turn, the next once the cluster is safe again: the records
   moved (migrations and replica syncs), as a share of what re-replicating each restarted member's
   copies whole would move (target: under 5%).
+- **Compaction.** One member (no backup, ``compaction_min_bytes`` of 16 MiB) takes the same
+  ``COMPACTION_KEYS`` keys written over ``COMPACTION_ROUNDS`` times: the most its files took, as a
+  multiple of what its data takes compacted (target: at most ``MAX_DISK_MULTIPLE``), the times its
+  file shrank (compactions ended), and the slowest batch against the median (a compaction runs a
+  bounded share a step beside the writes: it never stalls them for a rewrite of everything).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import os
 import signal
 import tempfile
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +53,12 @@ EVERY_SECOND = ("--set", "fsync=every_ms", "--set", "fsync_interval_ms=1000")
 MAX_RESTART_S = 3.0
 MAX_ROLLING_MOVED_SHARE = 0.05
 COUNT_SETTLE_S = 1.0
+COMPACTION_KEYS = 100_000
+COMPACTION_ROUNDS = 8
+COMPACTION_MIN_BYTES = 16 * 1024 * 1024
+COMPACTION_POLL_EVERY_BATCHES = 5
+MAX_DISK_MULTIPLE = 6.0  # four times its data before a compaction, the next file beside it, and slack
+IMAGE_RECORD_BYTES = 56  # two lengths and the metadata an image gives each record (DUMP_RECORD_BYTES)
 
 
 def _start(directory: Path, addresses: list[str], persistent: bool, *extra: str) -> list[LocalMember]:
@@ -233,12 +245,55 @@ def _rolling_restart(directory: Path, addresses: list[str], entries: int) -> dic
         end([m.pid for m in members if alive(m.pid)], grace_s=5)
 
 
+def _compaction(directory: Path, address: str) -> dict[str, Any]:
+    """One member, no backup: the same keys written over and over, its disk use polled."""
+    settings = ("--backup-count", "0", "--set", f"compaction_min_bytes={COMPACTION_MIN_BYTES}")
+    members = _start(directory, [address], True, *settings)
+    try:
+        wait_until_formed(members, 60, directory)
+        with Client([address]) as client:
+            client.wait_until_safe(60)
+        return asyncio.run(_overwrite(address))
+    finally:
+        end([m.pid for m in members if alive(m.pid)], grace_s=5)
+
+
+async def _overwrite(address: str) -> dict[str, Any]:
+    batches = COMPACTION_KEYS // BATCH
+    latencies_ms: list[float] = []
+    sizes: list[int] = []
+    async with AsyncClient([address], operation_call_timeout_ms=CALL_TIMEOUT_MS) as client:
+        data = client.get_map("data")
+        for _ in range(COMPACTION_ROUNDS):
+            for number in range(batches):
+                started = time.perf_counter()
+                await data.put_all({f"k{number}-{i}": VALUE for i in range(BATCH)})
+                latencies_ms.append((time.perf_counter() - started) * 1000)
+                if number % COMPACTION_POLL_EVERY_BATCHES == 0:
+                    sizes.append((await client.member_status(address)).disk_bytes)
+        sizes.append((await client.member_status(address)).disk_bytes)
+    key_bytes = sum(len(f"k{n}-{i}") for n in range(batches) for i in range(BATCH))
+    data_bytes = key_bytes + COMPACTION_KEYS * (len(VALUE) + IMAGE_RECORD_BYTES)
+    latencies_ms.sort()
+    return {
+        "keys": COMPACTION_KEYS,
+        "rounds": COMPACTION_ROUNDS,
+        "data_bytes": data_bytes,
+        "peak_disk_bytes": max(sizes),
+        "peak_over_data": round(max(sizes) / data_bytes, 2),
+        "final_disk_bytes": sizes[-1],
+        "shrank": sum(1 for before, after in pairwise(sizes) if after < before),
+        "median_batch_ms": round(latencies_ms[len(latencies_ms) // 2], 1),
+        "slowest_batch_ms": round(latencies_ms[-1], 1),
+    }
+
+
 def run_persist_bench(batches: int, restart_entries: int, rolling_entries: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="shardgrid-bench-persist-") as folder:
         directory = Path(folder)
         addresses = loopback_addresses(BENCH_FIRST_PORT, MEMBERS + 1)
         founders = addresses[:MEMBERS]
-        for part in ("memory", "synced", "every", "cut", "restart", "rolling"):
+        for part in ("memory", "synced", "every", "cut", "restart", "rolling", "compaction"):
             (directory / part).mkdir()
         memory_rate = _rate(directory / "memory", founders, False, batches)
         always_rate = _rate(directory / "synced", founders, True, batches)
@@ -246,6 +301,7 @@ def run_persist_bench(batches: int, restart_entries: int, rolling_entries: int) 
         cut = _power_cut(directory / "cut", founders, 2 * batches)
         restart = _restart(directory / "restart", addresses[MEMBERS], restart_entries)
         rolling = _rolling_restart(directory / "rolling", founders, rolling_entries)
+        compaction = _compaction(directory / "compaction", addresses[MEMBERS])
     share = always_rate / memory_rate if memory_rate else 0.0
     every_share = every_rate / memory_rate if memory_rate else 0.0
     seconds = restart["seconds_to_serve"]
@@ -260,6 +316,7 @@ def run_persist_bench(batches: int, restart_entries: int, rolling_entries: int) 
         "power_cut": cut,
         "restart": restart,
         "rolling_restart": rolling,
+        "compaction": compaction,
     }
     return with_targets(
         report,
@@ -300,6 +357,14 @@ def run_persist_bench(batches: int, restart_entries: int, rolling_entries: int) 
                 comparison="<",
                 wanted=MAX_ROLLING_MOVED_SHARE,
             ),
+            Target(
+                name="compaction_peak_over_data",
+                figure=f"the most a member's files took while its {COMPACTION_KEYS:,} keys were written over "
+                f"{COMPACTION_ROUNDS} times, over what its data takes compacted",
+                measured=compaction["peak_over_data"],
+                comparison="<=",
+                wanted=MAX_DISK_MULTIPLE,
+            ),
         ],
     )
 
@@ -312,4 +377,5 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
         "power_cut_lost": report["power_cut"]["lost"],
         "restart_seconds_to_serve": report["restart"]["seconds_to_serve"],
         "rolling_restart_moved_share": report["rolling_restart"]["moved_share"],
+        "compaction_peak_over_data": report["compaction"]["peak_over_data"],
     }
