@@ -743,6 +743,7 @@ class Member:
         for old, new in changes.members_readdressed:
             self.ctx.emit(events.MemberReaddressed(old, new, index))
             self.leases.forget(old)
+            self.data.owner.readdressed(old, new)
         for member in changes.members_removed:
             self.ctx.emit(events.MemberRemoved(member, index))
             self.leases.forget(member)

@@ -323,6 +323,20 @@ class OwnerReplication:
 
     # --- reacting to table changes -----------------------------------------------------------------
 
+    def readdressed(self, old: MemberId, new: MemberId) -> None:
+        """A backup was renamed at a new address (the same member, back from its directory): the
+        writes it was to acknowledge wait for it under its new name, from what it says it holds
+        then (found by a random run: renamed with a copy older than a write it had not taken,
+        the write was answered OK without it, and its copy was promoted when the owner was cut
+        off, the write lost)."""
+        for pending in self.pending.values():
+            if old in pending.required:
+                pending.required = (pending.required - {old}) | {new}
+            pending.acked.pop(old, None)
+            for write in pending.writes:
+                if old in write.backups:
+                    write.backups = tuple(new if b == old else b for b in write.backups)
+
     def backups_changed(self, pid: int, backups: set[MemberId]) -> None:
         """This member still owns ``pid``, whose backups are now ``backups``: former backups are
         waited on no longer."""
