@@ -6,6 +6,7 @@ a damaged backup are refused, the last before anything is written."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -104,3 +105,43 @@ def test_a_backup_of_a_running_cluster_restores_into_a_new_cluster(tmp_path: Pat
             assert merged.returncode == 1
             assert sessions_file.name in merged.stderr
             assert sessions.size() == 0
+
+
+def test_a_backup_interrupted_gives_the_cluster_its_state_back_and_leaves_no_directory(tmp_path: Path) -> None:
+    """Found by an outside tester: a backup with --pause-writes interrupted (Ctrl-C, SIGTERM) left
+    the cluster PASSIVE, refusing writes, and its unfinished directory behind."""
+    (tmp_path / "a").mkdir()
+    with LocalCluster(tmp_path / "a", 3, "--partition-count", "31") as running:
+        running.wait_formed()
+        with Client(running.addresses, operation_call_timeout_ms=30_000) as client:
+            client.wait_until_safe(60)
+            client.get_map("data").put_all({f"k{i}": i for i in range(1_000)})
+            leader = client.cluster_status().leader
+        held = next(a for a in running.addresses if a != leader)
+        running.processes[held].send_signal(signal.SIGSTOP)  # its partitions hold the copy up
+        try:
+            command = ["backup", "--to", str(tmp_path / "b"), "--map", "data", "--pause-writes", "--timeout", "60"]
+            backup = subprocess.Popen(
+                [sys.executable, "-m", "shardgrid", *command, "--members", leader],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            deadline = time.monotonic() + 30
+            while _state(leader) != "passive":
+                assert time.monotonic() < deadline, "the backup never paused the writes"
+                time.sleep(0.2)
+            time.sleep(1.0)
+            backup.send_signal(signal.SIGTERM)
+            _, err = backup.communicate(timeout=60)
+            assert backup.returncode == 1
+            assert "interrupted" in err
+        finally:
+            running.processes[held].send_signal(signal.SIGCONT)
+        assert _state(leader) == "active"
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".b.partial") or p.name == "b"]
+
+
+def _state(address: str) -> str:
+    shown = _shardgrid("state", "get", "--members", address)
+    return shown.stdout.strip().split()[-1]

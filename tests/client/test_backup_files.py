@@ -45,14 +45,20 @@ def _write(directory: Path, pages: list[BackupPage], records: int | None = None,
     count = sum(len(page.key_lengths) // 4 for page in pages) if records is None else records
     manifest = Manifest(cluster_name="shardgrid", partition_count=partition_count, taken_at_ms=1)
     manifest.maps.append(
-        MapCopy(name="m", file="map-0001.records", records=count, sha256=hashlib.sha256(data).hexdigest())
+        MapCopy(
+            name="m",
+            file="map-0001.records",
+            records=count,
+            file_bytes=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
     )
     (directory / MANIFEST).write_text(json.dumps(manifest.document()))
     return directory
 
 
 def test_what_a_backup_writes_reads_back_whole(tmp_path: Path) -> None:
-    pages = [*_pages(0, _entries(25_000)), *_pages(3, _entries(10))]
+    pages = [*_pages("m", 0, _entries(25_000)), *_pages("m", 3, _entries(10))]
     assert len(pages) == 4  # 10,000 records a page at most
     manifest = check_backup(_write(tmp_path / "b", pages))
     assert manifest.maps[0].records == 25_010
@@ -60,25 +66,43 @@ def test_what_a_backup_writes_reads_back_whole(tmp_path: Path) -> None:
 
 
 def test_a_record_keeps_the_time_it_had_left_and_an_expired_one_is_marked() -> None:
-    (page,) = _pages(0, _entries(2, expire_at_ms=10_000))
+    (page,) = _pages("m", 0, _entries(2, expire_at_ms=10_000))
     assert [ttl for _, _, ttl in _records(page, 4_000)] == [6_000, 6_000]
     assert [ttl for _, _, ttl in _records(page, 10_000)] == [-1, -1]
-    (forever,) = _pages(0, _entries(1))
+    (forever,) = _pages("m", 0, _entries(1))
     assert [ttl for _, _, ttl in _records(forever, 10**12)] == [0]
 
 
 @pytest.mark.parametrize(
     "damage",
-    ["flipped", "cut-short", "record-count", "partition-past-the-end", "lengths", "metadata", "path", "format"],
+    [
+        "flipped",
+        "cut-short",
+        "record-count",
+        "partition-past-the-end",
+        "lengths",
+        "metadata",
+        "path",
+        "format",
+        "another-maps-page",
+        "expiry",
+        "size",
+        "a-link",
+        "twice",
+    ],
 )
 def test_a_damaged_backup_is_refused_naming_what_is_wrong(tmp_path: Path, damage: str) -> None:
-    pages = list(_pages(1, _entries(100)))
+    pages = list(_pages("m", 1, _entries(100)))
     if damage == "partition-past-the-end":
         pages = [msgspec.structs.replace(pages[0], partition_id=4)]
     elif damage == "lengths":
         pages = [msgspec.structs.replace(pages[0], keys=pages[0].keys[:-1])]
     elif damage == "metadata":
         pages = [msgspec.structs.replace(pages[0], metadata=pages[0].metadata[:-48])]
+    elif damage == "another-maps-page":  # a file swapped with another map's, checksums and all
+        pages = [msgspec.structs.replace(pages[0], map_name="other")]
+    elif damage == "expiry":
+        pages = [msgspec.structs.replace(pages[0], metadata=_metadata([2**63] * 100))]
     directory = _write(tmp_path / "b", pages, records=99 if damage == "record-count" else None)
     data_file = directory / "map-0001.records"
     manifest = json.loads((directory / MANIFEST).read_text())
@@ -90,6 +114,14 @@ def test_a_damaged_backup_is_refused_naming_what_is_wrong(tmp_path: Path, damage
             del data[-5:]
         data_file.write_bytes(bytes(data))
         manifest["maps"][0]["sha256"] = hashlib.sha256(data).hexdigest()  # only the records' checksums tell
+        manifest["maps"][0]["file_bytes"] = len(data)
+    elif damage == "size":
+        data_file.write_bytes(data_file.read_bytes() + b"x")
+    elif damage == "a-link":
+        data_file.unlink()
+        data_file.symlink_to("/dev/zero")
+    elif damage == "twice":
+        manifest["maps"].append(dict(manifest["maps"][0]))
     elif damage == "path":
         manifest["maps"][0]["file"] = "../elsewhere"
     elif damage == "format":
@@ -104,6 +136,11 @@ def test_a_damaged_backup_is_refused_naming_what_is_wrong(tmp_path: Path, damage
         "metadata": "columns of different lengths",
         "path": "names a map or a file no backup writes",
         "format": "format version 99",
+        "another-maps-page": "is of map 'other', not 'm'",
+        "expiry": "an expiry time past",
+        "size": "its manifest says",
+        "a-link": "is not a regular file",
+        "twice": "names a map twice",
     }[damage]
     with pytest.raises(BackupError, match=expected):
         check_backup(directory)

@@ -240,6 +240,7 @@ def test_an_entry_of_every_command_round_trips_through_the_mirrors() -> None:
         c.MarkReachable((b,)),
         c.ReviveUnavailable(),
         c.ReaddressMember(a, MemberId(a.uuid, "x:3")),
+        c.AwaitMembers((b,)),
     )
     assert {type(command) for command in commands} == set(codec.COMMAND_TYPES)
     entries = (

@@ -283,3 +283,63 @@ def test_what_a_compaction_is_measured_to_take_at_most_is_no_less_than_it_takes(
     stores = {pid: PartitionData.holding(maps) for pid, maps in held.items()}
     journal = ReplicaJournal(fresh=False)
     assert journal._image_bound(stores, 0) >= len(images(sorted(stores.items()), 0) + STEP_END)
+
+
+@pytest.mark.parametrize("made_at_step", range(6))
+def test_a_copy_made_while_a_compaction_runs_is_in_the_file_it_takes_the_place_of(made_at_step: int) -> None:
+    """Found by an outside tester: a copy made (a header, then a run) while the next file was being
+    built was left out of it once it was taken, and the file then refused the copy's next runs."""
+    stores: dict[int, PartitionData] = {}
+    journal = ReplicaJournal(fresh=True, share_bytes=50, min_bytes=2_000)
+    files = Files()
+    written = 0
+
+    def put(pid: int) -> None:
+        nonlocal written
+        data = stores.get(pid)
+        if data is None:
+            data = stores[pid] = PartitionData()
+            journal.header(pid)
+        run = _run(pid, data, PUT, [b"k%d" % ((written + i) % 5) for i in range(3)])
+        data.apply_run(run, 0, 0)
+        journal.run(run, 0)
+        written += 1
+
+    def take() -> None:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(replica_disk, "COMPACT_EARLY_ABOVE_BYTES", 0)
+            patch.setattr(disk_records, "COMPACT_EARLY_ABOVE_BYTES", 0)
+            files.apply(journal.take(stores, 0))
+        assert _views(_load(files.file)) == _views(stores)
+
+    while not journal.compacting:
+        put(written % 6)
+        take()
+    for step in range(200):
+        if step == made_at_step:
+            put(100)
+        put(step % 6)
+        take()
+        if files.adopted:
+            break
+    assert files.adopted == 1
+    for _ in range(3):  # the copy's next runs follow in the file it now is
+        put(100)
+        take()
+
+
+def test_a_file_read_back_compacts_at_four_times_its_data_not_four_times_its_size() -> None:
+    """Found by an outside tester: a member killed with a file mostly of overwritten runs grew it
+    to four times that size before compacting it, restart after restart."""
+    _journal, stores, files = _overwritten(400)
+    restarted = ReplicaJournal(fresh=False, file_bytes=len(files.file), min_bytes=0)
+    restarted.restored(stores, 0)
+    assert restarted.live_bytes < len(files.file) // 4
+    run = _run(0, stores[0], PUT, [b"k1"])
+    stores[0].apply_run(run, 0, 0)
+    restarted.run(run, 0)
+    after = Files()
+    after.file = files.file
+    after.apply(restarted.take(stores, 0))
+    assert after.adopted == 1  # due at once: the file holds far more than four times its data
+    assert _views(_load(after.file)) == _views(stores)

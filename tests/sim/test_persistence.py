@@ -66,7 +66,8 @@ HOT_RESTART_COMPLETE = replace(
     PERSISTENT_LOSSY, hot_restart_timeout_ms=6_000, hot_restart_policy="partial_recovery_most_complete"
 )
 # Compactions all the time, each over many steps: the replicas file written anew beside itself a
-# thousand bytes of images a step while members crash, restart and move.
+# thousand bytes of images a step while members crash, restart and move (seed 8004 found a moved
+# member compacting its file while it waited to be renamed, without the copies it kept apart).
 COMPACTING = replace(PERSISTENT_LOSSY, compaction_min_bytes=8_000, compaction_bytes_per_step=1_000)
 CONFIGURATIONS = {
     "compacting": COMPACTING,

@@ -4,6 +4,7 @@ directory, and that copy written into a cluster (see ``client.backup``)."""
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,10 @@ from shardgrid.client.backup import BackupError, check_backup
 
 def _progress(line: str) -> None:
     click.echo(line, err=True)
+
+
+def _interrupted(_signal: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _refused(error: BackupError) -> None:
@@ -38,6 +43,9 @@ def backup(directory: Path, maps: tuple[str, ...], pause_writes: bool, as_json: 
     one point of its writes (with --pause-writes, all at one point). The directory appears only once
     the copy is whole; `shardgrid restore --from` writes it into a cluster. Progress goes to stderr."""
 
+    # SIGTERM as Ctrl-C: the backup is cancelled, the cluster given its state back and the
+    # unfinished directory removed before the command ends (exit 1).
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
         manifest = with_client(
             options, lambda client: client.backup(directory, maps=maps, pause_writes=pause_writes, progress=_progress)
@@ -45,6 +53,9 @@ def backup(directory: Path, maps: tuple[str, ...], pause_writes: bool, as_json: 
     except BackupError as error:
         _refused(error)
         return
+    except KeyboardInterrupt:
+        click.echo("interrupted: the backup was given up (the cluster has its state back)", err=True)
+        sys.exit(EXIT_REFUSED)
     document = manifest.document()
     if as_json:
         click.echo(json.dumps(document, indent=2))

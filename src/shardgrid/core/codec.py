@@ -71,6 +71,7 @@ COMMAND_TYPES: tuple[type[Message], ...] = (
     c.MarkReachable,
     c.ReviveUnavailable,
     c.ReaddressMember,
+    c.AwaitMembers,
 )
 
 
@@ -208,6 +209,7 @@ _WIRE_COMMAND_TYPES: tuple[type[Message], ...] = (
     c.MarkReachable,
     c.ReviveUnavailable,
     c.ReaddressMember,
+    c.AwaitMembers,
 )
 _WireCommands = Annotated[
     tuple[Union[_WIRE_COMMAND_TYPES], ...],  # type: ignore[valid-type]  # noqa: UP007

@@ -285,16 +285,19 @@ def disk_differences(sim: Simulation, address: str) -> list[str]:
     copies the member holds ('' for none): a change the data path did not tell its journal of."""
     node = sim.nodes[address]
     disk = sim.disks.get(address)
-    if disk is None or not node.alive or node.member.moving:
-        return []  # (a member moved to another address holds its disk's copies apart until renamed)
+    if disk is None or not node.alive:
+        return []
     member = node.member
     held = load_replicas(
         scan_records(disk.read(DiskFile.REPLICAS.value)), hash_seed=0, max_idle_ms=sim.config.max_idle_ms
     )
+    # A member moved to another address holds its disk's copies apart until it is renamed.
+    apart = member.data.held_apart() if member.moving else None
+    in_memory_pids = set(apart) if apart is not None else set(member.data.held_partitions())
     problems = []
-    for pid in sorted(set(held.copies) | set(member.data.held_partitions())):
+    for pid in sorted(set(held.copies) | in_memory_pids):
         on_disk = held.copies[pid].view() if pid in held.copies else None
-        in_memory = member.data.view(pid)
+        in_memory = apart.get(pid) if apart is not None else member.data.view(pid)
         if on_disk is None or in_memory is None:
             problems.append(
                 f"{member.identity}: partition {pid} is {'only on disk' if in_memory is None else 'not on disk'}"

@@ -17,7 +17,7 @@ tells the concerns what changed. Checkers, status and tests read a copy through 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from shardgrid.core.effects import DiskFile, WriteMode
 from shardgrid.core.errors import invariant
@@ -54,6 +54,8 @@ class DataPath:
         self.leases = leases
         self.migrations: MigrationView | None = None  # wired by the member (they ask each other)
         self._stores: dict[int, PartitionData] = {}
+        # The copies a moved member keeps apart until its cluster renames it (None: not moved).
+        self._held_apart: dict[int, PartitionData] | None = None
         # A persistent member's record of what each step changed in its copies, written after it.
         self.journal: ReplicaJournal | None = self._journal(fresh=True) if ctx.config.persistent else None
         # owned_partitions' answer and the table it was worked out under (None: to work out
@@ -99,6 +101,7 @@ class DataPath:
         self._owned = None
         if self.journal is not None:
             self.journal = self._journal(fresh=False, file_bytes=file_bytes)
+            self.journal.restored(copies, self.ctx.now_ms)
             self.owner.journal = self.journal
 
     def _journal(self, *, fresh: bool, file_bytes: int = 0) -> ReplicaJournal:
@@ -110,17 +113,38 @@ class DataPath:
             share_bytes=config.compaction_bytes_per_step,
         )
 
-    def take_back(self, copies: dict[int, PartitionData]) -> None:
-        """Hold the copies a member moved to another address kept apart until the cluster renamed
-        it: its file holds them already (``restore`` was told its length)."""
+    def hold_apart(self, copies: Mapping[int, PartitionData], file_bytes: int) -> None:
+        """A member moved to another address keeps the copies its disk holds apart until the
+        cluster renames it (``take_back``), and writes nothing to its file meanwhile: it holds no
+        copy, so a compaction would write a file without those (found by a random run: a moved
+        member compacted its file while it waited, then crashed, and came back owning an empty
+        copy behind its backups)."""
+        invariant(not self._stores, "a moved member holds no copy while it waits")
+        self._held_apart = dict(copies)
+        if self.journal is not None:
+            self.journal = self._journal(fresh=False, file_bytes=file_bytes)
+            self.owner.journal = self.journal
+
+    def held_apart(self) -> dict[int, ReplicaView]:
+        """Read-only copies of what a moved member keeps apart until it is renamed (none otherwise)."""
+        held = self._held_apart or {}
+        return {pid: data.view() for pid, data in sorted(held.items())}
+
+    def take_back(self) -> None:
+        """Hold the copies kept apart since the member moved (``hold_apart``): its file holds them
+        already, and is written from here on."""
         invariant(not self._stores, "copies are taken back into a member that holds none")
-        self._stores = dict(copies)
+        copies, self._held_apart = self._held_apart, None
+        invariant(copies is not None, "only a moved member takes copies back")
+        self._stores = copies
         self._owned = None
+        if self.journal is not None:
+            self.journal.restored(copies, self.ctx.now_ms)
 
     def persist(self) -> None:
         """Write what this step changed in the copies (its sends wait for it)."""
         journal = self.journal
-        if journal is None:
+        if journal is None or self._held_apart is not None:
             return
         free_bytes = self.ctx.disk.free_bytes
         room_bytes = free_bytes if free_bytes >= 0 else None

@@ -50,6 +50,7 @@ from shardgrid.core.messages import (
 from shardgrid.core.metadata import MetadataState
 from shardgrid.core.metadata.commands import (
     AddMembers,
+    AwaitMembers,
     MarkReachable,
     MarkUnreachable,
     MemberRecord,
@@ -97,25 +98,29 @@ class MembershipLeader:
         # Members an operator said are gone for good (``RemoveMember``): removed now, even when they
         # hold the last replicas of a partition; each answered once its removal is applied.
         self._removals: dict[MemberId, tuple[Respond, int]] = {}
-        # When this member came back from its disk (None: it did not), and, while it leads, the
-        # members it waits for as a hot restart's (None: not worked out yet in this leadership).
+        # When this member came back from its disk (None: it did not), and the members it heard
+        # from since (as follower too): a leader that came back from its disk lately marks the
+        # others awaited, in the log, so that any leader waits for them.
         self._restarted_ms: int | None = None
-        self._awaited: set[MemberId] | None = None
+        self._heard_since_restart: set[MemberId] = set()
         self._heard: set[MemberId] = set()  # members heard from in this leadership
-        self._gave_up_reported = False  # (full_recovery_only: said once a leadership that it waits on)
+        self._awaits_proposed = False  # this leadership marked the members it waits for
+        self._gave_up_reported = False  # (said once a leadership that it waits on, or gave up)
         # Voters an operator's recovery (``shardgrid recover``) left behind as lost for good:
         # removed once silent past the failure timeout, even when they hold the last replicas of a
         # partition (kept across a change of leader: the recovery said they never come back).
         self._given_up: set[MemberId] = set()
 
     def restarted(self) -> None:
-        """This member came back from its disk: as leader it waits for the members as a hot restart's."""
+        """This member came back from its disk: as leader soon after, it marks the members it has
+        not heard from since awaited (the cluster is restarting from its disks)."""
         self._restarted_ms = self.ctx.now_ms
+        self._heard_since_restart = set()
 
     @property
     def awaited(self) -> tuple[MemberId, ...]:
         """The members this leader waits for as a hot restart's (none once it gave up on them)."""
-        return tuple(sorted(m for m in self._awaited or () if self._awaiting(m)))
+        return tuple(sorted(m for m in self.consensus.state.awaited_members if self._awaiting(m)))
 
     def give_up(self, members: tuple[MemberId, ...]) -> None:
         """The operator recovered from a lost majority at this member: ``members`` never come back."""
@@ -128,8 +133,8 @@ class MembershipLeader:
         self.joiners = {}
         self.movers = {}
         self._impostors = {}
-        self._awaited = None
         self._heard = set()
+        self._awaits_proposed = False
         self._gave_up_reported = False
         self.last_heard = {}
         self.leader_since_ms = self.ctx.now_ms
@@ -138,8 +143,8 @@ class MembershipLeader:
     def heard_from(self, member: MemberId) -> None:
         self.last_heard[member] = self.ctx.now_ms
         self._heard.add(member)
-        if self._awaited:
-            self._awaited.discard(member)
+        if self._restarted_ms is not None:
+            self._heard_since_restart.add(member)
         if self.movers:
             # The member a process at a new address claims to be answers after the claim: that
             # process runs on a copy of its directory (found by an outside tester: renamed once the
@@ -242,40 +247,56 @@ class MembershipLeader:
         self._answer_removals()
 
     def _hot_restart(self, state: MetadataState) -> None:
-        """Work out whom this leader waits for as a hot restart's, and past the timeout carry out
-        the policy for those still away."""
+        """A leader back from its disk lately marks awaited the members it has not heard from
+        since (once a leadership, in the log: a leader that takes over goes on waiting); past the
+        wait, the policy for those still away."""
         config = self.ctx.config
         now = self.ctx.now_ms
         restarted = self._restarted_ms
-        if self._awaited is None:
-            within = restarted is not None and now < restarted + config.hot_restart_timeout_ms
-            me = self.ctx.identity
-            self._awaited = {m for m in state.member_ids if m != me and m not in self._heard} if within else set()
-            return
-        self._awaited = {m for m in self._awaited if state.is_member(m)}
-        if not self._awaited or restarted is None or now < restarted + config.hot_restart_timeout_ms:
+        me = self.ctx.identity
+        self._heard_since_restart = {m for m in self._heard_since_restart if state.is_member(m)}
+        if (
+            not self._awaits_proposed
+            and restarted is not None
+            and now < restarted + config.hot_restart_timeout_ms
+            and self.consensus.raft.can_change_configuration()  # (the log is this leader's by now)
+        ):
+            self._awaits_proposed = True
+            away = tuple(
+                sorted(
+                    r.id
+                    for r in state.members
+                    if r.id != me and r.id not in self._heard_since_restart and not r.unreachable and not r.awaited
+                )
+            )
+            if away:
+                self.consensus.propose(AwaitMembers(away))
+        awaited = [m for m in state.awaited_members if m not in self._removals]
+        if not awaited or now < self._wait_ends_ms():
             return
         policy = config.hot_restart_policy
-        if policy == "full_recovery_only":
-            if not self._gave_up_reported:
-                self._gave_up_reported = True
-                self.ctx.emit(events.HotRestartIncomplete(tuple(sorted(self._awaited)), policy))
-            return
-        away = tuple(sorted(self._awaited))
-        self._awaited = set()
-        self.ctx.emit(events.HotRestartIncomplete(away, policy))
+        if not self._gave_up_reported:
+            self._gave_up_reported = True
+            self.ctx.emit(events.HotRestartIncomplete(tuple(sorted(awaited)), policy))
         if policy == "partial_recovery_most_recent":
-            self._given_up.update(away)  # removed at once: what only they held is lost
+            self._given_up.update(awaited)  # removed at once: what only they held is lost
+
+    def _wait_ends_ms(self) -> int:
+        """When this leader's wait for awaited members ends: ``hot_restart_timeout_ms`` after its
+        own restart, or after it took over when it came to lead a wait begun by another leader."""
+        timeout_ms = self.ctx.config.hot_restart_timeout_ms
+        restarted = self._restarted_ms
+        ends = self.leader_since_ms + timeout_ms
+        if restarted is not None and restarted + timeout_ms > self.leader_since_ms:
+            ends = restarted + timeout_ms
+        return ends
 
     def _awaiting(self, member: MemberId) -> bool:
         """Whether ``member`` is waited for as a hot restart's now (an operator's removal goes first)."""
-        if not self._awaited or member not in self._awaited or member in self._removals:
+        record = self.consensus.state.record_of(member)
+        if record is None or not record.awaited or member in self._removals or member in self._given_up:
             return False
-        restarted = self._restarted_ms
-        config = self.ctx.config
-        return config.hot_restart_policy == "full_recovery_only" or (
-            restarted is not None and self.ctx.now_ms < restarted + config.hot_restart_timeout_ms
-        )
+        return self.ctx.config.hot_restart_policy == "full_recovery_only" or self.ctx.now_ms < self._wait_ends_ms()
 
     def _probe_seeds(self, state: MetadataState) -> None:
         """Tell whoever runs at a seed address that is no member's where this cluster is. A member
@@ -389,7 +410,7 @@ class MembershipLeader:
             respond(ADMIN_FAILED, f"no member of the cluster is at {address}")
         elif member == self.ctx.identity:
             respond(ADMIN_FAILED, f"{address} is the leader: it answers (ask it to leave with shutdown)")
-        elif self._silent_ms(member) <= config.failure_timeout_ms:
+        elif self._silent_ms(member) <= config.failure_timeout_ms and not self._never_heard_awaited(member):
             respond(
                 ADMIN_FAILED,
                 f"{address} answered {self._silent_ms(member)} ms ago: a member that answers is asked to "
@@ -400,6 +421,13 @@ class MembershipLeader:
             respond(ADMIN_UNAVAILABLE, f"{address} may still hold a lease: ask again in a moment")
         else:
             self._removals[member] = (respond, self.ctx.now_ms + config.admin_timeout_ms)
+
+    def _never_heard_awaited(self, member: MemberId) -> bool:
+        """A member a hot restart waits for that this leader has not heard from: silent, whatever
+        its last-heard time says (found by an outside tester: its removal was refused as 'answered
+        0 ms ago')."""
+        record = self.consensus.state.record_of(member)
+        return record is not None and record.awaited and member not in self._heard
 
     def _answer_removals(self) -> None:
         state = self.consensus.state
@@ -455,6 +483,9 @@ class MembershipLeader:
             return  # the last proposal is on its way through the log
         unreachable = set(state.unreachable_members)
         answering = sorted(m for m in unreachable if self._silent_ms(m) <= self.ctx.config.failure_timeout_ms)
+        # An awaited member is back once this leader heard from it (its last-heard time only
+        # starts with the leadership otherwise).
+        answering += sorted(m for m in state.awaited_members if m in self._heard and m not in unreachable)
         if answering:
             self._last_mark_ms = self.ctx.now_ms
             self.consensus.propose(MarkReachable(tuple(answering)))

@@ -384,7 +384,7 @@ class Member:
         first write of the log it takes, and its member file only once it is renamed, so that a
         crash on the way comes back here the same way."""
         invariant(old.uuid == self.identity.uuid and old.address != self.identity.address, "a move keeps the uuid")
-        self.data.restore({}, disk.file_bytes.get(DiskFile.REPLICAS, 0))
+        self.data.hold_apart(disk.replicas.copies, disk.file_bytes.get(DiskFile.REPLICAS, 0))
         self._moved = disk
         self.discovery.moved(old, disk.known_addresses)
         copies = disk.replicas.copies
@@ -408,7 +408,7 @@ class Member:
         # before then comes back moving again, not as a member its log does not list (found by an
         # outside tester: it came back at applied index 0 and dropped the copies it owned).
         self._keep_identity_after = True
-        self.data.take_back(disk.replicas.copies)
+        self.data.take_back()
         self.migrations.restore_staged(disk.replicas.staged)
         self.on_state_loaded(available_again)
         if self.ctx.config.fsync != "always":

@@ -27,6 +27,9 @@ class MemberRecord(Record):
     # Silent past the failure timeout while holding every replica left of some partition: kept
     # (that partition unavailable, not lost) until it answers again or is removed for good.
     unreachable: bool = False
+    # Not back yet from a restart of the cluster from its disks (a hot restart): waited for, not
+    # removed nor repaired around, until it answers, or hot_restart_policy gives it up.
+    awaited: bool = False
 
 
 # Length bounds the codec checks while it decodes, before it builds any item of an over-long list.
@@ -114,6 +117,14 @@ class ReviveUnavailable(Message, tag=72):
     lost) and given new, empty replicas; the unreachable members keep nothing of it."""
 
 
+class AwaitMembers(Message, tag=75):
+    """A leader back from its disk (the cluster restarting from its disks) has not heard from these
+    members since: they are waited for as a hot restart's (``MemberRecord.awaited``), whichever
+    member leads, until they answer (``MarkReachable``) or are given up."""
+
+    members: MemberIds
+
+
 class ReaddressMember(Message, tag=74):
     """A persistent member came back from its data directory at another address (``new``: the
     same uuid as ``old``, the address it listens at now): it stays the same member with the same
@@ -140,4 +151,5 @@ Command = (
     | MarkReachable
     | ReviveUnavailable
     | ReaddressMember
+    | AwaitMembers
 )

@@ -24,6 +24,7 @@ from shardgrid.core.metadata.cluster_state import ClusterState
 from shardgrid.core.metadata.commands import (
     AddMembers,
     AssignPartitions,
+    AwaitMembers,
     FinishMigrations,
     MarkLeaving,
     MarkReachable,
@@ -157,6 +158,11 @@ class MetadataState:
         return tuple(r.id for r in self.members)
 
     @property
+    def awaited_members(self) -> tuple[MemberId, ...]:
+        """Members a hot restart waits for (not back from the cluster's restart yet)."""
+        return tuple(r.id for r in self.members if r.awaited)
+
+    @property
     def unreachable_members(self) -> tuple[MemberId, ...]:
         """Members kept, though silent, because they hold every replica left of a partition."""
         return tuple(r.id for r in self.members if r.unreachable)
@@ -269,6 +275,7 @@ class Changes:
     members_changed: list[MemberId] = field(default_factory=list)  # promoted to data, or leaving
     members_unreachable: list[MemberId] = field(default_factory=list)
     members_reachable: list[MemberId] = field(default_factory=list)
+    members_awaited: list[MemberId] = field(default_factory=list)  # a hot restart waits for them
     unavailable: list[int] = field(default_factory=list)  # partitions kept for unreachable members
     available: list[int] = field(default_factory=list)  # partitions whose members answer again
     partitions: set[int] = field(default_factory=set)  # slots or version changed
@@ -384,6 +391,13 @@ def _apply(state: MetadataState, command: object, changes: Changes) -> MetadataS
         return _revive(state, changes)
     if isinstance(command, ReaddressMember):
         return _readdress(state, command, changes)
+    if isinstance(command, AwaitMembers):
+        waited = {m for m in command.members if (r := state.record_of(m)) is not None and not r.unreachable}
+        if not waited:
+            return state
+        changes.members_awaited.extend(sorted(waited))
+        members = tuple(msgspec.structs.replace(r, awaited=True) if r.id in waited else r for r in state.members)
+        return state.evolve(members=members)
     changes.refused.append(f"unknown command {type(command).__name__}")
     return state
 
@@ -393,7 +407,9 @@ def _mark_unreachable(state: MetadataState, command: MarkUnreachable, changes: C
     if not marked:
         return state
     changes.members_unreachable.extend(marked)
-    members = tuple(msgspec.structs.replace(r, unreachable=True) if r.id in marked else r for r in state.members)
+    members = tuple(
+        msgspec.structs.replace(r, unreachable=True, awaited=False) if r.id in marked else r for r in state.members
+    )
     state = _roll_back_migrations_of(state.evolve(members=members), set(marked), changes)
     table = state.table
     if table is None:
@@ -410,12 +426,16 @@ def _was_unavailable(table: PartitionTable, pid: int, marked: list[MemberId]) ->
 
 
 def _mark_reachable(state: MetadataState, command: MarkReachable, changes: Changes) -> MetadataState:
-    back = sorted({m for m in command.members if (r := state.record_of(m)) is not None and r.unreachable})
+    back = sorted(
+        {m for m in command.members if (r := state.record_of(m)) is not None and (r.unreachable or r.awaited)}
+    )
     if not back:
         return state
     before = set(state.unavailable_partitions())
     changes.members_reachable.extend(back)
-    members = tuple(msgspec.structs.replace(r, unreachable=False) if r.id in back else r for r in state.members)
+    members = tuple(
+        msgspec.structs.replace(r, unreachable=False, awaited=False) if r.id in back else r for r in state.members
+    )
     after = state.evolve(members=members)
     changes.available.extend(sorted(before - set(after.unavailable_partitions())))
     return after
@@ -433,10 +453,10 @@ def _readdress(state: MetadataState, command: ReaddressMember, changes: Changes)
         return state
     before = set(state.unavailable_partitions())
     state = _roll_back_migrations_of(state, {old}, changes)
-    renamed = msgspec.structs.replace(record, id=new, unreachable=False)
+    renamed = msgspec.structs.replace(record, id=new, unreachable=False, awaited=False)
     members = tuple(renamed if r.id == old else r for r in state.members)
     changes.members_readdressed.append((old, new))
-    if record.unreachable:
+    if record.unreachable or record.awaited:
         changes.members_reachable.append(new)
     table = state.table
     if table is None:
