@@ -803,6 +803,18 @@ def test_a_moved_member_killed_as_it_is_renamed_comes_back_moving_again() -> Non
     assert run.sim.ledger.counts()["acked"] > 1_000
 
 
+def test_a_mover_removed_once_it_took_part_of_the_log_rejoins_as_a_new_member() -> None:
+    run = passed("a-mover-removed-once-it-took-part-of-the-log")
+    (moving,) = [e for _, _, e in emitted(run, events.MemberMoving)]
+    (rejoined,) = [e for _, _, e in emitted(run, events.RemovedFromCluster)]
+    assert rejoined.old_identity.uuid == moving.new.uuid
+    assert rejoined.new_identity.address == moving.new.address
+    assert not emitted(run, events.MemberMoved)
+    state = run.sim.leader().consensus.state
+    assert rejoined.new_identity in state.member_ids
+    assert run.sim.ledger.counts()["acked"] > 1_000
+
+
 def test_a_write_told_settling_then_refused_ends_as_maybe_applied() -> None:
     run = passed("a-write-settling-when-the-cluster-shuts-down")
     settled = [w for keyed in run.sim.ledger.writes.values() for w in keyed if w.outcome == MAYBE]

@@ -642,10 +642,14 @@ class Member:
 
     def _on_not_a_member(self, message: m.NotAMember) -> None:
         moved = self._moved
-        if moved is not None and not self.consensus.has_state:
+        if moved is not None:
             # The leader says the member this directory holds is no longer one (removed while it
-            # was away), from a log past the one the directory holds: its copies are stale.
-            if message.commit_index > moved.raft.hard_state.commit:
+            # was away, or after it took part of the log that would have renamed it), from a log
+            # past the one the directory holds and the one it took since: its copies are stale
+            # (found by a random run: cut off once it took part of that log, a mover was removed
+            # and, told so, waited for good to be renamed).
+            took = self.consensus.raft.commit_index if self.consensus.has_state else 0
+            if message.commit_index > max(moved.raft.hard_state.commit, took):
                 self._moved = None
                 self._rejoin_as_new_member(self.discovery.known_addresses)
             return
