@@ -97,6 +97,8 @@ def test_a_cache_map_is_served_by_a_stand_in_and_restarts_empty_when_the_replica
     stand_in = scenario.leader.consensus.state.stand_in(pid)
     assert stand_in is not None
     assert stand_in.address not in away
+    # The stand-in says so once it applied it too (not only the leader).
+    scenario.run_until(lambda: sim.nodes[stand_in.address].member.consensus.state.unavailable(pid), limit_ms=10_000)
     reply = probe.call(stand_in.address, m.GET, KEPT, key)
     assert codes(reply) == (m.ReplyCode.UNAVAILABLE,)
     assert "unavailable" in reply.reason

@@ -22,8 +22,12 @@ MAX_UUID_CHARS = 64
 MAX_ADDRESS_CHARS = 256
 
 
-class MemberId(Record, order=True):
-    """A member as the partition table names it; ordered by uuid so sorting is deterministic."""
+class MemberId(Record, order=True, gc=False):
+    """A member as the partition table names it; ordered by uuid so sorting is deterministic.
+
+    Not tracked by the garbage collector (two strings cannot make a cycle): a table's rows of
+    them are then not tracked either, and a collection no longer walks 20,000 rows per table a
+    member keeps (most of the slowest ``handle()`` at that size, in the simulator's one process)."""
 
     uuid: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_UUID_CHARS)]
     address: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ADDRESS_CHARS)]

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import TypeVar
 
 from shardgrid.core.errors import InvariantViolation, require
 from shardgrid.core.identity import MemberId, MemberInfo
@@ -35,6 +36,11 @@ Allowed = Callable[[MemberId, int], bool]
 """May this member take the slot being arranged in this partition (group and member distinctness)?"""
 Counts = dict[MemberId, int]
 HeapEntry = tuple[int, float, MemberId]
+Row = list[MemberId | None] | tuple[MemberId | None, ...]
+EMPTY_ROW: tuple[MemberId | None, ...] = (None,) * MAX_REPLICA_COUNT
+T = TypeVar("T")
+# Partitions a computation done a share at a time visits between two of its steps (``Steps``).
+PLAN_SLICE_VISITS = 1_000
 
 
 def replica_count_for(data_member_count: int, group_count: int, backup_count: int) -> int:
@@ -56,6 +62,34 @@ def arrange(
     of one partition sit on distinct groups. The returned table keeps ``current``'s versions: it
     is a target to migrate towards, not a table to publish.
     """
+    return run_through(arranging(members, current, rng, groups, backup_count=backup_count))
+
+
+Steps = Generator[int, None, T]
+"""A computation done a bounded share at a time: each ``next`` does at most about
+``PLAN_SLICE_VISITS`` partition visits and yields how many it did (a driver stops once a budget of
+them is spent, so that a small table is planned in one go); its return value is the result."""
+
+
+def run_through(steps: Steps[T]) -> T:
+    """The result of a computation done a share at a time, done at once."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+def arranging(
+    members: Sequence[MemberInfo],
+    current: PartitionTable,
+    rng: random.Random,
+    groups: Mapping[MemberId, str] | None = None,
+    *,
+    backup_count: int = 1,
+) -> Steps[PartitionTable]:
+    """``arrange``, a share at a time: what the leader runs over several events, so that a table of
+    tens of thousands of partitions never holds one ``handle()`` for the whole of it."""
     require(0 <= backup_count <= MAX_BACKUP_COUNT, f"backup_count must be 0..{MAX_BACKUP_COUNT}, got {backup_count}")
     require(len(members) <= MAX_MEMBER_COUNT, f"at most {MAX_MEMBER_COUNT} members, got {len(members)}")
     data = sorted({m.id for m in members if not m.lite})
@@ -67,7 +101,9 @@ def arrange(
     else:
         group_of = {m: m.uuid for m in data}
     partition_count = current.partition_count
-    slots: list[list[MemberId | None]] = [[None] * MAX_REPLICA_COUNT for _ in range(partition_count)]
+    # A row is made for a partition when a slot of it is first set (a table's 20,000 rows made at
+    # once were one allocation burst, garbage collection included, in one share of the work).
+    slots: list[Row] = [EMPTY_ROW] * partition_count
     if not data:
         return PartitionTable(tuple(tuple(s) for s in slots), current.versions)
 
@@ -79,8 +115,17 @@ def arrange(
     for index in range(replicas):
         # A fresh order per index: the same order would pair each owner with the same backup.
         rng.shuffle(partition_order)
-        _arrange_index(index, data, rank, group_of, current, slots, partition_order, rng)
-    return PartitionTable(tuple(tuple(s) for s in slots), current.versions)
+        yield partition_count
+        yield from _arrange_index(index, data, rank, group_of, current, slots, partition_order, rng)
+    return PartitionTable.arranged(slots, current.versions)
+
+
+def _row(slots: list[Row], pid: int) -> list[MemberId | None]:
+    """Partition ``pid``'s row of slots, to set one (made now when it is still the empty one)."""
+    row = slots[pid]
+    if isinstance(row, tuple):
+        row = slots[pid] = list(row)
+    return row
 
 
 def _arrange_index(
@@ -89,22 +134,26 @@ def _arrange_index(
     rank: Counts,
     group_of: dict[MemberId, str],
     current: PartitionTable,
-    slots: list[list[MemberId | None]],
+    slots: list[Row],
     partition_order: list[int],
     rng: random.Random,
-) -> None:
+) -> Steps[None]:
     quota = _quotas(index, data, rank, current)
     count = dict.fromkeys(data, 0)
+    yield len(data)
 
     def allowed(member: MemberId, pid: int) -> bool:
         taken = slots[pid]
         return all(taken[j] is None or group_of[taken[j]] != group_of[member] for j in range(index))
 
     gaps: list[int] = []
-    for pid in _keep_order(index, data, quota, current, group_of, slots, partition_order):
+    order = yield from _keep_order(index, data, quota, current, group_of, slots, partition_order)
+    for visited, pid in enumerate(order, 1):
+        if visited % PLAN_SLICE_VISITS == 0:
+            yield PLAN_SLICE_VISITS
         held = current.replicas[pid][index]
         if held is not None and held in count and count[held] < quota[held] and allowed(held, pid):
-            slots[pid][index] = held
+            _row(slots, pid)[index] = held
             count[held] += 1
         else:
             gaps.append(pid)
@@ -114,7 +163,9 @@ def _arrange_index(
     # owner with the same few backups; a drawn one spreads them.
     heap = [(count[m] - quota[m], rng.random(), m) for m in data]
     heapq.heapify(heap)
-    for pid in gaps:
+    for visited, pid in enumerate(gaps, 1):
+        if visited % PLAN_SLICE_VISITS == 0:
+            yield PLAN_SLICE_VISITS
         chosen = None
         if current.replicas[pid][index] is None:
             chosen = _colder_replica_under_quota(pid, index, current, count, quota, allowed)
@@ -123,11 +174,11 @@ def _arrange_index(
             chosen = _pop_most_under_quota(heap, pid, count, quota, allowed, colder)
         if chosen is None:
             continue  # no member may hold this slot (every group already holds a hotter replica)
-        slots[pid][index] = chosen
+        _row(slots, pid)[index] = chosen
         count[chosen] += 1
         heapq.heappush(heap, (count[chosen] - quota[chosen], rng.random(), chosen))
 
-    _rebalance(index, data, rank, count, quota, slots, partition_order, allowed)
+    yield from _rebalance(index, data, rank, count, quota, slots, partition_order, allowed)
 
 
 def _keep_order(
@@ -136,9 +187,9 @@ def _keep_order(
     quota: Counts,
     current: PartitionTable,
     group_of: dict[MemberId, str],
-    slots: list[list[MemberId | None]],
+    slots: list[Row],
     partition_order: list[int],
-) -> list[int]:
+) -> Steps[list[int]]:
     """Partitions that members needing slots may not take come first in the keep pass.
 
     A member over its quota keeps the slots it meets first, so it sheds its slots in partitions
@@ -158,7 +209,10 @@ def _keep_order(
         return partition_order
     hostile: list[int] = []
     friendly: list[int] = []
-    for pid in partition_order:
+    yield current.partition_count
+    for visited, pid in enumerate(partition_order, 1):
+        if visited % PLAN_SLICE_VISITS == 0:
+            yield PLAN_SLICE_VISITS
         taken = slots[pid]
         if any(taken[j] is not None and group_of[taken[j]] in needy_groups for j in range(index)):
             hostile.append(pid)
@@ -235,16 +289,18 @@ def _rebalance(
     rank: Counts,
     count: Counts,
     quota: Counts,
-    slots: list[list[MemberId | None]],
+    slots: list[Row],
     partition_order: list[int],
     allowed: Allowed,
-) -> None:
+) -> Steps[None]:
     """Move slots from members over quota to members under it, where constraints allow."""
     under = sorted((m for m in data if count[m] < quota[m]), key=lambda m: rank[m])
     if not under or all(count[m] <= quota[m] for m in data):
         return
     for member in under:
-        for pid in partition_order:
+        for visited, pid in enumerate(partition_order, 1):
+            if visited % PLAN_SLICE_VISITS == 0:
+                yield PLAN_SLICE_VISITS
             if count[member] >= quota[member]:
                 break
             holder = slots[pid][index]
@@ -252,6 +308,6 @@ def _rebalance(
                 continue
             if not (member not in slots[pid]):
                 raise InvariantViolation(f"{member} already holds partition {pid}")
-            slots[pid][index] = member
+            _row(slots, pid)[index] = member
             count[holder] -= 1
             count[member] += 1

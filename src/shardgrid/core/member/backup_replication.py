@@ -46,6 +46,9 @@ class BackupReplication:
         """The partition's copy was replaced (or dropped): runs held for the old one go."""
         self._reorder.pop(pid, None)
 
+    def partitions_holding_runs(self) -> set[int]:
+        return set(self._reorder)
+
     def clear(self) -> None:
         self._reorder.clear()
 

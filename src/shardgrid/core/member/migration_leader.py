@@ -16,9 +16,10 @@ it commits those that did and rolls back the rest (seed 000, 1.2 and 2.2).
 from __future__ import annotations
 
 import enum
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from shardgrid.core import events
 from shardgrid.core.identity import MemberId, MemberInfo
@@ -35,14 +36,19 @@ from shardgrid.core.messages import (
 from shardgrid.core.metadata import Changes, MetadataState
 from shardgrid.core.metadata.commands import AssignPartitions, FinishMigrations, StartMigrations
 from shardgrid.core.migration import Migration, MigrationKind, MigrationOutcome, MigrationRecord, migration_fits
-from shardgrid.core.placement import arrange
+from shardgrid.core.placement import PLAN_SLICE_VISITS, Steps, arranging
 from shardgrid.core.planner import plan_migrations, prioritize_copies_and_shift_ups
-from shardgrid.core.rebalance import plan_rebalance
+from shardgrid.core.rebalance import RebalancePlan, planning_rebalance
 from shardgrid.core.schedule import ScheduledMigration, next_migrations
 from shardgrid.core.table import PartitionTable
 
 # The leader's own bound on a transfer it hears nothing about (the sender has a tighter one).
 TRANSFER_BACKSTOP_TIMEOUTS = 3
+# Shares (``placement.PLAN_SLICE_VISITS`` partition visits each) of a table's arrangement or of a
+# rebalance's plan one drive does: a table of 20,000 partitions is planned over several events,
+# none of them long.
+PLAN_SLICES_PER_DRIVE = 2
+T = TypeVar("T")
 
 
 class Stage(enum.Enum):
@@ -74,6 +80,9 @@ class MigrationLeader:
         self._proposed_starts: dict[int, MigrationRecord] = {}
         self._outcomes: list[MigrationRecord] = []
         self._counter = 0
+        # A first table being arranged, or a rebalance being planned, a share a drive.
+        self._assigning: Steps[PartitionTable] | None = None
+        self._planning: Steps[RebalancePlan] | None = None
 
     # --- leadership ------------------------------------------------------------------------------
 
@@ -83,6 +92,7 @@ class MigrationLeader:
         self.target = None
         self._proposed_starts = {}
         self._outcomes = []
+        self._assigning = self._planning = None
         self.needs_rebalance = leading
 
     def in_flight_load(self) -> dict[MemberId, int]:
@@ -108,6 +118,7 @@ class MigrationLeader:
         """Nothing planned, proposed or running."""
         return (
             not self.needs_rebalance
+            and self._planning is None
             and not any(self.pending.values())
             and not self._proposed_starts
             and not self.consensus.state.migrations
@@ -198,7 +209,7 @@ class MigrationLeader:
             return
         if not state.cluster_state.migration_allowed:
             return
-        if self.needs_rebalance:
+        if self.needs_rebalance or self._planning is not None:
             self._rebalance(state)
         self._schedule(state)
 
@@ -215,14 +226,22 @@ class MigrationLeader:
         config = self.ctx.config
         if config.assign_partitions_on_first_use and not self.assignment_requested:
             return
-        infos = self._member_infos(state)
-        if not any(not i.lite for i in infos):
+        if self._assigning is None:
+            infos = self._member_infos(state)
+            if not any(not i.lite for i in infos):
+                return
+            empty = PartitionTable.empty(config.partition_count)
+            self._assigning = arranging(infos, empty, self._plan_rng(), backup_count=config.table_backup_count)
+        arranged = _advance(self._assigning)
+        if arranged is None:
             return
-        arranged = arrange(
-            infos, PartitionTable.empty(config.partition_count), self.ctx.rng, backup_count=config.table_backup_count
-        )
-        table = PartitionTable(arranged.replicas, (1,) * arranged.partition_count)
-        self.consensus.propose(AssignPartitions(table))
+        self._assigning = None
+        self.consensus.propose(AssignPartitions(arranged.with_versions(1)))
+
+    def _plan_rng(self) -> random.Random:
+        """A plan's own generator, drawn once from the member's: what else draws while a plan is
+        made a share a drive changes nothing of it."""
+        return random.Random(self.ctx.rng.getrandbits(64))
 
     @staticmethod
     def _member_infos(state: MetadataState) -> list[MemberInfo]:
@@ -231,22 +250,33 @@ class MigrationLeader:
         return [MemberInfo(r.id, r.lite or r.leaving or r.unreachable) for r in state.members]
 
     def _rebalance(self, state: MetadataState) -> None:
+        """Plan a rebalance, a share a drive; one the members changed under is begun again. Until
+        it is made, nothing of the last plan is started (it was made for other members)."""
         table = state.table
         if table is None:
             return
-        self.needs_rebalance = False
-        infos = self._member_infos(state)
-        if not any(not i.lite for i in infos):
+        if self.needs_rebalance:
+            self.needs_rebalance = False
+            self._planning = None
+            infos = self._member_infos(state)
+            if not any(not i.lite for i in infos):
+                self.pending = {}
+                return
             self.pending = {}
+            self._planning = planning_rebalance(
+                infos,
+                table,
+                self._plan_rng(),
+                backup_count=self.ctx.config.table_backup_count,
+                keep=state.leaving_data_members,
+                frozen=frozenset(state.unavailable_partitions()),
+            )
+        if self._planning is None:
             return
-        plan = plan_rebalance(
-            infos,
-            table,
-            self.ctx.rng,
-            backup_count=self.ctx.config.table_backup_count,
-            keep=state.leaving_data_members,
-            frozen=frozenset(state.unavailable_partitions()),
-        )
+        plan = _advance(self._planning)
+        if plan is None:
+            return
+        self._planning = None
         self.target = plan.target
         busy = set(state.migrations) | set(self._proposed_starts)
         self.pending = {pid: list(queue) for pid, queue in plan.migrations.items() if pid not in busy}
@@ -254,6 +284,8 @@ class MigrationLeader:
     def _replan_partition(self, pid: int) -> None:
         """A partition whose migration ran while the plan was made gets its plan now."""
         state = self.consensus.state
+        if self._planning is not None:
+            return  # the plan being made covers it
         if state.table is None or self.target is None or self.pending.get(pid) or state.unavailable(pid):
             return
         held, wanted = state.table.replicas[pid], self.target.replicas[pid]
@@ -452,3 +484,17 @@ class MigrationLeader:
                 destination_new_index=m.destination_new_index,
             )
         )
+
+
+def _advance(steps: Steps[T]) -> T | None:
+    """About ``PLAN_SLICES_PER_DRIVE`` shares more of a computation, counted in the partition
+    visits its steps say they did: its result once done, else None. A plan of a small table is
+    made in one drive (counted in steps, each a few visits, it took several: members waited a
+    tick for each)."""
+    budget = PLAN_SLICES_PER_DRIVE * PLAN_SLICE_VISITS
+    while budget > 0:
+        try:
+            budget -= next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+    return None

@@ -345,6 +345,10 @@ class OwnerReplication:
             pending.required = backups
             self.complete(pid, pending)
 
+    def partitions_waiting(self) -> set[int]:
+        """Partitions with writes waiting for their backups' acknowledgements."""
+        return set(self.pending)
+
     def fail_pending_writes(self, pid: int) -> None:
         """No longer the owner: writes still waiting for backups cannot be confirmed here."""
         pending = self.pending.pop(pid, None)

@@ -406,6 +406,10 @@ class ReplicaSyncs:
             for sync in list(self._outgoing.get(pid, {}).values()):
                 self._end(sync)
 
+    def partitions_syncing(self) -> set[int]:
+        """Partitions with a sync this member sends or takes."""
+        return set(self._outgoing) | set(self._incoming)
+
     def clear(self) -> None:
         self._outgoing.clear()
         self._by_id.clear()

@@ -507,9 +507,7 @@ def _record_repair(table: PartitionTable, repair: Repair, changes: Changes) -> N
         if promotion.destination is not None:
             changes.promoted.append((pid, promotion.destination))
             changes.promoted_from.append((pid, promotion.destination_current_index))
-    changes.partitions.update(
-        pid for pid in range(table.partition_count) if repair.table.versions[pid] != table.versions[pid]
-    )
+    changes.partitions.update(repair.changed)
 
 
 def _remove(state: MetadataState, command: RemoveMembers, changes: Changes) -> MetadataState:
