@@ -1,22 +1,29 @@
 """The disk's record framing: what was written reads back; a file cut anywhere, or with sectors the
 disk never wrote, reads back the records before the damage as a torn tail; a flipped bit anywhere
 in any record (its length included, the last record included) is corruption, and never reads back
-as a record that was not written."""
+as a record that was not written; and damage of any kind before a point a sync marker vouches for
+is corruption, zeros or not."""
 
 from __future__ import annotations
 
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from shardgrid.core.disk_records import MAX_RECORD_BYTES, SECTOR_BYTES, encode_record, scan_records
+from shardgrid.core.disk_records import (
+    MAX_RECORD_BYTES,
+    SECTOR_BYTES,
+    RecordKind,
+    encode_record,
+    scan_records,
+    sync_marker,
+)
 
-records = st.lists(st.tuples(st.integers(0, 255), st.binary(max_size=64)), max_size=8)
+kinds = st.integers(0, 255).filter(lambda kind: kind != RecordKind.SYNCED)  # a marker is the writer's own
+records = st.lists(st.tuples(kinds, st.binary(max_size=64)), max_size=8)
 # Records that span sectors: payloads up to a few sectors long (a byte repeated, so no sector of
 # them is zeros unless the test zeroes it).
 spanning = st.lists(
-    st.tuples(st.integers(0, 255), st.integers(1, 255), st.integers(0, 3 * SECTOR_BYTES)).map(
-        lambda t: (t[0], bytes([t[1]]) * t[2])
-    ),
+    st.tuples(kinds, st.integers(1, 255), st.integers(0, 3 * SECTOR_BYTES)).map(lambda t: (t[0], bytes([t[1]]) * t[2])),
     min_size=2,
     max_size=6,
 )
@@ -109,3 +116,80 @@ def test_a_checked_length_no_writer_writes_is_corruption() -> None:
     scan = scan_records(encode_record(1, b"abc") + bad)
     assert scan.records == ((1, b"abc"),)
     assert "over" in scan.corrupt
+
+
+# Payloads that hold zeros of their own (a value of zeros, a run of zero lengths), whole sectors of
+# them included, between bytes that are not.
+zero_holding = st.lists(
+    st.tuples(kinds, st.integers(0, 3 * SECTOR_BYTES), st.integers(0, 3 * SECTOR_BYTES)).map(
+        lambda t: (t[0], b"v" * t[1] + bytes(2 * SECTOR_BYTES) + b"w" * t[2])
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+def synced_in_groups(groups: list[list[tuple[int, bytes]]]) -> tuple[bytes, list[tuple[int, int, int | None]]]:
+    """A file as a writer leaves it: each group of records followed by the marker of its sync,
+    the last group not synced yet; and each record's (start, end, what it vouches for: None for a
+    record that is not a marker)."""
+    out, layout = bytearray(), []
+    for number, group in enumerate(groups):
+        for kind, payload in group:
+            start = len(out)
+            out += encode_record(kind, payload)
+            layout.append((start, len(out), None))
+        if number < len(groups) - 1:
+            start = len(out)
+            out += sync_marker(start)
+            layout.append((start, len(out), start))
+    return bytes(out), layout
+
+
+@given(st.lists(zero_holding, min_size=1, max_size=4), st.data())
+def test_damage_before_what_a_later_sync_marker_vouches_for_is_corruption_zeros_or_not(groups, data) -> None:
+    """The class of an outside tester's finding: a synced record holding a sector of zeros, damaged
+    anywhere (here one sector of it zeroed, or one bit flipped), was read as a torn tail, and every
+    record after it was cut off unnoticed. A marker after it that vouches for it makes it
+    corruption; only damage past every marker's point can be a tear."""
+    whole, layout = synced_in_groups(groups)
+    damaged = bytearray(whole)
+    zeroed = data.draw(st.booleans())
+    if zeroed:
+        sector = data.draw(st.integers(0, (len(whole) - 1) // SECTOR_BYTES))
+        low, high = sector * SECTOR_BYTES, min((sector + 1) * SECTOR_BYTES, len(whole))
+        damaged[low:high] = bytes(high - low)
+    else:
+        position = data.draw(st.integers(0, len(whole) - 1))
+        damaged[position] ^= 1 << data.draw(st.integers(0, 7))
+    changed = [i for i, (start, end, _) in enumerate(layout) if damaged[start:end] != whole[start:end]]
+    assume(changed)
+    first = changed[0]
+    start = layout[first][0]
+    vouched = any(
+        vouches is not None and vouches > start and number not in changed
+        for number, (_, _, vouches) in enumerate(layout)
+        if number > first
+    )
+    scan = scan_records(bytes(damaged))
+    kept = [record for group in groups for record in group][: sum(1 for _, _, v in layout[:first] if v is None)]
+    assert list(scan.records) == kept
+    assert scan.valid_bytes == start
+    if vouched:
+        assert scan.corrupt != ""
+        assert scan.torn_bytes == 0
+    elif zeroed:  # a sector never written, past every point a marker vouches for: a tear
+        assert (scan.corrupt, scan.torn_bytes) == ("", len(damaged) - start)
+    assert all(end <= start for end in scan.ends)
+
+
+def test_a_marker_that_vouches_for_bytes_after_itself_is_corruption() -> None:
+    record = encode_record(1, b"abc")
+    assert "marker" in scan_records(record + sync_marker(len(record) + 1)).corrupt
+    scan = scan_records(record + sync_marker(len(record)))
+    assert (scan.records, scan.ends, scan.valid_bytes, scan.corrupt) == (
+        ((1, b"abc"),),
+        (len(record),),
+        len(record) + len(sync_marker(0)),
+        "",
+    )

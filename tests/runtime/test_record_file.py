@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from shardgrid.core.disk_records import encode_record, scan_records
+from shardgrid.core.disk_records import SECTOR_BYTES, encode_record, scan_records, sync_marker
 from shardgrid.core.errors import CorruptDisk
 from shardgrid.runtime.record_file import TEMPORARY_SUFFIX, DiskFailed, RecordFile
 
@@ -50,7 +50,7 @@ def test_a_torn_tail_is_cut_at_open_and_the_next_record_follows_the_last_whole_o
     path.write_bytes(record(1) + record(2) + record(3)[:50])
     file, scan = RecordFile.open(path)
     assert (len(scan.records), scan.torn_bytes) == (2, 50)
-    assert path.stat().st_size == 2 * len(record(1))
+    assert path.stat().st_size == 2 * len(record(1)) + len(sync_marker(0))  # cut, synced, marked
     file.append(record(4))
     file.sync()
     file.close()
@@ -74,7 +74,7 @@ def test_a_file_opened_but_not_accepted_is_left_as_found_and_a_busy_one_untouche
         RecordFile.open(path)
     assert replacement.exists()  # the second opener touched nothing
     file.accept()
-    assert path.read_bytes() == record(1)
+    assert path.read_bytes() == record(1) + sync_marker(len(record(1)))
     assert not replacement.exists()
     file.append(record(3))
     file.sync()
@@ -88,6 +88,27 @@ def test_corruption_names_the_file_and_the_byte_and_changes_nothing(tmp_path: Pa
     damaged[len(record(1)) + 20] ^= 0x10
     path.write_bytes(bytes(damaged))
     with pytest.raises(CorruptDisk, match=rf"{path} is corrupt at byte {len(record(1))}"):
+        RecordFile.open(path)
+    assert path.read_bytes() == bytes(damaged)
+
+
+def test_a_synced_record_holding_zeros_and_damaged_is_refused_not_cut_off_as_torn(tmp_path: Path) -> None:
+    """An outside tester's finding: a record whose value holds a sector of zeros, damaged by one
+    flipped bit, was read as a torn tail, and the synced records after it were cut off at open."""
+    path = tmp_path / "log"
+    file, _ = RecordFile.open(path)
+    zeros = encode_record(2, b"v" * 100 + bytes(3 * SECTOR_BYTES) + b"w" * 100)
+    file.append(record(1) + zeros)
+    file.sync()
+    for number in range(2, 6):
+        file.append(record(number))
+        file.sync()
+    file.close()
+    damaged = bytearray(path.read_bytes())
+    start = damaged.index(zeros)
+    damaged[start + 40] ^= 0x04  # in the record's own bytes, before its zeros
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(CorruptDisk, match=rf"corrupt at byte {start}: .*synced"):
         RecordFile.open(path)
     assert path.read_bytes() == bytes(damaged)
 
@@ -125,7 +146,7 @@ def test_a_next_file_takes_the_files_place_whole_and_one_left_unfinished_is_remo
     assert following.exists()
     assert file.next_bytes == 2 * len(record(0))
     file.adopt_next()
-    assert (file.size_bytes, file.next_bytes) == (2 * len(record(0)), 0)
+    assert (file.size_bytes, file.next_bytes) == (2 * len(record(0)) + len(sync_marker(0)), 0)
     file.append(record(12))
     file.sync()
     file.begin_next(record(20))
@@ -214,8 +235,11 @@ def test_a_full_disk_is_refused_and_the_file_still_ends_at_a_whole_record(tmp_pa
     )
     written, _, reason = done.stdout.strip().partition(" ")
     assert "the disk refused" in reason
+    left = path.read_bytes()
+    assert len(left) <= 4096
+    scan = scan_records(left)  # whole records and sync markers, nothing torn
+    assert (scan.valid_bytes, scan.torn_bytes, scan.corrupt) == (len(left), 0, "")
     assert numbers_in(path) == list(range(int(written)))
-    assert path.stat().st_size == int(written) * len(record(0)) <= 4096
 
 
 def test_a_file_open_in_another_process_is_refused(tmp_path: Path) -> None:

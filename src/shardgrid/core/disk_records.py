@@ -20,6 +20,14 @@ Reading a file tells apart two kinds of damage, since they call for different an
 - **Corruption**: a record fails a checksum with no such sign, or a checked header states a length
   no writer writes. What was acknowledged may be gone; the member must say which file and where,
   and refuse to serve what it cannot trust.
+
+A value may hold zeros of its own, so a damaged record whose payload has a zeroed sector would
+pass for a torn tail, and every record after it would be cut off unnoticed (found by an outside
+tester: one flipped bit cut 51 of 52 records). So a writer appends a **sync marker** after each
+sync: a record saying that the file's first N bytes are durable, written only once the sync
+returned (it needs no sync of its own: it is carried by the next one, or lost harmlessly). A
+record that fails a checksum before a point some marker after it vouches for was on the disk: it
+is corruption, zeros or not. A scan hands markers to no reader.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shardgrid.core.errors import CorruptDisk, invariant
 
@@ -52,6 +60,7 @@ class RecordKind(enum.IntEnum):
     REPLICA_STEP_END = 6  # the end of one step's replica records
     MEMBER_IDENTITY = 7  # who the member is (member_disk)
     BACKUP_PAGE = 8  # some records of one partition of one map, in a backup (client.backup)
+    SYNCED = 9  # a sync marker: the file's bytes before it were durable (``sync_marker``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +71,7 @@ class Scan:
     valid_bytes: int  # the length of the intact prefix: where the next record goes
     torn_bytes: int  # bytes of a torn tail after it (0 when the file ends cleanly)
     corrupt: str  # why the file is corrupt at ``valid_bytes`` ('' when it is not)
+    ends: tuple[int, ...] = ()  # where each record ends in the file (sync markers lie between)
 
 
 def worth_measuring(grown_bytes: int, size_bytes: int) -> bool:
@@ -88,41 +98,100 @@ def encode_record(kind: int, payload: bytes) -> bytes:
     return checked + struct.pack("<I", zlib.crc32(checked)) + payload
 
 
+# A sync marker's payload: this tag, then the durable length (u64). The tag lets a scan find the
+# markers after a damaged record, whose own length cannot be trusted to step over it.
+_MARKER_TAG = b"shardgrid-synced"
+_MARKER = struct.Struct("<16sQ")
+
+
+def sync_marker(durable_bytes: int) -> bytes:
+    """The record a writer appends once a sync returned: the file's first ``durable_bytes`` bytes
+    (everything before this record) are on the disk."""
+    return encode_record(RecordKind.SYNCED, _MARKER.pack(_MARKER_TAG, durable_bytes))
+
+
+def _marker_at(view: memoryview, position: int) -> int | None:
+    """The durable length an intact sync marker at ``position`` vouches for; None when there is
+    no intact one there."""
+    if position < 0 or len(view) - position < HEADER.size + _MARKER.size:
+        return None
+    length, kind, payload_crc, header_crc = HEADER.unpack_from(view, position)
+    if length != _MARKER.size or kind != RecordKind.SYNCED:
+        return None
+    payload = view[position + HEADER.size : position + HEADER.size + length]
+    if zlib.crc32(view[position : position + _CHECKED.size]) != header_crc or zlib.crc32(payload) != payload_crc:
+        return None
+    tag, durable_bytes = _MARKER.unpack(payload)
+    return int(durable_bytes) if tag == _MARKER_TAG and durable_bytes <= position else None
+
+
+def _vouched_past(view: memoryview, start: int) -> int:
+    """The furthest durable length that an intact sync marker after ``start`` vouches for (0 when
+    none does): found by its tag, since the records between cannot be stepped over."""
+    data = view.tobytes()
+    furthest = 0
+    found = data.find(_MARKER_TAG, start)
+    while found >= 0:
+        durable_bytes = _marker_at(view, found - HEADER.size)
+        if durable_bytes is not None:
+            furthest = max(furthest, durable_bytes)
+        found = data.find(_MARKER_TAG, found + 1)
+    return furthest
+
+
 def scan_records(data: bytes | bytearray | memoryview) -> Scan:
     """Every intact record of ``data``, in order, and what stopped the scan."""
     view = memoryview(data)
-    records: list[tuple[int, bytes]] = []
+    read = _Read()
     position = 0
     end = len(view)
     while position < end:
         if end - position < HEADER.size:
-            return Scan(tuple(records), position, end - position, "")  # a header cut short
+            return read.scan(position, end - position)  # a header cut short
         length, kind, payload_crc, header_crc = HEADER.unpack_from(view, position)
         body_start = position + HEADER.size
         if zlib.crc32(view[position : position + _CHECKED.size]) != header_crc:
-            return _damaged(records, view, position, body_start, "a record's header fails its checksum")
+            return _damaged(read, view, position, body_start, "a record's header fails its checksum")
         if length > MAX_RECORD_BYTES:
-            return Scan(tuple(records), position, 0, f"a record states {length} bytes, over {MAX_RECORD_BYTES}")
+            return read.scan(position, 0, f"a record states {length} bytes, over {MAX_RECORD_BYTES}")
         body_end = body_start + length
         if body_end > end:
-            return Scan(tuple(records), position, end - position, "")  # a payload cut short
+            return read.scan(position, end - position)  # a payload cut short
         payload = view[body_start:body_end]
         if zlib.crc32(payload) != payload_crc:
-            return _damaged(records, view, position, body_end, "a record fails its checksum")
-        records.append((kind, bytes(payload)))
+            return _damaged(read, view, position, body_end, "a record fails its checksum")
+        if kind != RecordKind.SYNCED:
+            read.records.append((kind, bytes(payload)))
+            read.ends.append(body_end)
+        elif _marker_at(view, position) is None:
+            return read.scan(position, 0, "a sync marker is malformed or vouches for bytes after itself")
         position = body_end
-    return Scan(tuple(records), position, 0, "")
+    return read.scan(position, 0)
 
 
-def _damaged(records: list[tuple[int, bytes]], view: memoryview, start: int, stop: int, reason: str) -> Scan:
+@dataclass(slots=True)
+class _Read:
+    """What a scan has read so far: the records, and where each ends in the file."""
+
+    records: list[tuple[int, bytes]] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+
+    def scan(self, valid_bytes: int, torn_bytes: int, corrupt: str = "") -> Scan:
+        return Scan(tuple(self.records), valid_bytes, torn_bytes, corrupt, tuple(self.ends))
+
+
+def _damaged(read: _Read, view: memoryview, start: int, stop: int, reason: str) -> Scan:
     """A record from ``start`` to ``stop`` that fails a checksum: torn when, in a sector it lies in,
     everything from where the record begins in it to the sector's end reads as zeros (a sector the
     disk never wrote holds what it held before: zeros past the old end of the file, the earlier
-    records before it); corrupt otherwise."""
+    records before it), unless a sync marker after it says it was on the disk; corrupt otherwise."""
     end = len(view)
     for sector in range(start // SECTOR_BYTES, (max(stop, start + 1) - 1) // SECTOR_BYTES + 1):
         low = max(sector * SECTOR_BYTES, start)
         high = min((sector + 1) * SECTOR_BYTES, end)
         if low < high and view[low:high].tobytes().count(0) == high - low:
-            return Scan(tuple(records), start, end - start, "")
-    return Scan(tuple(records), start, 0, reason)
+            durable_bytes = _vouched_past(view, start)
+            if durable_bytes > start:
+                return read.scan(start, 0, f"{reason}, inside the first {durable_bytes} bytes, which were synced")
+            return read.scan(start, end - start)
+    return read.scan(start, 0, reason)

@@ -34,7 +34,6 @@ from shardgrid._engine import DUMP_RECORD_BYTES, ColumnError
 from shardgrid.core.config import DEFAULT_COMPACTION_BYTES_PER_STEP, DEFAULT_COMPACTION_MIN_BYTES
 from shardgrid.core.disk_records import (
     COMPACT_EARLY_ABOVE_BYTES,
-    HEADER,
     RecordKind,
     Scan,
     encode_record,
@@ -530,9 +529,7 @@ def load_replicas(
     held = ReplicasOnDisk()
     imaging: Imaging | None = None
     step: list[tuple[int, object]] = []
-    offset = 0
     for number, (kind, payload) in enumerate(scan.records):
-        offset += HEADER.size + len(payload)
         if kind == RecordKind.REPLICA_STEP_END:
             if payload:
                 raise CorruptDisk(f"{name}: record {number}, a step's end, carries {len(payload)} bytes")
@@ -541,7 +538,7 @@ def load_replicas(
             if imaging is not None:
                 raise CorruptDisk(f"{name}: record {number} ends a step inside the image of partition {imaging[0]}")
             step = []
-            held.whole_bytes = offset
+            held.whole_bytes = scan.ends[number]
             continue
         decoder = _DECODERS.get(kind)
         if decoder is None:
@@ -550,7 +547,10 @@ def load_replicas(
             step.append((number, decoder.decode(payload)))
         except (msgspec.MsgspecError, ShardgridError, ValueError, TypeError) as error:
             raise CorruptDisk(f"{name}: record {number} is not one a member wrote: {error}") from error
-    # Records after the last step's end: a step torn off, never durable.
+    # Records after the last step's end: a step torn off, never durable. With none, the file is
+    # whole to its end (sync markers may follow the last step).
+    if not step:
+        held.whole_bytes = scan.valid_bytes
     return held
 
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from shardgrid.core.disk_records import Scan, refuse_corrupt, scan_records
+from shardgrid.core.disk_records import Scan, refuse_corrupt, scan_records, sync_marker
 from shardgrid.core.errors import ShardgridError, invariant
 
 TEMPORARY_SUFFIX = ".new"  # a replacement being written: never read, removed at open
@@ -101,6 +101,7 @@ class RecordFile:
         os.lseek(self._fd, self.size_bytes, os.SEEK_SET)
         _sync_directory(self.path.parent)  # the file's own name is durable before anything in it counts
         self._accepted = True
+        self._mark_synced()
 
     def append(self, data: bytes) -> None:
         """Write ``data`` (whole records) after what the file holds; durable at the next ``sync``."""
@@ -156,6 +157,7 @@ class RecordFile:
         self._fd, self._next_fd = self._next_fd, -1
         self.size_bytes, self.next_bytes = self.next_bytes, 0
         self._unsynced = False
+        self._mark_synced()
 
     def discard_next(self) -> None:
         """Remove the next file (a compaction given up), if there is one."""
@@ -179,7 +181,9 @@ class RecordFile:
             self._failed = f"a sync failed ({error.strerror}): what it held may be lost"
             raise DiskFailed(f"{self.path}: {self._failed}") from error
         self._unsynced = False
-        return time.perf_counter() - started
+        took = time.perf_counter() - started
+        self._mark_synced()
+        return took
 
     def replace(self, data: bytes) -> None:
         """Make ``data`` the whole file, atomically: a crash leaves the old file or the new one."""
@@ -204,6 +208,7 @@ class RecordFile:
         self._fd = fd  # the new file, positioned at its end
         self.size_bytes = len(data)
         self._unsynced = False
+        self._mark_synced()
 
     def truncate(self, size_bytes: int) -> None:
         """Cut the file back to ``size_bytes`` (records a reader found no whole use for), durably."""
@@ -214,6 +219,20 @@ class RecordFile:
         os.lseek(self._fd, size_bytes, os.SEEK_SET)
         os.fsync(self._fd)
         self.size_bytes = size_bytes
+        self._mark_synced()
+
+    def _mark_synced(self) -> None:
+        """Append a sync marker: everything the file holds is durable (see ``disk_records``). It
+        is not synced itself (the next sync carries it), and a disk that refuses it loses nothing:
+        the marker is cut off again and the next write meets the refusal."""
+        start = self.size_bytes
+        marker = sync_marker(start)
+        try:
+            _write_all(self._fd, marker)
+        except OSError:
+            self._cut_back(start)
+            return
+        self.size_bytes = start + len(marker)
 
     def _check_usable(self) -> None:
         invariant(self._accepted, lambda: f"{self.path} is written before it was accepted")

@@ -6,8 +6,9 @@ at a crash it is gone, except that the last writes may survive in part (a torn w
 prefix of the unsynced bytes, as a page cache flushed half-way leaves it, or all of them but one
 sector the disk never wrote (zeros), as a power cut may write later sectors and not earlier ones.
 A file replaced (written whole elsewhere, then renamed over the old one) is the new file once
-synced, and the old one if the crash comes first. The randomness is the run's generator, handed
-in at the crash, so a seed replays exactly.
+synced, and the old one if the crash comes first. Each sync leaves a sync marker after what it
+made durable, unsynced itself, as the runtime's files do (``disk_records``). The randomness is the
+run's generator, handed in at the crash, so a seed replays exactly.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from shardgrid.core.disk_records import SECTOR_BYTES
+from shardgrid.core.disk_records import SECTOR_BYTES, sync_marker
 from shardgrid.core.effects import WriteMode
 from shardgrid.core.identity import MemberId
 
@@ -27,6 +28,7 @@ class SimDisk:
     _synced: dict[str, bytes] = field(default_factory=dict)
     _unsynced: dict[str, bytearray] = field(default_factory=dict)  # appended since the last sync
     _replaced: dict[str, bytes] = field(default_factory=dict)  # a whole new file, not yet synced
+    _written: set[str] = field(default_factory=set)  # files appended to since the last sync (a marker aside)
     syncs: int = 0
     torn_writes: int = 0
     # What the member file names (a process writes it whole, synced, when an identity starts, when
@@ -70,13 +72,16 @@ class SimDisk:
             self._synced[name] = self.read(following)
             self._unsynced.pop(name, None)
             self._replaced.pop(name, None)
+            self._written.discard(name)
             self.discard(following)
+            self._mark_synced(name)
         else:
             self.discard(following)
 
     def discard(self, name: str) -> None:
         for files in (self._synced, self._unsynced, self._replaced):
             files.pop(name, None)
+        self._written.discard(name)
 
     def restarted(self) -> None:
         """A process opened the directory: what a compaction left beside a file is removed."""
@@ -85,26 +90,38 @@ class SimDisk:
 
     def append(self, name: str, data: bytes) -> None:
         self._unsynced.setdefault(name, bytearray()).extend(data)
+        self._written.add(name)
 
     def replace(self, name: str, data: bytes) -> None:
         self._replaced[name] = data
         self._unsynced.pop(name, None)
+        self._written.discard(name)
 
     def truncate(self, name: str, length: int) -> None:
         """Cut a torn tail off (as the runtime does when it opens a file): made durable at once."""
         self.sync()
+        self._unsynced.pop(name, None)  # a marker of the bytes cut off
         self._synced[name] = self._synced.get(name, b"")[:length]
+        self._mark_synced(name)
 
     def sync(self) -> None:
-        if not self._unsynced and not self._replaced:
-            return
+        if not self._written and not self._replaced:
+            return  # nothing but markers waits
         self.syncs += 1
+        marked = self._written | set(self._replaced)
         for name, data in self._replaced.items():
             self._synced[name] = data
         self._replaced.clear()
         for name, data in self._unsynced.items():
             self._synced[name] = self._synced.get(name, b"") + bytes(data)
         self._unsynced.clear()
+        self._written.clear()
+        for name in sorted(marked):
+            self._mark_synced(name)
+
+    def _mark_synced(self, name: str) -> None:
+        """What the runtime appends once a sync returned: the file's bytes so far are durable."""
+        self._unsynced.setdefault(name, bytearray()).extend(sync_marker(len(self._synced.get(name, b""))))
 
     def crash(self, rng: random.Random, tear: bool) -> None:
         """The process died: unsynced writes are lost; with ``tear``, a prefix of each file's
@@ -136,3 +153,4 @@ class SimDisk:
                 self._synced[name] = bytes(whole)
         self._replaced.clear()
         self._unsynced.clear()
+        self._written.clear()
