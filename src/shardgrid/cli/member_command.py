@@ -123,7 +123,7 @@ def member_start(config_path: Path | None, **options: Any) -> None:
 
 
 async def _run(settings: Settings, logger: logging.Logger) -> int:
-    _tune_garbage_collector()
+    tune_garbage_collector()
     keep_freed_memory()
     process = MemberProcess(settings, logger)
     # Before start(), which logs member-listening and sets the member going: a signal from then on
@@ -134,7 +134,7 @@ async def _run(settings: Settings, logger: logging.Logger) -> int:
     return await process.run()
 
 
-def _tune_garbage_collector() -> None:
+def tune_garbage_collector() -> None:
     """A member allocates a few container objects per entry it serves (message structs, columns,
     runs), none of them in cycles, and CPython's default young collection every 700 allocations
     showed as 4.5% of a loaded member's profile (py-spy, during a Spark-shaped put_all load).
