@@ -183,9 +183,10 @@ def test_damage_before_what_a_later_sync_marker_vouches_for_is_corruption_zeros_
     assert all(end <= start for end in scan.ends)
 
 
-def test_a_marker_that_vouches_for_bytes_after_itself_is_corruption() -> None:
+def test_a_marker_that_is_not_where_it_says_the_durable_bytes_end_is_corruption() -> None:
     record = encode_record(1, b"abc")
     assert "marker" in scan_records(record + sync_marker(len(record) + 1)).corrupt
+    assert "marker" in scan_records(record + sync_marker(len(record) - 1)).corrupt
     scan = scan_records(record + sync_marker(len(record)))
     assert (scan.records, scan.ends, scan.valid_bytes, scan.corrupt) == (
         ((1, b"abc"),),
@@ -193,3 +194,14 @@ def test_a_marker_that_vouches_for_bytes_after_itself_is_corruption() -> None:
         len(record) + len(sync_marker(0)),
         "",
     )
+
+
+def test_a_marker_inside_a_value_vouches_for_nothing() -> None:
+    """A client may write a value holding a marker's bytes: found by its tag after a torn record,
+    it stands where no writer put it, and the tear is still a tear."""
+    first = encode_record(1, b"a" * 100)
+    forged = b"".join(sync_marker(n) for n in range(0, 4096, 7))  # claims of many places
+    torn = bytearray(encode_record(2, bytes(SECTOR_BYTES * 2) + forged))
+    torn[-1] ^= 1  # its payload fails its checksum; its first sectors read as zeros
+    scan = scan_records(first + bytes(torn))
+    assert (scan.records, scan.torn_bytes, scan.corrupt) == (((1, b"a" * 100),), len(torn), "")

@@ -105,8 +105,8 @@ _MARKER = struct.Struct("<16sQ")
 
 
 def sync_marker(durable_bytes: int) -> bytes:
-    """The record a writer appends once a sync returned: the file's first ``durable_bytes`` bytes
-    (everything before this record) are on the disk."""
+    """The record a writer appends once a sync returned, at byte ``durable_bytes``: everything
+    before it is on the disk."""
     return encode_record(RecordKind.SYNCED, _MARKER.pack(_MARKER_TAG, durable_bytes))
 
 
@@ -122,7 +122,10 @@ def _marker_at(view: memoryview, position: int) -> int | None:
     if zlib.crc32(view[position : position + _CHECKED.size]) != header_crc or zlib.crc32(payload) != payload_crc:
         return None
     tag, durable_bytes = _MARKER.unpack(payload)
-    return int(durable_bytes) if tag == _MARKER_TAG and durable_bytes <= position else None
+    # A writer marks a sync at the end of what it synced, so a marker stands where it says the
+    # durable bytes end: one found elsewhere (a value a client wrote may hold a marker's bytes)
+    # vouches for nothing.
+    return position if tag == _MARKER_TAG and durable_bytes == position else None
 
 
 def _vouched_past(view: memoryview, start: int) -> int:
@@ -164,7 +167,7 @@ def scan_records(data: bytes | bytearray | memoryview) -> Scan:
             read.records.append((kind, bytes(payload)))
             read.ends.append(body_end)
         elif _marker_at(view, position) is None:
-            return read.scan(position, 0, "a sync marker is malformed or vouches for bytes after itself")
+            return read.scan(position, 0, "a sync marker is malformed or not where it says the durable bytes end")
         position = body_end
     return read.scan(position, 0)
 
