@@ -152,3 +152,8 @@ def test_a_directory_without_a_manifest_is_no_backup(tmp_path: Path) -> None:
     (tmp_path / MANIFEST).write_text("{not json")
     with pytest.raises(BackupError, match="is damaged"):
         check_backup(tmp_path)
+    # Nested past the interpreter's recursion limit, within the manifest's size (an outside
+    # tester's: a traceback instead of a refusal).
+    (tmp_path / MANIFEST).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(BackupError, match="is damaged: RecursionError"):
+        check_backup(tmp_path)

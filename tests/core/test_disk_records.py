@@ -10,6 +10,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from shardgrid.core.disk_records import (
+    HEADER,
     MAX_RECORD_BYTES,
     SECTOR_BYTES,
     RecordKind,
@@ -150,8 +151,9 @@ def synced_in_groups(groups: list[list[tuple[int, bytes]]]) -> tuple[bytes, list
 def test_damage_before_what_a_later_sync_marker_vouches_for_is_corruption_zeros_or_not(groups, data) -> None:
     """The class of an outside tester's finding: a synced record holding a sector of zeros, damaged
     anywhere (here one sector of it zeroed, or one bit flipped), was read as a torn tail, and every
-    record after it was cut off unnoticed. A marker after it that vouches for it makes it
-    corruption; only damage past every marker's point can be a tear."""
+    record after it was cut off unnoticed. A marker after it that vouches for it (its header intact,
+    the records between stepped over) makes it corruption; damage past every marker's point is a
+    tear."""
     whole, layout = synced_in_groups(groups)
     damaged = bytearray(whole)
     zeroed = data.draw(st.booleans())
@@ -166,11 +168,21 @@ def test_damage_before_what_a_later_sync_marker_vouches_for_is_corruption_zeros_
     assume(changed)
     first = changed[0]
     start = layout[first][0]
-    vouched = any(
-        vouches is not None and vouches > start and number not in changed
-        for number, (_, _, vouches) in enumerate(layout)
-        if number > first
-    )
+
+    def header_intact(number: int) -> bool:
+        at = layout[number][0]
+        return damaged[at : at + HEADER.size] == whole[at : at + HEADER.size]
+
+    # Vouched for: the damaged record's header intact, and an intact marker after it reached by
+    # stepping over intact headers.
+    vouched = False
+    if header_intact(first):
+        for number in range(first + 1, len(layout)):
+            if not header_intact(number):
+                break
+            if layout[number][2] is not None and number not in changed:
+                vouched = True
+                break
     scan = scan_records(bytes(damaged))
     kept = [record for group in groups for record in group][: sum(1 for _, _, v in layout[:first] if v is None)]
     assert list(scan.records) == kept
@@ -197,11 +209,18 @@ def test_a_marker_that_is_not_where_it_says_the_durable_bytes_end_is_corruption(
 
 
 def test_a_marker_inside_a_value_vouches_for_nothing() -> None:
-    """A client may write a value holding a marker's bytes: found by its tag after a torn record,
-    it stands where no writer put it, and the tear is still a tear."""
+    """A client may write a value holding a marker's bytes, each claiming the very place it lands
+    on (an outside tester's attack: a spray of claims covers the offsets a value may land at). In a
+    torn record, they are not at a record's boundary, and the tear is still a tear; behind them
+    too."""
     first = encode_record(1, b"a" * 100)
-    forged = b"".join(sync_marker(n) for n in range(0, 4096, 7))  # claims of many places
+    base = len(first) + HEADER.size + 2 * SECTOR_BYTES
+    size = len(sync_marker(0))
+    forged = b"".join(sync_marker(base + i * size) for i in range(64))
     torn = bytearray(encode_record(2, bytes(SECTOR_BYTES * 2) + forged))
     torn[-1] ^= 1  # its payload fails its checksum; its first sectors read as zeros
     scan = scan_records(first + bytes(torn))
     assert (scan.records, scan.torn_bytes, scan.corrupt) == (((1, b"a" * 100),), len(torn), "")
+    behind = encode_record(3, b"b" * 50)  # a record after it, of the same unsynced group
+    scan = scan_records(first + bytes(torn) + behind)
+    assert (scan.records, scan.torn_bytes, scan.corrupt) == (((1, b"a" * 100),), len(torn) + len(behind), "")

@@ -27,7 +27,10 @@ tester: one flipped bit cut 51 of 52 records). So a writer appends a **sync mark
 sync: a record saying that the file's first N bytes are durable, written only once the sync
 returned (it needs no sync of its own: it is carried by the next one, or lost harmlessly). A
 record that fails a checksum before a point some marker after it vouches for was on the disk: it
-is corruption, zeros or not. A scan hands markers to no reader.
+is corruption, zeros or not. The markers after it are found by stepping over the records by their
+checked headers, never by looking for a marker's bytes (a client's value may hold them), so a
+record whose header itself reads as zeros still passes for a tear: past it nothing can be stepped
+over. A scan hands markers to no reader.
 """
 
 from __future__ import annotations
@@ -98,8 +101,7 @@ def encode_record(kind: int, payload: bytes) -> bytes:
     return checked + struct.pack("<I", zlib.crc32(checked)) + payload
 
 
-# A sync marker's payload: this tag, then the durable length (u64). The tag lets a scan find the
-# markers after a damaged record, whose own length cannot be trusted to step over it.
+# A sync marker's payload: this tag, then the durable length (u64): where the marker stands.
 _MARKER_TAG = b"shardgrid-synced"
 _MARKER = struct.Struct("<16sQ")
 
@@ -128,18 +130,24 @@ def _marker_at(view: memoryview, position: int) -> int | None:
     return position if tag == _MARKER_TAG and durable_bytes == position else None
 
 
-def _vouched_past(view: memoryview, start: int) -> int:
-    """The furthest durable length that an intact sync marker after ``start`` vouches for (0 when
-    none does): found by its tag, since the records between cannot be stepped over."""
-    data = view.tobytes()
-    furthest = 0
-    found = data.find(_MARKER_TAG, start)
-    while found >= 0:
-        durable_bytes = _marker_at(view, found - HEADER.size)
-        if durable_bytes is not None:
-            furthest = max(furthest, durable_bytes)
-        found = data.find(_MARKER_TAG, found + 1)
-    return furthest
+def _vouched_past(view: memoryview, stop: int) -> int:
+    """Where an intact sync marker after a damaged record ending at ``stop`` stands (it vouches for
+    everything before it), or 0 when none does. The records after it are stepped over by their
+    checked headers, so only a marker a writer put at a record's boundary counts: a client's value
+    may hold a marker's bytes at the very place they claim (found by an outside tester: a value of
+    markers claiming many places, torn, was taken for synced data and the member refused to
+    start). A record whose header fails its checksum ends the walk: past it nothing is stepped
+    over, and the damage reads as a tear."""
+    end = len(view)
+    position = stop
+    while end - position >= HEADER.size:
+        length, kind, _, header_crc = HEADER.unpack_from(view, position)
+        if zlib.crc32(view[position : position + _CHECKED.size]) != header_crc or length > MAX_RECORD_BYTES:
+            return 0
+        if kind == RecordKind.SYNCED and _marker_at(view, position) is not None:
+            return position
+        position += HEADER.size + length
+    return 0
 
 
 def scan_records(data: bytes | bytearray | memoryview) -> Scan:
@@ -154,7 +162,9 @@ def scan_records(data: bytes | bytearray | memoryview) -> Scan:
         length, kind, payload_crc, header_crc = HEADER.unpack_from(view, position)
         body_start = position + HEADER.size
         if zlib.crc32(view[position : position + _CHECKED.size]) != header_crc:
-            return _damaged(read, view, position, body_start, "a record's header fails its checksum")
+            return _damaged(
+                read, view, position, body_start, "a record's header fails its checksum", header_checked=False
+            )
         if length > MAX_RECORD_BYTES:
             return read.scan(position, 0, f"a record states {length} bytes, over {MAX_RECORD_BYTES}")
         body_end = body_start + length
@@ -162,7 +172,7 @@ def scan_records(data: bytes | bytearray | memoryview) -> Scan:
             return read.scan(position, end - position)  # a payload cut short
         payload = view[body_start:body_end]
         if zlib.crc32(payload) != payload_crc:
-            return _damaged(read, view, position, body_end, "a record fails its checksum")
+            return _damaged(read, view, position, body_end, "a record fails its checksum", header_checked=True)
         if kind != RecordKind.SYNCED:
             read.records.append((kind, bytes(payload)))
             read.ends.append(body_end)
@@ -183,17 +193,18 @@ class _Read:
         return Scan(tuple(self.records), valid_bytes, torn_bytes, corrupt, tuple(self.ends))
 
 
-def _damaged(read: _Read, view: memoryview, start: int, stop: int, reason: str) -> Scan:
+def _damaged(read: _Read, view: memoryview, start: int, stop: int, reason: str, *, header_checked: bool) -> Scan:
     """A record from ``start`` to ``stop`` that fails a checksum: torn when, in a sector it lies in,
     everything from where the record begins in it to the sector's end reads as zeros (a sector the
     disk never wrote holds what it held before: zeros past the old end of the file, the earlier
-    records before it), unless a sync marker after it says it was on the disk; corrupt otherwise."""
+    records before it), unless its header is intact and a sync marker after it says it was on the
+    disk; corrupt otherwise."""
     end = len(view)
     for sector in range(start // SECTOR_BYTES, (max(stop, start + 1) - 1) // SECTOR_BYTES + 1):
         low = max(sector * SECTOR_BYTES, start)
         high = min((sector + 1) * SECTOR_BYTES, end)
         if low < high and view[low:high].tobytes().count(0) == high - low:
-            durable_bytes = _vouched_past(view, start)
+            durable_bytes = _vouched_past(view, stop) if header_checked else 0
             if durable_bytes > start:
                 return read.scan(start, 0, f"{reason}, inside the first {durable_bytes} bytes, which were synced")
             return read.scan(start, end - start)
