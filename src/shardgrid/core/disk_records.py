@@ -112,22 +112,14 @@ def sync_marker(durable_bytes: int) -> bytes:
     return encode_record(RecordKind.SYNCED, _MARKER.pack(_MARKER_TAG, durable_bytes))
 
 
-def _marker_at(view: memoryview, position: int) -> int | None:
-    """The durable length an intact sync marker at ``position`` vouches for; None when there is
-    no intact one there."""
-    if position < 0 or len(view) - position < HEADER.size + _MARKER.size:
-        return None
-    length, kind, payload_crc, header_crc = HEADER.unpack_from(view, position)
-    if length != _MARKER.size or kind != RecordKind.SYNCED:
-        return None
-    payload = view[position + HEADER.size : position + HEADER.size + length]
-    if zlib.crc32(view[position : position + _CHECKED.size]) != header_crc or zlib.crc32(payload) != payload_crc:
-        return None
+def _marks_its_place(payload: memoryview, position: int) -> bool:
+    """Whether a sync marker's payload (its checksum checked) stands where it says the durable
+    bytes end, as a writer puts it: one found elsewhere (a value a client wrote may hold a
+    marker's bytes) vouches for nothing."""
+    if len(payload) != _MARKER.size:
+        return False
     tag, durable_bytes = _MARKER.unpack(payload)
-    # A writer marks a sync at the end of what it synced, so a marker stands where it says the
-    # durable bytes end: one found elsewhere (a value a client wrote may hold a marker's bytes)
-    # vouches for nothing.
-    return position if tag == _MARKER_TAG and durable_bytes == position else None
+    return tag == _MARKER_TAG and durable_bytes == position
 
 
 def _vouched_past(view: memoryview, stop: int) -> int:
@@ -141,12 +133,15 @@ def _vouched_past(view: memoryview, stop: int) -> int:
     end = len(view)
     position = stop
     while end - position >= HEADER.size:
-        length, kind, _, header_crc = HEADER.unpack_from(view, position)
+        length, kind, payload_crc, header_crc = HEADER.unpack_from(view, position)
         if zlib.crc32(view[position : position + _CHECKED.size]) != header_crc or length > MAX_RECORD_BYTES:
             return 0
-        if kind == RecordKind.SYNCED and _marker_at(view, position) is not None:
-            return position
-        position += HEADER.size + length
+        body_end = position + HEADER.size + length
+        if kind == RecordKind.SYNCED and body_end <= end:
+            payload = view[position + HEADER.size : body_end]
+            if zlib.crc32(payload) == payload_crc and _marks_its_place(payload, position):
+                return position
+        position = body_end
     return 0
 
 
@@ -176,7 +171,7 @@ def scan_records(data: bytes | bytearray | memoryview) -> Scan:
         if kind != RecordKind.SYNCED:
             read.records.append((kind, bytes(payload)))
             read.ends.append(body_end)
-        elif _marker_at(view, position) is None:
+        elif not _marks_its_place(payload, position):
             return read.scan(position, 0, "a sync marker is malformed or not where it says the durable bytes end")
         position = body_end
     return read.scan(position, 0)

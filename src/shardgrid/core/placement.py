@@ -23,11 +23,12 @@ shuffled, and no set of members is ever iterated.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import TypeVar
 
-from shardgrid.core.errors import InvariantViolation, require
+from shardgrid.core.errors import InvariantViolation, invariant, require
 from shardgrid.core.identity import MemberId, MemberInfo
 from shardgrid.core.limits import MAX_BACKUP_COUNT, MAX_MEMBER_COUNT, MAX_REPLICA_COUNT
 from shardgrid.core.table import PartitionTable
@@ -71,13 +72,22 @@ Steps = Generator[int, None, T]
 them is spent, so that a small table is planned in one go); its return value is the result."""
 
 
-def run_through(steps: Steps[T]) -> T:
-    """The result of a computation done a share at a time, done at once."""
-    while True:
+def advance(steps: Steps[T], budget_visits: float) -> T | None:
+    """Some more of a computation done a share at a time, until the partition visits its steps
+    say they did spend ``budget_visits``: its result once done, else None."""
+    while budget_visits > 0:
         try:
-            next(steps)
+            budget_visits -= next(steps)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+    return None
+
+
+def run_through(steps: Steps[T]) -> T:
+    """The result of a computation done a share at a time, done at once."""
+    done = advance(steps, math.inf)
+    invariant(done is not None, "a computation done at once ends with its result")
+    return done
 
 
 def arranging(

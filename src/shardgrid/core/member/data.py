@@ -373,7 +373,6 @@ class DataPath:
             kept |= migrations.partitions_involved()
         for pid, slots in rows:
             if pid not in kept and me not in slots:
-                self._owned = None
                 continue
             index = slots.index(me) if me in slots else -1
             if index == -1 and not (migrations is not None and migrations.involved(pid)):

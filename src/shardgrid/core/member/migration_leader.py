@@ -19,7 +19,7 @@ import enum
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from shardgrid.core import events
 from shardgrid.core.identity import MemberId, MemberInfo
@@ -36,7 +36,7 @@ from shardgrid.core.messages import (
 from shardgrid.core.metadata import Changes, MetadataState
 from shardgrid.core.metadata.commands import AssignPartitions, FinishMigrations, StartMigrations
 from shardgrid.core.migration import Migration, MigrationKind, MigrationOutcome, MigrationRecord, migration_fits
-from shardgrid.core.placement import PLAN_SLICE_VISITS, Steps, arranging
+from shardgrid.core.placement import PLAN_SLICE_VISITS, Steps, advance, arranging
 from shardgrid.core.planner import plan_migrations, prioritize_copies_and_shift_ups
 from shardgrid.core.rebalance import RebalancePlan, planning_rebalance
 from shardgrid.core.schedule import ScheduledMigration, next_migrations
@@ -48,7 +48,9 @@ TRANSFER_BACKSTOP_TIMEOUTS = 3
 # rebalance's plan one drive does: a table of 20,000 partitions is planned over several events,
 # none of them long.
 PLAN_SLICES_PER_DRIVE = 2
-T = TypeVar("T")
+# A plan of a small table is made in one drive (counted in steps, each a few visits, it took
+# several: members waited a tick for each).
+PLAN_VISITS_PER_DRIVE = PLAN_SLICES_PER_DRIVE * PLAN_SLICE_VISITS
 
 
 class Stage(enum.Enum):
@@ -232,7 +234,7 @@ class MigrationLeader:
                 return
             empty = PartitionTable.empty(config.partition_count)
             self._assigning = arranging(infos, empty, self._plan_rng(), backup_count=config.table_backup_count)
-        arranged = _advance(self._assigning)
+        arranged = advance(self._assigning, PLAN_VISITS_PER_DRIVE)
         if arranged is None:
             return
         self._assigning = None
@@ -257,23 +259,21 @@ class MigrationLeader:
             return
         if self.needs_rebalance:
             self.needs_rebalance = False
-            self._planning = None
-            infos = self._member_infos(state)
-            if not any(not i.lite for i in infos):
-                self.pending = {}
-                return
             self.pending = {}
-            self._planning = planning_rebalance(
-                infos,
-                table,
-                self._plan_rng(),
-                backup_count=self.ctx.config.table_backup_count,
-                keep=state.leaving_data_members,
-                frozen=frozenset(state.unavailable_partitions()),
-            )
+            infos = self._member_infos(state)
+            self._planning = None
+            if any(not i.lite for i in infos):
+                self._planning = planning_rebalance(
+                    infos,
+                    table,
+                    self._plan_rng(),
+                    backup_count=self.ctx.config.table_backup_count,
+                    keep=state.leaving_data_members,
+                    frozen=frozenset(state.unavailable_partitions()),
+                )
         if self._planning is None:
             return
-        plan = _advance(self._planning)
+        plan = advance(self._planning, PLAN_VISITS_PER_DRIVE)
         if plan is None:
             return
         self._planning = None
@@ -484,17 +484,3 @@ class MigrationLeader:
                 destination_new_index=m.destination_new_index,
             )
         )
-
-
-def _advance(steps: Steps[T]) -> T | None:
-    """About ``PLAN_SLICES_PER_DRIVE`` shares more of a computation, counted in the partition
-    visits its steps say they did: its result once done, else None. A plan of a small table is
-    made in one drive (counted in steps, each a few visits, it took several: members waited a
-    tick for each)."""
-    budget = PLAN_SLICES_PER_DRIVE * PLAN_SLICE_VISITS
-    while budget > 0:
-        try:
-            budget -= next(steps)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-    return None
