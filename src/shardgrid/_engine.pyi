@@ -259,6 +259,14 @@ class RecordStore:
         record, times and versions within ``MAX_COUNTER``, a version from 1, updated no earlier
         than created, hits within 32 bits."""
 
+    def reserve(self, map_name: str, entries: int) -> None:
+        """Make room in the map for ``entries`` more records at once (a transfer's destination,
+        told how many its source sends, after its first page): the vector and the index then grow
+        no more while they come, rather than double their way up, rehashing every key each time.
+        Room not yet filled is not counted in ``memory_bytes``: the caller bounds ``entries`` by
+        the memory it may take. A map holding nothing is left as it is. Raises ``ColumnError``
+        past what a map can hold (2**32 - 1 records) or when the allocator cannot give it."""
+
     def entry_count(self, map_name: str) -> int:
         """Records the map holds, expired ones not yet removed included (they hold memory)."""
 

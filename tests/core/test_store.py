@@ -31,10 +31,11 @@ def test_streamed_pieces_hold_every_record_once_in_order_and_within_bounds(
     pieces = list(stream_pieces([(n, versions[n], held.maps[n]) for n in held.maps], max_entries, max_bytes))
     rebuilt: dict[str, dict[bytes, bytes]] = {}
     order: list[tuple[str, bytes]] = []
-    for map_name, version, page in pieces:
+    for map_name, version, page, entries in pieces:
         items = page_items(page)
         assert len(items) == page_count(page) <= max_entries
         assert version == versions.get(map_name, 0)
+        assert entries == len(maps.get(map_name, {}))  # what the receiver makes room for
         size = sum(len(k) + len(v) + DUMP_RECORD_BYTES for k, v in items.items())
         assert size <= max_bytes or len(items) == 1  # a record larger than the bound stands alone
         rebuilt.setdefault(map_name, {}).update(items)

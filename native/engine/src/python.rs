@@ -371,6 +371,11 @@ impl PyRecordStore {
             .load(map_name, keys, key_lengths, values, value_lengths, metadata)?)
     }
 
+    fn reserve(&mut self, map_name: &str, entries: &Bound<'_, PyAny>) -> PyResult<()> {
+        let entries = int_arg(entries, "entries", u64::from(u32::MAX))?;
+        Ok(self.store.reserve(map_name, entries)?)
+    }
+
     fn entry_count(&self, map_name: &str) -> usize {
         self.store.entry_count(map_name)
     }

@@ -476,6 +476,24 @@ impl RecordStore {
         Ok(())
     }
 
+    /// Make room in the map for `entries` more records, taken next (a transfer's destination is
+    /// told how many its source sends): see [`MapTable::reserve`]. The caller bounds `entries` by
+    /// the memory it may take; here it is bounded by what a map can hold (positions are 32-bit).
+    /// A map that holds nothing is left as it is (a store keeps no empty map): load the first
+    /// page, then make room for the rest.
+    pub fn reserve(&mut self, map_name: &str, entries: u64) -> Checked<()> {
+        check_map_name(map_name)?;
+        let held = self.entry_count(map_name) as u64;
+        check_bounded("entries", entries, u64::from(u32::MAX) - held)?;
+        let Some(table) = self.maps.get_mut(map_name) else {
+            return Ok(());
+        };
+        if entries > 0 && !table.reserve(entries as usize) {
+            return invalid(format!("no memory for {entries} more records"));
+        }
+        Ok(())
+    }
+
     /// Records the map holds, expired ones not yet removed included (they hold memory).
     pub fn entry_count(&self, map_name: &str) -> usize {
         self.maps.get(map_name).map_or(0, MapTable::len)
@@ -1122,6 +1140,48 @@ mod tests {
         assert_eq!((whole.keys.len(), whole.next_offset), (4, 4));
         assert_eq!(source.dump(MAP, 9, 10, 100).unwrap().keys.len(), 0);
         assert_eq!(source.dump("none", 0, 10, 100).unwrap(), Dump::default());
+    }
+
+    #[test]
+    fn room_made_ahead_changes_no_record_order_or_count_and_is_bounded() {
+        let mut source = RecordStore::new(1);
+        let keys: Vec<Vec<u8>> = (0..300u32).map(|i| i.to_le_bytes().to_vec()).collect();
+        let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        put(&mut source, &key_refs, &key_refs, 10, 7);
+        let mut sized = RecordStore::new(2);
+        // Nothing held: nothing made (a store keeps no empty map).
+        sized.reserve(MAP, 300).unwrap();
+        assert_eq!((sized.map_names().count(), sized.total_memory_bytes()), (0, 0));
+        let mut offset = 0;
+        while offset < source.entry_count(MAP) as u64 {
+            let page = source.dump(MAP, offset, 100, u64::MAX >> 11).unwrap();
+            let loaded = &page;
+            sized
+                .load(
+                    MAP,
+                    &loaded.keys.data,
+                    &loaded.keys.lengths,
+                    &loaded.values.data,
+                    &loaded.values.lengths,
+                    &loaded.metadata,
+                )
+                .unwrap();
+            if offset == 0 {
+                let held = sized.memory_bytes(MAP);
+                sized.reserve(MAP, 200).unwrap();
+                assert_eq!(sized.memory_bytes(MAP), held, "room not yet filled is not counted");
+            }
+            offset = page.next_offset;
+        }
+        let table = sized.table(MAP).unwrap();
+        assert_eq!(table.records(), source.table(MAP).unwrap().records());
+        assert_eq!(sized.memory_bytes(MAP), source.memory_bytes(MAP));
+        table.check();
+        // A map holds fewer than 2**32 records: no more room than that is made.
+        let past = u64::from(u32::MAX) - 300 + 1;
+        assert!(sized.reserve(MAP, past).is_err());
+        assert!(sized.reserve(&"x".repeat(MAX_MAP_NAME_CHARS + 1), 1).is_err());
+        assert_eq!(sized.entry_count(MAP), 300);
     }
 
     #[test]

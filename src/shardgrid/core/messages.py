@@ -253,6 +253,9 @@ class TransferChunk(Message, tag=141, kw_only=True):
     replica_sequence: Counter
     lineage: str
     map_version: Counter = 0  # the replica version of ``map_name`` (seed 002: a fragment's own)
+    # The records of ``map_name`` the transfer sends in all (its maps take no writes meanwhile):
+    # the receiver makes room for them at once rather than grow its table a page at a time.
+    map_entries: Counter = 0
     versions_from: Counter = 0  # the partition's: maps emptied at or before it have no version
     writers: WriterRecords = ()  # in the last chunk: the writes the partition applied (write_records)
     migration: MigrationRecord | None = None  # a migration's record (None for a sync)

@@ -17,7 +17,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from shardgrid._engine import MAX_COUNTER, METADATA_FIELDS, ColumnError, RecordStore, check_records, pack, split
+from shardgrid._engine import (
+    INDEX_BYTES,
+    MAX_COUNTER,
+    METADATA_FIELDS,
+    RECORD_BYTES,
+    ColumnError,
+    RecordStore,
+    check_records,
+    pack,
+    split,
+)
 from shardgrid.core.messages import Column, RecordColumns
 
 # An entry view's metadata before its value: the engine's METADATA_FIELDS, 8 bytes each.
@@ -78,6 +88,11 @@ def page_problem(page: RecordPage) -> str:
     except ColumnError as error:
         return f"bad records: {error}"
     return ""
+
+
+# The room ``MapRecords.reserve`` takes per record before it is filled: its slot in the vector and
+# its share of the index (its bytes come with it).
+RESERVED_RECORD_BYTES = RECORD_BYTES + INDEX_BYTES
 
 
 class MapRecords:
@@ -252,11 +267,21 @@ class MapRecords:
         changed nothing, when the page breaks the engine's rules)."""
         self._store.load(self.name, page.keys, page.key_lengths, page.values, page.value_lengths, page.metadata)
 
+    def reserve(self, entries: int) -> None:
+        """Make room for ``entries`` more records, about to be loaded (see ``RecordStore.reserve``:
+        the caller bounds them, ``RESERVED_RECORD_BYTES`` each, by the memory it may take). A map
+        that holds nothing yet is left as it is: load the first page first."""
+        self._store.reserve(self.name, entries)
+
     def copy(self) -> MapRecords:
         """An independent copy holding the same records, metadata and order."""
         other = MapRecords(self.name, 0, self.max_idle_ms)
+        total = len(self)
         for page in self.pages(100_000, 1 << 40):
             other.load(page)
+            if total:
+                other.reserve(total - len(other))  # after the first page, once
+                total = 0
         return other
 
     def __deepcopy__(self, memo: dict[int, object]) -> MapRecords:

@@ -23,8 +23,9 @@ from shardgrid.core.messages import PUT, Column, WriteRun
 from shardgrid.core.records import EMPTY_PAGE, MapRecords, RecordPage
 from shardgrid.core.write_records import WriteRecords
 
-# One piece of a transfer: a map's name and replica version, and a page of its records.
-Piece = tuple[str, int, RecordPage]
+# One piece of a transfer: a map's name and replica version, a page of its records, and how many
+# records the map holds in all.
+Piece = tuple[str, int, RecordPage, int]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -202,11 +203,12 @@ def stream_pieces(maps: Sequence[tuple[str, int, MapRecords]], max_entries: int,
     """
     produced = False
     for map_name, version, records in maps:
+        entries = len(records)
         for page in records.pages(max_entries, max_bytes):
             produced = True
-            yield map_name, version, page
+            yield map_name, version, page, entries
     if not produced:
-        yield "", 0, EMPTY_PAGE
+        yield "", 0, EMPTY_PAGE, 0
 
 
 def page_bytes(page: RecordPage) -> int:

@@ -21,13 +21,16 @@ from shardgrid.core.config import MemberConfig
 from shardgrid.core.identity import MemberId
 from shardgrid.core.messages import TransferChunk, TransferKind
 from shardgrid.core.migration import MigrationRecord
-from shardgrid.core.records import MapRecords, chunk_problem, page_count
+from shardgrid.core.records import RESERVED_RECORD_BYTES, MapRecords, chunk_problem, page_count
 from shardgrid.core.store import PartitionData, Piece, stream_pieces
 from shardgrid.core.write_records import WriterRecord, WriterRecords, records_problem
 
 # With fragments off, a transfer is not windowed: every chunk is sent at once, up to this many
 # (a partition of more than this many chunks still moves, this many at a time).
 MAX_BLOCK_CHUNKS = 4_096
+# A map's table is sized ahead for at most this many records (``Staging._size``): a bound of its
+# own on what a sender's count can make a member set aside, memory limit or none.
+MAX_SIZED_RECORDS = 1 << 24
 
 M = TypeVar("M")
 
@@ -133,7 +136,7 @@ class OutgoingTransfer:
     heard: bool = False
 
     def chunk(self, index: int, piece: Piece, last: bool, writers: WriterRecords) -> TransferChunk:
-        map_name, version, page = piece
+        map_name, version, page, entries = piece
         return TransferChunk(
             kind=self.kind,
             transfer_id=self.transfer_id,
@@ -145,6 +148,7 @@ class OutgoingTransfer:
             replica_sequence=self.replica_sequence,
             lineage=self.lineage,
             map_version=version,
+            map_entries=entries,
             versions_from=self.versions_from,
             writers=writers,
             migration=self.migration,
@@ -228,6 +232,9 @@ class Staging:
     writers: tuple[WriterRecord, ...] = ()  # the last chunk's
     hash_seed: int = 0  # the member's (``PartitionData.hash_seed``)
     max_idle_ms: Mapping[str, int] = field(default_factory=dict)  # per map (``PartitionData.max_idle_ms``)
+    # Whether that many more bytes fit in the member's memory (``Upkeep.fits``): a map's table is
+    # sized at once for the records its sender says come only then (None: never sized ahead).
+    fits: Callable[[int], bool] | None = None
 
     def receive(self, chunk: TransferChunk, window: int) -> None:
         if not self.complete and self.next_index < chunk.sequence < self.next_index + window:
@@ -240,7 +247,10 @@ class Staging:
                     records = self.maps[current.map_name] = MapRecords(
                         current.map_name, self.hash_seed, self.max_idle_ms.get(current.map_name, 0)
                     )
-                records.load(current.records)
+                    records.load(current.records)
+                    self._size(records, current.map_entries)
+                else:
+                    records.load(current.records)
                 self.versions[current.map_name] = current.map_version
             self.next_index += 1
             self.complete = current.last
@@ -252,6 +262,16 @@ class Staging:
             current = self.early.pop(self.next_index, None)
         if self.complete:
             self.early.clear()
+
+    def _size(self, records: MapRecords, entries: int) -> None:
+        """Room for the rest of a map's records (``entries`` in all, its first page loaded): its
+        table then grows no more while they come (a table that doubles its way up rehashes every
+        key each time, half of what a destination spent loading a partition). Only as far as the
+        member's memory would take them anyway: a sender that overstates its count makes room
+        idle for a while, never more than fits."""
+        more = min(entries, MAX_SIZED_RECORDS) - len(records)
+        if more > 0 and self.fits is not None and self.fits(more * RESERVED_RECORD_BYTES):
+            records.reserve(more)
 
     @property
     def held_through(self) -> int:

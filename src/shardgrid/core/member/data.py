@@ -68,7 +68,9 @@ class DataPath:
         self.upkeep = Upkeep(ctx, consensus, self)
         self.owner = OwnerReplication(ctx, consensus, leases, self.routes, self._answer, self.journal)
         self.backups = BackupReplication(ctx, consensus, self.routes, self)
-        self.syncs = ReplicaSyncs(ctx, consensus, self.routes, self, self.owner, self.backups, member_serves)
+        self.syncs = ReplicaSyncs(
+            ctx, consensus, self.routes, self, self.owner, self.backups, member_serves, self.upkeep.fits
+        )
         self.owner.syncs = self.syncs
         self.requests = ClientRequests(
             ctx,

@@ -175,7 +175,10 @@ class MigrationParticipant:
         if destination == self.ctx.identity:
             # A lost partition restarts empty.
             staging = Staging(
-                complete=owner is None, hash_seed=self.ctx.hash_seed, max_idle_ms=self.ctx.config.max_idle_ms
+                complete=owner is None,
+                hash_seed=self.ctx.hash_seed,
+                max_idle_ms=self.ctx.config.max_idle_ms,
+                fits=self.data.upkeep.fits,
             )
             if pid in self.incoming:
                 self.data.unstage(pid)

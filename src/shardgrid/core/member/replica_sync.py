@@ -78,10 +78,12 @@ class ReplicaSyncs:
         owner: OwnerReplication,
         backups: BackupReplication,
         member_serves: Callable[[], bool],
+        fits: Callable[[int], bool] | None = None,
     ) -> None:
         self.ctx = ctx
         self.consensus = consensus
         self.routes = routes
+        self.fits = fits  # whether that many more bytes fit in the member's memory (``Upkeep.fits``)
         self.copies = copies
         self.owner = owner
         self.backups = backups
@@ -259,7 +261,7 @@ class ReplicaSyncs:
             if message.base_sequence >= 0 and not self._holds_base(pid, message):
                 self.ctx.send(sender, _ack(message, -1, False))
                 return
-            staging = Staging(hash_seed=self.ctx.hash_seed, max_idle_ms=self.ctx.config.max_idle_ms)
+            staging = Staging(hash_seed=self.ctx.hash_seed, max_idle_ms=self.ctx.config.max_idle_ms, fits=self.fits)
             incoming = IncomingSync(message.transfer_id, message.base_sequence, staging)
             self._incoming[pid] = incoming
         config = self.ctx.config
