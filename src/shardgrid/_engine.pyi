@@ -101,6 +101,40 @@ def split_by_partition(
     (unsigned 32-bit numbers) of the stable order that brings them together, which the positions
     refer to."""
 
+def get_parts(
+    map_name: str,
+    parts: list[tuple[RecordStore | None, bytes, bytes]],
+    now_ms: int,
+    max_bytes: int | None = None,
+) -> tuple[bytes, bytes, bytes, bytes]:
+    """``RecordStore.get`` over several stores in one call (one request's partitions): per part,
+    its store (None: the partition holds nothing here, every key absent) and its keys' packed
+    column. Answers ``(values, value_lengths, present, ends)`` in the order of the parts, with
+    every store's values counting against one ``max_bytes`` (the answer then stops before the
+    first value past it: fewer presence bytes than keys, the rest unread). ``ends``: each part's
+    end in ``values``, an unsigned 64-bit little-endian number per part answered (whole or in
+    part). Every part is checked first (at most ``MAX_PARTITION_COUNT`` parts and
+    ``MAX_OPERATIONS_PER_REQUEST`` keys in all): a bad one raises ``ColumnError`` having read
+    nothing (a read counts a hit and marks the entry accessed)."""
+
+def get_routed(
+    map_name: str,
+    partition_count: int,
+    keys: bytes,
+    key_lengths: bytes,
+    stores: list[tuple[int, RecordStore | None]],
+    now_ms: int,
+    max_bytes: int | None = None,
+) -> tuple[bytes, bytes, bytes]:
+    """``RecordStore.get`` of a request's keys, each read from the store of its partition (among
+    ``partition_count``, as ``partition_ids`` finds it), in one call: ``stores`` names each
+    partition the keys are in with its store (None: it holds nothing, its keys absent). Answers
+    ``(values, value_lengths, present)`` in the keys' order, every value counting against one
+    ``max_bytes`` (the answer then stops before the first value past it: fewer presence bytes
+    than keys, the rest unread). The keys and stores are checked first (at most
+    ``MAX_OPERATIONS_PER_REQUEST`` keys, no partition named twice or out of range, a store for
+    every key's partition): a bad call raises ``ColumnError`` having read nothing."""
+
 def check_records(keys: bytes, key_lengths: bytes, values: bytes, value_lengths: bytes, metadata: bytes) -> None:
     """Check records as ``RecordStore.load`` takes them, whole, without taking them: raises
     ``ColumnError`` saying what is wrong (what a transfer's receiver checks before staging a chunk)."""
@@ -266,6 +300,10 @@ class RecordStore:
         Room not yet filled is not counted in ``memory_bytes``: the caller bounds ``entries`` by
         the memory it may take. A map holding nothing is left as it is. Raises ``ColumnError``
         past what a map can hold (2**32 - 1 records) or when the allocator cannot give it."""
+
+    def fit(self, map_name: str) -> None:
+        """Give back the room the map's table holds beyond what its records need (room made by
+        ``reserve`` and not filled); nothing for a map holding nothing."""
 
     def entry_count(self, map_name: str) -> int:
         """Records the map holds, expired ones not yet removed included (they hold memory)."""

@@ -1468,3 +1468,35 @@ def test_a_lite_member_whose_leave_nobody_records_stops_after_a_failure_timeout(
     run_ticks(member, now, now + CONFIG.failure_timeout_ms)
     assert member.lifecycle is Lifecycle.STOPPED
     assert "lite member holds no data" in member.stop_reason
+
+
+@pytest.mark.parametrize("owned", ["every partition", "all but one"])
+def test_a_get_across_partitions_answers_in_key_order_within_its_answer_budget(owned: str) -> None:
+    """A get of keys over several partitions is read whole when this member owns them all, and
+    partition by partition otherwise: the same answer either way, the keys past the answer's
+    budget (16 MiB of values) answered OVERLOADED, unread, and other owners' keys redirected."""
+    table = (
+        B_OWNS_A_BACKS if owned == "every partition" else PartitionTable.from_lists([[B, A]] * 3 + [[A, B]], [1] * 4)
+    )
+    owner, now = following(B, table)
+    now = grant_lease(owner, now)
+    big = b"v" * (3 * 1024 * 1024 + 512 * 1024)  # five of them pass the budget; four do not
+    # Five keys in partitions 0 to 2, which B owns in both tables, then one of partition 3.
+    candidates = (f"k-{i}".encode() for i in range(1_000))
+    owned_by_b = [k for k in candidates if partition_id_of_serialized(k, CONFIG.partition_count) < 3][:5]
+    keys = [*owned_by_b, key_in(3)]
+    for call_id, key in enumerate(keys[:5], start=1):
+        owner.handle(
+            now,
+            Receive(
+                "c", None, None, map_request(call_id=call_id, kind=m.PUT, map_name="m", keys=(key,), values=(big,))
+            ),
+        )
+    get = map_request(call_id=9, kind=m.GET, map_name="m", keys=(keys[5], *keys[:5]))
+    parts = [r for r in replies(owner.handle(now + 1, Receive("c", None, None, get))) if r.call_id == 9]
+    assert [part.first_index for part in parts] == sorted(part.first_index for part in parts)  # in order
+    answered = [code for part in parts for code in codes(part)]
+    found = [value for part in parts for value in values(part)]
+    first = m.ReplyCode.OK if owned == "every partition" else m.ReplyCode.WRONG_OWNER
+    assert answered == [first, *[m.ReplyCode.OK] * 4, m.ReplyCode.OVERLOADED]
+    assert found == [None, *[big] * 4, None]

@@ -14,7 +14,7 @@ from shardgrid.core.metadata import MemberRecord, MetadataState
 from shardgrid.core.migration import Migration, MigrationRecord
 from shardgrid.core.raft import Membership, Snapshot
 from shardgrid.core.raft.messages import InstallSnapshot
-from shardgrid.core.records import page_items, page_of
+from shardgrid.core.records import RESERVED_RECORD_BYTES, page_items, page_of
 from shardgrid.core.table import PartitionTable
 from tests.core.test_member import (
     A_OWNS_B_BACKS,
@@ -453,3 +453,36 @@ def test_a_cache_map_emptied_under_its_sync_ends_that_sync_and_starts_another() 
         codes(reply) != (m.ReplyCode.MIGRATING,)
         for reply in replies(owner.handle(now + 6, Receive("c", None, None, write)))
     )
+
+
+def test_room_made_ahead_by_every_sync_together_stays_within_the_members_memory() -> None:
+    """Senders' counts size a backup's tables ahead only as far as the member's memory takes the
+    room of every transfer at once (found by an outside tester: each map asked alone)."""
+    limit = 16 * 1024 * 1024
+    backup, now = following(B, A_OWNS_B_BACKS, config=replace(CONFIG, max_memory_bytes=limit))
+    claimed = 100_000  # records each sync says it sends: about 7 MB of room each
+
+    def chunk(pid: int, sequence: int, keys: tuple[bytes, ...]) -> m.TransferChunk:
+        return sync_chunk(
+            sync_id=f"s-{pid}",
+            partition_id=pid,
+            sequence=sequence,
+            map_name="m",
+            records=page_of(keys, (b"v",) * len(keys)),
+            last=sequence == 1,
+            replica_sequence=1,
+            lineage="L",
+            base_sequence=-1,
+            map_version=1,
+            map_entries=claimed,
+        )
+
+    for pid in range(4):
+        backup.handle(now, Receive(A.address, A, B.uuid, chunk(pid, 0, (key_in(pid),))))
+    ahead = backup.data.room_ahead_bytes()
+    assert ahead == 2 * (claimed - 1) * RESERVED_RECORD_BYTES  # two fit in 16 MB together; not three
+    assert not backup.data.room_to_size(limit - ahead + 1)
+    for pid in range(4):
+        backup.handle(now, Receive(A.address, A, B.uuid, chunk(pid, 1, ())))
+    assert backup.data.room_ahead_bytes() == 0  # whole: the room not filled was given back
+    assert all(backup.data.view(pid).maps == {"m": {key_in(pid): b"v"}} for pid in range(4))

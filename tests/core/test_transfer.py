@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from shardgrid.core.messages import TransferChunk, TransferKind
 from shardgrid.core.records import RESERVED_RECORD_BYTES, page_of
-from shardgrid.core.transfer import MAX_SIZED_RECORDS, Staging, Throttle
+from shardgrid.core.transfer import Staging, Throttle
 
 
 def test_the_throttle_lets_its_rate_through_on_average():
@@ -59,9 +59,26 @@ def test_a_receiver_makes_room_once_for_what_its_sender_says_comes_and_only_when
     assert staging.maps["m"].memory_bytes() == unsized.maps["m"].memory_bytes()
 
 
-def test_a_sender_that_overstates_its_count_makes_no_room_past_the_bound_or_the_memory():
+def test_room_a_sender_overstated_is_given_back_when_the_transfer_is_whole_and_a_refusal_is_no_error():
+    staging = Staging(fits=lambda growth_bytes: True)
+    staging.receive(_chunk(0, range(0, 5), map_entries=100_005, last=False), window=4)
+    assert staging.room_ahead_bytes() == 100_000 * RESERVED_RECORD_BYTES
+    staging.receive(_chunk(1, range(5, 10), map_entries=100_005, last=True), window=4)
+    assert staging.room_ahead_bytes() == 0  # whole: the room not filled is given back
+    assert len(staging.maps["m"]) == 10
+    # More than a map can hold: the engine refuses the room (an outside tester found the refusal
+    # ended the member); the records come all the same, and nothing is set aside.
+    refused = Staging(fits=lambda growth_bytes: True)
+    refused.receive(_chunk(0, range(0, 5), map_entries=2**53, last=False), window=4)
+    assert refused.room_ahead_bytes() == 0
+    refused.receive(_chunk(1, range(5, 10), map_entries=2**53, last=True), window=4)
+    assert len(refused.maps["m"]) == 10
+
+
+def test_a_sender_that_overstates_its_count_makes_no_room_past_what_fits():
     asked: list[int] = []
     refused = Staging(fits=lambda growth_bytes: asked.append(growth_bytes) or False)
     refused.receive(_chunk(0, range(0, 5), map_entries=2**53, last=True), window=4)
-    assert asked == [(MAX_SIZED_RECORDS - 5) * RESERVED_RECORD_BYTES]
+    assert asked == [(2**53 - 5) * RESERVED_RECORD_BYTES]
+    assert refused.room_ahead_bytes() == 0
     assert len(refused.maps["m"]) == 5  # taken all the same: the count only sizes the table

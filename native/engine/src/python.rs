@@ -376,6 +376,10 @@ impl PyRecordStore {
         Ok(self.store.reserve(map_name, entries)?)
     }
 
+    fn fit(&mut self, map_name: &str) -> PyResult<()> {
+        Ok(self.store.fit(map_name)?)
+    }
+
     fn entry_count(&self, map_name: &str) -> usize {
         self.store.entry_count(map_name)
     }
@@ -626,6 +630,163 @@ fn split_by_partition<'py>(
     Ok((slices, order))
 }
 
+/// One partition's part of a `get_parts` call: its store (None: the partition holds nothing here)
+/// and its keys as a packed column.
+type ReadPart<'py> = (
+    Option<Bound<'py, PyRecordStore>>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+);
+/// `get_parts`'s answer: values, their lengths, a presence byte per key, and the parts' ends.
+type PartsAnswer<'py> = (
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+);
+
+/// `RecordStore.get` over several stores in one call (the partitions of one request), answered
+/// as one packed column in the order of `parts`, with the values of every store counting against
+/// `max_bytes` together. Every part is checked before any is read, so a bad one reads nothing (a
+/// read counts a hit and marks the entry accessed). Also answers each part's end in the values
+/// (an unsigned 64-bit number per part answered, whole or in part).
+#[pyfunction]
+#[pyo3(signature = (map_name, parts, now_ms, max_bytes = None))]
+fn get_parts<'py>(
+    py: Python<'py>,
+    map_name: &str,
+    parts: Vec<ReadPart<'py>>,
+    now_ms: &Bound<'py, PyAny>,
+    max_bytes: Option<&Bound<'py, PyAny>>,
+) -> PyResult<PartsAnswer<'py>> {
+    store::check_map_name(map_name)?;
+    let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
+    let max_bytes = max_bytes
+        .map(|bound| int_arg(bound, "max_bytes", MAX_COUNTER))
+        .transpose()?;
+    if parts.len() > MAX_PARTITION_COUNT {
+        return Err(ColumnError::new_err(format!(
+            "{} parts, more than the {MAX_PARTITION_COUNT} partitions a cluster may have",
+            parts.len()
+        )));
+    }
+    let mut columns = Vec::with_capacity(parts.len());
+    let mut count = 0;
+    for (_, keys, lengths) in &parts {
+        let column = Column::parse(
+            "keys",
+            keys.as_bytes(),
+            lengths.as_bytes(),
+            MAX_OPERATIONS_PER_REQUEST,
+            MAX_KEY_BYTES,
+        )?;
+        count += column.len();
+        if count > MAX_OPERATIONS_PER_REQUEST {
+            return Err(ColumnError::new_err(format!(
+                "more than the {MAX_OPERATIONS_PER_REQUEST} keys one call may read"
+            )));
+        }
+        columns.push(column);
+    }
+    let mut found = Found::with_capacity(count, true);
+    let mut ends: Vec<u8> = Vec::with_capacity(parts.len() * NUMBER_BYTES);
+    for ((store, _, _), keys) in parts.iter().zip(&columns) {
+        let whole = match store {
+            Some(store) => store
+                .try_borrow_mut()?
+                .store
+                .read_into(map_name, keys, now_ms, max_bytes, &mut found),
+            None => {
+                found.absent(keys.len(), true);
+                true
+            }
+        };
+        ends.extend_from_slice(&(found.values.data.len() as u64).to_le_bytes());
+        if !whole {
+            break;
+        }
+    }
+    let (values, lengths, present) = self::found(py, &found);
+    Ok((values, lengths, present, PyBytes::new(py, &ends)))
+}
+
+/// A partition's store in a `get_routed` call: the partition, and its store (None: it holds
+/// nothing here).
+type RoutedStore<'py> = (u32, Option<Bound<'py, PyRecordStore>>);
+
+/// `RecordStore.get` of a request's keys, each read from the store of its partition (among
+/// `partition_count`, as `partition_ids` finds it), in one call: answered in the keys' order,
+/// with every value counting against one `max_bytes`. The caller names a store (or None) for
+/// every partition the keys are in: the keys are checked, and each one's partition found among
+/// `stores`, before any is read (a read counts a hit and marks the entry accessed).
+#[pyfunction]
+#[pyo3(signature = (map_name, partition_count, keys, key_lengths, stores, now_ms, max_bytes = None))]
+#[allow(clippy::too_many_arguments)]
+fn get_routed<'py>(
+    py: Python<'py>,
+    map_name: &str,
+    partition_count: &Bound<'py, PyAny>,
+    keys: &[u8],
+    key_lengths: &[u8],
+    stores: Vec<RoutedStore<'py>>,
+    now_ms: &Bound<'py, PyAny>,
+    max_bytes: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Column3<'py>> {
+    store::check_map_name(map_name)?;
+    let count = partition_count_arg(partition_count)?;
+    let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
+    let max_bytes = max_bytes
+        .map(|bound| int_arg(bound, "max_bytes", MAX_COUNTER))
+        .transpose()?;
+    let keys = Column::parse("keys", keys, key_lengths, MAX_OPERATIONS_PER_REQUEST, MAX_KEY_BYTES)?;
+    let mut slot_of = vec![u32::MAX; count as usize];
+    for (slot, (pid, _)) in stores.iter().enumerate() {
+        let Some(held) = slot_of.get_mut(*pid as usize) else {
+            return Err(ColumnError::new_err(format!(
+                "a store of partition {pid}, not one of the {count} partitions"
+            )));
+        };
+        if *held != u32::MAX {
+            return Err(ColumnError::new_err(format!("two stores of partition {pid}")));
+        }
+        // At most `count` slots (no partition twice), and `count` fits in a u32.
+        *held = slot as u32;
+    }
+    let pids = partitions::partition_ids(&keys, count);
+    if let Some(pid) = pids.iter().find(|&&pid| slot_of[pid as usize] == u32::MAX) {
+        return Err(ColumnError::new_err(format!(
+            "a key of partition {pid}, whose store is not given"
+        )));
+    }
+    let items: Vec<&[u8]> = keys.iter().collect();
+    let mut found = Found::with_capacity(items.len(), true);
+    let mut start = 0;
+    // Consecutive keys of one partition are read in one borrow of its store.
+    while start < items.len() {
+        let slot = slot_of[pids[start] as usize];
+        let mut end = start + 1;
+        while end < items.len() && slot_of[pids[end] as usize] == slot {
+            end += 1;
+        }
+        let run = items[start..end].iter().copied();
+        let whole = match &stores[slot as usize].1 {
+            Some(store) => store
+                .try_borrow_mut()?
+                .store
+                .read_keys(map_name, run, now_ms, max_bytes, &mut found),
+            None => {
+                found.absent(end - start, true);
+                true
+            }
+        };
+        if !whole {
+            break;
+        }
+        start = end;
+    }
+    Ok(self::found(py, &found))
+}
+
 /// Check a packed column whole (its lengths a whole number of 4-byte lengths adding up to the
 /// buffer, at most `max_items` of them, each at most `max_item_bytes`): its item count, or a
 /// `ColumnError` saying what is wrong (named `what`).
@@ -656,6 +817,8 @@ fn engine_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(check_column, module)?)?;
     module.add_function(wrap_pyfunction!(partition_ids, module)?)?;
     module.add_function(wrap_pyfunction!(split_by_partition, module)?)?;
+    module.add_function(wrap_pyfunction!(get_parts, module)?)?;
+    module.add_function(wrap_pyfunction!(get_routed, module)?)?;
     module.add("MAX_PARTITION_COUNT", MAX_PARTITION_COUNT)?;
     module.add("DUMP_RECORD_BYTES", DUMP_RECORD_BYTES)?;
     module.add("ColumnError", py.get_type::<ColumnError>())?;

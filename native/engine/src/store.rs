@@ -207,24 +207,48 @@ impl RecordStore {
         }
         let keys = Column::parse("keys", keys, key_lengths, MAX_OPERATIONS_PER_REQUEST, MAX_KEY_BYTES)?;
         let mut found = Found::with_capacity(keys.len(), true);
+        self.read_into(map_name, &keys, now_ms, max_bytes, &mut found);
+        Ok(found)
+    }
+
+    /// `get` of checked `keys` (the caller checked the map's name, `now_ms` and `max_bytes`),
+    /// appended to `found`, whose values count against `max_bytes` (so one bound can cover the
+    /// reads of several stores). Whether every key was answered (false: the bound stopped it).
+    pub fn read_into(
+        &mut self,
+        map_name: &str,
+        keys: &Column<'_>,
+        now_ms: u64,
+        max_bytes: Option<u64>,
+        found: &mut Found,
+    ) -> bool {
+        self.read_keys(map_name, keys.iter(), now_ms, max_bytes, found)
+    }
+
+    /// `read_into` of keys given one by one (each at most `MAX_KEY_BYTES`: from a checked column).
+    pub fn read_keys<'k>(
+        &mut self,
+        map_name: &str,
+        keys: impl ExactSizeIterator<Item = &'k [u8]>,
+        now_ms: u64,
+        max_bytes: Option<u64>,
+        found: &mut Found,
+    ) -> bool {
         let Some(table) = self.maps.get_mut(map_name) else {
             found.absent(keys.len(), true);
-            return Ok(found);
+            return true;
         };
-        for key in keys.iter() {
-            if let Some(bound) = max_bytes {
-                let size = table.live(key, now_ms).map_or(0, |r| r.value().len() as u64);
-                if found.values.data.len() as u64 + size > bound {
-                    break;
-                }
-            }
-            let present = table.read(key, now_ms, &mut found.values);
+        let bound = max_bytes.unwrap_or(u64::MAX);
+        for key in keys {
+            let Some(present) = table.read_within(key, now_ms, &mut found.values, bound) else {
+                return false;
+            };
             if !present {
                 found.values.push_empty();
             }
             found.present.push(u8::from(present));
         }
-        Ok(found)
+        true
     }
 
     /// The live values of the keys at `now_ms`, as `get` finds them, without counting a read (a
@@ -494,6 +518,16 @@ impl RecordStore {
         Ok(())
     }
 
+    /// Give back the room the map's table holds beyond what its records need (see
+    /// [`MapTable::fit`]); nothing for a map that holds nothing.
+    pub fn fit(&mut self, map_name: &str) -> Checked<()> {
+        check_map_name(map_name)?;
+        if let Some(table) = self.maps.get_mut(map_name) {
+            table.fit();
+        }
+        Ok(())
+    }
+
     /// Records the map holds, expired ones not yet removed included (they hold memory).
     pub fn entry_count(&self, map_name: &str) -> usize {
         self.maps.get(map_name).map_or(0, MapTable::len)
@@ -553,7 +587,7 @@ fn map_memory_bytes(name: &str, table: &MapTable) -> u64 {
 }
 
 impl Found {
-    fn with_capacity(items: usize, with_values: bool) -> Self {
+    pub fn with_capacity(items: usize, with_values: bool) -> Self {
         Found {
             values: if with_values {
                 Packed::with_capacity(items, 0)
@@ -574,7 +608,7 @@ impl Found {
         }
     }
 
-    fn absent(&mut self, count: usize, with_values: bool) {
+    pub fn absent(&mut self, count: usize, with_values: bool) {
         for _ in 0..count {
             self.record(None, with_values);
         }
@@ -679,7 +713,7 @@ pub fn check_records<'a>(
     Ok((keys, values, rows))
 }
 
-fn check_map_name(map_name: &str) -> Checked<()> {
+pub(crate) fn check_map_name(map_name: &str) -> Checked<()> {
     let chars = map_name.chars().count();
     if chars == 0 || chars > MAX_MAP_NAME_CHARS {
         return invalid(format!(
@@ -689,11 +723,11 @@ fn check_map_name(map_name: &str) -> Checked<()> {
     Ok(())
 }
 
-fn check_time(what: &str, ms: u64) -> Checked<()> {
+pub(crate) fn check_time(what: &str, ms: u64) -> Checked<()> {
     check_bounded(what, ms, MAX_COUNTER)
 }
 
-fn check_bounded(what: &str, value: u64, max: u64) -> Checked<()> {
+pub(crate) fn check_bounded(what: &str, value: u64, max: u64) -> Checked<()> {
     if value > max {
         return invalid(format!("{what} is {value}, more than the {max} allowed"));
     }

@@ -201,16 +201,32 @@ impl MapTable {
     /// vector nor the index again: a table that doubles its way up rehashes every key it holds
     /// each time, reading each record's key from its heap block, which cost a migration's
     /// destination about half the time it spent loading (see `RecordStore::reserve`). The room
-    /// not yet filled is not counted (see the module's documentation). False, and nothing
-    /// changed, when the allocator cannot give it.
+    /// not yet filled is not counted (see the module's documentation): [`MapTable::fit`] gives
+    /// back what was not filled. False, and no room kept, when the allocator cannot give it.
     pub fn reserve(&mut self, additional: usize) -> bool {
+        let capacity = self.records.capacity();
         if self.records.try_reserve_exact(additional).is_err() {
             return false;
         }
         let (records, hasher) = (&self.records, &self.hasher);
-        self.index
+        if self
+            .index
             .try_reserve(additional, |&at| hasher.hash_one(records[at as usize].key()))
-            .is_ok()
+            .is_err()
+        {
+            self.records.shrink_to(capacity);
+            return false;
+        }
+        true
+    }
+
+    /// Give back room the vector and the index hold beyond what the records need (room made
+    /// ahead by `reserve` and not filled).
+    pub fn fit(&mut self) {
+        self.records.shrink_to_fit();
+        let (records, hasher) = (&self.records, &self.hasher);
+        self.index
+            .shrink_to_fit(|&at| hasher.hash_one(records[at as usize].key()));
     }
 
     /// Records held, expired ones not yet removed included (they take memory until removed).
@@ -265,17 +281,26 @@ impl MapTable {
     /// Read `key` at `now_ms`: a live entry counts a hit, is marked accessed at `now_ms`, and its
     /// value is appended to `out`. Whether it was found.
     pub fn read(&mut self, key: &[u8], now_ms: u64, out: &mut Packed) -> bool {
+        self.read_within(key, now_ms, out, u64::MAX).unwrap_or(false)
+    }
+
+    /// `read`, unless the value would take `out`'s bytes past `max_bytes`: then nothing is read
+    /// (no hit) and the answer is None. One lookup of the key for both.
+    pub fn read_within(&mut self, key: &[u8], now_ms: u64, out: &mut Packed, max_bytes: u64) -> Option<bool> {
         let Some(at) = self.position(key) else {
-            return false;
+            return Some(false);
         };
         if !self.is_live(&self.records[at], now_ms) {
-            return false;
+            return Some(false);
         }
         let record = &mut self.records[at];
+        if (out.data.len() + record.value().len()) as u64 > max_bytes {
+            return None;
+        }
         record.hits = record.hits.saturating_add(1);
         record.accessed_ms = now_ms;
         out.push(record.value());
-        true
+        Some(true)
     }
 
     /// Set `key` to `value` at `now_ms`, expiring at `expire_at_ms` (0: never). Replacing a live
@@ -471,6 +496,30 @@ mod tests {
 
     fn keys_of(table: &MapTable) -> Vec<Vec<u8>> {
         table.records().iter().map(|r| r.key().to_vec()).collect()
+    }
+
+    #[test]
+    fn room_made_ahead_and_not_filled_is_given_back_and_a_read_within_a_bound_reads_nothing_past_it() {
+        let mut table = MapTable::new(3);
+        for key in [b"a", b"b", b"c"] {
+            table.write(key, b"vv", 1, 0);
+        }
+        let memory = table.memory_bytes();
+        assert!(table.reserve(100_000));
+        assert!(table.records.capacity() >= 100_003 && table.index.capacity() >= 100_003);
+        assert_eq!(table.memory_bytes(), memory, "room not filled is not counted");
+        table.fit();
+        assert!(table.records.capacity() < 64 && table.index.capacity() < 64);
+        assert_eq!(keys_of(&table), [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        table.check();
+        let mut out = Packed::default();
+        assert_eq!(table.read_within(b"a", 2, &mut out, 3), Some(true));
+        assert_eq!(table.read_within(b"b", 2, &mut out, 3), None); // 2 + 2 bytes: past 3
+        assert_eq!(table.read_within(b"x", 2, &mut out, 3), Some(false));
+        assert_eq!(
+            (table.live(b"a", 2).unwrap().hits, table.live(b"b", 2).unwrap().hits),
+            (1, 0)
+        );
     }
 
     #[test]

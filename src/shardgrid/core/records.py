@@ -25,6 +25,8 @@ from shardgrid._engine import (
     ColumnError,
     RecordStore,
     check_records,
+    get_parts,
+    get_routed,
     pack,
     split,
 )
@@ -88,6 +90,43 @@ def page_problem(page: RecordPage) -> str:
     except ColumnError as error:
         return f"bad records: {error}"
     return ""
+
+
+def read_parts(
+    map_name: str, parts: Sequence[tuple[MapRecords | None, Column]], now_ms: int, max_bytes: int
+) -> tuple[bytes, bytes, bytes, bytes]:
+    """``MapRecords.get`` of several partitions' records of one map in one engine call
+    (``_engine.get_parts``): per part, its records (None: none held) and its keys. The values of
+    every part count against ``max_bytes`` together; ``ends`` gives each part's end in the values
+    (packed unsigned 64-bit numbers, one per part answered)."""
+    return get_parts(
+        map_name,
+        [(None if records is None else records._store, keys.data, keys.lengths) for records, keys in parts],
+        now_ms,
+        max_bytes,
+    )
+
+
+def read_routed(
+    map_name: str,
+    partition_count: int,
+    keys: Column,
+    stores: Sequence[tuple[int, MapRecords | None]],
+    now_ms: int,
+    max_bytes: int,
+) -> tuple[bytes, bytes, bytes]:
+    """``MapRecords.get`` of a request's keys, each from its partition's records (``stores``: per
+    partition the keys are in, its records, None when none are held), in one engine call
+    (``_engine.get_routed``), answered in the keys' order."""
+    return get_routed(
+        map_name,
+        partition_count,
+        keys.data,
+        keys.lengths,
+        [(pid, None if records is None else records._store) for pid, records in stores],
+        now_ms,
+        max_bytes,
+    )
 
 
 # The room ``MapRecords.reserve`` takes per record before it is filled: its slot in the vector and
@@ -272,6 +311,11 @@ class MapRecords:
         the caller bounds them, ``RESERVED_RECORD_BYTES`` each, by the memory it may take). A map
         that holds nothing yet is left as it is: load the first page first."""
         self._store.reserve(self.name, entries)
+
+    def fit(self) -> None:
+        """Give back room made ahead and not filled (``reserve``): the table as large as its
+        records need."""
+        self._store.fit(self.name)
 
     def copy(self) -> MapRecords:
         """An independent copy holding the same records, metadata and order."""

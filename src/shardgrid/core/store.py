@@ -243,13 +243,26 @@ def packed_lengths(sizes: list[int]) -> bytes:
     return lengths.tobytes()
 
 
+invariant(array("Q").itemsize == 8, "a packed number is an unsigned 64-bit number")
+
+
+def unpacked_numbers(packed: bytes) -> array:
+    """Unsigned 64-bit little-endian numbers back, as the engine packs them (raises ValueError
+    when the bytes are not a whole number of them)."""
+    return _unpacked(packed, "Q", "numbers")
+
+
 def unpacked_lengths(packed: bytes) -> array:
     """``packed_lengths``'s numbers back (raises ValueError when the bytes are not a whole number
     of them)."""
-    if len(packed) % 4:
-        raise ValueError(f"{len(packed)} bytes of lengths is not a whole number of 4-byte lengths")
-    lengths = array("I")
-    lengths.frombytes(packed)
+    return _unpacked(packed, "I", "lengths")
+
+
+def _unpacked(packed: bytes, typecode: str, what: str) -> array:
+    numbers = array(typecode)
+    if len(packed) % numbers.itemsize:
+        raise ValueError(f"{len(packed)} bytes of {what} is not a whole number of {numbers.itemsize}-byte {what}")
+    numbers.frombytes(packed)
     if sys.byteorder == "big":
-        lengths.byteswap()
-    return lengths
+        numbers.byteswap()
+    return numbers

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from shardgrid._engine import ColumnError
 from shardgrid.core.config import MemberConfig
 from shardgrid.core.identity import MemberId
 from shardgrid.core.messages import TransferChunk, TransferKind
@@ -28,9 +29,9 @@ from shardgrid.core.write_records import WriterRecord, WriterRecords, records_pr
 # With fragments off, a transfer is not windowed: every chunk is sent at once, up to this many
 # (a partition of more than this many chunks still moves, this many at a time).
 MAX_BLOCK_CHUNKS = 4_096
-# A map's table is sized ahead for at most this many records (``Staging._size``): a bound of its
-# own on what a sender's count can make a member set aside, memory limit or none.
-MAX_SIZED_RECORDS = 1 << 24
+# The room a member's transfers may make ahead of their records in all, unfilled (``Staging._size``):
+# a bound of its own on what senders' counts can make it set aside, memory limit or none.
+MAX_ROOM_AHEAD_BYTES = 256 * 1024 * 1024
 
 M = TypeVar("M")
 
@@ -232,9 +233,10 @@ class Staging:
     writers: tuple[WriterRecord, ...] = ()  # the last chunk's
     hash_seed: int = 0  # the member's (``PartitionData.hash_seed``)
     max_idle_ms: Mapping[str, int] = field(default_factory=dict)  # per map (``PartitionData.max_idle_ms``)
-    # Whether that many more bytes fit in the member's memory (``Upkeep.fits``): a map's table is
-    # sized at once for the records its sender says come only then (None: never sized ahead).
+    # Whether this many bytes more of room ahead may be made (``DataPath.room_to_size``): a map's
+    # table is sized at once for the records its sender says come only then (None: never).
     fits: Callable[[int], bool] | None = None
+    sized: dict[str, int] = field(default_factory=dict)  # records each sized map has room for
 
     def receive(self, chunk: TransferChunk, window: int) -> None:
         if not self.complete and self.next_index < chunk.sequence < self.next_index + window:
@@ -262,16 +264,36 @@ class Staging:
             current = self.early.pop(self.next_index, None)
         if self.complete:
             self.early.clear()
+            self._fit()
 
     def _size(self, records: MapRecords, entries: int) -> None:
         """Room for the rest of a map's records (``entries`` in all, its first page loaded): its
         table then grows no more while they come (a table that doubles its way up rehashes every
-        key each time, half of what a destination spent loading a partition). Only as far as the
-        member's memory would take them anyway: a sender that overstates its count makes room
-        idle for a while, never more than fits."""
-        more = min(entries, MAX_SIZED_RECORDS) - len(records)
-        if more > 0 and self.fits is not None and self.fits(more * RESERVED_RECORD_BYTES):
+        key each time, half of what a destination spent loading a partition). Only as far as
+        ``fits`` allows with the room the member's other transfers made and have not filled: a
+        sender that overstates its count makes room that stays idle until the transfer ends
+        (``_fit``), never more than fits. Making room is only a speed-up: when the allocator
+        cannot give it, the records come all the same (found by an outside tester: the engine's
+        refusal, uncaught, ended the member)."""
+        more = entries - len(records)
+        if more <= 0 or self.fits is None or not self.fits(more * RESERVED_RECORD_BYTES):
+            return
+        try:
             records.reserve(more)
+        except ColumnError:
+            return
+        self.sized[records.name] = len(records) + more
+
+    def _fit(self) -> None:
+        """Give back the room a sized map did not fill (its sender overstated its count), so no
+        installed copy keeps room its memory count does not show (found by an outside tester)."""
+        for name in self.sized:
+            self.maps[name].fit()
+        self.sized.clear()
+
+    def room_ahead_bytes(self) -> int:
+        """The room made ahead for records that have not come yet (0 once the transfer is whole)."""
+        return sum(max(0, room - len(self.maps[name])) for name, room in self.sized.items()) * RESERVED_RECORD_BYTES
 
     @property
     def held_through(self) -> int:

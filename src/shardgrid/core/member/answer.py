@@ -1,12 +1,14 @@
-"""The values a map request answers, gathered a partition at a time as packed pieces.
+"""The values a map request answers, gathered as packed pieces.
 
-A get of a thousand keys over ninety partitions is answered by ninety engine calls, each giving its
-keys' values as one packed piece (values, lengths, a presence byte per key). The reply carries one
-packed column in the request's order; this puts the pieces together there, without a Python object
-per value: the pieces of keys that came side by side are joined end to end, and a gap (keys not
-answered with a value: refused, or past the answer budget) is filled with empty items marked
-absent. Only answers given a key at a time (conditional writes, a retry's remembered answer, keys
-of a partition that did not come side by side) are held as separate values.
+A get's values come from the engine as packed pieces (values, lengths, a presence byte per key):
+one for the whole request when this member serves every partition of its keys; otherwise one for
+the partitions read here when their keys are side by side and all answered, else one per
+partition. The reply carries one packed column in the request's order; this puts the pieces
+together there, without a Python object per value: the pieces of keys that came side by side are
+joined end to end, and a gap (keys not answered with a value: refused, or past the answer budget)
+is filled with empty items marked absent. Only answers given a key at a time (conditional writes,
+a retry's remembered answer, keys of a partition that did not come side by side) are held as
+separate values.
 """
 
 from __future__ import annotations

@@ -13,11 +13,12 @@ A request is checked whole before any of it is applied: a malformed one changes 
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from shardgrid._engine import ColumnError, check_column, split
+from shardgrid._engine import ColumnError, check_column, partition_ids, split
 from shardgrid.core.errors import invariant
 from shardgrid.core.identity import MemberId
 from shardgrid.core.limits import (
@@ -44,6 +45,7 @@ from shardgrid.core.member.upkeep import put_growth_bytes
 from shardgrid.core.messages import (
     EMPTY_COLUMN,
     ENTRY_VIEW,
+    GET,
     PUT,
     PUT_IF_ABSENT,
     READS,
@@ -67,8 +69,8 @@ from shardgrid.core.messages import (
     TableRequest,
     WriteRun,
 )
-from shardgrid.core.records import EMPTY_SCAN_PAGE, MapRecords, ttls_fit
-from shardgrid.core.store import PartitionData, columns_bytes, counted_bytes, unpacked_lengths
+from shardgrid.core.records import EMPTY_SCAN_PAGE, MapRecords, read_parts, read_routed, ttls_fit
+from shardgrid.core.store import PartitionData, columns_bytes, counted_bytes, unpacked_lengths, unpacked_numbers
 from shardgrid.core.write_records import NO_DEADLINE_TTL_MS, RECORD_GRACE_MS, WINDOW_IDS, Seen
 
 if TYPE_CHECKING:
@@ -90,6 +92,7 @@ class MigrationView(Protocol):
     def writes_blocked(self, pid: int) -> bool: ...
     def reads_blocked(self, pid: int) -> bool: ...
     def involved(self, pid: int) -> bool: ...
+    def room_ahead_bytes(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,9 @@ class Scope:
     fits_whole: bool  # the whole request fits the member's memory: no partition's put is checked
     any_unavailable: bool  # some partition may be unavailable (a member is marked unreachable)
     records_ms: int  # the record clock's time now (the request is handled at one time)
+    # A get whose keys came side by side: the parts to read here, gathered for one engine call
+    # after every partition was judged (``_read_gathered``); None: each part is read as judged.
+    reads: list[tuple[PartitionData, Part]] | None = None
 
 
 class ClientRequests:
@@ -140,7 +146,7 @@ class ClientRequests:
     def on_map_request(self, client: str, message: MapRequest, sent_ms: int | None = None) -> None:
         """``sent_ms``: when the client sent it, on this member's clock (no later than it was)."""
         count = len(message.keys) if len(message.keys) <= MAX_OPERATIONS_PER_REQUEST else 0
-        problem, parts = self._request_problem(message)
+        problem, parts, key_partitions = self._request_problem(message)
         if problem:
             # Nothing of it is applied: every key refused, with the reason.
             codes = bytes([ReplyCode.REJECTED]) * count
@@ -169,10 +175,14 @@ class ClientRequests:
             call.mark(range(count), refused)
             if refused is ReplyCode.REJECTED:
                 call.reason = f"the cluster is {self.consensus.state.cluster_state.value}: it takes no writes"
-        else:
+        elif key_partitions is None or not self._read_owned(call, message, key_partitions):
+            if parts is None:  # a get judged partition by partition after all: its columns were checked
+                parts = request_parts(message, self.ctx.config.partition_count)
             scope = self._scope(call, message, sent_ms, len(parts))
             for part in parts:
                 self._execute(scope, part)
+            if scope.reads:
+                self._read_gathered(scope)
             self.owner.send_outbox()
         if call.open_writes == 0:
             self.reply(call)
@@ -205,6 +215,7 @@ class ClientRequests:
             fits_whole=fits_whole,
             any_unavailable=self.consensus.state.any_unavailable(),
             records_ms=self.ctx.records_ms,
+            reads=[] if kind is GET and partitions > 1 else None,
         )
 
     def _record_expiry(self, message: MapRequest, sent_ms: int | None) -> int:
@@ -214,42 +225,46 @@ class ClientRequests:
             return sent_ms + message.deadline_ms + RECORD_GRACE_MS
         return self.ctx.now_ms + NO_DEADLINE_TTL_MS
 
-    def _request_problem(self, message: MapRequest) -> tuple[str, list[Part]]:
-        """What makes the request unfit to serve ('' when nothing), and its keys cut by partition.
-        The codec checked every field's type; the engine checks the columns whole (counts,
-        lengths, each key's and value's bound) and cuts them, in one call."""
+    def _request_problem(self, message: MapRequest) -> tuple[str, list[Part] | None, array | None]:
+        """What makes the request unfit to serve ('' when nothing), and its keys cut by partition;
+        for a get, each key's partition instead (``_read_owned`` may read it whole, uncut). The
+        codec checked every field's type; the engine checks the columns whole (counts, lengths,
+        each key's and value's bound) and cuts them, in one call."""
         kind, keys, values, expected = message.kind, message.keys, message.values, message.expected
         count = len(keys)
         # (The codec checked these of a request from a client; not of one built in the process.)
         if kind not in KINDS:
-            return f"unknown operation {kind!r}", []
+            return f"unknown operation {kind!r}", [], None
         if not 0 < len(message.map_name) <= MAX_MAP_NAME_CHARS:
-            return f"a map name is 1 to {MAX_MAP_NAME_CHARS} characters", []
+            return f"a map name is 1 to {MAX_MAP_NAME_CHARS} characters", [], None
         if count > MAX_OPERATIONS_PER_REQUEST:
-            return f"{count} keys in one request, over the limit of {MAX_OPERATIONS_PER_REQUEST}", []
+            return f"{count} keys in one request, over the limit of {MAX_OPERATIONS_PER_REQUEST}", [], None
         if len(values) != (count if kind in WITH_VALUES else 0):
-            return "one value per key for a write of values, and none otherwise", []
+            return "one value per key for a write of values, and none otherwise", [], None
         if len(expected) != (count if kind == REPLACE_IF_SAME else 0):
-            return "one expected value per key for a replace_if_same (none otherwise)", []
+            return "one expected value per key for a replace_if_same (none otherwise)", [], None
         if message.ttl_ms >= 0 and kind not in WITH_TTL:
-            return f"a TTL is a put's or a replace's, not a {kind.value}'s", []
+            return f"a TTL is a put's or a replace's, not a {kind.value}'s", [], None
         if message.ttls_ms:
             if kind not in WITH_TTL or message.ttl_ms >= 0:
-                return "TTLs per key are a put's or a replace's, and not given with a TTL for the request", []
+                return "TTLs per key are a put's or a replace's, and not given with a TTL for the request", [], None
             if len(message.ttls_ms) != 8 * count or not ttls_fit(message.ttls_ms, count, MAX_TTL_MS):
-                return f"TTLs per key are one unsigned 64-bit number per key, each at most {MAX_TTL_MS} ms", []
+                return f"TTLs per key are one unsigned 64-bit number per key, each at most {MAX_TTL_MS} ms", [], None
         data_bytes = len(keys.data) + len(values.data) + len(expected.data)
         if counted_bytes(data_bytes, count + len(values) + len(expected)) > MAX_REQUEST_DATA_BYTES:
-            return f"keys and values of one request are at most {MAX_REQUEST_DATA_BYTES} bytes", []
+            return f"keys and values of one request are at most {MAX_REQUEST_DATA_BYTES} bytes", [], None
         try:
             if expected:
                 check_column(
                     expected.data, expected.lengths, max_items=count, max_item_bytes=MAX_VALUE_BYTES, what="expected"
                 )
+            if kind is GET and count > 1:
+                ids = partition_ids(keys.data, keys.lengths, self.ctx.config.partition_count)
+                return "", None, unpacked_lengths(ids)
             parts = request_parts(message, self.ctx.config.partition_count)
         except ColumnError as error:
-            return f"malformed columns: {error}", []
-        return "", parts
+            return f"malformed columns: {error}", [], None
+        return "", parts, None
 
     def _refusal(self, write: bool) -> ReplyCode | None:
         """Why this member serves no partition of the request now, or None: asked once per request."""
@@ -277,7 +292,7 @@ class ClientRequests:
         owner = slots[0]
         me = self.ctx.identity
         reading = kind in READS
-        if owner != me and reading and scope.serving and self._read_from_backup(call, message, part, route):
+        if owner != me and reading and scope.serving and self._read_from_backup(scope, part, route):
             return
         moving = migrations is not None and migrations.writes_blocked(pid)
         if owner == me and scope.serving and not scope.any_unavailable and not moving:
@@ -293,7 +308,7 @@ class ClientRequests:
         if data is None:
             data = self.data.store(pid)
         if reading:
-            self._read_into(call, message, data, part)
+            self._read_into(scope, data, part)
             return
         if moving or self.syncs.blocks(pid, map_name):
             call.mark(indexes, ReplyCode.MIGRATING)
@@ -393,7 +408,7 @@ class ClientRequests:
             return
         data = self.stand_ins.store(pid)
         if message.kind in READS:
-            self._read_into(call, message, data, part)
+            self._read_into(scope, data, part)
             return
         named = bool(message.client_id and message.write_id)
         if named and not self._first_time(call, message, pid, data, indexes):
@@ -537,10 +552,10 @@ class ClientRequests:
             ttls_ms = b"".join([ttls[8 * p : 8 * p + 8] for p in chosen]) if ttls else b""
         return chosen, run_keys, Column.of(written), ttls_ms
 
-    def _read_from_backup(self, call: PendingCall, message: MapRequest, part: Part, route: Route) -> bool:
+    def _read_from_backup(self, scope: Scope, part: Part, route: Route) -> bool:
         """Serve a read here, a backup, when the map allows it (seed 001's read_backup_data):
         never from a copy that is being replaced or that this slot does not keep."""
-        map_config = self.ctx.config.map_config(message.map_name)
+        map_config = self.ctx.config.map_config(scope.message.map_name)
         if not map_config.read_backup_data or route.index < 0:
             return False
         if map_config.max_idle_seconds:
@@ -553,13 +568,18 @@ class ClientRequests:
             return False
         if migrations is None or migrations.involved(pid):
             return False
-        self._read_into(call, message, data, part)
+        self._read_into(scope, data, part)
         return True
 
-    def _read_into(self, call: PendingCall, message: MapRequest, data: PartitionData, part: Part) -> None:
+    def _read_into(self, scope: Scope, data: PartitionData, part: Part) -> None:
         """The values of ``part``'s keys, from this copy, into the call's answer (one engine call;
-        an expired entry reads as absent). Reads stop at the call's answer budget: the keys past
-        it are answered OVERLOADED, unread."""
+        an expired entry reads as absent), or gathered for ``_read_gathered``. Reads stop at the
+        call's answer budget: the keys past it are answered OVERLOADED, unread."""
+        call, message = scope.call, scope.message
+        reads = scope.reads
+        if reads is not None and isinstance(part.indexes, range):
+            reads.append((data, part))
+            return
         records = data.maps.get(message.map_name)
         out = call.values
         if not records or out is None:
@@ -577,6 +597,88 @@ class ClientRequests:
             answered = len(present)
         if answered < len(indexes):
             call.mark(indexes[answered:], ReplyCode.OVERLOADED)
+
+    def _read_owned(self, call: PendingCall, message: MapRequest, key_partitions: array) -> bool:
+        """A get whose every partition this member serves as owner now, read whole in one engine
+        call, each key from its partition's copy (``_engine.get_routed``), with no cut of its
+        columns by partition: what ``_execute`` would judge each of those partitions (the owner
+        here, holding its lease, nothing unavailable or moving, no stand-in for the map) and
+        read, in one step. False, having read nothing: it is judged partition by partition. A
+        get_all of 1,000 keys over 94 partitions spent 0.18 ms cutting them and about as much
+        again on the partitions' Python work, against 0.1 ms in the engine."""
+        migrations = self.migrations
+        if migrations is None or not self.leases.holds():
+            return False
+        state = self.consensus.state
+        map_name = message.map_name
+        if state.any_unavailable() or map_name in self.ctx.config.serving_maps:
+            return False
+        table = state.table
+        invariant(table is not None, "a request is served only with a table")
+        me, replicas = self.ctx.identity, table.replicas
+        pids = dict.fromkeys(key_partitions)  # in the order they first come
+        for pid in pids:
+            if replicas[pid][0] != me or migrations.writes_blocked(pid):
+                return False
+        stores: list[tuple[int, MapRecords | None]] = []
+        for pid in pids:
+            data = self.data.held(pid)
+            if data is None:
+                data = self.data.store(pid)
+            stores.append((pid, data.maps.get(map_name)))
+        out = call.values
+        invariant(out is not None, "a get answers values")
+        budget = call.answer_budget_bytes
+        values, lengths, present = read_routed(
+            map_name, self.ctx.config.partition_count, message.keys, stores, self.ctx.records_ms, budget
+        )
+        call.answer_budget_bytes -= len(values)
+        answered, count = len(present), len(message.keys)
+        out.put_packed(range(answered), values, lengths, present)
+        if answered < count:
+            call.mark(range(answered, count), ReplyCode.OVERLOADED)
+        return True
+
+    def _read_gathered(self, scope: Scope) -> None:
+        """The gathered parts of a get (``Scope.reads``), read in one engine call, in request order
+        as the parts came, into the call's answer: each partition's keys read from the copy its
+        judgement chose, as ``_read_into`` would one at a time (a part of a get_all of a thousand
+        keys over ninety partitions cost about as much as its engine read; the parts' Python work
+        is what bounded get_all). Reads stop at the answer budget: the keys past it are answered
+        OVERLOADED, unread."""
+        call, map_name, reads = scope.call, scope.message.map_name, scope.reads
+        out = call.values
+        if not reads or out is None:
+            return
+        gathered = [(data.maps.get(map_name), part.keys) for data, part in reads]
+        values, lengths, present, ends = read_parts(map_name, gathered, scope.records_ms, call.answer_budget_bytes)
+        call.answer_budget_bytes -= len(values)
+        answered = len(present)
+        first, last = reads[0][1].indexes, reads[-1][1].indexes  # ranges, in request order
+        keys = sum(len(part.indexes) for _, part in reads)
+        side_by_side = isinstance(first, range) and isinstance(last, range) and last.stop - first.start == keys
+        if answered == keys and side_by_side:
+            # Every part read whole, and no request position between them left out: one piece.
+            out.put_packed(range(first.start, first.start + keys), values, lengths, present)
+            return
+        value_ends = unpacked_numbers(ends)
+        key_at = value_at = 0
+        for index, (_, part) in enumerate(reads):
+            indexes = part.indexes
+            count = len(indexes)
+            taken = max(0, min(count, answered - key_at))
+            if taken:
+                value_end = value_ends[index]
+                out.put_packed(
+                    indexes,
+                    values[value_at:value_end],
+                    lengths[4 * key_at : 4 * (key_at + taken)],
+                    present[key_at : key_at + taken],
+                )
+                value_at = value_end
+            if taken < count:
+                call.mark(indexes[taken:], ReplyCode.OVERLOADED)
+            key_at += count
 
     def _owner_refusal(
         self, pid: int, serving: bool, reading: bool, owner: MemberId | None

@@ -38,6 +38,7 @@ from shardgrid.core.migration import MigrationRecord
 from shardgrid.core.replica_disk import ReplicaJournal
 from shardgrid.core.store import PartitionData, ReplicaView
 from shardgrid.core.table import ReplicaSlots
+from shardgrid.core.transfer import MAX_ROOM_AHEAD_BYTES
 
 
 class DataPath:
@@ -69,7 +70,7 @@ class DataPath:
         self.owner = OwnerReplication(ctx, consensus, leases, self.routes, self._answer, self.journal)
         self.backups = BackupReplication(ctx, consensus, self.routes, self)
         self.syncs = ReplicaSyncs(
-            ctx, consensus, self.routes, self, self.owner, self.backups, member_serves, self.upkeep.fits
+            ctx, consensus, self.routes, self, self.owner, self.backups, member_serves, self.room_to_size
         )
         self.owner.syncs = self.syncs
         self.requests = ClientRequests(
@@ -324,6 +325,20 @@ class DataPath:
         table = self.consensus.state.table
         invariant(table is not None, "a partition's slots are asked for under a table")
         return table.replicas[pid]
+
+    def room_to_size(self, growth_bytes: int) -> bool:
+        """Whether a transfer's receiver may make ``growth_bytes`` more room ahead of the records
+        its sender says come (``transfer.Staging._size``): with the room every transfer here made
+        and has not filled yet, it fits the member's memory and ``MAX_ROOM_AHEAD_BYTES`` (found by
+        an outside tester: each map of each transfer asked alone, so senders overstating their
+        counts could set aside gigabytes no count showed)."""
+        ahead = growth_bytes + self.room_ahead_bytes()
+        return ahead <= MAX_ROOM_AHEAD_BYTES and self.upkeep.fits(ahead)
+
+    def room_ahead_bytes(self) -> int:
+        """The room this member's incoming transfers made ahead of records still to come."""
+        migrations = self.migrations
+        return self.syncs.room_ahead_bytes() + (migrations.room_ahead_bytes() if migrations is not None else 0)
 
     def copies_held(self) -> list[PartitionData]:
         return [*self._stores.values(), *self.stand_ins.held()]

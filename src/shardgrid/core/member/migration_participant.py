@@ -115,6 +115,10 @@ class MigrationParticipant:
     def involved(self, pid: int) -> bool:
         return pid in self.outgoing or pid in self.incoming
 
+    def room_ahead_bytes(self) -> int:
+        """The room this member's incoming migrations made ahead of records still to come."""
+        return sum(incoming.staging.room_ahead_bytes() for incoming in self.incoming.values())
+
     def partitions_involved(self) -> set[int]:
         return set(self.outgoing) | set(self.incoming)
 
@@ -178,7 +182,7 @@ class MigrationParticipant:
                 complete=owner is None,
                 hash_seed=self.ctx.hash_seed,
                 max_idle_ms=self.ctx.config.max_idle_ms,
-                fits=self.data.upkeep.fits,
+                fits=self.data.room_to_size,
             )
             if pid in self.incoming:
                 self.data.unstage(pid)

@@ -78,12 +78,12 @@ class ReplicaSyncs:
         owner: OwnerReplication,
         backups: BackupReplication,
         member_serves: Callable[[], bool],
-        fits: Callable[[int], bool] | None = None,
+        room_to_size: Callable[[int], bool] | None = None,
     ) -> None:
         self.ctx = ctx
         self.consensus = consensus
         self.routes = routes
-        self.fits = fits  # whether that many more bytes fit in the member's memory (``Upkeep.fits``)
+        self.room_to_size = room_to_size  # whether a sync may make that much room ahead (``DataPath``)
         self.copies = copies
         self.owner = owner
         self.backups = backups
@@ -97,6 +97,10 @@ class ReplicaSyncs:
         self._last_summary_ms = 0
 
     # --- what others ask ---------------------------------------------------------------------------
+
+    def room_ahead_bytes(self) -> int:
+        """The room this member's incoming syncs made ahead of records still to come."""
+        return sum(incoming.staging.room_ahead_bytes() for incoming in self._incoming.values())
 
     def syncing(self, pid: int) -> bool:
         """Whether this member, the owner, is bringing a backup of ``pid`` up to date."""
@@ -261,7 +265,9 @@ class ReplicaSyncs:
             if message.base_sequence >= 0 and not self._holds_base(pid, message):
                 self.ctx.send(sender, _ack(message, -1, False))
                 return
-            staging = Staging(hash_seed=self.ctx.hash_seed, max_idle_ms=self.ctx.config.max_idle_ms, fits=self.fits)
+            staging = Staging(
+                hash_seed=self.ctx.hash_seed, max_idle_ms=self.ctx.config.max_idle_ms, fits=self.room_to_size
+            )
             incoming = IncomingSync(message.transfer_id, message.base_sequence, staging)
             self._incoming[pid] = incoming
         config = self.ctx.config

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from array import array
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from shardgrid._engine import split_by_partition
 from shardgrid.core.errors import invariant
@@ -23,9 +23,10 @@ from shardgrid.core.store import ITEM_OVERHEAD_BYTES
 invariant(array("I").itemsize == 4, "a packed position is an unsigned 32-bit number")
 
 
-@dataclass(frozen=True, slots=True)
-class Part:
-    """One partition's keys of a request, in request order, with their values and TTLs."""
+class Part(NamedTuple):
+    """One partition's keys of a request, in request order, with their values and TTLs. A named
+    tuple: immutable, and made for each partition of each request at a third of a frozen
+    dataclass's cost (1.07 against 0.33 us: 70 us of a get_all of 1,000 keys over 94 partitions)."""
 
     partition_id: int
     indexes: Indexes  # the request positions they answer
