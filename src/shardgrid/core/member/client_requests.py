@@ -615,17 +615,11 @@ class ClientRequests:
             return False
         table = state.table
         invariant(table is not None, "a request is served only with a table")
-        me, replicas = self.ctx.identity, table.replicas
+        me, replicas, blocked = self.ctx.identity, table.replicas, migrations.writes_blocked
         pids = dict.fromkeys(key_partitions)  # in the order they first come
-        for pid in pids:
-            if replicas[pid][0] != me or migrations.writes_blocked(pid):
-                return False
-        stores: list[tuple[int, MapRecords | None]] = []
-        for pid in pids:
-            data = self.data.held(pid)
-            if data is None:
-                data = self.data.store(pid)
-            stores.append((pid, data.maps.get(map_name)))
+        if any(replicas[pid][0] != me or blocked(pid) for pid in pids):
+            return False
+        stores = self.data.records_of(pids, map_name)
         out = call.values
         invariant(out is not None, "a get answers values")
         budget = call.answer_budget_bytes

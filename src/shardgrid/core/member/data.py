@@ -35,6 +35,7 @@ from shardgrid.core.member.stand_in import StandIns
 from shardgrid.core.member.upkeep import Upkeep
 from shardgrid.core.messages import Column, ReplyCode, WriteRun
 from shardgrid.core.migration import MigrationRecord
+from shardgrid.core.records import MapRecords
 from shardgrid.core.replica_disk import ReplicaJournal
 from shardgrid.core.store import PartitionData, ReplicaView
 from shardgrid.core.table import ReplicaSlots
@@ -216,6 +217,13 @@ class DataPath:
     def held(self, pid: int) -> PartitionData | None:
         """This member's copy of ``pid`` (None: it holds none)."""
         return self._stores.get(pid)
+
+    def records_of(self, pids: Iterable[int], map_name: str) -> list[tuple[int, MapRecords | None]]:
+        """Each partition's records of ``map_name`` in this member's copy (None: none held), a
+        copy made for a partition it holds none of, as ``store`` does."""
+        stores = self._stores
+        held = [(pid, stores.get(pid)) for pid in pids]
+        return [(pid, (data if data is not None else self.store(pid)).maps.get(map_name)) for pid, data in held]
 
     def receiving(self, pid: int) -> bool:
         """Whether a sync is bringing this member's copy of ``pid`` up to date."""
