@@ -34,6 +34,9 @@ MAX_OPERATIONS_PER_REQUEST: Final[int]
 MAX_MAP_NAME_CHARS: Final[int]
 """The longest map name, in characters (``shardgrid.core.limits.MAX_MAP_NAME_CHARS``)."""
 MAX_PARTITION_COUNT: Final[int]
+# The presence byte of a key a multi-store read (get_parts, get_routed) left unread: past the
+# answer's byte bound (beside 1, found, and 0, absent).
+UNREAD: Final[int]
 """The most partitions a cluster may have (``shardgrid.core.limits.MAX_PARTITION_COUNT``)."""
 MAX_COUNTER: Final[int]
 """The largest ``now_ms``, TTL or offset (``shardgrid.core.limits.MAX_COUNTER``, 2**53)."""
@@ -109,11 +112,12 @@ def get_parts(
 ) -> tuple[bytes, bytes, bytes, bytes]:
     """``RecordStore.get`` over several stores in one call (one request's partitions): per part,
     its store (None: the partition holds nothing here, every key absent) and its keys' packed
-    column. Answers ``(values, value_lengths, present, ends)`` in the order of the parts, with
-    every store's values counting against one ``max_bytes`` (the answer then stops before the
-    first value past it: fewer presence bytes than keys, the rest unread). ``ends``: each part's
-    end in ``values``, an unsigned 64-bit little-endian number per part answered (whole or in
-    part). Every part is checked first (at most ``MAX_PARTITION_COUNT`` parts and
+    column. Answers ``(values, value_lengths, present, ends)`` in the order of the parts, one
+    presence byte per key: 1 found, 0 absent, ``UNREAD`` past ``max_bytes``. Every store's values
+    count against ``max_bytes`` together: a part's reads stop at the first value that does not
+    fit, and the next part's go on with what is left (as a get served a partition at a time).
+    ``ends``: each part's end in ``values``, an unsigned 64-bit little-endian number per part.
+    Every part is checked first (at most ``MAX_PARTITION_COUNT`` parts and
     ``MAX_OPERATIONS_PER_REQUEST`` keys in all): a bad one raises ``ColumnError`` having read
     nothing (a read counts a hit and marks the entry accessed)."""
 
@@ -129,11 +133,13 @@ def get_routed(
     """``RecordStore.get`` of a request's keys, each read from the store of its partition (among
     ``partition_count``, as ``partition_ids`` finds it), in one call: ``stores`` names each
     partition the keys are in with its store (None: it holds nothing, its keys absent). Answers
-    ``(values, value_lengths, present)`` in the keys' order, every value counting against one
-    ``max_bytes`` (the answer then stops before the first value past it: fewer presence bytes
-    than keys, the rest unread). The keys and stores are checked first (at most
+    ``(values, value_lengths, present)`` in the keys' order, presence bytes as ``get_parts``
+    gives them. The partitions are read in the order they first come, each one's keys in request
+    order, against one ``max_bytes`` as ``get_parts`` reads its parts (exactly what serving the
+    request a partition at a time reads). The keys and stores are checked first (at most
     ``MAX_OPERATIONS_PER_REQUEST`` keys, no partition named twice or out of range, a store for
-    every key's partition): a bad call raises ``ColumnError`` having read nothing."""
+    every key's partition): a bad call raises ``ColumnError`` (``TypeError`` for a wrong type)
+    having read nothing."""
 
 def check_records(keys: bytes, key_lengths: bytes, values: bytes, value_lengths: bytes, metadata: bytes) -> None:
     """Check records as ``RecordStore.load`` takes them, whole, without taking them: raises

@@ -1500,3 +1500,31 @@ def test_a_get_across_partitions_answers_in_key_order_within_its_answer_budget(o
     first = m.ReplyCode.OK if owned == "every partition" else m.ReplyCode.WRONG_OWNER
     assert answered == [first, *[m.ReplyCode.OK] * 4, m.ReplyCode.OVERLOADED]
     assert found == [None, *[big] * 4, None]
+
+
+@pytest.mark.parametrize("owned", ["every partition", "all but one"])
+def test_a_get_with_values_that_do_not_add_up_is_refused_whole_and_the_member_goes_on(owned: str) -> None:
+    """Found by an outside tester: a get of several keys carrying a values column whose lengths
+    did not add up was served when the member owned every partition, and ended the member (an
+    exception out of handle()) when it did not."""
+    table = (
+        B_OWNS_A_BACKS if owned == "every partition" else PartitionTable.from_lists([[B, A]] * 3 + [[A, B]], [1] * 4)
+    )
+    owner, now = following(B, table)
+    now = grant_lease(owner, now)
+    get = m.MapRequest(
+        call_id=1, kind=m.GET, map_name="m", keys=m.Column.of([key_in(0), key_in(3)]), values=m.Column(b"junk", b"")
+    )
+    (reply,) = replies(
+        owner.handle(
+            now, Receive("c", None, None, msgspec.msgpack.decode(msgspec.msgpack.encode(get), type=m.MapRequest))
+        )
+    )
+    assert codes(reply) == (m.ReplyCode.REJECTED, m.ReplyCode.REJECTED)
+    assert "values: the lengths add up to 0 bytes and the buffer holds 4" in reply.reason
+    (served,) = replies(
+        owner.handle(
+            now, Receive("c", None, None, map_request(call_id=2, kind=m.GET, map_name="m", keys=(key_in(0), key_in(1))))
+        )
+    )
+    assert codes(served) == (m.ReplyCode.OK, m.ReplyCode.OK)

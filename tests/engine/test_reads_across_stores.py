@@ -1,6 +1,8 @@
 """Reads of one request's keys across its partitions' stores in one call (``get_parts``,
-``get_routed``): the same answers, hits and access times as one ``get`` per store in the same
-order, one answer budget across them all, and every argument checked before anything is read."""
+``get_routed``): the same answers, hits and access times as a get served a partition at a time,
+the partitions in the order they first come (one answer budget across them all, each partition's
+keys past it left unread and the next partition's read with what is left), and every argument
+checked before anything is read."""
 
 from __future__ import annotations
 
@@ -8,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardgrid._engine import ColumnError, RecordStore, get_parts, get_routed, partition_ids
+from shardgrid._engine import UNREAD, ColumnError, RecordStore, get_parts, get_routed, partition_ids
 from shardgrid.core.store import unpacked_lengths, unpacked_numbers
-from tests.engine.packing import found, pack
+from tests.engine.packing import found, pack, unpack
 
 MAP = "m"
 PARTITIONS = 7
@@ -34,36 +36,61 @@ def _metadata(stores: dict[int, RecordStore], keys: list[bytes]) -> list[bytes]:
 
 keys_strategy = st.lists(st.binary(min_size=0, max_size=6), min_size=1, max_size=40)
 held_strategy = st.dictionaries(st.binary(min_size=0, max_size=6), st.binary(max_size=30), max_size=30)
+Answered = list[tuple[int, bytes]]  # per key: its presence byte (1, 0 or UNREAD) and its value
+
+
+def _answered(values: bytes, lengths: bytes, present: bytes) -> Answered:
+    return list(zip(present, unpack(values, lengths), strict=True))
+
+
+def _read_a_partition_at_a_time(
+    stores: dict[int, RecordStore], parts: list[tuple[int, list[int]]], keys: list[bytes], max_bytes: int | None
+) -> dict[int, tuple[int, bytes]]:
+    """What serving a get a partition at a time answers: each part's keys (positions in ``keys``)
+    read one by one from its store with what is left of the budget, the rest of the part left
+    unread once one does not fit."""
+    answers: dict[int, tuple[int, bytes]] = {}
+    used = 0
+    for pid, positions in parts:
+        store = stores.get(pid)
+        stopped = False
+        for at in positions:
+            if stopped:
+                answers[at] = (UNREAD, b"")
+                continue
+            if store is None:
+                answers[at] = (0, b"")
+                continue
+            budget = None if max_bytes is None else max_bytes - used
+            values, _, present = store.get(MAP, *pack([keys[at]]), 50, max_bytes=budget)
+            if not present:
+                stopped = True
+                answers[at] = (UNREAD, b"")
+                continue
+            answers[at] = (present[0], values)
+            used += len(values)
+    return answers
+
+
+def _parts_of(keys: list[bytes]) -> list[tuple[int, list[int]]]:
+    """Each partition the keys are in, in the order they first come, with its keys' positions."""
+    parts: dict[int, list[int]] = {}
+    for at, pid in enumerate(unpacked_lengths(partition_ids(*pack(keys), PARTITIONS))):
+        parts.setdefault(pid, []).append(at)
+    return list(parts.items())
 
 
 @settings(max_examples=300, deadline=None)
 @given(held_strategy, keys_strategy, st.none() | st.integers(0, 400))
-def test_one_routed_read_answers_as_a_get_per_store_in_key_order(
+def test_one_routed_read_answers_as_a_get_served_a_partition_at_a_time(
     held: dict[bytes, bytes], keys: list[bytes], max_bytes: int | None
 ) -> None:
     routed, separate = _stores(held), _stores(held)
-    pids = list(unpacked_lengths(partition_ids(*pack(keys), PARTITIONS)))
-    named = dict.fromkeys(pids)
-    values, lengths, present = get_routed(
-        MAP,
-        PARTITIONS,
-        *pack(keys),
-        [(pid, routed.get(pid)) for pid in named],  # None where the partition holds nothing
-        50,
-        max_bytes,
-    )
-    # The same reads one key at a time, each from its partition's store, within the same budget.
-    expected: list[bytes | None] = []
-    used = 0
-    for key, pid in zip(keys, pids, strict=True):
-        store = separate.get(pid)
-        budget = None if max_bytes is None else max_bytes - used
-        answer = found(store.get(MAP, *pack([key]), 50, max_bytes=budget)) if store else [None]
-        if not answer:  # the budget stopped it: no key after it is read
-            break
-        expected += answer
-        used += len(answer[0] or b"")
-    assert found((values, lengths, present)) == expected
+    parts = _parts_of(keys)
+    stores = [(pid, routed.get(pid)) for pid, _ in parts]  # None where the partition holds nothing
+    answer = _answered(*get_routed(MAP, PARTITIONS, *pack(keys), stores, 50, max_bytes))
+    expected = _read_a_partition_at_a_time(separate, parts, keys, max_bytes)
+    assert answer == [expected[at] for at in range(len(keys))]  # in request order
     assert _metadata(routed, keys) == _metadata(separate, keys)  # the same hits and access times
 
 
@@ -73,27 +100,18 @@ def test_reads_of_parts_answer_as_a_get_per_part_and_say_where_each_part_ends(
     held: dict[bytes, bytes], keys: list[bytes], max_bytes: int | None
 ) -> None:
     stores, separate = _stores(held), _stores(held)
-    pids = list(unpacked_lengths(partition_ids(*pack(keys), PARTITIONS)))
-    parts: dict[int, list[bytes]] = {}
-    for key, pid in zip(keys, pids, strict=True):
-        parts.setdefault(pid, []).append(key)
+    parts = _parts_of(keys)
     values, lengths, present, ends = get_parts(
-        MAP, [(stores.get(pid), *pack(part)) for pid, part in parts.items()], 50, max_bytes
+        MAP, [(stores.get(pid), *pack([keys[at] for at in positions])) for pid, positions in parts], 50, max_bytes
     )
-    expected: list[bytes | None] = []
-    expected_ends: list[int] = []
-    used = 0
-    for pid, part in parts.items():
-        store = separate.get(pid)
-        budget = None if max_bytes is None else max_bytes - used
-        answer = found(store.get(MAP, *pack(part), 50, max_bytes=budget)) if store else [None] * len(part)
-        expected += answer
-        used += sum(len(value or b"") for value in answer)
-        expected_ends.append(used)
-        if len(answer) < len(part):
-            break
-    assert found((values, lengths, present)) == expected
-    assert list(unpacked_numbers(ends)) == expected_ends
+    expected = _read_a_partition_at_a_time(separate, parts, keys, max_bytes)
+    in_part_order = [expected[at] for _, positions in parts for at in positions]
+    assert _answered(values, lengths, present) == in_part_order
+    value_ends, used = [], 0
+    for _, positions in parts:
+        used += sum(len(expected[at][1]) for at in positions)
+        value_ends.append(used)
+    assert list(unpacked_numbers(ends)) == value_ends
     assert _metadata(stores, keys) == _metadata(separate, keys)
 
 
@@ -120,6 +138,11 @@ def test_a_routed_read_with_a_store_missing_or_named_twice_or_out_of_range_reads
         get_routed("", PARTITIONS, *pack(keys), named, 50)
     with pytest.raises(ColumnError):
         get_routed(MAP, 0, *pack(keys), named, 50)
+    for pid in (-1, 2**32, 2**70):  # a partition as the engine's other ints: from 0 (an outside tester)
+        with pytest.raises(ColumnError):
+            get_routed(MAP, PARTITIONS, *pack(keys), [*named, (pid, None)], 50)
+    with pytest.raises(TypeError):
+        get_routed(MAP, PARTITIONS, *pack(keys), [*named, (True, None)], 50)
     assert _metadata(stores, keys) == before  # nothing was read: no hit, no access
 
 

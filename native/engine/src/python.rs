@@ -17,7 +17,7 @@ use crate::limits::{
     MAX_OPERATIONS_PER_REQUEST, MAX_PARTITION_COUNT, MAX_VALUE_BYTES,
 };
 use crate::partitions;
-use crate::store::{self, DUMP_RECORD_BYTES, Dump, Found, MAP_BYTES, Page, RecordStore, Ttl};
+use crate::store::{self, DUMP_RECORD_BYTES, Dump, Found, MAP_BYTES, Page, RecordStore, Ttl, UNREAD};
 use crate::table::{EXPIRY_BYTES, INDEX_BYTES, METADATA_FIELDS, RECORD_BYTES};
 
 create_exception!(
@@ -645,11 +645,39 @@ type PartsAnswer<'py> = (
     Bound<'py, PyBytes>,
 );
 
+/// Read `keys` from `store` into `found` within `max_bytes` (counted over everything `found`
+/// holds), as a partition's reads stop at the bound: its keys past it are left [`UNREAD`] and the
+/// next partition's are read with what is left (what serving a get a partition at a time did).
+fn read_partition<'k>(
+    store: Option<&Bound<'_, PyRecordStore>>,
+    map_name: &str,
+    keys: impl ExactSizeIterator<Item = &'k [u8]>,
+    now_ms: u64,
+    max_bytes: Option<u64>,
+    found: &mut Found,
+) -> PyResult<()> {
+    let count = keys.len();
+    let Some(store) = store else {
+        found.absent(count, true);
+        return Ok(());
+    };
+    let before = found.present.len();
+    let whole = store
+        .try_borrow_mut()?
+        .store
+        .read_keys(map_name, keys, now_ms, max_bytes, found);
+    if !whole {
+        found.unread(count - (found.present.len() - before));
+    }
+    Ok(())
+}
+
 /// `RecordStore.get` over several stores in one call (the partitions of one request), answered
-/// as one packed column in the order of `parts`, with the values of every store counting against
-/// `max_bytes` together. Every part is checked before any is read, so a bad one reads nothing (a
-/// read counts a hit and marks the entry accessed). Also answers each part's end in the values
-/// (an unsigned 64-bit number per part answered, whole or in part).
+/// in the order of `parts`, one presence byte per key: 1 found, 0 absent, [`UNREAD`] past
+/// `max_bytes` (every store's values count against it together; a part's reads stop at the first
+/// value that does not fit, and the next part's go on with what is left). Every part is checked
+/// before any is read (a read counts a hit and marks the entry accessed). Also answers each
+/// part's end in the values (an unsigned 64-bit number per part).
 #[pyfunction]
 #[pyo3(signature = (map_name, parts, now_ms, max_bytes = None))]
 fn get_parts<'py>(
@@ -691,20 +719,8 @@ fn get_parts<'py>(
     let mut found = Found::with_capacity(count, true);
     let mut ends: Vec<u8> = Vec::with_capacity(parts.len() * NUMBER_BYTES);
     for ((store, _, _), keys) in parts.iter().zip(&columns) {
-        let whole = match store {
-            Some(store) => store
-                .try_borrow_mut()?
-                .store
-                .read_into(map_name, keys, now_ms, max_bytes, &mut found),
-            None => {
-                found.absent(keys.len(), true);
-                true
-            }
-        };
+        read_partition(store.as_ref(), map_name, keys.iter(), now_ms, max_bytes, &mut found)?;
         ends.extend_from_slice(&(found.values.data.len() as u64).to_le_bytes());
-        if !whole {
-            break;
-        }
     }
     let (values, lengths, present) = self::found(py, &found);
     Ok((values, lengths, present, PyBytes::new(py, &ends)))
@@ -712,13 +728,15 @@ fn get_parts<'py>(
 
 /// A partition's store in a `get_routed` call: the partition, and its store (None: it holds
 /// nothing here).
-type RoutedStore<'py> = (u32, Option<Bound<'py, PyRecordStore>>);
+type RoutedStore<'py> = (Bound<'py, PyAny>, Option<Bound<'py, PyRecordStore>>);
 
 /// `RecordStore.get` of a request's keys, each read from the store of its partition (among
-/// `partition_count`, as `partition_ids` finds it), in one call: answered in the keys' order,
-/// with every value counting against one `max_bytes`. The caller names a store (or None) for
-/// every partition the keys are in: the keys are checked, and each one's partition found among
-/// `stores`, before any is read (a read counts a hit and marks the entry accessed).
+/// `partition_count`, as `partition_ids` finds it), in one call: answered in the keys' order, one
+/// presence byte per key as `get_parts` gives them. The partitions are read one after another in
+/// the order they first come, each one's keys in request order, with every value counting against
+/// one `max_bytes` (exactly as serving the request a partition at a time reads them). The caller
+/// names a store (or None) for every partition the keys are in: the keys are checked, and each
+/// one's partition found among `stores`, before any is read.
 #[pyfunction]
 #[pyo3(signature = (map_name, partition_count, keys, key_lengths, stores, now_ms, max_bytes = None))]
 #[allow(clippy::too_many_arguments)]
@@ -741,7 +759,8 @@ fn get_routed<'py>(
     let keys = Column::parse("keys", keys, key_lengths, MAX_OPERATIONS_PER_REQUEST, MAX_KEY_BYTES)?;
     let mut slot_of = vec![u32::MAX; count as usize];
     for (slot, (pid, _)) in stores.iter().enumerate() {
-        let Some(held) = slot_of.get_mut(*pid as usize) else {
+        let pid = int_arg(pid, "partition", MAX_COUNTER)?;
+        let Some(held) = slot_of.get_mut(usize::try_from(pid).unwrap_or(usize::MAX)) else {
             return Err(ColumnError::new_err(format!(
                 "a store of partition {pid}, not one of the {count} partitions"
             )));
@@ -759,32 +778,44 @@ fn get_routed<'py>(
         )));
     }
     let items: Vec<&[u8]> = keys.iter().collect();
+    let grouping = partitions::group(&pids);
+    // Position `at` of the grouped order is the request's `position(at)`.
+    let position = |at: usize| grouping.order.as_ref().map_or(at, |order| order[at] as usize);
     let mut found = Found::with_capacity(items.len(), true);
-    let mut start = 0;
-    // Consecutive keys of one partition are read in one borrow of its store.
-    while start < items.len() {
-        let slot = slot_of[pids[start] as usize];
-        let mut end = start + 1;
-        while end < items.len() && slot_of[pids[end] as usize] == slot {
-            end += 1;
-        }
-        let run = items[start..end].iter().copied();
-        let whole = match &stores[slot as usize].1 {
-            Some(store) => store
-                .try_borrow_mut()?
-                .store
-                .read_keys(map_name, run, now_ms, max_bytes, &mut found),
-            None => {
-                found.absent(end - start, true);
-                true
-            }
-        };
-        if !whole {
-            break;
-        }
-        start = end;
+    for group in &grouping.groups {
+        let store = stores[slot_of[group.partition_id as usize] as usize].1.as_ref();
+        let run = (group.start..group.end).map(|at| items[position(at)]);
+        read_partition(store, map_name, run, now_ms, max_bytes, &mut found)?;
+    }
+    if grouping.order.is_some() {
+        found = in_request_order(&found, &grouping);
     }
     Ok(self::found(py, &found))
+}
+
+/// An answer read in a grouping's order, put back in the request's.
+fn in_request_order(grouped: &Found, grouping: &partitions::Grouping) -> Found {
+    let order = grouping.order.as_deref().unwrap_or_default();
+    let values: Vec<&[u8]> = Column::parse(
+        "values",
+        &grouped.values.data,
+        &grouped.values.lengths,
+        usize::MAX,
+        usize::MAX,
+    )
+    .expect("the engine's own answer is a well-formed column")
+    .iter()
+    .collect();
+    let mut at_of = vec![0usize; order.len()];
+    for (at, &position) in order.iter().enumerate() {
+        at_of[position as usize] = at;
+    }
+    let mut answer = Found::with_capacity(order.len(), true);
+    for &at in &at_of {
+        answer.values.push(values[at]);
+        answer.present.push(grouped.present[at]);
+    }
+    answer
 }
 
 /// Check a packed column whole (its lengths a whole number of 4-byte lengths adding up to the
@@ -820,6 +851,7 @@ fn engine_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(get_parts, module)?)?;
     module.add_function(wrap_pyfunction!(get_routed, module)?)?;
     module.add("MAX_PARTITION_COUNT", MAX_PARTITION_COUNT)?;
+    module.add("UNREAD", UNREAD)?;
     module.add("DUMP_RECORD_BYTES", DUMP_RECORD_BYTES)?;
     module.add("ColumnError", py.get_type::<ColumnError>())?;
     module.add("MAX_KEY_BYTES", MAX_KEY_BYTES)?;

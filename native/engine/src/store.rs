@@ -613,7 +613,20 @@ impl Found {
             self.record(None, with_values);
         }
     }
+
+    /// `count` keys left unread (an answer's byte bound stopped their partition's reads): an
+    /// empty value each, presence [`UNREAD`].
+    pub fn unread(&mut self, count: usize) {
+        for _ in 0..count {
+            self.values.push_empty();
+            self.present.push(UNREAD);
+        }
+    }
 }
+
+/// The presence byte of a key a multi-store read left unread (past the answer's byte bound), beside
+/// 1 (found) and 0 (absent).
+pub const UNREAD: u8 = 2;
 
 /// The checked columns of a write, and each entry's expiry time.
 type CheckedWrite<'a> = (Column<'a>, Column<'a>, Vec<u64>);
