@@ -86,6 +86,12 @@ def partition_ids(keys: bytes, key_lengths: bytes, partition_count: int) -> byte
     MurmurHash3_x86_32 and fold), as packed unsigned 32-bit little-endian numbers. Each key is
     at most ``MAX_KEY_BYTES``."""
 
+def partitions_of(keys: bytes, key_lengths: bytes, partition_count: int) -> bytes:
+    """The partitions the keys of a packed column are in (1 to ``MAX_PARTITION_COUNT`` of them),
+    each once, in the order they first come, as packed unsigned 32-bit little-endian numbers. The
+    column is checked as a request carries it: at most ``MAX_OPERATIONS_PER_REQUEST`` keys of at
+    most ``MAX_KEY_BYTES`` each."""
+
 def split_by_partition(
     partition_count: int,
     keys: bytes,

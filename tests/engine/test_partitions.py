@@ -16,6 +16,7 @@ from shardgrid._engine import (
     MAX_PARTITION_COUNT,
     ColumnError,
     partition_ids,
+    partitions_of,
     split_by_partition,
 )
 from shardgrid.core.hashing import partition_id_of_serialized
@@ -102,3 +103,18 @@ def test_keys_of_any_length_hash_with_a_column_of_many_keys() -> None:
     assert list(ids) == [partition_id_of_serialized(key, 271) for key in keys]
     with pytest.raises(ColumnError, match="more than the"):
         partition_ids(*pack([b"k" * (MAX_KEY_BYTES + 1)]), 271)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=12), max_size=60), st.integers(1, 40))
+def test_the_partitions_of_keys_are_each_named_once_in_the_order_they_first_come(keys: list[bytes], count: int) -> None:
+    expected = list(dict.fromkeys(partition_id_of_serialized(key, count) for key in keys))
+    packed = partitions_of(*pack(keys), count)
+    assert list(struct.unpack(f"<{len(packed) // 4}I", packed)) == expected
+
+
+def test_the_partitions_of_more_keys_than_a_request_carries_are_refused() -> None:
+    with pytest.raises(ColumnError):
+        partitions_of(*pack([b"k"] * 10_001), 271)
+    with pytest.raises(ColumnError):
+        partitions_of(*pack([b"k"]), 0)

@@ -523,6 +523,28 @@ fn partition_ids<'py>(
     Ok(PyBytes::new(py, &ids))
 }
 
+/// The partitions the keys of a packed column are in, among `partition_count`, each once in the
+/// order they first come, as packed unsigned 32-bit little-endian numbers (a request's keys
+/// checked as a request carries them: at most `MAX_OPERATIONS_PER_REQUEST`).
+#[pyfunction]
+fn partitions_of<'py>(
+    py: Python<'py>,
+    keys: &[u8],
+    key_lengths: &[u8],
+    partition_count: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let count = partition_count_arg(partition_count)?;
+    let column = Column::parse("keys", keys, key_lengths, MAX_OPERATIONS_PER_REQUEST, MAX_KEY_BYTES)?;
+    let mut met = vec![false; count as usize];
+    let mut ids: Vec<u8> = Vec::new();
+    for pid in partitions::partition_ids(&column, count) {
+        if !std::mem::replace(&mut met[pid as usize], true) {
+            ids.extend_from_slice(&pid.to_le_bytes());
+        }
+    }
+    Ok(PyBytes::new(py, &ids))
+}
+
 fn partition_count_arg(value: &Bound<'_, PyAny>) -> PyResult<u32> {
     let count = int_arg(value, "partition_count", MAX_PARTITION_COUNT as u64)?;
     if count == 0 {
@@ -850,6 +872,7 @@ fn engine_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(split_by_partition, module)?)?;
     module.add_function(wrap_pyfunction!(get_parts, module)?)?;
     module.add_function(wrap_pyfunction!(get_routed, module)?)?;
+    module.add_function(wrap_pyfunction!(partitions_of, module)?)?;
     module.add("MAX_PARTITION_COUNT", MAX_PARTITION_COUNT)?;
     module.add("UNREAD", UNREAD)?;
     module.add("DUMP_RECORD_BYTES", DUMP_RECORD_BYTES)?;

@@ -17,7 +17,7 @@ a destination that had not says so and refuses that commit from then on (seed 00
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,6 +107,9 @@ class MigrationParticipant:
 
     def writes_blocked(self, pid: int) -> bool:
         return pid in self.outgoing
+
+    def any_writes_blocked(self, pids: Iterable[int]) -> bool:
+        return not self.outgoing.keys().isdisjoint(pids)
 
     def reads_blocked(self, pid: int) -> bool:
         outgoing = self.outgoing.get(pid)
