@@ -200,7 +200,7 @@ impl MapTable {
     /// Make room for `additional` more records at once, so that taking them grows neither the
     /// vector nor the index again: a table that doubles its way up rehashes every key it holds
     /// each time, reading each record's key from its heap block, which cost a migration's
-    /// destination about half the time it spent loading (see `RecordStore::reserve`). The room
+    /// destination about a third of the time it spent loading (see `RecordStore::reserve`). The room
     /// not yet filled is not counted (see the module's documentation): [`MapTable::fit`] gives
     /// back what was not filled. False, and no room kept, when the allocator cannot give it.
     pub fn reserve(&mut self, additional: usize) -> bool {

@@ -269,7 +269,7 @@ class Staging:
     def _size(self, records: MapRecords, entries: int) -> None:
         """Room for the rest of a map's records (``entries`` in all, its first page loaded): its
         table then grows no more while they come (a table that doubles its way up rehashes every
-        key each time, half of what a destination spent loading a partition). Only as far as
+        key each time: a third of a destination's load of 100,000 records). Only as far as
         ``fits`` allows with the room the member's other transfers made and have not filled: a
         sender that overstates its count makes room that stays idle until the transfer ends
         (``_fit``), never more than fits. Making room is only a speed-up: when the allocator
