@@ -49,6 +49,13 @@ fn int_arg(value: &Bound<'_, PyAny>, what: &str, max: u64) -> PyResult<u64> {
     }
 }
 
+/// An optional byte bound on an answer (None: no bound), as `int_arg` takes ints.
+fn optional_max_bytes(max_bytes: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+    max_bytes
+        .map(|bound| int_arg(bound, "max_bytes", MAX_COUNTER))
+        .transpose()
+}
+
 type Column3<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>);
 /// A write's answer, and how much the map's memory count grew (negative: shrank).
 type Written<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, i64);
@@ -192,9 +199,7 @@ impl PyRecordStore {
         max_bytes: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Column3<'py>> {
         let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
-        let max_bytes = max_bytes
-            .map(|bound| int_arg(bound, "max_bytes", MAX_COUNTER))
-            .transpose()?;
+        let max_bytes = optional_max_bytes(max_bytes)?;
         Ok(found(
             py,
             &self.store.get(map_name, keys, key_lengths, now_ms, max_bytes)?,
@@ -711,9 +716,7 @@ fn get_parts<'py>(
 ) -> PyResult<PartsAnswer<'py>> {
     store::check_map_name(map_name)?;
     let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
-    let max_bytes = max_bytes
-        .map(|bound| int_arg(bound, "max_bytes", MAX_COUNTER))
-        .transpose()?;
+    let max_bytes = optional_max_bytes(max_bytes)?;
     if parts.len() > MAX_PARTITION_COUNT {
         return Err(ColumnError::new_err(format!(
             "{} parts, more than the {MAX_PARTITION_COUNT} partitions a cluster may have",
@@ -775,9 +778,7 @@ fn get_routed<'py>(
     store::check_map_name(map_name)?;
     let count = partition_count_arg(partition_count)?;
     let now_ms = int_arg(now_ms, "now_ms", MAX_COUNTER)?;
-    let max_bytes = max_bytes
-        .map(|bound| int_arg(bound, "max_bytes", MAX_COUNTER))
-        .transpose()?;
+    let max_bytes = optional_max_bytes(max_bytes)?;
     let keys = Column::parse("keys", keys, key_lengths, MAX_OPERATIONS_PER_REQUEST, MAX_KEY_BYTES)?;
     let mut slot_of = vec![u32::MAX; count as usize];
     for (slot, (pid, _)) in stores.iter().enumerate() {

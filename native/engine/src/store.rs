@@ -207,25 +207,14 @@ impl RecordStore {
         }
         let keys = Column::parse("keys", keys, key_lengths, MAX_OPERATIONS_PER_REQUEST, MAX_KEY_BYTES)?;
         let mut found = Found::with_capacity(keys.len(), true);
-        self.read_into(map_name, &keys, now_ms, max_bytes, &mut found);
+        self.read_keys(map_name, keys.iter(), now_ms, max_bytes, &mut found);
         Ok(found)
     }
 
-    /// `get` of checked `keys` (the caller checked the map's name, `now_ms` and `max_bytes`),
-    /// appended to `found`, whose values count against `max_bytes` (so one bound can cover the
-    /// reads of several stores). Whether every key was answered (false: the bound stopped it).
-    pub fn read_into(
-        &mut self,
-        map_name: &str,
-        keys: &Column<'_>,
-        now_ms: u64,
-        max_bytes: Option<u64>,
-        found: &mut Found,
-    ) -> bool {
-        self.read_keys(map_name, keys.iter(), now_ms, max_bytes, found)
-    }
-
-    /// `read_into` of keys given one by one (each at most `MAX_KEY_BYTES`: from a checked column).
+    /// `get` of keys given one by one (each at most `MAX_KEY_BYTES`: from a checked column; the
+    /// caller checked the map's name, `now_ms` and `max_bytes`), appended to `found`, whose
+    /// values count against `max_bytes` (so one bound can cover the reads of several stores).
+    /// Whether every key was answered (false: the bound stopped it).
     pub fn read_keys<'k>(
         &mut self,
         map_name: &str,

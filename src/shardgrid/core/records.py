@@ -98,7 +98,8 @@ def read_parts(
     """``MapRecords.get`` of several partitions' records of one map in one engine call
     (``_engine.get_parts``): per part, its records (None: none held) and its keys. The values of
     every part count against ``max_bytes`` together; ``ends`` gives each part's end in the values
-    (packed unsigned 64-bit numbers, one per part answered)."""
+    (packed unsigned 64-bit numbers, one per part), and a key a budget left unread has presence
+    ``UNREAD``."""
     return get_parts(
         map_name,
         [(None if records is None else records._store, keys.data, keys.lengths) for records, keys in parts],

@@ -656,9 +656,8 @@ class ClientRequests:
             map_name, self.ctx.config.partition_count, message.keys, stores, self.ctx.records_ms, budget
         )
         call.answer_budget_bytes -= len(values)
-        out.put_packed(
-            range(len(present)), values, lengths, self._unread_overloaded(call, range(len(present)), present)
-        )
+        every_key = range(len(present))
+        out.put_packed(every_key, values, lengths, self._unread_overloaded(call, every_key, present))
         return True
 
     @staticmethod
